@@ -1,0 +1,239 @@
+"""The agent loop: poll IMDS, diff, record in the outbox, wake the sinks and the approver.
+
+Polling runs on the main thread; each sink and the approver have their own thread, so a slow or
+dead sink (or a slow approval POST) never delays the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TextIO
+
+from . import cloudevents as ce
+from .approvals.approver import Approver
+from .approvals.policy import Policy
+from .config import Settings
+from .delivery import DeliveryWorker
+from .differ import diff
+from .errors import SeForwarderError, StateError
+from .imds import Backoff, ImdsClient, ImdsError
+from .model import Document, MalformedDocument, Transition, VmIdentity
+from .outbox import NewEvent, Outbox
+from .sinks import SinkContext, create
+from .telemetry import fields
+
+log = logging.getLogger("se_forwarder.agent")
+
+POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
+RETENTION_SECONDS = 30 * 86400
+
+
+def new_events(transitions: list[Transition], vm: VmIdentity, observed: datetime) -> list[NewEvent]:
+    out = []
+    for t in transitions:
+        cloud = ce.from_transition(t, vm, observed)
+        out.append(
+            NewEvent(
+                ce_id=ce.ce_id(t.event_id, t.state),
+                event_id=t.event_id,
+                state=t.state,
+                ce_type=ce.ce_type(t.state),
+                payload=ce.to_json(cloud),
+                observed_at=observed.timestamp(),
+            )
+        )
+    return out
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        once: bool = False,
+        dry_run: bool = False,
+        stdout: TextIO | None = None,
+        on_document: Callable[[Document], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.once = once
+        self.dry_run = dry_run or settings.approvals.dry_run
+        self.stop = threading.Event()
+        self.state_dir = settings.state.dir
+        self.imds = ImdsClient(
+            settings.imds.url,
+            settings.imds.api_version,
+            timeout=settings.imds.timeout,
+            first_call_timeout=settings.imds.first_call_timeout,
+        )
+        ctx = SinkContext(self.state_dir, **({"stdout": stdout} if stdout else {}))
+        self.outbox = Outbox(self.state_dir)
+        self.workers = [
+            DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop)
+            for s in settings.sinks
+        ]
+        self.outbox.register_sinks([w.sink.name for w in self.workers])
+        self.on_document = on_document
+        self.vm: VmIdentity | None = None
+        self.approver: Approver | None = None
+        self._last_status_write = 0.0
+        self._last_status: tuple[bool, str] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until ``stop`` is set (or one cycle with ``once``); the process exit code."""
+        try:
+            self.vm = self._identity()
+            if self.vm is None:
+                return 0  # stopped while waiting
+            self.approver = Approver(
+                ImdsClient(self.settings.imds.url, self.settings.imds.api_version,
+                           timeout=self.settings.imds.timeout),
+                self.state_dir, self.vm, Policy(self.settings.approvals.rules),
+                dry_run=self.dry_run, leader_only=self.settings.approvals.leader_only,
+                on_recorded=self._wake_sinks,
+            )
+            self.outbox.prune([w.sink.name for w in self.workers], time.time() - RETENTION_SECONDS)
+            if self.once:
+                return self._run_once()
+            for worker in self.workers:
+                worker.start()
+            self.approver.start(self.stop)
+            self._poll_loop()
+            return 0
+        finally:
+            self.stop.set()
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + 3.0
+        for worker in self.workers:
+            worker.wakeup.set()
+            worker.join(max(0.0, deadline - time.monotonic()))
+        if self.approver is not None:
+            self.approver.join(max(0.0, deadline - time.monotonic()))
+        self.imds.close()
+        self.outbox.close()
+
+    def _run_once(self) -> int:
+        assert self.approver is not None
+        ok = self.poll()
+        self.approver.consider(self.outbox)
+        for worker in self.workers:
+            while True:
+                delay = worker.deliver_once(self.outbox)
+                if delay is None or delay > 0:
+                    break
+        return 0 if ok else 1
+
+    def _wake_sinks(self) -> None:
+        for worker in self.workers:
+            worker.wakeup.set()
+
+    # -- identity -------------------------------------------------------------------------
+    def _identity(self) -> VmIdentity | None:
+        backoff = Backoff(base=1.0, cap=30.0)
+        if self.imds.first_call_pending:
+            log.info(
+                "waiting for IMDS at %s (the first answer may take up to %.0f s)",
+                self.settings.imds.url, self.imds.first_call_timeout,
+            )
+        while not self.stop.is_set():
+            try:
+                vm = VmIdentity.from_compute(self.imds.get_compute())
+                log.info("this VM is %s (vmId %s)", vm.name, vm.vm_id)
+                self.outbox.set_meta({"vm": vm.as_data()})
+                return vm
+            except (ImdsError, MalformedDocument) as exc:
+                if self.once:
+                    raise SeForwarderError(f"instance metadata unavailable: {exc}") from exc
+                delay = backoff.next_delay(getattr(exc, "retry_after", None))
+                log.warning("instance metadata unavailable (retry in %.1f s): %s", delay, exc)
+                self.stop.wait(delay)
+        return None
+
+    # -- polling --------------------------------------------------------------------------
+    def _poll_loop(self) -> None:
+        backoff = Backoff(base=0.5, cap=30.0)
+        interval = self.settings.imds.poll_interval
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                self._poll_or_raise()
+                backoff.reset()
+                delay = interval - (time.monotonic() - started)
+            except StateError as exc:
+                # Disk full, database locked...: nothing was recorded, so the next poll diffs the
+                # same change again. Keep polling rather than crash-looping.
+                delay = max(backoff.next_delay(), interval)
+                log.error("cannot record the document, retry in %.1f s: %s", delay, exc)
+            except ImdsError as exc:
+                delay = backoff.next_delay(exc.retry_after)
+                delay = max(delay, interval)
+                level = logging.WARNING if backoff.attempt <= 3 or backoff.attempt % 30 == 0 else (
+                    logging.DEBUG
+                )
+                log.log(level, "poll failed (%s), retry in %.1f s: %s", exc.reason, delay, exc,
+                        extra=fields(reason=exc.reason))
+                self._note_poll(False, f"{exc.reason}: {exc}")
+            if delay > 0:
+                self.stop.wait(delay)
+
+    def poll(self) -> bool:
+        """One poll; False (logged) when IMDS failed or answered garbage."""
+        try:
+            self._poll_or_raise()
+            return True
+        except ImdsError as exc:
+            log.warning("poll failed (%s): %s", exc.reason, exc, extra=fields(reason=exc.reason))
+            self._note_poll(False, f"{exc.reason}: {exc}")
+            return False
+
+    def _poll_or_raise(self) -> None:
+        assert self.vm is not None and self.approver is not None
+        document = self.imds.get_document()
+        observed = datetime.now(UTC)
+        previous = self.approver.current() or self.outbox.previous_document()
+        if previous is not None and previous.incarnation == document.incarnation:
+            if self.approver.current() is None:
+                self.approver.offer(document)
+            self._note_poll(True, "ok", document.incarnation)
+            return
+        if previous is not None and document.incarnation < previous.incarnation:
+            log.warning(
+                "DocumentIncarnation went back from %d to %d; diffing normally",
+                previous.incarnation, document.incarnation,
+                extra=fields(incarnation=document.incarnation),
+            )
+        transitions = diff(previous, document)
+        stored = self.outbox.record(document, new_events(transitions, self.vm, observed))
+        for event in stored:
+            log.info("transition %s", event.state,
+                     extra=fields(event_id=event.event_id, state=event.state,
+                                  incarnation=document.incarnation))
+        self._wake_sinks()
+        self.approver.offer(document)
+        if self.on_document is not None:
+            self.on_document(document)
+        self._note_poll(True, "ok", document.incarnation, force=True)
+
+    def _note_poll(self, ok: bool, result: str, incarnation: int | None = None,
+                   force: bool = False) -> None:
+        """Persist the poll heartbeat for `status`, at most every few seconds unless it changed."""
+        now = time.time()
+        changed = self._last_status != (ok, result)
+        if not (force or changed or now - self._last_status_write >= POLL_STATUS_EVERY):
+            return
+        items: dict[str, object] = {"last_poll_at": str(now), "last_poll_ok": str(int(ok)),
+                                    "last_poll_result": result}
+        if ok:
+            items["last_ok_poll_at"] = str(now)
+        if incarnation is not None:
+            items["incarnation"] = str(incarnation)
+        self.outbox.set_meta(items)
+        self._last_status_write = now
+        self._last_status = (ok, result)

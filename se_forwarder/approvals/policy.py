@@ -1,0 +1,203 @@
+"""Policy rules: which Scheduled events this agent approves by itself.
+
+``[[approvals.rules]]`` are tried in order and the first match wins; no match means wait (for
+NotBefore, or for a remote approval). Without rules, the documented sample's policy applies:
+approve user-initiated events, and Freezes with 0 <= DurationInSeconds < 9.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import ConfigError
+from ..model import SCHEDULED, ScheduledEvent
+from ..validation import as_bool, as_number, as_str, no_unknown
+
+ACTIONS = ("approve", "prepare-then-approve", "wait", "ignore")
+EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+WHEN_KEYS = (
+    "type", "source", "status", "min_duration", "max_duration", "min_notice", "max_notice",
+    "affects_this_vm", "resources",
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    action: str
+    when: Mapping[str, Any] = field(default_factory=dict)
+
+    def matches(self, event: ScheduledEvent, vm_name: str | None, now: datetime) -> bool:
+        w = self.when
+        if "type" in w and event.event_type not in _as_list(w["type"]):
+            return False
+        if "source" in w and (event.source or "Platform") not in _as_list(w["source"]):
+            return False
+        if "status" in w and event.status not in _as_list(w["status"]):
+            return False
+        duration = event.duration if event.duration is not None else -1
+        if "min_duration" in w and duration < w["min_duration"]:
+            return False
+        if "max_duration" in w and (duration < 0 or duration > w["max_duration"]):
+            return False
+        if "min_notice" in w or "max_notice" in w:
+            if event.not_before is None:
+                return False
+            notice = (event.not_before - now).total_seconds()
+            if "min_notice" in w and notice < w["min_notice"]:
+                return False
+            if "max_notice" in w and notice > w["max_notice"]:
+                return False
+        if "affects_this_vm" in w and event.affects(vm_name) != w["affects_this_vm"]:
+            return False
+        if "resources" in w:
+            patterns = _as_list(w["resources"])
+            if not any(fnmatch.fnmatchcase(r, p) for r in event.resources for p in patterns):
+                return False
+        return True
+
+
+SAMPLE_RULES: tuple[Rule, ...] = (
+    Rule("sample-user", "approve", {"source": "User", "status": "Scheduled"}),
+    Rule(
+        "sample-freeze",
+        "approve",
+        {"type": "Freeze", "status": "Scheduled", "min_duration": 0, "max_duration": 8},
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # approve | prepare-then-approve | wait | ignore
+    rule: str | None
+
+
+class Policy:
+    def __init__(self, rules: list[dict[str, Any]] | None = None) -> None:
+        self.rules: tuple[Rule, ...] = (
+            SAMPLE_RULES if rules is None else tuple(Rule(r["name"], r["action"], r["when"]) for r in rules)
+        )
+
+    def decide(
+        self, event: ScheduledEvent, vm_name: str | None, now: datetime | None = None
+    ) -> Decision:
+        """The first matching rule's action; only a Scheduled event can be approved."""
+        now = now or datetime.now(UTC)
+        for rule in self.rules:
+            if rule.matches(event, vm_name, now):
+                action = rule.action
+                if action in ("approve", "prepare-then-approve") and event.status != SCHEDULED:
+                    return Decision("wait", rule.name)
+                return Decision(action, rule.name)
+        return Decision("wait", None)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# -- validation (called by config.py) ---------------------------------------------------------
+
+
+def validate_rules(raw: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: must be an array of tables ([[approvals.rules]])")
+    rules: list[dict[str, Any]] = []
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{at}: must be a table")
+        no_unknown(item, at, ("name", "when", "action"))
+        action = item.get("action")
+        if action not in ACTIONS:
+            raise ConfigError(f"{at}.action: {action!r} is not one of {', '.join(ACTIONS)}")
+        when = item.get("when", {})
+        if not isinstance(when, dict):
+            raise ConfigError(f"{at}.when: must be a table")
+        rules.append(
+            {
+                "name": as_str(item.get("name", f"rule{i + 1}"), f"{at}.name"),
+                "action": action,
+                "when": _validate_when(when, f"{at}.when"),
+            }
+        )
+    return rules
+
+
+def _validate_when(when: dict[str, Any], where: str) -> dict[str, Any]:
+    no_unknown(when, where, WHEN_KEYS)
+    out: dict[str, Any] = {}
+    for key, value in when.items():
+        at = f"{where}.{key}"
+        if key == "type":
+            for v in _as_list(value):
+                if v not in EVENT_TYPES:
+                    raise ConfigError(f"{at}: {v!r} is not one of {', '.join(EVENT_TYPES)}")
+        elif key == "source":
+            for v in _as_list(value):
+                if v not in ("Platform", "User"):
+                    raise ConfigError(f"{at}: {v!r} is not Platform or User")
+        elif key == "status":
+            for v in _as_list(value):
+                if v not in ("Scheduled", "Started"):
+                    raise ConfigError(f"{at}: {v!r} is not Scheduled or Started")
+        elif key in ("min_duration", "max_duration", "min_notice", "max_notice"):
+            value = as_number(value, at, -1, 10**9)
+        elif key == "affects_this_vm":
+            value = as_bool(value, at)
+        elif key == "resources":
+            for v in _as_list(value):
+                as_str(v, at)
+        out[key] = value
+    return out
+
+
+def validate_hooks(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    no_unknown(
+        raw, where,
+        ("prepare", "prepare_timeout", "approve_after_prepare", "recover", "recover_timeout"),
+    )
+    out: dict[str, Any] = {}
+    for key in ("prepare", "recover"):
+        if key in raw:
+            value = raw[key]
+            if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}.{key}: must be a command as a list of strings")
+            out[key] = value
+    for key in ("prepare_timeout", "recover_timeout"):
+        out[key] = as_number(raw.get(key, 300), f"{where}.{key}", 1, 86400)
+    out["approve_after_prepare"] = as_bool(
+        raw.get("approve_after_prepare", True), f"{where}.approve_after_prepare"
+    )
+    return out
+
+
+QUEUE_KEYS = (
+    "type", "account_url", "queue", "connection_string_env", "connection_string_file",
+    "client_id", "signing_key_env", "signing_key_file", "visibility_timeout", "poll_interval",
+)
+
+
+def validate_queue(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    no_unknown(raw, where, QUEUE_KEYS)
+    out = dict(raw)
+    if out.get("type", "storage-queue") != "storage-queue":
+        raise ConfigError(f"{where}.type: only 'storage-queue' is supported")
+    out["type"] = "storage-queue"
+    if "queue" not in out:
+        raise ConfigError(f"{where}.queue: missing (e.g. 'se-approvals-{{vm_name}}')")
+    if "account_url" not in out and "connection_string_env" not in out and (
+        "connection_string_file" not in out
+    ):
+        raise ConfigError(f"{where}.account_url: missing (or give connection_string_env)")
+    if "signing_key_env" not in out and "signing_key_file" not in out:
+        raise ConfigError(f"{where}.signing_key_env: missing (approval messages must be signed)")
+    for key in QUEUE_KEYS[1:8]:
+        if key in out:
+            as_str(out[key], f"{where}.{key}")
+    return out

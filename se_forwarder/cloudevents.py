@@ -1,0 +1,87 @@
+"""Transition -> CloudEvent: the one place that knows the schema of design.md.
+
+Events are built and serialised with the ``cloudevents`` SDK (core v1 API); the outbox keeps the
+structured-mode JSON text, which every sink derives its wire form from.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+from .model import ScheduledEvent, Transition, VmIdentity
+
+TYPE_PREFIX = "com.azure.scheduledevents."
+APPROVAL_REJECTED = "approvalrejected"
+_FORMAT = JSONFormat()
+
+
+def ce_type(state: str) -> str:
+    return TYPE_PREFIX + state
+
+
+def ce_id(event_id: str, state: str) -> str:
+    """Deterministic: the same transition always gets the same id, across restarts and VMs."""
+    return f"{event_id}/{state}"
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def event_data(
+    event: ScheduledEvent, incarnation: int, vm: VmIdentity, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    data: dict[str, Any] = dict(event.raw)
+    data["NotBeforeUtc"] = rfc3339(event.not_before) if event.not_before else None
+    data["DocumentIncarnation"] = incarnation
+    data["AffectsThisVm"] = event.affects(vm.name)
+    data["Vm"] = vm.as_data()
+    if extra:
+        data.update(extra)
+    return data
+
+
+def build(
+    state: str,
+    event: ScheduledEvent,
+    incarnation: int,
+    vm: VmIdentity,
+    observed: datetime,
+    *,
+    event_id_suffix: str | None = None,
+    extra_data: dict[str, Any] | None = None,
+) -> CloudEvent:
+    """A CloudEvent for ``state`` of ``event``; ``event_id_suffix`` extends the id (audit events)."""
+    ident = ce_id(event.event_id, state)
+    if event_id_suffix:
+        ident = f"{ident}/{event_id_suffix}"
+    attributes: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": ce_type(state),
+        "source": vm.source,
+        "id": ident,
+        "subject": event.event_id,
+        "time": observed.astimezone(UTC),
+        "datacontenttype": "application/json",
+        "eventtype": event.event_type,
+        "eventstatus": event.status,
+        "incarnation": incarnation,
+        "vmid": vm.vm_id,
+    }
+    return CloudEvent(attributes, event_data(event, incarnation, vm, extra_data))
+
+
+def from_transition(transition: Transition, vm: VmIdentity, observed: datetime) -> CloudEvent:
+    return build(transition.state, transition.event, transition.incarnation, vm, observed)
+
+
+def to_json(event: CloudEvent) -> str:
+    return _FORMAT.write(event).decode("utf-8")
+
+
+def from_json(text: str | bytes) -> CloudEvent:
+    return _FORMAT.read(None, text)  # type: ignore[return-value]

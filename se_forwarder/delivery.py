@@ -1,0 +1,126 @@
+"""One delivery worker per sink: outbox backlog -> sink, in order, with retry and parking.
+
+A worker never blocks polling or another sink: it has its own thread and its own database
+connection, and only advances its own cursor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from .imds import Backoff
+from .outbox import Outbox
+from .sinks.base import DeadLetter, Delivered, DeliveryReport, Park, Retry, Sink
+from .telemetry import fields
+
+log = logging.getLogger("se_forwarder.delivery")
+
+
+class DeliveryWorker:
+    def __init__(self, sink: Sink, state_dir: Path, stop: threading.Event) -> None:
+        self.sink = sink
+        self.state_dir = state_dir
+        self.stop = stop
+        self.wakeup = threading.Event()
+        self.backoff = Backoff(base=0.5, cap=60.0)
+        self._thread: threading.Thread | None = None
+        self._outbox: Outbox | None = None
+        self._retry_logged = False
+
+    # -- threads --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"deliver-{self.sink.name}", daemon=True
+        )
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self._outbox = Outbox(self.state_dir)
+            while not self.stop.is_set():
+                if self._outbox.parked(self.sink.name):
+                    self.stop.wait(1.0)  # `sink resume` unparks it from another process
+                    continue
+                self.wakeup.clear()
+                delay = self.deliver_once()
+                if delay is None:
+                    self.wakeup.wait(1.0)
+                elif delay > 0:
+                    self.stop.wait(delay)
+        except Exception:  # never let a worker die silently; the agent goes on with the others
+            log.exception("delivery worker stopped", extra=fields(sink=self.sink.name))
+        finally:
+            if self._outbox is not None:
+                self._outbox.close()
+            try:
+                self.sink.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                log.warning("closing sink failed", extra=fields(sink=self.sink.name))
+
+    # -- one pass -------------------------------------------------------------------------
+    def deliver_once(self, outbox: Outbox | None = None) -> float | None:
+        """Hand one batch to the sink; the delay before the next pass, None when idle."""
+        box = outbox or self._outbox
+        assert box is not None
+        if box.parked(self.sink.name):
+            return None
+        batch = box.pending(self.sink.name, self.sink.max_batch)
+        if not batch:
+            return None
+        try:
+            report = self.sink.deliver(batch)
+        except Exception as exc:  # a sink bug must not lose events: treat as transient
+            log.exception("sink raised", extra=fields(sink=self.sink.name))
+            report = DeliveryReport([Retry(f"sink error: {type(exc).__name__}: {exc}")])
+        return self._apply(box, batch, report)
+
+    def _apply(self, box: Outbox, batch: list, report: DeliveryReport) -> float | None:
+        done: list[tuple[int, str | None]] = []
+        stopped = None
+        for event, outcome in zip(batch, report.outcomes, strict=False):
+            if isinstance(outcome, Delivered):
+                done.append((event.seq, None))
+            elif isinstance(outcome, DeadLetter):
+                done.append((event.seq, outcome.reason))
+                log.error(
+                    "event dead-lettered: %s", outcome.reason,
+                    extra=fields(sink=self.sink.name, event_id=event.event_id, state=event.state),
+                )
+            else:
+                stopped = (event, outcome)
+                break
+        box.ack(self.sink.name, done)
+        if done and stopped is None:
+            if self.backoff.attempt:
+                log.info("sink recovered", extra=fields(sink=self.sink.name))
+                box.note_error(self.sink.name, None)
+            self.backoff.reset()
+            self._retry_logged = False
+            return 0.0
+        if stopped is None:  # nothing handled and no reason given
+            stopped = (batch[0], Retry("sink handled nothing"))
+        event, outcome = stopped
+        if isinstance(outcome, Park):
+            box.park(self.sink.name, outcome.reason)
+            log.critical(
+                "SINK PARKED: %s; its backlog is kept; run `se-forwarder sink resume %s` or "
+                "restart the agent once the endpoint is back",
+                outcome.reason, self.sink.name, extra=fields(sink=self.sink.name),
+            )
+            return None
+        assert isinstance(outcome, Retry)
+        box.note_error(self.sink.name, outcome.reason)
+        delay = self.backoff.next_delay(outcome.after)
+        level = logging.WARNING if not self._retry_logged else logging.DEBUG
+        log.log(
+            level, "delivery failed, retrying in %.1f s: %s", delay, outcome.reason,
+            extra=fields(sink=self.sink.name, event_id=event.event_id),
+        )
+        self._retry_logged = True
+        return delay

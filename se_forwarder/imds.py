@@ -1,0 +1,215 @@
+"""Client for the IMDS scheduled-events and instance-compute endpoints.
+
+Never through a proxy (IMDS is link-local; a proxy would answer for another machine), never with
+X-Forwarded-For, always with ``Metadata: true``. The first request may take up to 130 s because it
+switches the service on for the VM; later ones time out after a few seconds.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from . import __version__
+from .model import Document, MalformedDocument, parse_document
+
+DEFAULT_URL = "http://169.254.169.254"
+DEFAULT_API_VERSION = "2020-07-01"
+COMPUTE_API_VERSION = "2021-02-01"
+MAX_REPLY_BYTES = 4 * 1024 * 1024  # a real document is a few kB; anything this big is garbage
+FIRST_CALL_TIMEOUT = 130.0
+
+
+class ImdsError(Exception):
+    """A failed IMDS call; ``reason`` is one of a small, bounded set (used as a metric label)."""
+
+    def __init__(self, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason  # timeout | connection | throttled | server | client | malformed
+        self.retry_after = retry_after
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter; a server's Retry-After is a floor."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    attempt: int = 0
+
+    def next_delay(self, retry_after: float | None = None) -> float:
+        self.attempt += 1
+        ceiling = min(self.cap, self.base * (2 ** min(self.attempt, 16)))
+        delay = random.uniform(self.base, max(self.base, ceiling))
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, 300.0))
+        return delay
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class ImdsClient:
+    """GET the document, GET the compute metadata, POST StartRequests."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        api_version: str = DEFAULT_API_VERSION,
+        *,
+        timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+        first_call_timeout: float = FIRST_CALL_TIMEOUT,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_version = api_version
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.first_call_timeout = first_call_timeout
+        self._answered = False
+        self._etag: str | None = None
+        self._cached: Document | None = None
+        self._session = requests.Session()
+        self._session.trust_env = False  # ignore HTTP(S)_PROXY, NO_PROXY, netrc
+        self._session.proxies = {}
+        self._session.headers.clear()
+        self._session.headers.update(
+            {"Metadata": "true", "User-Agent": f"se-forwarder/{__version__}", "Accept": "*/*"}
+        )
+
+    @property
+    def events_url(self) -> str:
+        return f"{self.base_url}/metadata/scheduledevents"
+
+    @property
+    def first_call_pending(self) -> bool:
+        return not self._answered
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _timeouts(self) -> tuple[float, float]:
+        read = self.timeout if self._answered else self.first_call_timeout
+        return (self.connect_timeout, read)
+
+    def _request(self, method: str, url: str, **kwargs: Any) -> tuple[requests.Response, bytes]:
+        try:
+            resp = self._session.request(
+                method, url, timeout=self._timeouts(), allow_redirects=False, stream=True, **kwargs
+            )
+            body = _read_capped(resp)
+        except requests.Timeout as exc:
+            raise ImdsError("timeout", f"IMDS did not answer in time ({url})") from exc
+        except requests.ConnectionError as exc:
+            raise ImdsError("connection", f"IMDS unreachable at {url}: {_short(exc)}") from exc
+        except requests.RequestException as exc:
+            raise ImdsError("connection", f"IMDS request failed: {_short(exc)}") from exc
+        if resp.status_code == 429:
+            raise ImdsError(
+                "throttled",
+                "IMDS throttled the request (429)",
+                parse_retry_after(resp.headers.get("Retry-After")),
+            )
+        if resp.status_code >= 500:
+            raise ImdsError(
+                "server",
+                f"IMDS answered {resp.status_code}",
+                parse_retry_after(resp.headers.get("Retry-After")),
+            )
+        self._answered = True
+        return resp, body
+
+    def get_document(self) -> Document:
+        """The current document. Raises ImdsError; a malformed reply has reason ``malformed``."""
+        headers = {"If-None-Match": self._etag} if self._etag and self._cached else {}
+        resp, body = self._request(
+            "GET", self.events_url, params={"api-version": self.api_version}, headers=headers
+        )
+        if resp.status_code == 304 and self._cached is not None:
+            return self._cached
+        if resp.status_code != 200:
+            raise ImdsError(
+                "client", f"IMDS answered {resp.status_code}: {_snippet(body)}"
+            )
+        try:
+            document = parse_document(body)
+        except MalformedDocument as exc:
+            raise ImdsError("malformed", f"IMDS reply is not a valid document: {exc}") from exc
+        self._etag = resp.headers.get("ETag")
+        self._cached = document
+        return document
+
+    def get_compute(self) -> dict[str, Any]:
+        resp, body = self._request(
+            "GET",
+            f"{self.base_url}/metadata/instance/compute",
+            params={"api-version": COMPUTE_API_VERSION},
+        )
+        if resp.status_code != 200:
+            raise ImdsError("client", f"instance metadata answered {resp.status_code}")
+        try:
+            value = json.loads(body)
+        except ValueError as exc:
+            raise ImdsError("malformed", "instance metadata is not JSON") from exc
+        if not isinstance(value, dict):
+            raise ImdsError("malformed", "instance metadata is not a JSON object")
+        return value
+
+    def start_events(self, event_ids: Sequence[str]) -> None:
+        """POST StartRequests for ``event_ids`` (approve them); raises ImdsError unless 200."""
+        payload = {"StartRequests": [{"EventId": e} for e in event_ids]}
+        resp, body = self._request(
+            "POST",
+            self.events_url,
+            params={"api-version": self.api_version},
+            data=json.dumps(payload),
+            headers={"Content-Type": "application/json"},
+        )
+        if resp.status_code != 200:
+            raise ImdsError(
+                "client", f"IMDS refused the approval ({resp.status_code}): {_snippet(body)}"
+            )
+
+
+def _read_capped(resp: requests.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in resp.iter_content(64 * 1024):
+        size += len(chunk)
+        if size > MAX_REPLY_BYTES:
+            resp.close()
+            raise ImdsError("malformed", f"IMDS reply larger than {MAX_REPLY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _snippet(body: bytes) -> str:
+    return body[:200].decode("utf-8", "replace").replace("\n", " ").strip()
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 200 else text[:200] + "..."

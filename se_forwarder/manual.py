@@ -1,0 +1,48 @@
+"""`se-forwarder approve`: a person approves events now, from the VM."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .approvals.approver import approved_event
+from .config import Settings
+from .errors import SeForwarderError, StateError
+from .imds import ImdsClient, ImdsError
+from .model import SCHEDULED, MalformedDocument, VmIdentity
+from .outbox import Outbox
+
+
+def approve_now(settings: Settings, event_ids: list[str]) -> list[str]:
+    """POST StartRequests for the listed events that are Scheduled now; lines to print.
+
+    Refuses (non-zero exit) any id not in the current document or not Scheduled: approving lets
+    the event proceed for every VM in its Resources, so a typo must not pass silently.
+    """
+    client = ImdsClient(settings.imds.url, settings.imds.api_version,
+                        timeout=settings.imds.timeout, first_call_timeout=130.0)
+    try:
+        doc = client.get_document()
+        current = doc.by_id()
+        bad = [i for i in event_ids if i not in current or current[i].status != SCHEDULED]
+        if bad:
+            states = ", ".join(
+                f"{i} ({current[i].status})" if i in current else f"{i} (not in the document)"
+                for i in bad
+            )
+            raise SeForwarderError(f"not approving; only Scheduled events can be: {states}")
+        client.start_events(event_ids)
+        lines = [f"approved {i}" for i in event_ids]
+        try:
+            vm = VmIdentity.from_compute(client.get_compute())
+            observed = datetime.now(UTC)
+            with Outbox(Path(settings.state.dir)) as box:
+                box.record(None, [approved_event(doc, i, vm, "cli", observed) for i in event_ids])
+            lines.append(f"recorded in {settings.state.dir} (ApprovedBy: cli)")
+        except (StateError, ImdsError, MalformedDocument) as exc:
+            lines.append(f"warning: approved, but the approved CloudEvent was not recorded: {exc}")
+        return lines
+    except ImdsError as exc:
+        raise SeForwarderError(str(exc)) from exc
+    finally:
+        client.close()

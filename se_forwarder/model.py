@@ -1,0 +1,211 @@
+"""The wire model of the Scheduled Events document, and its tolerant parser.
+
+Older api-versions lack Description, EventSource and DurationInSeconds; NotBefore is an RFC 1123
+date while Scheduled and "" once Started. Anything that is not a document raises MalformedDocument,
+so a garbage reply can never turn into a transition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+SCHEDULED = "Scheduled"
+STARTED = "Started"
+KNOWN_STATUSES = (SCHEDULED, STARTED)
+
+# Transition states (the suffix of the CloudEvent type).
+T_SCHEDULED = "scheduled"
+T_STARTED = "started"
+T_COMPLETED = "completed"
+T_CANCELED = "canceled"
+T_APPROVED = "approved"
+TRANSITION_STATES = (T_SCHEDULED, T_STARTED, T_COMPLETED, T_CANCELED)
+
+
+class MalformedDocument(ValueError):
+    """The IMDS reply is not a Scheduled Events document."""
+
+
+def parse_not_before(value: Any) -> datetime | None:
+    """RFC 1123 ("Mon, 11 Apr 2022 22:26:58 GMT") to an aware UTC datetime; "" or None to None."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise MalformedDocument(f"NotBefore is not a string: {value!r}")
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError) as exc:
+        raise MalformedDocument(f"NotBefore is not an RFC 1123 date: {value!r}") from exc
+    if parsed is None:
+        raise MalformedDocument(f"NotBefore is not an RFC 1123 date: {value!r}")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class ScheduledEvent:
+    """One entry of ``Events``; ``raw`` keeps the fields exactly as received."""
+
+    event_id: str
+    event_type: str
+    status: str
+    resources: tuple[str, ...]
+    not_before: datetime | None
+    resource_type: str | None = None
+    description: str | None = None
+    source: str | None = None
+    duration: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def affects(self, vm_name: str | None) -> bool:
+        return vm_name is not None and vm_name in self.resources
+
+
+@dataclass(frozen=True)
+class Document:
+    incarnation: int
+    events: tuple[ScheduledEvent, ...] = ()
+
+    def by_id(self) -> dict[str, ScheduledEvent]:
+        return {e.event_id: e for e in self.events}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"DocumentIncarnation": self.incarnation, "Events": [dict(e.raw) for e in self.events]}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A change of one event between two documents; ``event`` is the latest version seen."""
+
+    state: str
+    event: ScheduledEvent
+    incarnation: int
+
+    @property
+    def event_id(self) -> str:
+        return self.event.event_id
+
+
+def _opt_str(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise MalformedDocument(f"{key} is not a string: {value!r}")
+    return value
+
+
+def parse_event(raw: Any) -> ScheduledEvent:
+    if not isinstance(raw, dict):
+        raise MalformedDocument(f"an entry of Events is not an object: {raw!r:.80}")
+    event_id = raw.get("EventId")
+    if not isinstance(event_id, str) or not event_id.strip():
+        raise MalformedDocument(f"an event has no EventId: {raw!r:.120}")
+    status = raw.get("EventStatus")
+    if status not in KNOWN_STATUSES:
+        raise MalformedDocument(f"event {event_id} has unknown EventStatus {status!r}")
+    event_type = raw.get("EventType")
+    if not isinstance(event_type, str) or not event_type:
+        raise MalformedDocument(f"event {event_id} has no EventType")
+    resources = raw.get("Resources", [])
+    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+        raise MalformedDocument(f"event {event_id} has Resources that are not a list of names")
+    duration = raw.get("DurationInSeconds")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int)):
+        raise MalformedDocument(f"event {event_id} has a non-integer DurationInSeconds")
+    return ScheduledEvent(
+        event_id=event_id,
+        event_type=event_type,
+        status=status,
+        resources=tuple(resources),
+        not_before=parse_not_before(raw.get("NotBefore")),
+        resource_type=_opt_str(raw, "ResourceType"),
+        description=_opt_str(raw, "Description"),
+        source=_opt_str(raw, "EventSource"),
+        duration=duration,
+        raw=dict(raw),
+    )
+
+
+def parse_document(body: bytes | str | Any) -> Document:
+    """Parse a reply body (bytes/str) or an already decoded object into a Document."""
+    if isinstance(body, bytes | bytearray | str):
+        try:
+            body = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MalformedDocument(f"reply is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise MalformedDocument("reply is not a JSON object")
+    incarnation = body.get("DocumentIncarnation")
+    if isinstance(incarnation, bool) or not isinstance(incarnation, int):
+        raise MalformedDocument("reply lacks an integer DocumentIncarnation")
+    events = body.get("Events")
+    if not isinstance(events, list):
+        raise MalformedDocument("reply lacks an Events array")
+    parsed = tuple(parse_event(e) for e in events)
+    ids = [e.event_id for e in parsed]
+    if len(set(ids)) != len(ids):
+        raise MalformedDocument("reply lists the same EventId twice")
+    return Document(incarnation=incarnation, events=parsed)
+
+
+@dataclass(frozen=True)
+class VmIdentity:
+    """What the instance compute metadata says about this VM (for enrichment)."""
+
+    vm_id: str
+    name: str
+    resource_id: str = ""
+    subscription_id: str = ""
+    resource_group_name: str = ""
+    location: str = ""
+    zone: str = ""
+    vm_scale_set_name: str = ""
+    platform_fault_domain: str = ""
+
+    @classmethod
+    def from_compute(cls, compute: Mapping[str, Any]) -> VmIdentity:
+        """From the JSON of /metadata/instance/compute; vmId and name are required."""
+        vm_id = compute.get("vmId")
+        name = compute.get("name")
+        if not isinstance(vm_id, str) or not vm_id or not isinstance(name, str) or not name:
+            raise MalformedDocument("instance metadata lacks vmId or name")
+
+        def text(key: str) -> str:
+            value = compute.get(key)
+            return "" if value is None else str(value)
+
+        return cls(
+            vm_id=vm_id,
+            name=name,
+            resource_id=text("resourceId"),
+            subscription_id=text("subscriptionId"),
+            resource_group_name=text("resourceGroupName"),
+            location=text("location"),
+            zone=text("zone"),
+            vm_scale_set_name=text("vmScaleSetName"),
+            platform_fault_domain=text("platformFaultDomain"),
+        )
+
+    @property
+    def source(self) -> str:
+        return self.resource_id or f"/virtualMachines/{self.vm_id}"
+
+    def as_data(self) -> dict[str, str]:
+        return {
+            "vmId": self.vm_id,
+            "name": self.name,
+            "resourceId": self.resource_id,
+            "subscriptionId": self.subscription_id,
+            "resourceGroupName": self.resource_group_name,
+            "location": self.location,
+            "zone": self.zone,
+            "vmScaleSetName": self.vm_scale_set_name,
+            "platformFaultDomain": self.platform_fault_domain,
+        }

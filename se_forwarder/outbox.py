@@ -1,0 +1,365 @@
+"""The durable outbox: SQLite in WAL mode in the state directory.
+
+One transaction holds the new document and the CloudEvents it produced, so a crash at any instant
+neither loses a transition nor records it twice. The dedup key is the CloudEvent id
+(``<EventId>/<state>``). Every sink has its own cursor: an event leaves a sink's backlog only when that
+sink confirmed it (or it was dead-lettered there, with the reason kept).
+
+Each thread opens its own ``Outbox``; SQLite serialises the writers, so sequence numbers are
+assigned in commit order and a cursor never skips an event.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import StateError
+from .model import Document, MalformedDocument, parse_document
+from .sinks.base import StoredEvent
+
+DB_NAME = "outbox.sqlite3"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ce_id TEXT NOT NULL UNIQUE,
+    event_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    ce_type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    observed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_event ON events (event_id);
+CREATE TABLE IF NOT EXISTS sinks (
+    name TEXT PRIMARY KEY,
+    cursor INTEGER NOT NULL DEFAULT 0,
+    parked TEXT,
+    parked_at REAL,
+    last_error TEXT,
+    last_error_at REAL,
+    last_ok_at REAL,
+    delivered INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    sink TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (sink, seq)
+);
+"""
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """A CloudEvent about to enter the outbox."""
+
+    ce_id: str
+    event_id: str
+    state: str
+    ce_type: str
+    payload: str
+    observed_at: float
+
+
+@dataclass(frozen=True)
+class SinkStatus:
+    name: str
+    backlog: int
+    oldest_observed_at: float | None
+    parked: str | None
+    parked_at: float | None
+    last_error: str | None
+    last_error_at: float | None
+    last_ok_at: float | None
+    delivered: int
+    dead_letters: int
+
+
+def db_path(state_dir: Path) -> Path:
+    return Path(state_dir) / DB_NAME
+
+
+class Outbox:
+    """One connection to the outbox database; not shared between threads."""
+
+    def __init__(self, state_dir: Path, *, create: bool = True, readonly: bool = False) -> None:
+        self.path = db_path(state_dir)
+        if readonly:
+            if not self.path.exists():
+                raise StateError(f"no state database at {self.path} (has the agent run here?)")
+            uri = f"file:{self.path}?mode=ro"
+            self._db = self._connect(uri, uri=True)
+            return
+        try:
+            Path(state_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"state directory {state_dir} cannot be created: {exc.strerror}") from exc
+        if not create and not self.path.exists():
+            raise StateError(f"no state database at {self.path}")
+        self._db = self._connect(str(self.path))
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._db:
+                self._db.executescript(_SCHEMA)
+                self._db.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise _state_error(self.path, exc) from exc
+
+    def _connect(self, target: str, uri: bool = False) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(target, timeout=10.0, isolation_level=None, uri=uri)
+            db.execute("PRAGMA busy_timeout=10000")
+            row = db.execute("PRAGMA quick_check").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise _state_error(self.path, exc) from exc
+        if row is None or row[0] != "ok":
+            db.close()
+            raise StateError(
+                f"state database {self.path} is corrupt ({row[0] if row else 'unreadable'}); "
+                "stop the agent and move the file aside to start afresh"
+            )
+        return db
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata ---------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, items: dict[str, Any]) -> None:
+        try:
+            with self._tx():
+                self._db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()],
+                )
+        except sqlite3.OperationalError as exc:
+            raise _state_error(self.path, exc) from exc
+
+    def previous_document(self) -> Document | None:
+        raw = self.get_meta("document")
+        if raw is None:
+            return None
+        try:
+            return parse_document(raw)
+        except MalformedDocument as exc:
+            raise StateError(f"the document stored in {self.path} is unreadable: {exc}") from exc
+
+    # -- writing events ---------------------------------------------------------------------
+    def record(self, document: Document | None, events: Iterable[NewEvent]) -> list[StoredEvent]:
+        """Store ``document`` as the last one seen and the events not seen before, atomically."""
+        inserted: list[StoredEvent] = []
+        try:
+            with self._tx():
+                for ev in events:
+                    cur = self._db.execute(
+                        "INSERT OR IGNORE INTO events "
+                        "(ce_id, event_id, state, ce_type, payload, observed_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (ev.ce_id, ev.event_id, ev.state, ev.ce_type, ev.payload, ev.observed_at),
+                    )
+                    if cur.rowcount == 1:
+                        inserted.append(
+                            StoredEvent(
+                                cur.lastrowid or 0, ev.ce_id, ev.event_id, ev.state,
+                                ev.ce_type, ev.payload, ev.observed_at,
+                            )
+                        )
+                if document is not None:
+                    self._db.execute(
+                        "INSERT INTO meta (key, value) VALUES ('document', ?) "
+                        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        (json.dumps(document.to_wire()),),
+                    )
+        except sqlite3.OperationalError as exc:
+            raise _state_error(self.path, exc) from exc
+        return inserted
+
+    def has_event(self, ce_id: str) -> bool:
+        row = self._db.execute("SELECT 1 FROM events WHERE ce_id = ?", (ce_id,)).fetchone()
+        return row is not None
+
+    def events_for(self, event_id: str) -> list[StoredEvent]:
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE event_id = ? ORDER BY seq", (event_id,)
+        ).fetchall()
+        return [StoredEvent(*r) for r in rows]
+
+    def all_events(self, after: int = 0, limit: int = 1_000_000) -> list[StoredEvent]:
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit),
+        ).fetchall()
+        return [StoredEvent(*r) for r in rows]
+
+    # -- sinks ------------------------------------------------------------------------------
+    def register_sinks(self, names: Sequence[str]) -> None:
+        """A sink seen for the first time starts at the beginning of the retained events."""
+        with self._tx():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO sinks (name, cursor) VALUES (?, 0)", [(n,) for n in names]
+            )
+
+    def pending(self, sink: str, limit: int) -> list[StoredEvent]:
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events "
+            "WHERE seq > (SELECT cursor FROM sinks WHERE name = ?) ORDER BY seq LIMIT ?",
+            (sink, limit),
+        ).fetchall()
+        return [StoredEvent(*r) for r in rows]
+
+    def ack(self, sink: str, done: Sequence[tuple[int, str | None]]) -> None:
+        """Advance ``sink``'s cursor past ``done`` (seq, dead-letter reason or None), in order."""
+        if not done:
+            return
+        now = time.time()
+        dead = [(sink, seq, reason, now) for seq, reason in done if reason is not None]
+        delivered = len(done) - len(dead)
+        with self._tx():
+            if dead:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO dead_letters (sink, seq, reason, at) VALUES (?, ?, ?, ?)",
+                    dead,
+                )
+            self._db.execute(
+                "UPDATE sinks SET cursor = MAX(cursor, ?), delivered = delivered + ?, "
+                "last_ok_at = CASE WHEN ? > 0 THEN ? ELSE last_ok_at END WHERE name = ?",
+                (done[-1][0], delivered, delivered, now, sink),
+            )
+
+    def note_error(self, sink: str, error: str | None) -> None:
+        with self._tx():
+            self._db.execute(
+                "UPDATE sinks SET last_error = ?, last_error_at = ? WHERE name = ?",
+                (error, time.time() if error else None, sink),
+            )
+
+    def park(self, sink: str, reason: str) -> None:
+        with self._tx():
+            self._db.execute(
+                "UPDATE sinks SET parked = ?, parked_at = ?, last_error = ?, last_error_at = ? "
+                "WHERE name = ?",
+                (reason, time.time(), reason, time.time(), sink),
+            )
+
+    def resume(self, sink: str) -> bool:
+        """Unpark ``sink``; False when no such sink is known."""
+        with self._tx():
+            cur = self._db.execute(
+                "UPDATE sinks SET parked = NULL, parked_at = NULL WHERE name = ?", (sink,)
+            )
+        return cur.rowcount == 1
+
+    def parked(self, sink: str) -> str | None:
+        row = self._db.execute("SELECT parked FROM sinks WHERE name = ?", (sink,)).fetchone()
+        return None if row is None else row[0]
+
+    def sink_names(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT name FROM sinks ORDER BY name")]
+
+    def sink_status(self, sink: str) -> SinkStatus:
+        row = self._db.execute(
+            "SELECT cursor, parked, parked_at, last_error, last_error_at, last_ok_at, delivered "
+            "FROM sinks WHERE name = ?",
+            (sink,),
+        ).fetchone()
+        if row is None:
+            raise KeyError(sink)
+        cursor = row[0]
+        count, oldest = self._db.execute(
+            "SELECT COUNT(*), MIN(observed_at) FROM events WHERE seq > ?", (cursor,)
+        ).fetchone()
+        dead = self._db.execute(
+            "SELECT COUNT(*) FROM dead_letters WHERE sink = ?", (sink,)
+        ).fetchone()[0]
+        return SinkStatus(sink, count, oldest, row[1], row[2], row[3], row[4], row[5], row[6], dead)
+
+    def dead_letters(self, sink: str) -> list[tuple[int, str, float]]:
+        return list(
+            self._db.execute(
+                "SELECT seq, reason, at FROM dead_letters WHERE sink = ? ORDER BY seq", (sink,)
+            )
+        )
+
+    def prune(self, active_sinks: Sequence[str], older_than: float) -> int:
+        """Drop events every active sink has passed and that were observed before ``older_than``."""
+        if not active_sinks:
+            return 0
+        marks = ",".join("?" for _ in active_sinks)
+        with self._tx():
+            low = self._db.execute(
+                f"SELECT MIN(cursor) FROM sinks WHERE name IN ({marks})", list(active_sinks)
+            ).fetchone()[0]
+            if low is None:
+                return 0
+            cur = self._db.execute(
+                "DELETE FROM events WHERE seq <= ? AND observed_at < ?", (low, older_than)
+            )
+        return cur.rowcount
+
+    # -- internals --------------------------------------------------------------------------
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """For modules that keep their own tables in the same database (approvals, hooks)."""
+        return self._db
+
+
+_EVENT_COLUMNS = "seq, ce_id, event_id, state, ce_type, payload, observed_at"
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db.execute("BEGIN IMMEDIATE")
+        return self._db
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")
+
+
+def _state_error(path: Path, exc: sqlite3.Error) -> StateError:
+    text = str(exc)
+    if "readonly" in text or "read-only" in text:
+        hint = "the state directory is read-only; give the agent a writable --state-dir"
+    elif "disk is full" in text or "database or disk is full" in text:
+        hint = "the disk is full; free space, nothing recorded so far is lost"
+    elif "not a database" in text or "malformed" in text or "corrupt" in text:
+        hint = "the file is corrupt; stop the agent and move it aside to start afresh"
+    elif "unable to open" in text:
+        hint = "the file cannot be opened; check the directory's permissions"
+    else:
+        hint = "check the state directory"
+    return StateError(f"state database {path}: {text} ({hint})")

@@ -1,0 +1,63 @@
+"""Sinks: where CloudEvents go. Each type lives in its own module, imported only when configured.
+
+A sink module provides ``validate(options, where) -> options`` (cheap, no heavy imports) and
+``create(name, options, ctx) -> Sink``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+from .base import Sink
+
+SINK_TYPES = ("stdout", "file", "webhook", "eventhubs")
+
+
+@dataclass
+class SinkContext:
+    """What a sink may need from the agent besides its own options."""
+
+    state_dir: Path
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+
+
+def _module(kind: str) -> ModuleType:
+    name = f"se_forwarder.sinks.{kind}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            raise ConfigError(f"sink type {kind!r} is not available in this installation") from exc
+        raise ConfigError(
+            f"sink type {kind!r} needs the package {exc.name!r}; "
+            f"install it with: pip install 'se-forwarder[{kind}]'"
+        ) from exc
+
+
+def validate(kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+    return _module(kind).validate(dict(options), where)
+
+
+def create(kind: str, name: str, options: dict[str, Any], ctx: SinkContext) -> Sink:
+    return _module(kind).create(name, options, ctx)
+
+
+def default_name(kind: str, options: dict[str, Any]) -> str:
+    """A stable name (it keys the delivery cursor) that never contains a secret."""
+    if kind == "file":
+        return f"file:{options['path']}"
+    if kind == "webhook":
+        parts = urlsplit(str(options.get("url", "")))
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"webhook:{parts.scheme}://{host}{port}{parts.path}"
+    if kind == "eventhubs":
+        return f"eventhubs:{options.get('fully_qualified_namespace', '')}/{options.get('eventhub', '')}"
+    return kind

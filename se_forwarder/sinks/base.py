@@ -1,0 +1,90 @@
+"""The one small interface every sink implements.
+
+A sink receives a batch of stored CloudEvents, in outbox order, and answers with one outcome per
+event for the prefix it handled. The delivery worker (``se_forwarder.delivery``) owns retries,
+backoff, parking and the cursor; a sink only says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """A CloudEvent as kept in the outbox: ``payload`` is its structured-mode JSON text."""
+
+    seq: int
+    ce_id: str
+    event_id: str
+    state: str
+    ce_type: str
+    payload: str
+    observed_at: float  # unix time the agent observed the transition
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.payload)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The sink confirmed this event."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """The sink refused this event for good; it is kept with the reason and the next one goes on."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A transient failure at this event: try it again after ``after`` seconds (None: backoff)."""
+
+    reason: str
+    after: float | None = None
+
+
+@dataclass(frozen=True)
+class Park:
+    """The endpoint is gone: stop this sink and keep its whole backlog until resumed."""
+
+    reason: str
+
+
+Outcome = Delivered | DeadLetter | Retry | Park
+
+
+@dataclass
+class DeliveryReport:
+    """Outcomes for a prefix of the batch, in order.
+
+    ``outcomes[i]`` belongs to ``batch[i]``. Only the last outcome may be ``Retry`` or ``Park``;
+    events after it were not attempted. An empty list means nothing was attempted (same as Retry).
+    """
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """What the delivery worker needs from a sink."""
+
+    name: str
+    max_batch: int  # how many events the worker hands over at once
+
+    def deliver(self, batch: Sequence[StoredEvent]) -> DeliveryReport: ...
+
+    def check(self) -> str | None:
+        """Reach the destination once; None when fine, else one line saying what is wrong."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SinkConfigError(ValueError):
+    """A sink's configuration is unusable; the message names the key."""

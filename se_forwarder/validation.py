@@ -1,0 +1,56 @@
+"""Small validators shared by the config loader and the sinks: each names the key it rejects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+
+def as_table(raw: Mapping[str, Any], key: str, where: str | None = None) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where or key}: must be a table")
+    return value
+
+
+def no_unknown(t: Mapping[str, Any], where: str, known: tuple[str, ...]) -> None:
+    for key in t:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
+
+
+def as_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: must be a string, not {type(value).__name__}")
+    return value
+
+
+def as_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: must be true or false, not {value!r}")
+    return value
+
+
+def as_number(value: Any, where: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: must be a number, not {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{where}: {value} is out of range ({low}..{high})")
+    return float(value)
+
+
+def as_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def as_http_url(value: Any, where: str) -> str:
+    text = as_str(value, where)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: {text!r} is not an http(s) URL")
+    return text.rstrip("/")

@@ -1,0 +1,91 @@
+"""Configuration: file < environment < flags; every bad key or value named in one line."""
+
+import pytest
+
+from se_forwarder import config
+from se_forwarder.errors import ConfigError
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_poll_the_real_imds_every_second_into_stdout():
+    s = config.load(None, env={})
+    assert s.imds.url == "http://169.254.169.254"
+    assert s.imds.api_version == "2020-07-01"
+    assert s.imds.poll_interval == 1.0
+    assert [k.type for k in s.sinks] == ["stdout"]
+
+
+def test_file_values_are_read(tmp_path):
+    s = config.load(write(tmp_path, '[imds]\nurl = "http://127.0.0.1:9"\npoll_interval = 0.5\n'
+                                    '[[sinks]]\ntype = "file"\npath = "/tmp/x.jsonl"\n'), env={})
+    assert (s.imds.url, s.imds.poll_interval) == ("http://127.0.0.1:9", 0.5)
+    assert s.sinks[0].name == "file:/tmp/x.jsonl"
+
+
+def test_environment_overrides_file_and_flags_override_environment(tmp_path):
+    path = write(tmp_path, '[imds]\npoll_interval = 0.5\nurl = "http://127.0.0.1:1"\n')
+    env = {"SE_FORWARDER_IMDS_POLL_INTERVAL": "2", "SE_FORWARDER_IMDS_URL": "http://127.0.0.1:2"}
+    s = config.load(path, env=env, overrides={"imds": {"url": "http://127.0.0.1:3"}})
+    assert s.imds.poll_interval == 2.0
+    assert s.imds.url == "http://127.0.0.1:3"
+
+
+def test_sinks_from_environment_and_flags():
+    s = config.load(None, env={"SE_FORWARDER_SINKS": "stdout,file:/tmp/a.jsonl"})
+    assert [k.type for k in s.sinks] == ["stdout", "file"]
+    s = config.load(None, env={}, sink_specs=["file:/tmp/b.jsonl"])
+    assert [k.name for k in s.sinks] == ["file:/tmp/b.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('[imds]\nurl = "ftp://x"\n', "imds.url"),
+        ('[imds]\npoll_interval = "fast"\n', "imds.poll_interval"),
+        ("[imds]\npoll_interval = 0\n", "imds.poll_interval"),
+        ('[imds]\napi_version = "{latest}"\n', "imds.api_version"),
+        ("[imds]\nbogus = 1\n", "imds.bogus"),
+        ("[nope]\n", "nope"),
+        ('[[sinks]]\ntype = "kafka"\n', "sinks[0].type"),
+        ('[[sinks]]\ntype = "file"\n', "sinks[0].path"),
+        ('[[sinks]]\ntype = "stdout"\ncolour = 1\n', "sinks[0].colour"),
+        ('[telemetry]\nlog_format = "xml"\n', "telemetry.log_format"),
+        ("[approvals]\ndry_run = 1\n", "approvals.dry_run"),
+        ('[[approvals.rules]]\naction = "yolo"\n', "approvals.rules[0].action"),
+        ('[[approvals.rules]]\naction = "approve"\nwhen = { type = "Nap" }\n',
+         "approvals.rules[0].when.type"),
+        ('[state]\ndir = 3\n', "state.dir"),
+    ],
+)
+def test_bad_key_or_value_is_named(tmp_path, text, key):
+    with pytest.raises(ConfigError) as info:
+        config.load(write(tmp_path, text), env={})
+    assert key in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_environment_setting_is_named():
+    with pytest.raises(ConfigError, match="SE_FORWARDER_IMDS"):
+        config.load(None, env={"SE_FORWARDER_IMDSURL": "x"})
+
+
+def test_invalid_toml_is_one_line_naming_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config.load(write(tmp_path, "[imds\n"), env={})
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load(tmp_path / "nope.toml", env={})
+
+
+def test_webhook_sink_name_never_contains_the_query_string():
+    from se_forwarder.sinks import default_name
+
+    assert default_name("webhook", {"url": "https://h.example/api/x?code=SECRET"}) == (
+        "webhook:https://h.example/api/x")
