@@ -158,12 +158,18 @@ class Agent:
 
     # -- polling --------------------------------------------------------------------------
     def _poll_loop(self) -> None:
-        backoff = Backoff(base=0.5, cap=30.0)
+        backoff = Backoff(base=min(0.5, self.settings.imds.max_backoff),
+                          cap=self.settings.imds.max_backoff)
         interval = self.settings.imds.poll_interval
+        failures = 0
+        last_reason = None
         while not self.stop.is_set():
             started = time.monotonic()
             try:
                 self._poll_or_raise()
+                if failures:
+                    log.info("IMDS answers again after %d failed poll(s)", failures)
+                failures, last_reason = 0, None
                 backoff.reset()
                 delay = interval - (time.monotonic() - started)
             except StateError as exc:
@@ -172,12 +178,16 @@ class Agent:
                 delay = max(backoff.next_delay(), interval)
                 log.error("cannot record the document, retry in %.1f s: %s", delay, exc)
             except ImdsError as exc:
-                delay = backoff.next_delay(exc.retry_after)
-                delay = max(delay, interval)
-                level = logging.WARNING if backoff.attempt <= 3 or backoff.attempt % 30 == 0 else (
-                    logging.DEBUG
-                )
-                log.log(level, "poll failed (%s), retry in %.1f s: %s", exc.reason, delay, exc,
+                if exc.reason in ("malformed", "client"):
+                    delay = interval  # IMDS answered, just not with a document: keep the pace
+                else:
+                    delay = max(backoff.next_delay(exc.retry_after), interval)
+                failures += 1
+                # One line per change of reason, then one every 60 failures: never a log flood.
+                loud = exc.reason != last_reason or failures % 60 == 0
+                last_reason = exc.reason
+                log.log(logging.WARNING if loud else logging.DEBUG,
+                        "poll failed (%s), retry in %.1f s: %s", exc.reason, delay, exc,
                         extra=fields(reason=exc.reason))
                 self._note_poll(False, f"{exc.reason}: {exc}")
             if delay > 0:

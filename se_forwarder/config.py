@@ -39,6 +39,7 @@ class ImdsSettings:
     poll_interval: float = 1.0
     timeout: float = 5.0
     first_call_timeout: float = 130.0
+    max_backoff: float = 30.0  # ceiling of the backoff after 429/5xx/timeouts
 
 
 @dataclass
@@ -140,7 +141,10 @@ def parse_sink_spec(spec: str, where: str = "--sink") -> dict[str, Any]:
 
 def _imds(t: dict[str, Any]) -> ImdsSettings:
     s = ImdsSettings()
-    no_unknown(t, "imds", ("url", "api_version", "poll_interval", "timeout", "first_call_timeout"))
+    no_unknown(
+        t, "imds",
+        ("url", "api_version", "poll_interval", "timeout", "first_call_timeout", "max_backoff"),
+    )
     if "url" in t:
         s.url = as_http_url(t["url"], "imds.url")
     if "api_version" in t:
@@ -156,6 +160,8 @@ def _imds(t: dict[str, Any]) -> ImdsSettings:
         s.timeout = as_number(t["timeout"], "imds.timeout", 0.1, 120)
     if "first_call_timeout" in t:
         s.first_call_timeout = as_number(t["first_call_timeout"], "imds.first_call_timeout", 0.1, 600)
+    if "max_backoff" in t:
+        s.max_backoff = as_number(t["max_backoff"], "imds.max_backoff", 0.1, 3600)
     return s
 
 

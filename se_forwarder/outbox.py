@@ -121,7 +121,11 @@ class Outbox:
 
     def _connect(self, target: str, uri: bool = False) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(target, timeout=10.0, isolation_level=None, uri=uri)
+            # Each Outbox is used by one thread at a time, but may be opened by another (the agent
+            # is built on the main thread and run on a worker in `demo`).
+            db = sqlite3.connect(
+                target, timeout=10.0, isolation_level=None, uri=uri, check_same_thread=False
+            )
             db.execute("PRAGMA busy_timeout=10000")
             row = db.execute("PRAGMA quick_check").fetchone()
         except sqlite3.DatabaseError as exc:

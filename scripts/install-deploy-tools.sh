@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install the tools the deployment tests need, apart from the project's venv:
+#   - systemd-analyze (Debian package "systemd"), for verifying and scoring the unit;
+#   - checkov and pycep-parser, in their own venv, because their pins conflict with the project's;
+#   - setuptools and wheel in that venv too, to build the project's wheel offline for the
+#     install.sh test (pip wheel --no-build-isolation), resolved together with checkov's pins.
+# Idempotent and fast when everything is already there (a stamp file records what was installed).
+# Usage: scripts/install-deploy-tools.sh [TOOLS_VENV]   (default: <repo>/.cache/deploy-tools)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tools_venv="${1:-${SE_FORWARDER_DEPLOY_TOOLS:-$repo_root/.cache/deploy-tools}}"
+python_bin="${PYTHON:-python3}"
+# Pinned so a run today and a run next month check the templates with the same rules.
+tool_specs=("checkov==3.3.30" "pycep-parser" "setuptools>=68,<81" "wheel>=0.42,<0.46")
+stamp_want="${tool_specs[*]}"
+
+log() { printf 'install-deploy-tools: %s\n' "$*" >&2; }
+
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+        log "systemd-analyze is missing and this is not root: run 'apt-get install systemd' as root"
+        exit 1
+    fi
+    log "installing systemd (for systemd-analyze)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends systemd >/dev/null
+fi
+
+stamp="$tools_venv/.se-forwarder-tools"
+if [ -x "$tools_venv/bin/checkov" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ] \
+    && "$tools_venv/bin/python" -c 'import pycep' 2>/dev/null; then
+    log "tools already installed in $tools_venv"
+    exit 0
+fi
+
+log "creating $tools_venv (${tool_specs[*]})"
+mkdir -p "$(dirname "$tools_venv")"
+[ -x "$tools_venv/bin/python" ] || "$python_bin" -m venv "$tools_venv"
+"$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+# checkov depends on pycep-parser (its Bicep front end); one resolve keeps all the pins consistent.
+"$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check "${tool_specs[@]}"
+echo "$stamp_want" > "$stamp"
+log "done: $("$tools_venv/bin/checkov" --version 2>/dev/null | tail -n1) in $tools_venv"
