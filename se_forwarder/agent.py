@@ -15,7 +15,6 @@ from typing import TextIO
 
 from . import cloudevents as ce
 from .approvals.approver import Approver
-from .approvals.policy import Policy
 from .config import Settings
 from .delivery import DeliveryWorker
 from .differ import diff
@@ -93,9 +92,8 @@ class Agent:
             self.approver = Approver(
                 ImdsClient(self.settings.imds.url, self.settings.imds.api_version,
                            timeout=self.settings.imds.timeout),
-                self.state_dir, self.vm, Policy(self.settings.approvals.rules),
-                dry_run=self.dry_run, leader_only=self.settings.approvals.leader_only,
-                on_recorded=self._wake_sinks,
+                self.state_dir, self.vm, self.settings.approvals,
+                dry_run=self.dry_run, on_recorded=self._wake_sinks,
             )
             self.outbox.prune([w.sink.name for w in self.workers], time.time() - RETENTION_SECONDS)
             if self.once:
@@ -210,7 +208,7 @@ class Agent:
         previous = self.approver.current() or self.outbox.previous_document()
         if previous is not None and previous.incarnation == document.incarnation:
             if self.approver.current() is None:
-                self.approver.offer(document)
+                self.approver.offer(document, [])
             self._note_poll(True, "ok", document.incarnation)
             return
         if previous is not None and document.incarnation < previous.incarnation:
@@ -226,7 +224,7 @@ class Agent:
                      extra=fields(event_id=event.event_id, state=event.state,
                                   incarnation=document.incarnation))
         self._wake_sinks()
-        self.approver.offer(document)
+        self.approver.offer(document, transitions)
         if self.on_document is not None:
             self.on_document(document)
         self._note_poll(True, "ok", document.incarnation, force=True)

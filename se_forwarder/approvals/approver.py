@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import cloudevents as ce
+from ..config import ApprovalsSettings
 from ..imds import ImdsClient, ImdsError
-from ..model import SCHEDULED, T_APPROVED, Document, VmIdentity
+from ..model import SCHEDULED, T_APPROVED, Document, Transition, VmIdentity
 from ..outbox import NewEvent, Outbox
 from ..telemetry import fields
 from .policy import Policy
@@ -49,18 +50,18 @@ class Approver:
         imds: ImdsClient,
         state_dir: Path,
         vm: VmIdentity,
-        policy: Policy,
+        settings: ApprovalsSettings,
         *,
         dry_run: bool = False,
-        leader_only: bool = False,
         on_recorded: Callable[[], None] = lambda: None,
     ) -> None:
         self.imds = imds
         self.state_dir = state_dir
         self.vm = vm
-        self.policy = policy
-        self.dry_run = dry_run
-        self.leader_only = leader_only
+        self.settings = settings
+        self.policy = Policy(settings.rules)
+        self.dry_run = dry_run or settings.dry_run
+        self.leader_only = settings.leader_only
         self.on_recorded = on_recorded
         self._doc: Document | None = None
         self._lock = threading.Lock()
@@ -71,8 +72,8 @@ class Approver:
         self._outbox: Outbox | None = None
 
     # -- wiring ---------------------------------------------------------------------------
-    def offer(self, doc: Document) -> None:
-        """Called by the poller with every new document."""
+    def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
+        """Called by the poller with every new document and the transitions that led to it."""
         with self._lock:
             self._doc = doc
         self._changed.set()
