@@ -1,0 +1,240 @@
+"""``se-forwarder simulate``: the IMDS simulator in the foreground, until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import sys
+import threading
+import time
+from typing import Any, NoReturn
+
+import click
+
+from se_forwarder.simulator.faults import parse_fault_flag
+from se_forwarder.simulator.scenarios import builtin_scenarios
+from se_forwarder.simulator.server import SimulatorServer
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _say(text: str) -> None:
+    click.echo(text)
+    sys.stdout.flush()
+
+
+def _list_scenarios() -> None:
+    scenarios = builtin_scenarios()
+    width = max(len(s.name) for s in scenarios)
+    for s in scenarios:
+        params = ", ".join(f"{k}={v}" for k, v in s.params.items())
+        line = f"{s.name.ljust(width)}  {s.description}"
+        _say(line + (f" [params: {params}]" if params else ""))
+
+
+def _parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--param {pair!r} must look like KEY=VALUE")
+        params[key.strip()] = value.strip()
+    return params
+
+
+def _vm_names(vm_name: str, vms: str | None) -> tuple[str, ...]:
+    if vms is None:
+        return (vm_name,)
+    names = tuple(n.strip() for n in vms.split(","))
+    if not all(names):
+        _fail(f"--vms {vms!r} must be a comma-separated list of VM names, e.g. vm0,vm1,vm2")
+    return names
+
+
+def _printer(lines: queue.Queue[str | None]) -> None:
+    while (line := lines.get()) is not None:
+        _say(line)
+
+
+@click.command("simulate")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8099, show_default=True, help="Port; 0 = a free one.")
+@click.option(
+    "--scenario",
+    metavar="FILE|NAME",
+    help="A scenario file (.toml/.json) or a built-in name (see --list-scenarios).",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario parameter, e.g. --param notice=600.",
+)
+@click.option(
+    "--time-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Simulated seconds per real second (60: 15 min notice = 15 s).",
+)
+@click.option("--vm-name", default="vm0", show_default=True, help="Name of the simulated VM.")
+@click.option(
+    "--vms",
+    metavar="NAME,NAME,...",
+    help="Several VMs sharing one event list, each under /vm/<name> (first also at /).",
+)
+@click.option("--list-scenarios", is_flag=True, help="Describe the built-in scenarios and exit.")
+@click.option(
+    "--throttle-rps",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Answer 429 above this many requests/s per client and VM (IMDS: 5); 0 = off.",
+)
+@click.option(
+    "--first-call-delay",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Real seconds the first scheduled-events request of each VM waits (IMDS: <= 120).",
+)
+@click.option(
+    "--multi-tenant",
+    is_flag=True,
+    help="An event starts only when every VM in Resources approved it (or at NotBefore).",
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="SPEC",
+    help="Inject a fault, e.g. status=503,count=3 | delay_seconds=5 | hang | "
+    "'body=not json' | truncate | huge_body | incarnation_reset,after_seconds=30 "
+    "| a JSON object.",
+)
+@click.option("--quiet", is_flag=True, help="Do not print document changes.")
+def simulate_command(
+    host: str,
+    port: int,
+    scenario: str | None,
+    params: tuple[str, ...],
+    time_scale: float,
+    vm_name: str,
+    vms: str | None,
+    list_scenarios: bool,
+    throttle_rps: float,
+    first_call_delay: float,
+    multi_tenant: bool,
+    faults: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
+    if list_scenarios:
+        _list_scenarios()
+        return
+    server = _build(
+        host,
+        port,
+        scenario,
+        params,
+        time_scale,
+        vm_name,
+        vms,
+        throttle_rps,
+        first_call_delay,
+        multi_tenant,
+        faults,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    if not quiet:
+        server.sim.subscribe(
+            lambda inc, changes: [
+                lines.put(f"{time.strftime('%H:%M:%S')} incarnation {inc}: {c}") for c in changes
+            ]
+        )
+    try:
+        server.start()
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code=1)
+    _announce(server, scenario)
+    printer = threading.Thread(target=_printer, args=(lines,), daemon=True)
+    printer.start()
+    try:
+        _serve_until_signal(server, scenario, lines)
+    finally:
+        server.stop()
+        lines.put(None)
+        printer.join(timeout=2)
+    _say("simulator stopped")
+
+
+def _build(
+    host: str,
+    port: int,
+    scenario: str | None,
+    params: tuple[str, ...],
+    time_scale: float,
+    vm_name: str,
+    vms: str | None,
+    throttle_rps: float,
+    first_call_delay: float,
+    multi_tenant: bool,
+    faults: tuple[str, ...],
+) -> SimulatorServer:
+    names = _vm_names(vm_name, vms)
+    try:
+        fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
+        return SimulatorServer(
+            host,
+            port,
+            vm_names=names,
+            time_scale=time_scale,
+            scenario=scenario,
+            throttle_rps=throttle_rps or None,
+            first_call_delay=first_call_delay,
+            multi_tenant=multi_tenant,
+            scenario_params=_parse_params(params),
+            faults=fault_specs,
+        )
+    except ValueError as exc:  # ScenarioError, FaultError and bad option values
+        _fail(str(exc))
+
+
+def _announce(server: SimulatorServer, scenario: str | None) -> None:
+    names = server.sim.vm_names
+    _say(
+        f"IMDS simulator listening on {server.url} "
+        f"(VMs: {', '.join(names)}; time scale {server.sim.time_scale:g})"
+    )
+    if len(names) > 1:
+        for name in names:
+            _say(f"  {name}: {server.vm_url(name)}/metadata/scheduledevents?api-version=2020-07-01")
+    _say(f"control API: {server.url}/control" + (f"; scenario: {scenario}" if scenario else ""))
+    _say("Ctrl-C to stop")
+
+
+def _serve_until_signal(
+    server: SimulatorServer, scenario: str | None, lines: queue.Queue[str | None]
+) -> None:
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    announced = scenario is None
+    try:
+        while not stop.wait(0.2):
+            if not announced and server.sim.scenario_done():
+                announced = True
+                lines.put(
+                    f"{time.strftime('%H:%M:%S')} scenario {scenario} finished: all its events are gone"
+                )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
