@@ -29,6 +29,7 @@ log = logging.getLogger("se_forwarder.agent")
 
 POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
 RETENTION_SECONDS = 30 * 86400
+SHUTDOWN_GRACE = 4.0  # seconds; SIGTERM must end the process within 5
 
 
 def new_events(transitions: list[Transition], vm: VmIdentity, observed: datetime) -> list[NewEvent]:
@@ -84,7 +85,35 @@ class Agent:
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
-        """Run until ``stop`` is set (or one cycle with ``once``); the process exit code."""
+        """Run until ``stop`` is set (or one cycle with ``once``); the process exit code.
+
+        The work happens on a daemon thread so that a stop request is honoured within seconds even
+        while a request to IMDS is blocked (the first one may take two minutes): whatever is cut
+        short is the same as a crash, which the outbox is built to survive.
+        """
+        outcome: list[BaseException | int] = []
+
+        def work() -> None:
+            try:
+                outcome.append(self._run())
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=work, name="agent", daemon=True)
+        thread.start()
+        while thread.is_alive() and not self.stop.is_set():
+            thread.join(0.2)
+        self.stop.set()
+        thread.join(SHUTDOWN_GRACE)
+        if not outcome:
+            log.warning("stopped while IMDS had not answered yet")
+            return 0
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _run(self) -> int:
         try:
             self.vm = self._identity()
             if self.vm is None:
@@ -108,7 +137,7 @@ class Agent:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + SHUTDOWN_GRACE - 1.0
         for worker in self.workers:
             worker.wakeup.set()
             worker.join(max(0.0, deadline - time.monotonic()))

@@ -137,3 +137,18 @@ def test_memory_stays_flat_while_imds_answers_garbage(simulator, control, agents
     assert after - before < 3 * 1024 * 1024, f"RSS grew by {(after - before) / 1e6:.1f} MB"
     assert agent.alive()
     assert observed(tmp_path) == [], "garbage produced a transition"
+
+
+def test_sigterm_while_the_first_imds_call_hangs_exits_zero_within_five_seconds(
+        simulator, agents, tmp_path):
+    simulator.sim.add_fault({"hang": True, "hang_seconds": 60, "route": "compute", "count": 5})
+    agent = AgentProcess(run_args(simulator, tmp_path)).start()
+    agents.append(agent)
+    port = int(simulator.url.rsplit(":", 1)[1])
+    wait_for(lambda: any(c.raddr and c.raddr.port == port
+                         for c in psutil.Process(agent.proc.pid).net_connections()),
+             what="the agent's first call (hanging)")
+    time.sleep(0.3)
+    began = time.monotonic()
+    assert agent.terminate(timeout=6) == 0
+    assert time.monotonic() - began < 5
