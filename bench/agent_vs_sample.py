@@ -1,0 +1,67 @@
+"""Side by side, same simulator, same run: CPU per idle poll cycle and RSS, agent vs sample loop."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.common import ROOT, Row, agent, cpu_seconds, wait_for
+from se_forwarder.simulator import SimulatorServer
+
+INTERVAL = 0.05  # 20 polls/s so that a short run has hundreds of cycles to divide by
+WARMUP = 3.0
+MEASURE = 15.0
+
+
+def polls_by(sim: SimulatorServer, vm: str) -> int:
+    return sum(1 for r in sim.sim.requests(vm=vm) if r.get("route") == "scheduledevents")
+
+
+def run(extra_sinks: dict[str, list[str]] | None = None) -> list[Row]:
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp, SimulatorServer(
+        vm_names=("agent", "sample")
+    ) as sim:
+        sim.sim.add_event({"EventType": "Freeze", "DurationInSeconds": 30, "Resources": ["x"],
+                           "NotBeforeInSeconds": 86400})  # a document with content, never changing
+        ours = agent(["--imds-url", sim.vm_url("agent"), "--state-dir", f"{tmp}/s",
+                      "--sink", f"file:{tmp}/o.jsonl", "--poll-interval", str(INTERVAL),
+                      "--dry-run"])
+        base = subprocess.Popen([sys.executable, "-m", "bench.sample_loop", sim.vm_url("sample"),
+                                 str(INTERVAL)], cwd=ROOT, stdout=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: Path(f"{tmp}/o.jsonl").exists() and polls_by(sim, "sample") > 0)
+            time.sleep(WARMUP)
+            procs = {"agent": psutil.Process(ours.pid), "sample": psutil.Process(base.pid)}
+            cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
+            n0 = {k: polls_by(sim, k) for k in procs}
+            time.sleep(MEASURE)
+            cpu1 = {k: cpu_seconds(p) for k, p in procs.items()}
+            n1 = {k: polls_by(sim, k) for k in procs}
+            rss = {k: p.memory_info().rss / 1e6 for k, p in procs.items()}
+        finally:
+            ours.terminate()
+            base.terminate()
+            ours.wait(10)
+            base.wait(10)
+    per_poll = {k: (cpu1[k] - cpu0[k]) / max(1, n1[k] - n0[k]) for k in cpu0}
+    ratio = per_poll["agent"] / per_poll["sample"] if per_poll["sample"] else float("nan")
+    rows.append(Row("idle poll CPU", "sample loop (requests.get per poll)",
+                    f"{per_poll['sample'] * 1e3:.2f} ms/poll ({n1['sample'] - n0['sample']} polls)"))
+    rows.append(Row("idle poll CPU", "se-forwarder (file sink)",
+                    f"{per_poll['agent'] * 1e3:.2f} ms/poll ({n1['agent'] - n0['agent']} polls)"))
+    rows.append(Row("idle poll CPU", "ratio agent / sample", f"{ratio:.2f}x", "<= 1.2x"))
+    rows.append(Row("RSS", "sample loop", f"{rss['sample']:.1f} MB"))
+    rows.append(Row("RSS", "se-forwarder (file sink)", f"{rss['agent']:.1f} MB", "<= 45 MB",
+                    f"ratio {rss['agent'] / rss['sample']:.2f}x"))
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(f"{row.benchmark:<16} {row.figure:<40} {row.value:<32} {row.target}")

@@ -1,0 +1,65 @@
+"""Helpers shared by the benchmarks: processes, CPU/RSS readings, percentiles."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Row:
+    benchmark: str
+    figure: str
+    value: str
+    target: str = ""
+    note: str = ""
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def agent(args: list[str], env: dict[str, str] | None = None, log: Path | None = None,
+          ) -> subprocess.Popen[bytes]:
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - lives with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "se_forwarder", "run", *args], cwd=ROOT,
+        env={**os.environ, **(env or {})}, stdout=out, stderr=out,
+    )
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def rss_mb(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 1e6
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError("benchmark condition not reached")
