@@ -11,7 +11,6 @@ import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 

@@ -156,19 +156,26 @@ def simulate_command(
                 lines.put(f"{time.strftime('%H:%M:%S')} incarnation {inc}: {c}") for c in changes
             ]
         )
-    try:
-        server.start()
-    except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code=1)
-    _announce(server, scenario)
+    stop = threading.Event()
+    previous = _handle_signals(stop)  # before binding: a signal at any point means a clean exit
     printer = threading.Thread(target=_printer, args=(lines,), daemon=True)
-    printer.start()
     try:
-        _serve_until_signal(server, scenario, lines)
+        try:
+            server.start()
+        except OSError as exc:
+            _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code=1)
+        _announce(server, scenario)
+        printer.start()
+        _serve(server, scenario, lines, stop)
+    except KeyboardInterrupt:
+        pass
     finally:
         server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         lines.put(None)
-        printer.join(timeout=2)
+        if printer.is_alive():
+            printer.join(timeout=2)
     _say("simulator stopped")
 
 
@@ -217,24 +224,22 @@ def _announce(server: SimulatorServer, scenario: str | None) -> None:
     _say("Ctrl-C to stop")
 
 
-def _serve_until_signal(
-    server: SimulatorServer, scenario: str | None, lines: queue.Queue[str | None]
-) -> None:
-    stop = threading.Event()
+def _handle_signals(stop: threading.Event) -> dict[int, Any]:
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    return previous
+
+
+def _serve(
+    server: SimulatorServer,
+    scenario: str | None,
+    lines: queue.Queue[str | None],
+    stop: threading.Event,
+) -> None:
     announced = scenario is None
-    try:
-        while not stop.wait(0.2):
-            if not announced and server.sim.scenario_done():
-                announced = True
-                lines.put(
-                    f"{time.strftime('%H:%M:%S')} scenario {scenario} finished: all its events are gone"
-                )
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    while not stop.wait(0.2):
+        if not announced and server.sim.scenario_done():
+            announced = True
+            lines.put(f"{time.strftime('%H:%M:%S')} scenario {scenario} finished: all its events are gone")

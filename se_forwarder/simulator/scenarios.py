@@ -24,6 +24,7 @@ All offsets are simulated seconds, divided by the simulator's time scale.
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -84,7 +85,7 @@ class Scenario:
             fields = {k: v for k, v in event.items() if k not in _EVENT_TIMING}
             fields = _checked(fields, where)
             at = _offset(event, "at", where, default=0.0)
-            ref = event.get("ref") or f"events[{i}]"
+            ref = _ref(event, "ref", where) or f"events[{i}]"
             steps.append(Step(at, "add", ref, fields))
             for key, action in (("start_at", "start"), ("cancel_at", "cancel"), ("remove_at", "delete")):
                 if key in event:
@@ -120,9 +121,16 @@ def _offset(entry: Mapping[str, Any], key: str, where: str, default: float | Non
             raise ScenarioError(f"{where}: missing {key!r}")
         return default
     value = entry[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ScenarioError(f"{where}: {key} must be a number of seconds >= 0, got {value!r}")
     return float(value)
+
+
+def _ref(entry: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ScenarioError(f"{where}: {key} must be a non-empty string, got {value!r}")
+    return value
 
 
 def _checked(fields: dict[str, Any], where: str) -> dict[str, Any]:
@@ -141,8 +149,12 @@ def _action_step(action: dict[str, Any], where: str) -> Step:
         raise ScenarioError(f"{where}: 'do' must be one of {', '.join(ACTIONS)}, got {do!r}")
     at = _offset(action, "at", where)
     fields = {k: v for k, v in action.items() if k in EVENT_INPUT_KEYS}
-    if isinstance(action.get("fields"), dict):
+    if "fields" in action:
+        if not isinstance(action["fields"], dict):
+            raise ScenarioError(f"{where}: 'fields' must be a table of event fields")
         fields.update(action["fields"])
+    _ref(action, "ref", where)
+    _ref(action, "event", where)
     if do in ("add", "patch"):
         ref = action.get("ref") if do == "add" else action.get("event")
         if do == "patch" and not ref:

@@ -127,6 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "se-forwarder-imds-simulator"
     timeout = 30  # idle keep-alive connections are closed after this
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
     server: _HTTPServer
 
     def version_string(self) -> str:
@@ -439,7 +440,7 @@ class SimulatorServer:
         self._httpd = _HTTPServer((self.host, self._port), self)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.1},
+            kwargs={"poll_interval": 0.05},
             name=f"imds-sim-{self.port}",
             daemon=True,
         )

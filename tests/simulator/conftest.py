@@ -177,9 +177,7 @@ class SampleClient:
     first_seen_at: dict[str, float] = field(default_factory=dict)
 
     def get_scheduled_events(self) -> dict[str, Any]:
-        reply = self.session.get(
-            events_url(self.base_url, self.api_version), headers=HEADERS, timeout=5
-        )
+        reply = self.session.get(events_url(self.base_url, self.api_version), headers=HEADERS, timeout=5)
         reply.raise_for_status()
         return reply.json()
 
@@ -202,11 +200,7 @@ class SampleClient:
             self.first_seen_at.setdefault(event_id, time.time())
             if not statuses or statuses[-1] != event["EventStatus"]:
                 statuses.append(event["EventStatus"])
-            if (
-                event["EventStatus"] == "Scheduled"
-                and event_id not in self.approved
-                and self.policy(event)
-            ):
+            if event["EventStatus"] == "Scheduled" and event_id not in self.approved and self.policy(event):
                 self.confirm_scheduled_event(event_id)
 
     def poll_once(self) -> None:

@@ -33,9 +33,7 @@ def test_metadata_header_value_is_case_insensitive(sim, http):
     assert http.get(sim.url + EVENTS, headers={"Metadata": "True"}, timeout=5).status_code == 200
 
 
-@pytest.mark.parametrize(
-    "query", ["", "?api-version=", "?api-version={latest}", "?api-version=2018-01-01"]
-)
+@pytest.mark.parametrize("query", ["", "?api-version=", "?api-version={latest}", "?api-version=2018-01-01"])
 def test_missing_unknown_or_retired_api_version_is_400(sim, http, query):
     reply = http.get(sim.url + "/metadata/scheduledevents" + query, headers=HEADERS, timeout=5)
     assert reply.status_code == 400
