@@ -63,6 +63,24 @@ class LazyGroup(click.Group):
                 return unavailable
         return super().get_command(ctx, cmd_name)
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Usage errors are one line too (click's default is a four-line usage block)."""
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("se-forwarder: aborted", err=True)
+            sys.exit(1)
+        except click.UsageError as exc:
+            where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx else ""
+            click.echo(f"se-forwarder: error: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"se-forwarder: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):

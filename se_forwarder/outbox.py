@@ -12,6 +12,7 @@ assigned in commit order and a cursor never skips an event.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -105,6 +106,11 @@ class Outbox:
             raise StateError(f"state directory {state_dir} cannot be created: {exc.strerror}") from exc
         if not create and not self.path.exists():
             raise StateError(f"no state database at {self.path}")
+        if not os.access(state_dir, os.W_OK):  # also catches a read-only file system, even for root
+            raise StateError(
+                f"state directory {state_dir} is read-only or not writable; "
+                "give the agent a writable --state-dir (state.dir)"
+            )
         self._db = self._connect(str(self.path))
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
