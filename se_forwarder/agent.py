@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from . import cloudevents as ce
+from . import metrics, telemetry, tracing
 from .approvals.approver import Approver
 from .config import Settings
 from .delivery import DeliveryWorker
@@ -23,7 +24,7 @@ from .imds import Backoff, ImdsClient, ImdsError
 from .model import Document, MalformedDocument, Transition, VmIdentity
 from .outbox import NewEvent, Outbox
 from .sinks import SinkContext, create
-from .telemetry import fields
+from .telemetry import countdown, fields
 
 log = logging.getLogger("se_forwarder.agent")
 
@@ -60,6 +61,7 @@ class Agent:
         on_document: Callable[[Document], None] | None = None,
     ) -> None:
         self.settings = settings
+        telemetry.protect(settings)  # before any sink reads its secrets and might log
         self.once = once
         self.dry_run = dry_run or settings.approvals.dry_run
         self.stop = threading.Event()
@@ -115,6 +117,7 @@ class Agent:
 
     def _run(self) -> int:
         try:
+            telemetry.start(self.settings)
             self.vm = self._identity()
             if self.vm is None:
                 return 0  # stopped while waiting
@@ -145,6 +148,7 @@ class Agent:
             self.approver.join(max(0.0, deadline - time.monotonic()))
         self.imds.close()
         self.outbox.close()
+        telemetry.shutdown()
 
     def _run_once(self) -> int:
         assert self.approver is not None
@@ -171,7 +175,10 @@ class Agent:
             )
         while not self.stop.is_set():
             try:
-                vm = VmIdentity.from_compute(self.imds.get_compute())
+                with countdown(log, "still waiting for the first IMDS answer",
+                               self.imds.first_call_timeout if self.imds.first_call_pending else 0):
+                    compute = self.imds.get_compute()
+                vm = VmIdentity.from_compute(compute)
                 log.info("this VM is %s (vmId %s)", vm.name, vm.vm_id)
                 self.outbox.set_meta({"vm": vm.as_data()})
                 return vm
@@ -203,6 +210,7 @@ class Agent:
                 # Disk full, database locked...: nothing was recorded, so the next poll diffs the
                 # same change again. Keep polling rather than crash-looping.
                 delay = max(backoff.next_delay(), interval)
+                metrics.poll_failed("state")
                 log.error("cannot record the document, retry in %.1f s: %s", delay, exc)
             except ImdsError as exc:
                 if exc.reason in ("malformed", "client"):
@@ -210,6 +218,7 @@ class Agent:
                 else:
                     delay = max(backoff.next_delay(exc.retry_after), interval)
                 failures += 1
+                metrics.poll_failed(exc.reason, time.monotonic() - started)
                 # One line per change of reason, then one every 60 failures: never a log flood.
                 loud = exc.reason != last_reason or failures % 60 == 0
                 last_reason = exc.reason
@@ -227,19 +236,28 @@ class Agent:
             return True
         except ImdsError as exc:
             log.warning("poll failed (%s): %s", exc.reason, exc, extra=fields(reason=exc.reason))
+            metrics.poll_failed(exc.reason)
             self._note_poll(False, f"{exc.reason}: {exc}")
             return False
 
     def _poll_or_raise(self) -> None:
         assert self.vm is not None and self.approver is not None
+        started = time.monotonic()
         document = self.imds.get_document()
+        metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
         observed = datetime.now(UTC)
         previous = self.approver.current() or self.outbox.previous_document()
         if previous is not None and previous.incarnation == document.incarnation:
-            if self.approver.current() is None:
-                self.approver.offer(document, [])
-            self._note_poll(True, "ok", document.incarnation)
-            return
+            if document is previous or document.events == previous.events:
+                if self.approver.current() is None:
+                    self.approver.offer(document, [])
+                self._note_poll(True, "ok", document.incarnation)
+                return
+            # Only after an incarnation reset (or while the agent was down across one) can the
+            # same number carry other events; diff them rather than miss a transition.
+            log.warning("DocumentIncarnation %d reused with different events; diffing",
+                        document.incarnation, extra=fields(incarnation=document.incarnation))
+            previous = Document(previous.incarnation - 1, previous.events)
         if previous is not None and document.incarnation < previous.incarnation:
             log.warning(
                 "DocumentIncarnation went back from %d to %d; diffing normally",
@@ -248,6 +266,8 @@ class Agent:
             )
         transitions = diff(previous, document)
         stored = self.outbox.record(document, new_events(transitions, self.vm, observed))
+        metrics.transitions(stored)
+        tracing.recorded(stored)
         for event in stored:
             log.info("transition %s", event.state,
                      extra=fields(event_id=event.event_id, state=event.state,

@@ -92,6 +92,7 @@ class ImdsClient:
         self._answered = False
         self._etag: str | None = None
         self._cached: Document | None = None
+        self._cached_body: bytes | None = None
         self._session = requests.Session()
         self._session.trust_env = False  # ignore HTTP(S)_PROXY, NO_PROXY, netrc
         self._session.proxies = {}
@@ -154,12 +155,14 @@ class ImdsClient:
             raise ImdsError(
                 "client", f"IMDS answered {resp.status_code}: {_snippet(body)}"
             )
+        self._etag = resp.headers.get("ETag")
+        if body == self._cached_body and self._cached is not None:
+            return self._cached  # byte-identical to the last reply: nothing to parse
         try:
             document = parse_document(body)
         except MalformedDocument as exc:
             raise ImdsError("malformed", f"IMDS reply is not a valid document: {exc}") from exc
-        self._etag = resp.headers.get("ETag")
-        self._cached = document
+        self._cached, self._cached_body = document, body
         return document
 
     def get_compute(self) -> dict[str, Any]:
