@@ -80,16 +80,28 @@ class FileSink:
         return DeliveryReport(outcomes)
 
     def _write(self, lines: list[bytes]) -> None:
+        """Append ``lines``, rotating first whenever the next line would pass ``max_bytes``."""
         if not lines:
             return
         size = self.path.stat().st_size if self.path.exists() else 0
-        if size and size + sum(map(len, lines)) > self.max_bytes:
-            self._rotate()
-            size = 0
+        chunk: list[bytes] = []
+        chunk_size = 0
+        for line in lines:
+            if (size or chunk_size) and size + chunk_size + len(line) > self.max_bytes:
+                self._append(chunk, size)
+                self._rotate()
+                size, chunk, chunk_size = 0, [], 0
+            chunk.append(line)
+            chunk_size += len(line)
+        self._append(chunk, size)
+
+    def _append(self, lines: list[bytes], size: int) -> None:
+        if not lines:
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         try:
             if size and not self._ends_with_newline(fd, size):
-                lines.insert(0, b"\n")  # a torn last line (power loss) must not swallow ours
+                lines = [b"\n", *lines]  # a torn last line (power loss) must not swallow ours
             os.write(fd, b"".join(lines))
             if self.fsync:
                 os.fsync(fd)

@@ -1,0 +1,71 @@
+"""Sinks: a failing sink retries on its own and never delays polling or another sink."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from cloudevents.core.formats.json import JSONFormat
+
+from se_forwarder.outbox import Outbox
+from tests.conftest import ROOT, AgentProcess, read_jsonl, wait_for
+
+
+def test_a_failing_sink_neither_delays_the_other_nor_loses_its_backlog(
+        simulator, control, agents, tmp_path):
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the sink needs a directory")
+    good, bad = tmp_path / "good.jsonl", blocker / "bad.jsonl"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[[sinks]]\ntype = "file"\npath = "{good}"\n'
+                      f'[[sinks]]\ntype = "file"\npath = "{bad}"\nname = "bad"\n')
+    agent = AgentProcess(["--config", str(config), "--imds-url", simulator.url,
+                          "--state-dir", str(tmp_path / "s"), "--poll-interval", "0.1"],
+                         log_path=tmp_path / "agent.log").start()
+    agents.append(agent)
+    ids = [control.add(EventType="Reboot")["EventId"] for _ in range(3)]
+    wait_for(lambda: len(read_jsonl(good)) == 3, what="the healthy sink")
+    with Outbox(tmp_path / "s", readonly=True) as box:
+        status = box.sink_status("bad")
+    assert status.backlog == 3 and "cannot write" in (status.last_error or "")
+    blocker.unlink()  # the destination becomes writable
+    wait_for(lambda: [e["subject"] for e in read_jsonl(bad)] == ids, timeout=40,
+             what="the failed sink to catch up, in order")
+    assert [e["subject"] for e in read_jsonl(good)] == ids
+
+
+def test_stdout_sink_prints_one_structured_cloudevent_per_line(simulator, control, tmp_path):
+    event_id = control.add(EventType="Freeze", DurationInSeconds=20)["EventId"]
+    result = subprocess.run(
+        [sys.executable, "-m", "se_forwarder", "run", "--once", "--imds-url", simulator.url,
+         "--state-dir", str(tmp_path), "--sink", "stdout"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    event = JSONFormat().read(None, lines[0])
+    attrs = event.get_attributes()
+    assert attrs["id"] == f"{event_id}/scheduled"
+    assert attrs["type"] == "com.azure.scheduledevents.scheduled"
+    assert attrs["subject"] == event_id
+    assert attrs["source"].endswith("/virtualMachines/vm0")
+    assert {"eventtype", "eventstatus", "incarnation", "vmid"} <= set(attrs)
+    data = json.loads(lines[0])["data"]
+    assert data["AffectsThisVm"] is True and data["Vm"]["name"] == "vm0"
+    assert data["NotBeforeUtc"].endswith("Z") and data["DocumentIncarnation"] == attrs["incarnation"]
+
+
+def test_file_sink_rotates_by_size_and_keeps_every_event(simulator, control, agents, tmp_path):
+    out = tmp_path / "o.jsonl"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[[sinks]]\ntype = "file"\npath = "{out}"\nmax_bytes = 4096\nkeep = 50\n')
+    agent = AgentProcess(["--config", str(config), "--imds-url", simulator.url,
+                          "--state-dir", str(tmp_path / "s"), "--poll-interval", "0.1"]).start()
+    agents.append(agent)
+    ids = [control.add(EventType="Reboot")["EventId"] for _ in range(8)]
+    files = lambda: [out, *sorted(tmp_path.glob("o.jsonl.*"))]  # noqa: E731
+    wait_for(lambda: sum(len(read_jsonl(f)) for f in files()) == 8, what="all events")
+    assert len(files()) > 1, "rotation happened"
+    seen = {e["subject"] for f in files() for e in read_jsonl(f)}
+    assert seen == set(ids)
