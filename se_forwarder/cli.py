@@ -144,19 +144,22 @@ state_option = click.option("--state-dir", type=click.Path(file_okay=False),
 def run(config: str | None, imds_url: str | None, state_dir: str | None, sinks: tuple[str, ...],
         poll_interval: float | None, once: bool, dry_run: bool) -> None:
     """Run the agent."""
+    import threading
+
+    stop = threading.Event()  # handlers first: a SIGTERM during start-up is a clean stop too
+
+    def _stop(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     from .agent import Agent
     from .telemetry import setup_logging
 
     settings = _load_settings(config, imds_url=imds_url, state_dir=state_dir, sinks=sinks,
                               poll_interval=poll_interval)
     setup_logging(settings.telemetry.log_format, settings.telemetry.log_level)
-    agent = Agent(settings, once=once, dry_run=dry_run)
-
-    def _stop(signum: int, _frame: Any) -> None:
-        agent.stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    agent = Agent(settings, once=once, dry_run=dry_run, stop=stop)
     sys.exit(agent.run())
 
 
