@@ -59,12 +59,13 @@ class Agent:
         dry_run: bool = False,
         stdout: TextIO | None = None,
         on_document: Callable[[Document], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.settings = settings
         telemetry.protect(settings)  # before any sink reads its secrets and might log
         self.once = once
         self.dry_run = dry_run or settings.approvals.dry_run
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()
         self.state_dir = settings.state.dir
         self.imds = ImdsClient(
             settings.imds.url,
