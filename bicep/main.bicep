@@ -1,0 +1,197 @@
+// se-forwarder for a fleet of VMs, in one deployment:
+//   - an Event Hubs namespace and hub (Entra ID only, TLS 1.2) with a "dashboards" consumer group;
+//   - a storage account (shared keys off, HTTPS only) with one approval queue per VM;
+//   - a user-assigned managed identity per VM, attached to it, whose only rights are
+//     "Azure Event Hubs Data Sender" on the hub and "Storage Queue Data Message Processor" on that
+//     VM's own queue;
+//   - the agent on each VM, installed by the Custom Script Extension with a config that points at
+//     these resources;
+//   - optionally the coordinator's identity: "Azure Event Hubs Data Receiver" on the hub and
+//     "Storage Queue Data Message Sender" on the queues.
+//
+//   az deployment group create -g RG -f bicep/main.bicep -p vmNames='["vm-a","vm-b"]' \
+//     -p installerBaseUri=https://.../deploy -p approvalSigningKey=@key.txt
+targetScope = 'resourceGroup'
+
+@description('Region of the new resources. The VMs keep their own region.')
+param location string = resourceGroup().location
+
+@description('Lowercase letters and digits that start every resource name.')
+@minLength(3)
+@maxLength(11)
+param namePrefix string = 'sefwd'
+
+@description('Names of the existing VMs that get the agent, each its identity and its approval queue.')
+@minLength(1)
+param vmNames array
+
+@description('Resource group of the VMs (default: this deployment\'s).')
+param vmResourceGroupName string = resourceGroup().name
+
+@description('Operating system of the listed VMs; deploy once per OS for a mixed fleet.')
+@allowed([
+  'Linux'
+  'Windows'
+])
+param vmOsType string = 'Linux'
+
+@description('Identity types the VMs end up with: use \'SystemAssigned, UserAssigned\' if they use a system-assigned identity, which \'UserAssigned\' would remove.')
+@allowed([
+  'UserAssigned'
+  'SystemAssigned, UserAssigned'
+])
+param vmIdentityType string = 'UserAssigned'
+
+@description('Attach the agent identities to the VMs (a PUT of each VM with only its identity block). false: attach them by other means (the VMs\' own templates, Azure Policy); the output agentIdentities lists them.')
+param attachIdentityToVms bool = true
+
+@description('User-assigned identities the VMs already have and must keep, as { \'<resource id>\': {} }.')
+param vmExtraUserAssignedIdentities object = {}
+
+@description('Base URL of the deploy/ folder of a se-forwarder release: linux/install.sh, linux/se-forwarder.service and windows/install.ps1 are downloaded from it.')
+param installerBaseUri string
+
+@description('pip requirement installed on the VMs.')
+param packageSpec string = 'se-forwarder[eventhubs,queue]'
+
+@description('Shared key that signs the coordinator\'s approval messages (base64 or hex, no spaces or quotes). Reaches the VMs only in the extension\'s protected settings.')
+@secure()
+@minLength(32)
+param approvalSigningKey string
+
+@description('Change to re-run the installer on every VM, e.g. after rotating approvalSigningKey (a change of the key alone does not).')
+param installerRunTag string = ''
+
+@description('true: the agents only report and never approve an event early.')
+param approvalsDryRun bool = false
+
+@description('Event hub that receives the CloudEvents.')
+param eventHubName string = 'scheduled-events'
+
+@description('Partitions of the hub.')
+@minValue(1)
+@maxValue(32)
+param eventHubPartitionCount int = 4
+
+@description('Days the hub keeps events.')
+@minValue(1)
+@maxValue(7)
+param eventHubRetentionDays int = 1
+
+@description('Subnet resource IDs (the VMs\', the coordinator\'s) allowed to reach Event Hubs and Storage; they need the Microsoft.EventHub and Microsoft.Storage service endpoints. Empty together with allowedIpRanges: any network may connect (authentication is Entra ID only either way).')
+param allowedSubnetIds array = []
+
+@description('Public IP ranges (CIDR) allowed to reach Event Hubs and Storage, e.g. the coordinator\'s egress.')
+param allowedIpRanges array = []
+
+@description('Also create the coordinator\'s identity with receive rights on the hub and send rights on the queues.')
+param deployCoordinator bool = false
+
+@description('Log Analytics workspace for the queues\' and the namespace\'s audit logs; empty for none.')
+param logAnalyticsWorkspaceId string = ''
+
+@description('Tags for every new resource.')
+param tags object = {}
+
+var prefix = toLower(namePrefix)
+var suffix = uniqueString(resourceGroup().id, prefix)
+// Queue names: 3-63 lowercase letters, digits and single hyphens; VM names may have '_' and '.'.
+var queueNames = [for vm in vmNames: take('se-approvals-${toLower(replace(replace(vm, '_', '-'), '.', '-'))}', 63)]
+
+module identities 'modules/identities.bicep' = {
+  name: 'se-forwarder-identities'
+  params: {
+    location: location
+    namePrefix: prefix
+    vmNames: vmNames
+    deployCoordinator: deployCoordinator
+    tags: tags
+  }
+}
+
+module eventHubs 'modules/eventhubs.bicep' = {
+  name: 'se-forwarder-eventhubs'
+  params: {
+    location: location
+    namespaceName: '${prefix}-eh-${suffix}'
+    eventHubName: eventHubName
+    partitionCount: eventHubPartitionCount
+    messageRetentionInDays: eventHubRetentionDays
+    senderPrincipalIds: identities.outputs.agentPrincipalIds
+    receiverPrincipalId: identities.outputs.coordinatorPrincipalId
+    allowedSubnetIds: allowedSubnetIds
+    allowedIpRanges: allowedIpRanges
+    logAnalyticsWorkspaceId: logAnalyticsWorkspaceId
+    tags: tags
+  }
+}
+
+module approvalQueues 'modules/approval-queues.bicep' = {
+  name: 'se-forwarder-approval-queues'
+  params: {
+    location: location
+    storageAccountName: take('${prefix}${suffix}', 24)
+    queueNames: queueNames
+    processorPrincipalIds: identities.outputs.agentPrincipalIds
+    senderPrincipalId: identities.outputs.coordinatorPrincipalId
+    allowedSubnetIds: allowedSubnetIds
+    allowedIpRanges: allowedIpRanges
+    logAnalyticsWorkspaceId: logAnalyticsWorkspaceId
+    tags: tags
+  }
+}
+
+module agents 'modules/vm-agent.bicep' = [for (vm, i) in vmNames: {
+  name: take('se-forwarder-vm-${vm}', 64)
+  scope: resourceGroup(vmResourceGroupName)
+  params: {
+    vmName: vm
+    osType: vmOsType
+    attachIdentity: attachIdentityToVms
+    identityType: vmIdentityType
+    extraUserAssignedIdentities: vmExtraUserAssignedIdentities
+    agentIdentityId: identities.outputs.agentIds[i]
+    agentClientId: identities.outputs.agentClientIds[i]
+    eventHubsNamespace: eventHubs.outputs.fullyQualifiedNamespace
+    eventHubName: eventHubs.outputs.eventHubName
+    queueEndpoint: approvalQueues.outputs.queueEndpoint
+    queueName: queueNames[i]
+    approvalSigningKey: approvalSigningKey
+    approvalsDryRun: approvalsDryRun
+    installerBaseUri: installerBaseUri
+    packageSpec: packageSpec
+    runTag: installerRunTag
+  }
+}]
+
+@description('Event Hubs namespace host name (fully_qualified_namespace for consumers).')
+output eventHubsNamespace string = eventHubs.outputs.fullyQualifiedNamespace
+
+@description('Event hub with the fleet\'s CloudEvents.')
+output eventHubName string = eventHubs.outputs.eventHubName
+
+@description('Consumer group for dashboards.')
+output dashboardsConsumerGroup string = eventHubs.outputs.dashboardsConsumerGroup
+
+@description('Queue service endpoint (account_url).')
+output queueEndpoint string = approvalQueues.outputs.queueEndpoint
+
+@description('Per VM: its approval queue and that queue\'s URL, for the coordinator.')
+output approvalQueues array = [for (vm, i) in vmNames: {
+  vmName: vm
+  queue: queueNames[i]
+  url: approvalQueues.outputs.queueUrls[i]
+}]
+
+@description('Per VM: the resource ID and client ID of its agent identity.')
+output agentIdentities array = [for (vm, i) in vmNames: {
+  vmName: vm
+  identityId: identities.outputs.agentIds[i]
+  clientId: identities.outputs.agentClientIds[i]
+}]
+
+@description('Client ID of the coordinator\'s identity (AZURE_CLIENT_ID for `se-forwarder fleet`), or empty.')
+output coordinatorClientId string = identities.outputs.coordinatorClientId
+
+@description('Resource ID of the coordinator\'s identity, to attach to where the coordinator runs, or empty.')
+output coordinatorIdentityId string = identities.outputs.coordinatorId

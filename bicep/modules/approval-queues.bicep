@@ -1,0 +1,165 @@
+// Storage account with one approval queue per VM, for approvals sent by the fleet coordinator.
+// Entra ID only (shared-key access off), HTTPS only, TLS 1.2. Role assignments, each scoped to a
+// single queue: Storage Queue Data Message Processor (peek, receive, delete) for that VM's own
+// agent identity, and (optional) Storage Queue Data Message Sender for the coordinator.
+
+@description('Azure region of the storage account.')
+param location string
+
+@description('Storage account name (3-24 lowercase letters and digits, globally unique).')
+@minLength(3)
+@maxLength(24)
+param storageAccountName string
+
+@description('Queue names, one per VM, in the order of processorPrincipalIds.')
+param queueNames array
+
+@description('Principal IDs of the agents\' identities: the i-th may process messages of the i-th queue only.')
+param processorPrincipalIds array
+
+@description('Principal ID of the coordinator\'s identity (send to every queue), or empty for none.')
+param senderPrincipalId string = ''
+
+@description('Redundancy of the account: geo- and zone-redundant by default; Standard_ZRS for regions without GZRS.')
+@allowed([
+  'Standard_GZRS'
+  'Standard_RAGZRS'
+  'Standard_GRS'
+  'Standard_RAGRS'
+  'Standard_ZRS'
+])
+param skuName string = 'Standard_GZRS'
+
+@description('Subnet resource IDs allowed to reach the account (need the Microsoft.Storage service endpoint). With none and no IP ranges, every network may connect; authentication is Entra ID only either way.')
+param allowedSubnetIds array = []
+
+@description('Public IP ranges (CIDR, no /31 or /32: give the bare address) allowed to reach the account.')
+param allowedIpRanges array = []
+
+@description('Log Analytics workspace for the queue service\'s read, write and delete logs (who sent or took an approval); empty for none.')
+param logAnalyticsWorkspaceId string = ''
+
+@description('Tags for every resource.')
+param tags object = {}
+
+// Built-in data-plane roles (IDs are the same in every tenant).
+var queueDataMessageProcessor = '8a0f0c08-91a1-4084-bc3d-661d67233fed'
+var queueDataMessageSender = 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
+var restrictNetwork = !empty(allowedSubnetIds) || !empty(allowedIpRanges)
+
+resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_35: defaultAction is Deny as soon as allowedSubnetIds or allowedIpRanges are given; without them the VMs (in any VNet, without service endpoints) must reach the queues over the public endpoint, where only Entra ID tokens are accepted (allowSharedKeyAccess false) and each identity can read only its own queue.
+  // checkov:skip=CKV_AZURE_59: same reason as CKV_AZURE_35: the public endpoint stays reachable for VMs without private endpoints; network rules apply when subnets or IP ranges are given, and access is Entra ID only.
+  // checkov:skip=CKV_AZURE_43: the name is computed: take(namePrefix + uniqueString(...), 24) in main.bicep, lowercase letters and digits of 3-24 characters, which this check cannot evaluate.
+  name: storageAccountName
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: skuName
+  }
+  properties: {
+    accessTier: 'Hot'
+    allowSharedKeyAccess: false
+    defaultToOAuthAuthentication: true
+    supportsHttpsTrafficOnly: true
+    minimumTlsVersion: 'TLS1_2'
+    allowBlobPublicAccess: false
+    allowCrossTenantReplication: false
+    publicNetworkAccess: 'Enabled'
+    networkAcls: {
+      defaultAction: restrictNetwork ? 'Deny' : 'Allow'
+      bypass: 'AzureServices'
+      virtualNetworkRules: [for subnetId in allowedSubnetIds: {
+        id: subnetId
+        action: 'Allow'
+      }]
+      ipRules: [for range in allowedIpRanges: {
+        value: range
+        action: 'Allow'
+      }]
+    }
+    encryption: {
+      keySource: 'Microsoft.Storage'
+      requireInfrastructureEncryption: true
+      services: {
+        queue: {
+          enabled: true
+          keyType: 'Account'
+        }
+        blob: {
+          enabled: true
+          keyType: 'Account'
+        }
+      }
+    }
+  }
+}
+
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+  parent: account
+  name: 'default'
+}
+
+resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [for name in queueNames: {
+  parent: queueService
+  name: name
+  properties: {
+    metadata: {
+      purpose: 'se-forwarder approvals'
+    }
+  }
+}]
+
+resource agentProcesses 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in queueNames: {
+  name: guid(queues[i].id, processorPrincipalIds[i], queueDataMessageProcessor)
+  scope: queues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', queueDataMessageProcessor)
+    principalId: processorPrincipalIds[i]
+    principalType: 'ServicePrincipal'
+    description: 'se-forwarder agent: receive and delete approvals on its own queue only'
+  }
+}]
+
+resource coordinatorSends 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in queueNames: if (!empty(senderPrincipalId)) {
+  name: guid(queues[i].id, senderPrincipalId, queueDataMessageSender)
+  scope: queues[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', queueDataMessageSender)
+    principalId: senderPrincipalId
+    principalType: 'ServicePrincipal'
+    description: 'se-forwarder coordinator: send approvals to this queue'
+  }
+}]
+
+resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (!empty(logAnalyticsWorkspaceId)) {
+  name: 'se-forwarder-audit'
+  scope: queueService
+  properties: {
+    workspaceId: logAnalyticsWorkspaceId
+    logs: [
+      {
+        category: 'StorageRead'
+        enabled: true
+      }
+      {
+        category: 'StorageWrite'
+        enabled: true
+      }
+      {
+        category: 'StorageDelete'
+        enabled: true
+      }
+    ]
+  }
+}
+
+@description('Queue service endpoint, e.g. https://acct.queue.core.windows.net (account_url).')
+output queueEndpoint string = 'https://${account.name}.queue.${environment().suffixes.storage}'
+
+@description('Storage account name.')
+output storageAccountName string = account.name
+
+@description('Queue URLs, in the order of queueNames.')
+output queueUrls array = [for (name, i) in queueNames: 'https://${account.name}.queue.${environment().suffixes.storage}/${queues[i].name}']
