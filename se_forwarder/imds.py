@@ -213,6 +213,19 @@ def _snippet(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace").replace("\n", " ").strip()
 
 
-def _short(exc: Exception) -> str:
+def _short(exc: BaseException) -> str:
+    """The root cause in a few words ("Connection refused"), not urllib3's nested repr."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        nxt = cause.__cause__ or cause.__context__
+        if nxt is None and cause.args and isinstance(cause.args[0], BaseException):
+            nxt = cause.args[0]
+        if nxt is None and len(cause.args) > 1 and isinstance(cause.args[1], BaseException):
+            nxt = cause.args[1]
+        cause = nxt
     text = str(exc)
     return text if len(text) <= 200 else text[:200] + "..."

@@ -1,0 +1,1 @@
+"""Tests of the webhook sink against real receivers on loopback."""
