@@ -80,6 +80,11 @@ class Agent:
             for s in settings.sinks
         ]
         self.outbox.register_sinks([w.sink.name for w in self.workers])
+        for worker in self.workers:  # a restart retries a parked sink (as `sink resume` does)
+            reason = self.outbox.parked(worker.sink.name)
+            if reason and self.outbox.resume(worker.sink.name):
+                log.warning("sink was parked (%s); retrying its backlog after the restart", reason,
+                            extra=fields(sink=worker.sink.name))
         self.on_document = on_document
         self.vm: VmIdentity | None = None
         self.approver: Approver | None = None

@@ -10,6 +10,7 @@ import logging
 import threading
 from pathlib import Path
 
+from . import metrics, tracing
 from .imds import Backoff
 from .outbox import Outbox
 from .sinks.base import DeadLetter, Delivered, DeliveryReport, Park, Retry, Sink
@@ -24,7 +25,7 @@ class DeliveryWorker:
         self.state_dir = state_dir
         self.stop = stop
         self.wakeup = threading.Event()
-        self.backoff = Backoff(base=0.5, cap=60.0)
+        self.backoff = Backoff(base=0.5, cap=30.0)  # a sink that is back is retried within 30 s
         self._thread: threading.Thread | None = None
         self._outbox: Outbox | None = None
         self._retry_logged = False
@@ -96,6 +97,8 @@ class DeliveryWorker:
                 stopped = (event, outcome)
                 break
         box.ack(self.sink.name, done)
+        metrics.acknowledged(self.sink.name, batch, done)
+        tracing.acknowledged(self.sink.name, batch, done)
         if done and stopped is None:
             if self.backoff.attempt:
                 log.info("sink recovered", extra=fields(sink=self.sink.name))
@@ -108,6 +111,7 @@ class DeliveryWorker:
         event, outcome = stopped
         if isinstance(outcome, Park):
             box.park(self.sink.name, outcome.reason)
+            metrics.delivery_failed(self.sink.name, "parked")
             log.critical(
                 "SINK PARKED: %s; its backlog is kept; run `se-forwarder sink resume %s` or "
                 "restart the agent once the endpoint is back",
@@ -116,6 +120,7 @@ class DeliveryWorker:
             return None
         assert isinstance(outcome, Retry)
         box.note_error(self.sink.name, outcome.reason)
+        metrics.delivery_failed(self.sink.name, "retry")
         delay = self.backoff.next_delay(outcome.after)
         level = logging.WARNING if not self._retry_logged else logging.DEBUG
         log.log(
