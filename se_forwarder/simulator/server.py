@@ -427,29 +427,37 @@ class SimulatorServer:
         for spec in self._faults:  # validate now; armed at start()
             parse_fault(spec, vm_names=self.sim.vm_names)
         self._stopping = threading.Event()
+        self._started_once = False
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> SimulatorServer:
-        """Bind, serve in a background thread, start the clock (and the scenario); returns self."""
+        """Bind, serve in a background thread, start the clock (and the scenario); returns self.
+
+        After ``stop()``, ``start()`` serves the same events again on the same port (an IMDS
+        restart as the agent sees it); faults and scenario given to the constructor apply once.
+        """
         if self._httpd is not None:
             return self
         self._stopping.clear()
         self._httpd = _HTTPServer((self.host, self._port), self)
+        self._port = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
+            kwargs={"poll_interval": 0.02},
             name=f"imds-sim-{self.port}",
             daemon=True,
         )
         self._thread.start()
         self.sim.start()
-        for spec in self._faults:
-            self.sim.add_fault(spec)
-        if self._scenario is not None:
-            self.sim.start_scenario(self._scenario, self._scenario_params)
+        if not self._started_once:
+            self._started_once = True
+            for spec in self._faults:
+                self.sim.add_fault(spec)
+            if self._scenario is not None:
+                self.sim.start_scenario(self._scenario, self._scenario_params)
         log.info("IMDS simulator listening on %s (VMs: %s)", self.url, ", ".join(self.sim.vm_names))
         return self
 
@@ -565,12 +573,15 @@ class SimulatorServer:
             ("GET", "/approvals"): lambda: (200, sim.approvals()),
             ("GET", "/faults"): lambda: (200, sim.faults()),
             ("POST", "/faults"): lambda: (201, self._add_faults(_json_body(body))),
-            ("DELETE", "/faults"): lambda: (sim.clear_faults(), (204, None))[1],
+            ("DELETE", "/faults"): self._clear_faults,
             ("GET", "/scenario"): lambda: (200, sim.scenario_status()),
             ("POST", "/scenario"): lambda: (201, self._start_scenario(_json_body(body))),
             ("GET", "/scenarios"): lambda: (200, _describe_builtins()),
             ("POST", "/reset"): lambda: (200, {"DocumentIncarnation": sim.reset()}),
-            ("GET", "/requests"): lambda: (200, sim.requests(query.get("vm"), _limit(query.get("limit")))),
+            ("GET", "/requests"): lambda: (
+                200,
+                sim.requests(query.get("vm"), _limit(query.get("limit"))),
+            ),
             ("GET", "/settings"): lambda: (200, self.settings()),
             ("POST", "/settings"): lambda: (200, self.update_settings(_json_body(body))),
         }
@@ -590,6 +601,10 @@ class SimulatorServer:
         if any(path == sub for _, path in routes):
             return 405, {"error": f"{method} not allowed on /control{sub}"}
         raise KeyError(f"no control route /control{sub}")
+
+    def _clear_faults(self) -> tuple[int, None]:
+        self.sim.clear_faults()
+        return 204, None
 
     def _add_faults(self, spec: Any) -> dict[str, Any] | list[dict[str, Any]]:
         if not isinstance(spec, list):

@@ -98,8 +98,12 @@ def cli_env() -> dict[str, str]:
 def _run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "se_forwarder.simulator", *args],
-        capture_output=True, text=True, timeout=timeout, env=cli_env(), cwd=REPO_ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(),
+        cwd=REPO_ROOT,
+    )
 
 
 @pytest.fixture
@@ -116,9 +120,12 @@ def cli_simulator() -> Iterator[Callable[..., CliSimulator]]:
     def start(*args: str) -> CliSimulator:
         process = subprocess.Popen(
             [sys.executable, "-m", "se_forwarder.simulator", "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
             cwd=REPO_ROOT,
-        )  # fmt: skip
+        )
         first = process.stdout.readline() if process.stdout else ""
         if "listening on " not in first:
             process.kill()

@@ -82,20 +82,19 @@ event_strategy = st.fixed_dictionaries(
         "EventId": st.uuids().map(str),
         "EventType": st.sampled_from(sorted(ALL_TYPES)),
         "ResourceType": st.just("VirtualMachine"),
-        "Resources": st.lists(st.from_regex(r"[a-z][a-z0-9_-]{0,8}", fullmatch=True),
-                              min_size=1, max_size=3),
+        "Resources": st.lists(st.from_regex(r"[a-z][a-z0-9_-]{0,8}", fullmatch=True), min_size=1, max_size=3),
         "EventStatus": st.sampled_from(["Scheduled", "Started"]),
         "NotBefore": st.just("Mon, 11 Apr 2022 22:26:58 GMT"),
         "Description": st.text(max_size=20),
         "EventSource": st.sampled_from(["Platform", "User"]),
         "DurationInSeconds": st.integers(min_value=-1, max_value=3600),
     }
-)  # fmt: skip
+)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
-    events=st.lists(event_strategy, max_size=6),
+    events=st.lists(event_strategy, max_size=4),
     version=st.sampled_from(SCHEDULED_EVENTS_VERSIONS),
     incarnation=st.integers(min_value=0, max_value=10**6),
 )

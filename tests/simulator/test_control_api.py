@@ -46,9 +46,14 @@ def test_post_event_under_a_vm_prefix_defaults_resources_to_that_vm(start_sim, h
 
 
 def test_post_event_keeps_given_fields(sim, http):
-    fields = {"EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123", "EventType": "Freeze",
-              "Resources": ["WestNO_0", "WestNO_1"], "EventSource": "User",
-              "DurationInSeconds": 5, "Description": "Host server is undergoing maintenance."}  # fmt: skip
+    fields = {
+        "EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
+        "EventType": "Freeze",
+        "Resources": ["WestNO_0", "WestNO_1"],
+        "EventSource": "User",
+        "DurationInSeconds": 5,
+        "Description": "Host server is undergoing maintenance.",
+    }
     event = http.post(sim.url + "/control/events", json=fields, timeout=5).json()
     assert {k: event[k] for k in fields} == fields
 
@@ -85,8 +90,11 @@ def test_post_event_with_a_duplicate_event_id_is_400(sim, http):
 def test_patch_event_changes_fields_and_raises_incarnation_once(sim, http):
     event_id = sim.sim.add_event({})["EventId"]
     before = sim.sim.incarnation
-    reply = http.patch(f"{sim.url}/control/events/{event_id}",
-                       json={"EventStatus": "Started", "Description": "now"}, timeout=5)  # fmt: skip
+    reply = http.patch(
+        f"{sim.url}/control/events/{event_id}",
+        json={"EventStatus": "Started", "Description": "now"},
+        timeout=5,
+    )
     assert reply.status_code == 200
     [event] = _document(sim, http)["Events"]
     assert (event["EventStatus"], event["Description"], event["NotBefore"]) == ("Started", "now", "")
@@ -114,10 +122,8 @@ def test_unknown_event_id_in_control_api_is_404(sim, http, method):
 
 def test_get_approvals_lists_start_requests_with_time_and_acceptance(sim, http):
     event_id = sim.sim.add_event({})["EventId"]
-    http.post(sim.url + EVENTS, json={"StartRequests": [{"EventId": event_id}]},
-              headers=HEADERS, timeout=5)  # fmt: skip
-    http.post(sim.url + EVENTS, json={"StartRequests": [{"EventId": "unknown"}]},
-              headers=HEADERS, timeout=5)  # fmt: skip
+    http.post(sim.url + EVENTS, json={"StartRequests": [{"EventId": event_id}]}, headers=HEADERS, timeout=5)
+    http.post(sim.url + EVENTS, json={"StartRequests": [{"EventId": "unknown"}]}, headers=HEADERS, timeout=5)
     approvals = http.get(sim.url + "/control/approvals", timeout=5).json()
     assert [(a["EventId"], a["accepted"]) for a in approvals] == [(event_id, True), ("unknown", False)]
     assert all(a["time"].endswith("Z") for a in approvals)

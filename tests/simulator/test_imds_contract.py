@@ -161,8 +161,14 @@ def test_instance_compute_metadata_identifies_the_vm(sim, http):
         f"/subscriptions/{compute['subscriptionId']}/resourceGroups/"
         f"{compute['resourceGroupName']}/providers/Microsoft.Compute/virtualMachines/vm0"
     )
-    for key in ("location", "zone", "vmScaleSetName", "platformFaultDomain",
-                "platformUpdateDomain", "tagsList"):  # fmt: skip
+    for key in (
+        "location",
+        "zone",
+        "vmScaleSetName",
+        "platformFaultDomain",
+        "platformUpdateDomain",
+        "tagsList",
+    ):
         assert key in compute
 
 
@@ -181,3 +187,14 @@ def test_instance_metadata_needs_header_and_known_version(sim, http):
 def test_full_instance_document_has_compute_and_network(sim, http):
     reply = http.get(sim.url + "/metadata/instance?api-version=2021-02-01", headers=HEADERS, timeout=5)
     assert set(reply.json()) == {"compute", "network"}
+
+
+def test_restarted_server_serves_the_same_document_on_the_same_port(start_sim, http):
+    server = start_sim()
+    server.sim.add_event({})
+    before = http.get(server.url + EVENTS, headers=HEADERS, timeout=5).json()
+    port = server.port
+    server.stop()
+    server.start()
+    assert server.port == port
+    assert http.get(server.url + EVENTS, headers=HEADERS, timeout=5).json() == before
