@@ -21,6 +21,7 @@ import logging
 import re
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -113,6 +114,13 @@ class _HTTPServer(ThreadingHTTPServer):
         with self._open_lock:
             self._open.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a killed agent, a timeout) is normal here, not a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
     def cut_connections(self) -> None:
         with self._open_lock:
