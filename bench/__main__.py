@@ -17,8 +17,13 @@ import psutil
 from bench.common import ROOT, Row
 
 # Modules with run() -> list[Row]; then standalone scripts whose output is kept verbatim.
-MODULES = ["bench.agent_vs_sample", "bench.outbox_throughput", "bench.burst"]
-SCRIPTS = ["bench/webhook_latency.py", "bench/approval_roundtrip.py", "bench/eventhubs_bench.py"]
+MODULES = ["bench.agent_vs_sample", "bench.outbox_throughput", "bench.burst", "bench.footprint"]
+SCRIPTS = [
+    ["bench/webhook_latency.py", "--poll-interval", "1.0", "--changes", "40", "--backlog", "3000"],
+    ["bench/webhook_latency.py", "--poll-interval", "0.2", "--changes", "60", "--backlog", "1000"],
+    ["bench/approval_roundtrip.py"],
+    ["bench/eventhubs_bench.py"],
+]
 
 
 def main() -> int:
@@ -32,11 +37,12 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - one failed benchmark must not hide the others
             failures.append(f"{name}: {type(exc).__name__}: {exc}")
     outputs: list[tuple[str, str]] = []
-    for script in SCRIPTS:
-        if not (ROOT / script).exists():
+    for command in SCRIPTS:
+        if not (ROOT / command[0]).exists():
             continue
+        script = " ".join(command)
         print(f"running {script} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, script], cwd=ROOT, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
         text = proc.stdout.strip() or proc.stderr.strip()[-2000:]
         outputs.append((script, text if proc.returncode == 0 else f"FAILED:\n{text}"))

@@ -48,8 +48,20 @@ def run_one(sink_args: list[str], delivered, label: str) -> Row:
 
 
 def run() -> list[Row]:
-    return [run_one(lambda tmp: ["--sink", f"file:{tmp}/o.jsonl"],
+    from tests.webhook.receiver import Receiver
+
+    rows = [run_one(lambda tmp: ["--sink", f"file:{tmp}/o.jsonl"],
                     lambda tmp: lines(Path(tmp) / "o.jsonl"), "file sink")]
+    with Receiver() as receiver:
+        def webhook_config(tmp: str) -> list[str]:
+            path = Path(tmp) / "w.toml"
+            path.write_text(f'[[sinks]]\ntype = "webhook"\nurl = "{receiver.url}"\n'
+                            'mode = "batch"\nbatch_max_events = 500\n')
+            return ["--config", str(path)]
+
+        rows.append(run_one(webhook_config, lambda tmp: len(set(receiver.accepted_ids())),
+                            "batch webhook"))
+    return rows
 
 
 if __name__ == "__main__":
