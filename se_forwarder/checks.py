@@ -1,39 +1,168 @@
-"""`se-forwarder check`: the configuration, IMDS and every sink, one line each."""
+"""`se-forwarder check`: one line per part (state, IMDS, each sink, approval queue, telemetry).
+
+Each line starts with ``ok``, ``FAIL`` or ``skip`` and says what is wrong and how to fix it. The
+caller exits non-zero when any line failed.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
+import socket
 from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote
+
+import requests
 
 from .config import Settings
 from .imds import ImdsClient, ImdsError
 from .sinks import SinkContext, create
+from .telemetry import otlp_base, redact
+
+CHECK_IMDS_TIMEOUT = 10.0  # not IMDS's two minutes: `check` is interactive
+HTTP_TIMEOUT = 5.0
+LOCAL_TIMEOUT = 2.0  # a running agent on this machine answers /healthz at once
 
 
 def run_checks(settings: Settings, echo: Callable[[str], None]) -> int:
-    """Print ``ok``/``FAIL`` lines; the number of failures."""
+    """Print one ``ok``/``FAIL``/``skip`` line per check; the number of failures."""
     failures = 0
-    client = ImdsClient(settings.imds.url, settings.imds.api_version,
-                        timeout=settings.imds.timeout, first_call_timeout=10.0)
+    checks: list[tuple[str, Callable[[], tuple[bool | None, str]]]] = [
+        ("state", lambda: check_state(settings.state.dir)),
+        ("imds", lambda: check_imds(settings)),
+    ]
+    for s in settings.sinks:
+        checks.append((f"sink {s.name}", lambda s=s: check_sink(settings, s)))
+    checks.append(("approval queue", lambda: check_queue(settings)))
+    t = settings.telemetry
+    if t.prometheus_port:
+        checks.append(("prometheus", lambda: check_prometheus(t.prometheus_host, t.prometheus_port)))
+    if t.otlp_endpoint:
+        checks.append(("otlp", lambda: check_otlp(t.otlp_endpoint)))
+    for label, check in checks:
+        try:
+            ok, text = check()
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+            ok, text = False, f"{type(exc).__name__}: {exc}"
+        prefix = {True: "ok   ", False: "FAIL ", None: "skip "}[ok]
+        echo(redact(f"{prefix} {label}: {text}" if text else f"{prefix} {label}"))
+        failures += ok is False
+    return failures
+
+
+def check_state(state_dir: Path) -> tuple[bool, str]:
+    """The state directory exists and is writable, or can be created."""
+    path = Path(state_dir)
+    if path.is_dir():
+        if os.access(path, os.W_OK | os.X_OK):
+            return True, f"{path} is writable"
+        return False, (f"{path} is not writable by this user; run check as the agent's user, or "
+                       f"give that user write access (e.g. chown)")
+    if path.exists():
+        return False, f"{path} exists but is not a directory; set [state] dir to a directory"
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and os.access(parent, os.W_OK | os.X_OK):
+        return True, f"{path} does not exist yet; the agent will create it"
+    return False, (f"{path} does not exist and {parent} is not writable by this user; create it "
+                   "for the agent's user, or set [state] dir")
+
+
+def check_imds(settings: Settings) -> tuple[bool, str]:
+    """One GET of the scheduled-events document."""
+    client = ImdsClient(settings.imds.url, settings.imds.api_version, timeout=settings.imds.timeout,
+                        first_call_timeout=CHECK_IMDS_TIMEOUT)
     try:
         doc = client.get_document()
-        echo(f"ok    imds: {settings.imds.url} answers (incarnation {doc.incarnation}, "
-             f"{len(doc.events)} event(s))")
     except ImdsError as exc:
-        failures += 1
-        echo(f"FAIL  imds: {exc} (is this an Azure VM, or is --imds-url right?)")
+        return False, f"{exc} (is this an Azure VM, or is [imds] url / --imds-url right?)"
     finally:
         client.close()
-    ctx = SinkContext(settings.state.dir)
-    for s in settings.sinks:
+    return True, (f"{settings.imds.url} answers (incarnation {doc.incarnation}, "
+                  f"{len(doc.events)} event(s))")
+
+
+def check_sink(settings: Settings, sink_settings: object) -> tuple[bool, str]:
+    """Build the sink like the agent does (secrets, CA bundle) and let it reach its endpoint."""
+    s = sink_settings
+    sink = create(s.type, s.name, s.options, SinkContext(settings.state.dir))  # type: ignore[attr-defined]
+    try:
+        problem = sink.check()
+    finally:
+        sink.close()
+    return (False, problem) if problem else (True, "")
+
+
+def check_queue(settings: Settings) -> tuple[bool | None, str]:
+    """The remote approval queue, through ``se_forwarder.approvals.queue.check`` when it exists."""
+    if not settings.approvals.queue:
+        return True, "not configured (remote approvals off)"
+    try:
+        module = importlib.import_module("se_forwarder.approvals.queue")
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "se_forwarder.approvals.queue":
+            return None, "not checked (this version cannot check the queue yet)"
+        return False, (f"needs the package {getattr(exc, 'name', exc)}: "
+                       "pip install 'se-forwarder[queue]'")
+    check = getattr(module, "check", None)
+    if check is None:
+        return None, "not checked (this version cannot check the queue yet)"
+    problem = check(settings)
+    return (False, problem) if problem else (True, "reachable")
+
+
+def check_prometheus(host: str, port: int) -> tuple[bool, str]:
+    """The port is free for the agent, or a running agent serves it and is healthy."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    probe = f"[{probe}]" if ":" in probe else probe
+    try:
+        reply = requests.get(f"http://{probe}:{port}/healthz", timeout=LOCAL_TIMEOUT,
+                             allow_redirects=False, proxies={"http": "", "https": ""})
+    except requests.RequestException:
+        reply = None
+    if reply is not None and reply.headers.get("Server", "").startswith("se-forwarder"):
+        line = reply.text.strip()
+        if reply.status_code == 200:
+            return True, f"a running agent serves http://{shown}/metrics; /healthz: {line}"
+        return False, f"the running agent is unhealthy: {line}"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
-            sink = create(s.type, s.name, s.options, ctx)
-            problem = sink.check()
-            sink.close()
-        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem:
-            failures += 1
-            echo(f"FAIL  sink {s.name}: {problem}")
-        else:
-            echo(f"ok    sink {s.name}")
-    return failures
+            sock.bind((host, port))
+        except OSError as exc:
+            return False, (f"cannot listen on {shown}: {exc.strerror or exc} (another program uses "
+                           "it, or the address is not on this machine); choose another "
+                           "telemetry.prometheus_port / prometheus_host")
+    return True, f"{shown} is free; the agent will serve /metrics and /healthz there"
+
+
+def check_otlp(endpoint: str) -> tuple[bool, str]:
+    """An empty OTLP/HTTP metrics export (valid protobuf) is accepted by the collector."""
+    url = f"{otlp_base(endpoint)}/v1/metrics"
+    headers = {"Content-Type": "application/x-protobuf"}
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
+        for item in os.environ.get(name, "").split(","):
+            key, sep, value = item.partition("=")
+            if sep and key.strip():
+                headers[unquote(key.strip())] = unquote(value.strip())
+    try:
+        reply = requests.post(url, data=b"", headers=headers, timeout=HTTP_TIMEOUT,
+                              allow_redirects=False)
+    except requests.RequestException as exc:
+        return False, (f"cannot reach {url} ({_cause(exc)}); is the OpenTelemetry collector running "
+                       "and telemetry.otlp_endpoint its OTLP/HTTP address (port 4318)?")
+    if 200 <= reply.status_code < 300:
+        return True, f"{url} accepts OTLP/HTTP exports"
+    hint = {401: "set OTEL_EXPORTER_OTLP_HEADERS with the collector's credentials",
+            403: "set OTEL_EXPORTER_OTLP_HEADERS with the collector's credentials",
+            404: "is telemetry.otlp_endpoint the collector's OTLP/HTTP base URL (port 4318)?",
+            }.get(reply.status_code, "check the collector's logs")
+    return False, f"{url} answered {reply.status_code}; {hint}"
+
+
+def _cause(exc: Exception) -> str:
+    """The OS-level reason inside a requests error (``[Errno 111] Connection refused``)."""
+    found = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))
+    return found.group(0) if found else type(exc).__name__

@@ -70,6 +70,7 @@ class TelemetrySettings:
     otlp_endpoint: str = ""
     prometheus_port: int = 0
     prometheus_host: str = "127.0.0.1"
+    unhealthy_after: float = 60.0  # /healthz turns 503 when no poll succeeded for this long
 
 
 @dataclass
@@ -176,7 +177,8 @@ def _state(t: dict[str, Any]) -> StateSettings:
 def _telemetry(t: dict[str, Any]) -> TelemetrySettings:
     no_unknown(
         t, "telemetry",
-        ("log_format", "log_level", "otlp_endpoint", "prometheus_port", "prometheus_host"),
+        ("log_format", "log_level", "otlp_endpoint", "prometheus_port", "prometheus_host",
+         "unhealthy_after"),
     )
     s = TelemetrySettings()
     if "log_format" in t:
@@ -192,6 +194,8 @@ def _telemetry(t: dict[str, Any]) -> TelemetrySettings:
         s.prometheus_port = int(as_number(t["prometheus_port"], "telemetry.prometheus_port", 0, 65535))
     if "prometheus_host" in t:
         s.prometheus_host = as_str(t["prometheus_host"], "telemetry.prometheus_host")
+    if "unhealthy_after" in t:
+        s.unhealthy_after = as_number(t["unhealthy_after"], "telemetry.unhealthy_after", 1, 86400)
     return s
 
 
