@@ -108,6 +108,22 @@ def main() -> None:
     """Forward Azure Scheduled Events as CloudEvents, durably, and approve them by policy."""
 
 
+def _progress(what: str, seconds: float) -> Any:
+    """Say on stderr, every few seconds, that a slow IMDS answer is still awaited (quiet if fast)."""
+    import logging
+
+    from .telemetry import TextFormatter, countdown
+
+    logger = logging.getLogger("se_forwarder.cli.progress")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TextFormatter())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return countdown(logger, what, seconds)
+
+
 def _load_settings(config: str | None, **flags: Any) -> Any:
     from . import config as cfg
 
@@ -187,7 +203,9 @@ def events(imds_url: str | None, api_version: str | None, as_json: bool) -> None
     client = ImdsClient(imds_url or DEFAULT_URL, api_version or DEFAULT_API_VERSION,
                         first_call_timeout=130.0)
     try:
-        doc = client.get_document()
+        with _progress("waiting for IMDS (the first answer on a VM may take up to 2 minutes)",
+                       client.first_call_timeout):
+            doc = client.get_document()
     except ImdsError as exc:
         raise SeForwarderError(str(exc)) from exc
     if as_json:
@@ -217,7 +235,9 @@ def approve(event_ids: tuple[str, ...], imds_url: str | None, state_dir: str | N
     from .manual import approve_now
 
     settings = _load_settings(config, imds_url=imds_url, state_dir=state_dir)
-    for line in approve_now(settings, list(event_ids)):
+    with _progress("waiting for IMDS (the first answer on a VM may take up to 2 minutes)", 130):
+        lines = approve_now(settings, list(event_ids))
+    for line in lines:
         click.echo(line)
 
 
