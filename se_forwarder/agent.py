@@ -129,7 +129,8 @@ class Agent:
                 return 0  # stopped while waiting
             self.approver = Approver(
                 ImdsClient(self.settings.imds.url, self.settings.imds.api_version,
-                           timeout=self.settings.imds.timeout),
+                           timeout=self.settings.imds.timeout,
+                           first_call_timeout=self.settings.imds.timeout),  # IMDS answered already
                 self.state_dir, self.vm, self.settings.approvals,
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
             )

@@ -214,6 +214,7 @@ def _approvals(t: dict[str, Any]) -> ApprovalsSettings:
         s.hooks = policy.validate_hooks(as_table(t, "hooks", "approvals.hooks"), "approvals.hooks")
     if "queue" in t:
         s.queue = policy.validate_queue(as_table(t, "queue", "approvals.queue"), "approvals.queue")
+    policy.check_consistency(s)
     return s
 
 

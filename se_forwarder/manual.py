@@ -17,8 +17,13 @@ def approve_now(settings: Settings, event_ids: list[str]) -> list[str]:
     """POST StartRequests for the listed events that are Scheduled now; lines to print.
 
     Refuses (non-zero exit) any id not in the current document or not Scheduled: approving lets
-    the event proceed for every VM in its Resources, so a typo must not pass silently.
+    the event proceed for every VM in its Resources, so a typo must not pass silently. Then records
+    one ``approved`` CloudEvent per event (``ApprovedBy: cli``) in the state directory's outbox, which
+    a running agent delivers to its sinks; the same ids as the agent's own, so never twice.
     """
+    event_ids = list(dict.fromkeys(i.strip() for i in event_ids if i.strip()))
+    if not event_ids:
+        raise SeForwarderError("no EventId given")
     client = ImdsClient(settings.imds.url, settings.imds.api_version,
                         timeout=settings.imds.timeout, first_call_timeout=130.0)
     try:

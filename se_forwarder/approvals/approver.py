@@ -1,8 +1,26 @@
 """The approver: decides on Scheduled events and POSTs StartRequests, off the polling thread.
 
-Every approval, whatever its origin (policy, hook, coordinator, CLI), goes through ``approve``,
+Every approval, whatever its origin (policy, hook, coordinator, CLI), goes through ``try_approve``,
 which refuses anything not in the current document with status Scheduled, POSTs to IMDS (unless
 dry-run) and then records the ``approved`` CloudEvent in the outbox.
+
+Threads (all started by ``start``; none of them ever blocks polling):
+
+- ``approver``: applies the policy to the current document, starts prepare/recover hooks when due
+  and collects their results (a successful prepare may approve; a failed one emits an audit event);
+- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue.py``;
+- one short-lived thread per running hook command.
+
+What decides an approval, for each Scheduled event not yet approved:
+
+- the first matching rule's action (no rule matched: ``wait``);
+- ``wait`` with no rule matched becomes ``prepare-then-approve`` when a prepare hook is configured
+  and ``approve_after_prepare`` is true (the documented loop: prepare, then approve);
+- ``approve``: now (``ApprovedBy: policy:<rule>``); ``prepare-then-approve``: once this VM's prepare
+  hook succeeded (``ApprovedBy: hook``); ``wait`` / ``ignore``: never by itself;
+- ``leader_only``: only when this VM is the first entry of Resources (policy and hook approvals;
+  a coordinator's message or the CLI names its event explicitly and is not subject to it);
+- ``dry_run``: logged as "would approve", never POSTed.
 """
 
 from __future__ import annotations
@@ -15,21 +33,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import cloudevents as ce
+from .. import metrics, tracing
 from ..config import ApprovalsSettings
 from ..imds import ImdsClient, ImdsError
-from ..model import SCHEDULED, T_APPROVED, Document, Transition, VmIdentity
+from ..model import SCHEDULED, T_APPROVED, Document, ScheduledEvent, Transition, VmIdentity
 from ..outbox import NewEvent, Outbox
 from ..telemetry import fields
-from .policy import Policy
+from . import hooks as hooks_mod
+from .audit import hook_failure_event
+from .policy import Policy, check_consistency
 
 log = logging.getLogger("se_forwarder.approvals")
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+IDLE_WAIT = 1.0
+
+APPROVED, DRY_RUN, NOT_SCHEDULED, RETRY = "approved", "dry-run", "not-scheduled", "retry"
 
 
 def approved_event(
     doc: Document, event_id: str, vm: VmIdentity, approved_by: str, observed: datetime
 ) -> NewEvent:
+    """The ``approved`` CloudEvent (id ``<EventId>/approved``) for an event of ``doc``."""
     event = doc.by_id()[event_id]
     cloud = ce.build(
         T_APPROVED, event, doc.incarnation, vm, observed, extra_data={"ApprovedBy": approved_by}
@@ -55,6 +80,7 @@ class Approver:
         dry_run: bool = False,
         on_recorded: Callable[[], None] = lambda: None,
     ) -> None:
+        check_consistency(settings)
         self.imds = imds
         self.state_dir = state_dir
         self.vm = vm
@@ -63,13 +89,22 @@ class Approver:
         self.dry_run = dry_run or settings.dry_run
         self.leader_only = settings.leader_only
         self.on_recorded = on_recorded
+        self.queue_settings = None
+        if settings.queue is not None:
+            from .queue import resolve  # ConfigError now (at start), not in a thread later
+
+            self.queue_settings = resolve(settings.queue, vm)
+        secret_env = self.queue_settings.secret_env if self.queue_settings else ()
+        self.hooks = hooks_mod.HookRunner(settings.hooks, vm, secret_env=secret_env,
+                                          wake=self._wake)
         self._doc: Document | None = None
         self._lock = threading.Lock()
+        self._approve_lock = threading.Lock()
         self._changed = threading.Event()
         self._decided: dict[str, str] = {}  # event_id -> what was decided and logged
         self._failures: dict[str, tuple[int, float]] = {}  # event_id -> (attempts, next time)
-        self._thread: threading.Thread | None = None
-        self._outbox: Outbox | None = None
+        self._threads: list[threading.Thread] = []
+        self._schema_ready: set[int] = set()
 
     # -- wiring ---------------------------------------------------------------------------
     def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
@@ -79,80 +114,190 @@ class Approver:
         self._changed.set()
 
     def current(self) -> Document | None:
+        """The last document the poller offered."""
         with self._lock:
             return self._doc
 
     def start(self, stop: threading.Event) -> None:
-        self._thread = threading.Thread(target=self._run, args=(stop,), name="approver", daemon=True)
-        self._thread.start()
+        """Start the approver thread and, when configured, the approval-queue consumer."""
+        self._threads.append(threading.Thread(target=self._run, args=(stop,), name="approver",
+                                              daemon=True))
+        if self.queue_settings is not None:
+            from .queue import QueueConsumer
+
+            consumer = QueueConsumer(self, self.queue_settings)
+            self._threads.append(threading.Thread(target=self._guard, args=(consumer.run, stop),
+                                                  name="approval-queue", daemon=True))
+        for thread in self._threads:
+            thread.start()
 
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        self._changed.set()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _wake(self) -> None:
+        self._changed.set()
+
+    def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
+        try:
+            target(stop)
+        except Exception:
+            log.exception("%s stopped", threading.current_thread().name)
 
     def _run(self, stop: threading.Event) -> None:
+        outbox: Outbox | None = None
         try:
-            self._outbox = Outbox(self.state_dir)
+            outbox = Outbox(self.state_dir)
+            self._ensure_schema(outbox)
+            for result in self.hooks.interrupted(outbox.connection):
+                self._hook_finished(outbox, result)
             while not stop.is_set():
-                self._changed.wait(1.0)
+                self._changed.wait(IDLE_WAIT)
                 self._changed.clear()
                 if not stop.is_set():
-                    self.consider(self._outbox)
+                    self._step(outbox)
         except Exception:
             log.exception("approver stopped")
         finally:
-            if self._outbox is not None:
-                self._outbox.close()
+            if outbox is not None:
+                outbox.close()
+
+    def _step(self, outbox: Outbox) -> None:
+        doc = self.current()
+        for result in self.hooks.collect(outbox.connection):
+            self._hook_finished(outbox, result)
+        if doc is not None and self.hooks.configured:
+            self.hooks.sync(outbox.connection, doc.events, doc.incarnation, self._hook_eligible)
+        self.consider(outbox)
+
+    def _ensure_schema(self, outbox: Outbox) -> None:
+        key = id(outbox.connection)
+        if key not in self._schema_ready:
+            hooks_mod.ensure_schema(outbox.connection)
+            self._schema_ready.add(key)
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _hook_eligible(self, event: ScheduledEvent) -> bool:
+        """Hooks run for events that affect this VM and that no rule ignores."""
+        if not event.affects(self.vm.name):
+            return False
+        return self.policy.decide(event, self.vm.name).action != "ignore"
+
+    def _hook_finished(self, outbox: Outbox, result: hooks_mod.HookResult) -> None:
+        metrics.hook_run(result.hook, result.state)
+        if result.ok:
+            log.info("%s hook succeeded (%.1f s)", result.hook, result.seconds or 0.0,
+                     extra=fields(event_id=result.event_id, origin=result.hook))
+            return
+        log.warning("%s hook %s: %s", result.hook, result.state, result.detail,
+                    extra=fields(event_id=result.event_id, origin=result.hook, reason=result.state))
+        event = hook_failure_event(
+            result.hook, result.event, result.incarnation, self.vm,
+            reason=f"{result.state}: {result.detail}", exit_code=result.exit_code,
+            seconds=result.seconds, observed=datetime.now(UTC),
+        )
+        if outbox.record(None, [event]):
+            self.on_recorded()
 
     # -- policy ---------------------------------------------------------------------------
     def consider(self, outbox: Outbox) -> None:
-        """Apply the policy to every Scheduled event of the current document."""
+        """Apply the policy (and finished prepare hooks) to every Scheduled event of the document."""
         doc = self.current()
         if doc is None:
             return
+        self._ensure_schema(outbox)
+        present = {e.event_id for e in doc.events}
+        self._decided = {k: v for k, v in self._decided.items() if k in present}
+        with self._approve_lock:
+            self._failures = {k: v for k, v in self._failures.items() if k in present}
         now = datetime.now(UTC)
         for event in doc.events:
             if event.status != SCHEDULED or outbox.has_event(ce.ce_id(event.event_id, T_APPROVED)):
                 continue
-            decision = self.policy.decide(event, self.vm.name, now)
-            if decision.action != "approve":
-                self._note(event.event_id, f"{decision.action}:{decision.rule}",
-                           "policy: %s (rule %s)", decision.action, decision.rule or "none")
+            origin = self._origin(outbox, event, now)
+            if origin is None:
                 continue
             if self.leader_only and (not event.resources or event.resources[0] != self.vm.name):
                 self._note(event.event_id, "not-leader",
                            "not approving: this VM is not the first in Resources (leader_only)")
                 continue
-            self.approve(outbox, event.event_id, f"policy:{decision.rule}")
+            self.try_approve(outbox, event.event_id, origin, document=doc)
 
+    def _origin(self, outbox: Outbox, event: ScheduledEvent, now: datetime) -> str | None:
+        """``ApprovedBy`` if the event is to be approved now, else None (and the reason logged)."""
+        decision = self.policy.decide(event, self.vm.name, now)
+        action, rule = decision.action, decision.rule
+        if action == "wait" and rule is None and self.hooks.prepares and self.hooks.approve_after_prepare:
+            action = "prepare-then-approve"
+        if action == "approve":
+            return f"policy:{rule}"
+        if action == "prepare-then-approve":
+            state = self.hooks.prepare_state(outbox.connection, event.event_id)
+            if state == hooks_mod.SUCCEEDED:
+                return "hook"
+            why = state or ("not started" if event.affects(self.vm.name)
+                            else "not run: the event does not affect this VM")
+            self._note(event.event_id, f"prepare:{state}",
+                       "waiting for the prepare hook before approving (prepare %s; rule %s)",
+                       why, rule or "none")
+            return None
+        self._note(event.event_id, f"{action}:{rule}",
+                   "policy: %s (rule %s)", action, rule or "none")
+        return None
+
+    # -- approving ------------------------------------------------------------------------
     def approve(self, outbox: Outbox, event_id: str, approved_by: str) -> bool:
         """Approve ``event_id`` if it is Scheduled in the current document; True once recorded."""
-        doc = self.current()
+        return self.try_approve(outbox, event_id, approved_by) == APPROVED
+
+    def try_approve(self, outbox: Outbox, event_id: str, approved_by: str, *,
+                    document: Document | None = None) -> str:
+        """POST StartRequests for ``event_id`` and record ``approved``.
+
+        Returns ``approved``, ``dry-run``, ``not-scheduled`` (not Scheduled in ``document``, by
+        default the last polled one) or ``retry`` (the POST failed; try again later). Safe to call
+        from several threads (POSTs are serialised).
+        """
+        doc = document or self.current()
         event = doc.by_id().get(event_id) if doc else None
         if doc is None or event is None or event.status != SCHEDULED:
             log.warning("not approving: event is not Scheduled in the current document",
                         extra=fields(event_id=event_id, origin=approved_by))
-            return False
-        attempts, not_before = self._failures.get(event_id, (0, 0.0))
-        if time.monotonic() < not_before:
-            return False
-        if self.dry_run:
-            self._note(event_id, "dry-run", "dry run: would approve (%s)", approved_by)
-            return False
-        try:
-            self.imds.start_events([event_id])
-        except ImdsError as exc:
-            wait = RETRY_SECONDS[min(attempts, len(RETRY_SECONDS) - 1)]
-            self._failures[event_id] = (attempts + 1, time.monotonic() + wait)
-            log.warning("approval POST failed (retry in %.0f s): %s", wait, exc,
-                        extra=fields(event_id=event_id, origin=approved_by))
-            return False
-        self._failures.pop(event_id, None)
-        outbox.record(None, [approved_event(doc, event_id, self.vm, approved_by, datetime.now(UTC))])
+            return NOT_SCHEDULED
+        with self._approve_lock:
+            attempts, not_before = self._failures.get(event_id, (0, 0.0))
+            if time.monotonic() < not_before:
+                return RETRY
+            if self.dry_run:
+                if self._decided.get(event_id) != "dry-run":
+                    metrics.approval(approved_by, "dry_run")
+                self._note(event_id, "dry-run", "dry run: would approve (%s)", approved_by)
+                return DRY_RUN
+            try:
+                self.imds.start_events([event_id])
+            except ImdsError as exc:
+                wait = RETRY_SECONDS[min(attempts, len(RETRY_SECONDS) - 1)]
+                self._failures[event_id] = (attempts + 1, time.monotonic() + wait)
+                log.warning("approval POST failed (retry in %.0f s): %s", wait, exc,
+                            extra=fields(event_id=event_id, origin=approved_by))
+                metrics.approval(approved_by, "failed")
+                return RETRY
+            self._failures.pop(event_id, None)
+        stored = outbox.record(None, [approved_event(doc, event_id, self.vm, approved_by,
+                                                     datetime.now(UTC))])
         log.info("approved", extra=fields(event_id=event_id, origin=approved_by,
                                           incarnation=doc.incarnation))
+        metrics.approval(approved_by, "approved")
+        metrics.transitions(stored)
+        tracing.recorded(stored)
         self.on_recorded()
-        return True
+        return APPROVED
+
+    def count_rejection(self, code: str) -> None:
+        """A refused approval message (the reason is in the log and the audit event)."""
+        metrics.approval("coordinator", "rejected")
 
     def _note(self, event_id: str, key: str, msg: str, *args: object) -> None:
         if self._decided.get(event_id) != key:

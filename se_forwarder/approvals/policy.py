@@ -3,6 +3,15 @@
 ``[[approvals.rules]]`` are tried in order and the first match wins; no match means wait (for
 NotBefore, or for a remote approval). Without rules, the documented sample's policy applies:
 approve user-initiated events, and Freezes with 0 <= DurationInSeconds < 9.
+
+A rule's ``when`` table (every key optional, all given keys must hold; a list means any of):
+``type`` (EventType), ``source`` (EventSource; missing on old api-versions = Platform),
+``status`` (EventStatus), ``min_duration`` / ``max_duration`` (DurationInSeconds; ``max_duration``
+never matches an unknown duration of -1), ``min_notice`` / ``max_notice`` (seconds from now until
+NotBefore; never match without a NotBefore), ``affects_this_vm`` (this VM's name is in Resources),
+``resources`` (fnmatch patterns; any entry of Resources matching any pattern). Actions: ``approve``,
+``prepare-then-approve``, ``wait``, ``ignore`` (no approval and no hooks). Only a Scheduled event can
+be approved: an approving rule that matches a Started event means wait.
 """
 
 from __future__ import annotations
@@ -78,6 +87,8 @@ class Decision:
 
 
 class Policy:
+    """The rules in order; ``decide`` says what to do with one event."""
+
     def __init__(self, rules: list[dict[str, Any]] | None = None) -> None:
         self.rules: tuple[Rule, ...] = (
             SAMPLE_RULES if rules is None else tuple(Rule(r["name"], r["action"], r["when"]) for r in rules)
@@ -105,9 +116,11 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def validate_rules(raw: Any, where: str) -> list[dict[str, Any]]:
+    """``[[approvals.rules]]`` as plain dicts {name, action, when}; ConfigError naming the key."""
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: must be an array of tables ([[approvals.rules]])")
     rules: list[dict[str, Any]] = []
+    names: set[str] = set()
     for i, item in enumerate(raw):
         at = f"{where}[{i}]"
         if not isinstance(item, dict):
@@ -119,13 +132,12 @@ def validate_rules(raw: Any, where: str) -> list[dict[str, Any]]:
         when = item.get("when", {})
         if not isinstance(when, dict):
             raise ConfigError(f"{at}.when: must be a table")
-        rules.append(
-            {
-                "name": as_str(item.get("name", f"rule{i + 1}"), f"{at}.name"),
-                "action": action,
-                "when": _validate_when(when, f"{at}.when"),
-            }
-        )
+        name = as_str(item.get("name", f"rule{i + 1}"), f"{at}.name")
+        if not name.strip() or name in names:
+            raise ConfigError(f"{at}.name: {name!r} is empty or used by another rule "
+                              "(it appears in ApprovedBy as policy:<name>)")
+        names.add(name)
+        rules.append({"name": name, "action": action, "when": _validate_when(when, f"{at}.when")})
     return rules
 
 
@@ -158,6 +170,7 @@ def _validate_when(when: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate_hooks(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """``[approvals.hooks]``: commands as argv lists, timeouts in seconds (default 300)."""
     no_unknown(
         raw, where,
         ("prepare", "prepare_timeout", "approve_after_prepare", "recover", "recover_timeout"),
@@ -184,20 +197,48 @@ QUEUE_KEYS = (
 
 
 def validate_queue(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """``[approvals.queue]``: names, not secrets (those are read when the agent starts)."""
+    from .queue import (
+        DEFAULT_POLL_INTERVAL,
+        DEFAULT_VISIBILITY_TIMEOUT,
+        validate_account_url,
+        validate_template,
+    )
+
     no_unknown(raw, where, QUEUE_KEYS)
     out = dict(raw)
     if out.get("type", "storage-queue") != "storage-queue":
         raise ConfigError(f"{where}.type: only 'storage-queue' is supported")
     out["type"] = "storage-queue"
+    for key in QUEUE_KEYS[1:8]:
+        if key in out:
+            as_str(out[key], f"{where}.{key}")
     if "queue" not in out:
         raise ConfigError(f"{where}.queue: missing (e.g. 'se-approvals-{{vm_name}}')")
+    validate_template(out["queue"], f"{where}.queue")
+    if "account_url" in out:
+        out["account_url"] = validate_account_url(out["account_url"], f"{where}.account_url")
     if "account_url" not in out and "connection_string_env" not in out and (
         "connection_string_file" not in out
     ):
         raise ConfigError(f"{where}.account_url: missing (or give connection_string_env)")
     if "signing_key_env" not in out and "signing_key_file" not in out:
         raise ConfigError(f"{where}.signing_key_env: missing (approval messages must be signed)")
-    for key in QUEUE_KEYS[1:8]:
-        if key in out:
-            as_str(out[key], f"{where}.{key}")
+    out["visibility_timeout"] = as_number(
+        out.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT), f"{where}.visibility_timeout", 5, 3600
+    )
+    out["poll_interval"] = as_number(
+        out.get("poll_interval", DEFAULT_POLL_INTERVAL), f"{where}.poll_interval", 0.05, 60
+    )
     return out
+
+
+def check_consistency(settings: Any) -> None:
+    """Cross-checks between rules and hooks (``settings`` is config.ApprovalsSettings)."""
+    if settings.rules and not settings.hooks.get("prepare"):
+        for i, rule in enumerate(settings.rules):
+            if rule["action"] == "prepare-then-approve":
+                raise ConfigError(
+                    f"approvals.rules[{i}].action: prepare-then-approve needs a prepare command "
+                    "(approvals.hooks.prepare)"
+                )

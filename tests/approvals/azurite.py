@@ -1,0 +1,106 @@
+"""Azurite's queue service (npm ``azurite@3.37.0``) as a real subprocess on a free loopback port.
+
+Used by the session fixture in ``conftest.py`` and by ``bench/approval_roundtrip.py``. In memory
+only, telemetry off, API version check off (azure-storage-queue 12.18 asks for a newer version than
+Azurite 3.37 knows).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# The storage emulator's documented, public development account (not a secret).
+ACCOUNT = "devstoreaccount1"
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+LISTENING = re.compile(r"listens on http://127\.0\.0\.1:(\d+)")
+
+
+def find_binary() -> str | None:
+    """``azurite-queue`` from PATH, or from the test script's install in ``.cache/azurite``."""
+    local = ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-queue"
+    found = shutil.which("azurite-queue")
+    if found:
+        return found
+    return str(local) if os.access(local, os.X_OK) else None
+
+
+class Azurite:
+    """``with Azurite() as az: az.connection_string``; ``az.client(name)`` for a QueueClient."""
+
+    def __init__(self, binary: str | None = None, workdir: Path | None = None) -> None:
+        self.binary = binary or find_binary()
+        self.workdir = workdir
+        self.port: int | None = None
+        self.proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+
+    def start(self, timeout: float = 30.0) -> Azurite:
+        if not self.binary:
+            raise RuntimeError("azurite-queue not found (npm install --prefix .cache/azurite "
+                               "azurite@3.37.0)")
+        self.proc = subprocess.Popen(
+            [self.binary, "--queueHost", "127.0.0.1", "--queuePort", "0", "--skipApiVersionCheck",
+             "--inMemoryPersistence", "--extentMemoryLimit", "64", "--silent", "--disableTelemetry"],
+            cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        threading.Thread(target=self._drain, name="azurite-output", daemon=True).start()
+        deadline = time.monotonic() + timeout
+        seen: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            seen.append(line)
+            match = LISTENING.search(line)
+            if match:
+                self.port = int(match.group(1))
+                return self
+        self.stop()
+        raise RuntimeError("Azurite did not start: " + " | ".join(seen[-5:]))
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip())
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def __enter__(self) -> Azurite:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def queue_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    @property
+    def connection_string(self) -> str:
+        return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+                f"QueueEndpoint={self.queue_url};")
+
+    def client(self, name: str):  # -> azure.storage.queue.QueueClient
+        from azure.storage.queue import QueueClient
+
+        return QueueClient.from_connection_string(self.connection_string, name)

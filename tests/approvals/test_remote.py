@@ -1,0 +1,368 @@
+"""Remote approvals end to end: `fleet approve` / a coordinator -> Azurite queue -> agent subprocess
+-> simulator. Every refused message lands in ``<queue>-poison`` with its reason, emits an
+``approvalrejected`` CloudEvent, and never reaches the simulator as a POST.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from se_forwarder.approvals import signing
+from se_forwarder.approvals.queue import queue_name
+from se_forwarder.simulator import SimulatorServer
+from tests.conftest import ROOT, AgentProcess, wait_for
+
+from .conftest import cloudevents, log_records, write_config
+
+SOURCE = "urn:test:coordinator"
+
+
+class Coordinator:
+    """The sending side, with the azure-storage-queue SDK against Azurite."""
+
+    def __init__(self, azurite, template: str, key: str, vm: str = "vm0") -> None:
+        self.azurite = azurite
+        self.key = key
+        self.template = template
+        self.name = queue_name(template, vm)
+        self.queue = azurite.client(self.name)
+        self.poison = azurite.client(self.name + "-poison")
+
+    def message(self, event_id: str, *, key: str | None = None, expires_in: float = 600,
+                **overrides: Any) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        msg = signing.new_message(event_id, source=SOURCE, key=signing.parse_keys(key or self.key, "k")[0],
+                                  expires_at=now + timedelta(seconds=expires_in), now=now,
+                                  reason="test")
+        if overrides:
+            msg.update(overrides)
+            msg["signature"] = signing.sign(msg, signing.parse_keys(key or self.key, "k")[0])
+        return msg
+
+    def send(self, text: str) -> str:
+        return self.queue.send_message(text).id
+
+    def queue_exists(self) -> bool:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            self.queue.get_queue_properties()
+            return True
+        except ResourceNotFoundError:
+            return False
+
+    def poisoned(self, queue_message_id: str) -> dict | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            peeked = self.poison.peek_messages(max_messages=32)
+        except ResourceNotFoundError:
+            return None
+        for m in peeked:
+            entry = json.loads(m.content)
+            if entry["queueMessageId"] == queue_message_id:
+                return entry
+        return None
+
+
+class RemoteAgent:
+    def __init__(self, base: Path, server: SimulatorServer, coordinator: Coordinator,
+                 poll_interval: float | None = None, **approvals: Any) -> None:
+        self.base = base
+        self.server = server
+        self.coordinator = coordinator
+        self.sink = base / "out.jsonl"
+        self.log = base / "agent.log"
+        queue = {"queue": coordinator.template, "connection_string_env": "APPROVALS_CONN",
+                 "signing_key_env": "APPROVALS_KEY"}
+        self.config = write_config(base / "agent.toml", imds_url=server.url, state_dir=base / "state",
+                                   sink_path=self.sink, poll_interval=poll_interval, queue=queue,
+                                   **approvals)
+        self.env = {"APPROVALS_CONN": coordinator.azurite.connection_string,
+                    "APPROVALS_KEY": coordinator.key}
+
+    def start(self, agents: list[AgentProcess]) -> AgentProcess:
+        agent = AgentProcess(["--config", str(self.config)], env=self.env, log_path=self.log).start()
+        agents.append(agent)
+        wait_for(self.coordinator.queue_exists, timeout=20, what="the agent creating its queue")
+        return agent
+
+    def posts(self, event_id: str) -> list[dict]:
+        return [a for a in self.server.sim.approvals() if a["EventId"] == event_id]
+
+    def knows(self, event_id: str) -> None:
+        wait_for(lambda: any(e["subject"] == event_id for e in cloudevents(self.sink)),
+                 timeout=15, what=f"the agent seeing {event_id}")
+
+
+def _approval_time(record: dict) -> float:
+    return datetime.fromisoformat(record["time"]).timestamp()
+
+
+# -- the round trip ----------------------------------------------------------------------------
+
+
+def test_fleet_approve_reaches_the_simulator_in_under_3_seconds(azurite, signing_key, unique_queue,
+                                                                agents, tmp_path):
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator)  # default intervals (1 s)
+        remote.start(agents)
+        event_id = server.sim.add_event({"EventType": "Reboot"})["EventId"]
+        remote.knows(event_id)
+        began = time.time()
+        cli = subprocess.run(
+            [sys.executable, "-m", "se_forwarder", "fleet", "approve", "--event-id", event_id,
+             "--vm", "vm0", "--queue-template", unique_queue, "--source", SOURCE,
+             "--reason", "rolling upgrade", "--expires-in", "5m"],
+            env={"PATH": "/usr/bin:/bin", "APPROVALS_CONN": azurite.connection_string,
+                 "APPROVALS_KEY": signing_key}, cwd=ROOT, capture_output=True, text=True, timeout=30)
+        sent = time.time()
+        assert cli.returncode == 0, cli.stderr
+        assert f"for {event_id} to queue {coordinator.name}" in cli.stdout
+        (post,) = wait_for(lambda: remote.posts(event_id), timeout=10, what="the approval POST")
+        # Measured from the CLI's launch (its own start-up included) to the POST at IMDS.
+        latency = _approval_time(post) - began
+        print(f"fleet approve -> IMDS POST: {latency:.2f} s (the CLI ran {sent - began:.2f} s)")
+        assert latency < 3.0
+        assert post["accepted"] and post["started"]
+        (approved,) = wait_for(lambda: cloudevents(remote.sink, "approved"), what="approved")
+        assert approved["data"]["ApprovedBy"] == f"coordinator:{SOURCE}"
+        wait_for(lambda: not coordinator.queue.peek_messages(), what="the message deleted")
+        assert coordinator.poisoned("") is None
+
+
+def test_message_ahead_of_imds_waits_for_the_event(azurite, signing_key, unique_queue, agents,
+                                                   tmp_path):
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2)
+        remote.start(agents)
+        event_id = str(uuid.uuid4()).upper()
+        coordinator.send(signing.encode(coordinator.message(event_id, expires_in=60)))
+        wait_for(lambda: any("approval message waits" in r["message"]
+                             for r in log_records(remote.log)), timeout=10, what="the wait")
+        time.sleep(1.0)
+        server.sim.add_event({"EventId": event_id, "EventType": "Reboot"})
+        (post,) = wait_for(lambda: remote.posts(event_id), timeout=10, what="the late approval")
+        assert post["started"]
+        assert cloudevents(remote.sink, "approvalrejected") == []
+
+
+def test_dry_run_agent_refuses_valid_messages_into_the_poison_queue(azurite, signing_key,
+                                                                    unique_queue, agents, tmp_path):
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2,
+                             approvals={"dry_run": True})
+        remote.start(agents)
+        event_id = server.sim.add_event({"EventType": "Reboot"})["EventId"]
+        remote.knows(event_id)
+        qid = coordinator.send(signing.encode(coordinator.message(event_id)))
+        entry = wait_for(lambda: coordinator.poisoned(qid), timeout=10, what="the poison entry")
+        assert entry["reason"] == "dry-run"
+        assert remote.posts(event_id) == []
+
+
+def test_hooks_do_not_see_the_agents_secrets(azurite, signing_key, unique_queue, agents, tmp_path):
+    script = tmp_path / "hook.py"
+    record = tmp_path / "env.json"
+    script.write_text("import json, os, sys\n"
+                      f"json.dump(sorted(os.environ), open({str(record)!r}, 'w'))\n")
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2,
+                             hooks={"prepare": [sys.executable, str(script)]})
+        remote.start(agents)
+        server.sim.add_event({"EventType": "Reboot"})
+        names = wait_for(lambda: record.exists() and record.read_text() and
+                         json.loads(record.read_text()), timeout=15, what="the hook")
+    assert "SE_EVENT_ID" in names
+    assert "APPROVALS_KEY" not in names and "APPROVALS_CONN" not in names
+
+
+# -- every kind of refusal, against one agent ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def refusing(azurite, tmp_path_factory) -> Iterator[tuple[RemoteAgent, Coordinator]]:
+    base = tmp_path_factory.mktemp("refusing")
+    key = signing.generate_key()
+    started: list[AgentProcess] = []
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, f"refuse-{uuid.uuid4().hex[:8]}-{{vm_name}}", key)
+        remote = RemoteAgent(base, server, coordinator, poll_interval=0.2)
+        remote.start(started)
+        try:
+            yield remote, coordinator
+        finally:
+            for agent in started:
+                agent.kill()
+
+
+def _refused(remote: RemoteAgent, coordinator: Coordinator, text: str, event_id: str | None,
+             reason: str, timeout: float = 10, subject: str | None = None) -> dict:
+    """Send ``text``; it must be poisoned with ``reason``, audited, and never POSTed.
+
+    ``subject``: the audit event's subject when it differs from ``event_id`` (a message too big to
+    be read has no EventId the agent could know).
+    """
+    qid = coordinator.send(text)
+    entry = wait_for(lambda: coordinator.poisoned(qid), timeout=timeout, what=f"poison ({reason})")
+    assert entry["reason"] == reason, entry
+    assert entry["original"] == text[:4096]
+    (audit,) = wait_for(lambda: [e for e in cloudevents(remote.sink, "approvalrejected")
+                                 if e["data"]["Message"]["QueueMessageId"] == qid],
+                        what="the approvalrejected CloudEvent")
+    assert audit["data"]["ReasonCode"] == reason
+    assert audit["data"]["Reason"].startswith(reason + ": ")
+    subject = subject or event_id or "unknown"
+    assert audit["id"] == f"{subject}/approvalrejected/{qid}" and audit["subject"] == subject
+    if event_id:
+        assert remote.posts(event_id) == []
+    return audit
+
+
+def _scheduled(remote: RemoteAgent, **fields: Any) -> str:
+    event_id = remote.server.sim.add_event({"EventType": "Reboot", **fields})["EventId"]
+    remote.knows(event_id)
+    return event_id
+
+
+def test_wrong_signature_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    text = signing.encode(coordinator.message(event_id, key=signing.generate_key()))
+    audit = _refused(remote, coordinator, text, event_id, "bad-signature")
+    assert audit["data"]["Message"]["Authentic"] is False
+    assert audit["data"]["InDocument"] is True and audit["data"]["EventType"] == "Reboot"
+
+
+def test_tampered_message_is_refused(refusing):
+    remote, coordinator = refusing
+    wanted, other = _scheduled(remote), _scheduled(remote)
+    message = coordinator.message(wanted)
+    message["data"]["EventId"] = other  # signed for one event, redirected to another
+    _refused(remote, coordinator, signing.encode(message), other, "bad-signature")
+    assert remote.posts(wanted) == []
+
+
+def test_unsigned_message_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    message = coordinator.message(event_id)
+    del message["signature"]
+    _refused(remote, coordinator, signing.encode(message), event_id, "bad-signature")
+
+
+def test_expired_message_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    text = signing.encode(coordinator.message(event_id, expires_in=-1))
+    _refused(remote, coordinator, text, event_id, "expired")
+
+
+def test_replayed_message_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    text = signing.encode(coordinator.message(event_id))
+    coordinator.send(text)
+    wait_for(lambda: remote.posts(event_id), timeout=10, what="the first approval")
+    qid = coordinator.send(text)
+    entry = wait_for(lambda: coordinator.poisoned(qid), timeout=10, what="the replay refused")
+    assert entry["reason"] == "replayed"
+    assert len(remote.posts(event_id)) == 1  # the replay never reached IMDS
+
+
+def test_unknown_event_is_refused_when_the_message_expires(refusing):
+    remote, coordinator = refusing
+    event_id = str(uuid.uuid4()).upper()
+    text = signing.encode(coordinator.message(event_id, expires_in=2))
+    audit = _refused(remote, coordinator, text, event_id, "unknown-event")
+    assert audit["subject"] == event_id and audit["data"]["InDocument"] is False
+    assert audit["data"]["Vm"]["name"] == "vm0" and "eventtype" not in audit
+
+
+def test_event_gone_from_the_document_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    remote.server.sim.delete_event(event_id)
+    wait_for(lambda: cloudevents(remote.sink, "canceled"), what="the cancel")
+    _refused(remote, coordinator, signing.encode(coordinator.message(event_id)), event_id,
+             "unknown-event")
+
+
+def test_started_event_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote, EventStatus="Started")
+    audit = _refused(remote, coordinator, signing.encode(coordinator.message(event_id)), event_id,
+                     "not-scheduled")
+    assert audit["data"]["EventStatus"] == "Started"
+
+
+def test_message_for_another_vm_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    message = coordinator.message(event_id, data={"EventId": event_id, "VmName": "vm7",
+                                                  "ExpiresAt": signing.rfc3339(
+                                                      datetime.now(UTC) + timedelta(minutes=5))})
+    _refused(remote, coordinator, signing.encode(message), event_id, "wrong-vm")
+
+
+def test_malformed_json_is_refused(refusing):
+    remote, coordinator = refusing
+    _refused(remote, coordinator, '{"specversion": "1.0", "data": {"EventId": ', None, "malformed")
+
+
+def test_oversized_message_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    text = signing.encode(coordinator.message(event_id, padding="x" * 20_000))
+    audit = _refused(remote, coordinator, text, event_id, "oversized", subject="unknown")
+    assert audit["data"]["EventId"] is None and audit["data"]["Message"]["Authentic"] is False
+
+
+def test_refusals_never_stopped_the_consumer(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    coordinator.send(signing.encode(coordinator.message(event_id)))
+    (post,) = wait_for(lambda: remote.posts(event_id), timeout=10, what="a valid approval")
+    assert post["started"]
+    assert "Traceback" not in remote.log.read_text()
+
+
+# -- `se-forwarder check` ---------------------------------------------------------------------
+
+
+def test_check_reports_missing_queues_then_reachable(azurite, signing_key, unique_queue,
+                                                     monkeypatch, tmp_path):
+    from se_forwarder import config
+    from se_forwarder.approvals import queue as approval_queue
+
+    monkeypatch.setenv("APPROVALS_CONN", azurite.connection_string)
+    monkeypatch.setenv("APPROVALS_KEY", signing_key)
+    with SimulatorServer() as server:
+        path = write_config(tmp_path / "agent.toml", imds_url=server.url, state_dir=tmp_path / "s",
+                            sink_path=tmp_path / "out.jsonl", queue={
+                                "queue": unique_queue, "connection_string_env": "APPROVALS_CONN",
+                                "signing_key_env": "APPROVALS_KEY"})
+        settings = config.load(path)
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        assert approval_queue.check(settings) == (
+            f"queue {coordinator.name} does not exist (the agent creates it at start when its "
+            "identity may; otherwise create it)")
+        coordinator.queue.create_queue()
+        coordinator.poison.create_queue()
+        assert approval_queue.check(settings) is None
+        monkeypatch.setenv("APPROVALS_KEY", "tooshort")
+        assert "environment variable APPROVALS_KEY: key #1" in approval_queue.check(settings)
