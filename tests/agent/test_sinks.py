@@ -26,9 +26,13 @@ def test_a_failing_sink_neither_delays_the_other_nor_loses_its_backlog(
     agents.append(agent)
     ids = [control.add(EventType="Reboot")["EventId"] for _ in range(3)]
     wait_for(lambda: len(read_jsonl(good)) == 3, what="the healthy sink")
-    with Outbox(tmp_path / "s", readonly=True) as box:
-        status = box.sink_status("bad")
-    assert status.backlog == 3 and "cannot write" in (status.last_error or "")
+
+    def bad_status():
+        with Outbox(tmp_path / "s", readonly=True) as box:
+            status = box.sink_status("bad")
+        return status if status.backlog == 3 and status.last_error else None
+
+    assert "cannot write" in wait_for(bad_status, what="the failing sink's error").last_error
     blocker.unlink()  # the destination becomes writable
     wait_for(lambda: [e["subject"] for e in read_jsonl(bad)] == ids, timeout=40,
              what="the failed sink to catch up, in order")
