@@ -504,7 +504,8 @@ class QueueConsumer:
         try:
             self._send_poison(message, verdict, now)
         except Exception as exc:  # noqa: BLE001
-            if (getattr(message, "dequeue_count", 0) or 0) < MAX_POISON_ATTEMPTS:
+            forbidden = getattr(exc, "status_code", None) == 403  # least privilege: no send right
+            if not forbidden and (getattr(message, "dequeue_count", 0) or 0) < MAX_POISON_ATTEMPTS:
                 raise  # handled again after the visibility timeout
             log.error("poison queue %s unavailable (%s); dropping the refused message %s after %d "
                       "attempts (its approvalrejected event is recorded)", self.settings.poison_name,
