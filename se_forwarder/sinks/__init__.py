@@ -59,5 +59,7 @@ def default_name(kind: str, options: dict[str, Any]) -> str:
         port = f":{parts.port}" if parts.port else ""
         return f"webhook:{parts.scheme}://{host}{port}{parts.path}"
     if kind == "eventhubs":
-        return f"eventhubs:{options.get('fully_qualified_namespace', '')}/{options.get('eventhub', '')}"
+        namespace = options.get("fully_qualified_namespace")
+        hub = options.get("eventhub", "")
+        return f"eventhubs:{namespace}/{hub}" if namespace else f"eventhubs:{hub}"
     return kind
