@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.approvals.queue import queue_name  # noqa: E402
 from se_forwarder.simulator import SimulatorServer  # noqa: E402
-from tests.approvals.azurite import Azurite, find_binary  # noqa: E402
+from tests.azurite import Azurite, find_binary  # noqa: E402
 
 
 def wait(predicate, timeout: float, what: str):

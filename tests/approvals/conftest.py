@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from se_forwarder.approvals import signing
+from tests.azurite import Azurite, find_binary
 from tests.conftest import read_jsonl
-
-from .azurite import Azurite, find_binary
 
 _counter = itertools.count(1)
 
@@ -32,7 +31,7 @@ def azurite() -> Iterator[Azurite]:
         pytest.skip("azurite-queue is not installed (scripts/test installs it: "
                     "npm install --prefix .cache/azurite azurite@3.37.0)")
     with tempfile.TemporaryDirectory(prefix="azurite-") as workdir, \
-            Azurite(binary, Path(workdir)) as server:
+            Azurite("queue", binary, Path(workdir)) as server:
         yield server
 
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .azurite_blob import INSTALL_HINT, AzuriteBlob, find_binary
+from tests.azurite import INSTALL_HINT, Azurite, find_binary
+
 from .broker import EventHubsBroker
 
 
@@ -48,9 +49,9 @@ def small_broker() -> Iterator[EventHubsBroker]:
 
 
 @pytest.fixture(scope="session")
-def azurite_blob() -> Iterator[AzuriteBlob]:
+def azurite_blob() -> Iterator[Azurite]:
     """Azurite's blob service for checkpoint stores; the test is skipped when it is not installed."""
-    if find_binary() is None:
+    if find_binary("blob") is None:
         pytest.skip(f"azurite-blob is not installed ({INSTALL_HINT})")
-    with AzuriteBlob() as azurite:
+    with Azurite("blob") as azurite:
         yield azurite

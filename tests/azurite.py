@@ -1,8 +1,8 @@
-"""Azurite's queue service (npm ``azurite@3.37.0``) as a real subprocess on a free loopback port.
+"""Azurite (npm ``azurite@3.37.0``) as a real subprocess on a free loopback port.
 
-Used by the session fixture in ``conftest.py`` and by ``bench/approval_roundtrip.py``. In memory
-only, telemetry off, API version check off (azure-storage-queue 12.18 asks for a newer version than
-Azurite 3.37 knows).
+One service per process: ``queue`` for the approval-queue tests and bench, ``blob`` for the
+fleet-tail checkpoint tests. In memory only, telemetry off, API version check off
+(azure-storage-queue 12.18 asks for a newer version than Azurite 3.37 knows).
 """
 
 from __future__ import annotations
@@ -16,44 +16,49 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # The storage emulator's documented, public development account (not a secret).
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 LISTENING = re.compile(r"listens on http://127\.0\.0\.1:(\d+)")
+INSTALL_HINT = "npm install --prefix .cache/azurite azurite@3.37.0 (scripts/test does it)"
 
 
-def find_binary() -> str | None:
-    """``azurite-queue`` from PATH, or from the test script's install in ``.cache/azurite``."""
-    local = ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-queue"
-    found = shutil.which("azurite-queue")
+def find_binary(service: str = "queue") -> str | None:
+    """``azurite-<service>`` from PATH, or from the test script's install in ``.cache/azurite``."""
+    found = shutil.which(f"azurite-{service}")
     if found:
         return found
+    local = ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / f"azurite-{service}"
     return str(local) if os.access(local, os.X_OK) else None
 
 
 class Azurite:
-    """``with Azurite() as az: az.connection_string``; ``az.client(name)`` for a QueueClient."""
+    """``with Azurite("queue") as az: az.connection_string``; ``az.client(name)`` for a queue."""
 
-    def __init__(self, binary: str | None = None, workdir: Path | None = None) -> None:
-        self.binary = binary or find_binary()
+    def __init__(self, service: str = "queue", binary: str | None = None,
+                 workdir: Path | None = None) -> None:
+        self.service = service
+        self.binary = binary or find_binary(service)
         self.workdir = workdir
         self.port: int | None = None
         self.proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
+        self._drainer: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> Azurite:
         if not self.binary:
-            raise RuntimeError("azurite-queue not found (npm install --prefix .cache/azurite "
-                               "azurite@3.37.0)")
+            raise RuntimeError(f"azurite-{self.service} not found ({INSTALL_HINT})")
         self.proc = subprocess.Popen(
-            [self.binary, "--queueHost", "127.0.0.1", "--queuePort", "0", "--skipApiVersionCheck",
-             "--inMemoryPersistence", "--extentMemoryLimit", "64", "--silent", "--disableTelemetry"],
+            [self.binary, f"--{self.service}Host", "127.0.0.1", f"--{self.service}Port", "0",
+             "--skipApiVersionCheck", "--inMemoryPersistence", "--extentMemoryLimit", "64",
+             "--silent", "--disableTelemetry"],
             cwd=self.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
-        threading.Thread(target=self._drain, name="azurite-output", daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, name="azurite-output", daemon=True)
+        self._drainer.start()
         deadline = time.monotonic() + timeout
         seen: list[str] = []
         while time.monotonic() < deadline:
@@ -69,7 +74,7 @@ class Azurite:
                 self.port = int(match.group(1))
                 return self
         self.stop()
-        raise RuntimeError("Azurite did not start: " + " | ".join(seen[-5:]))
+        raise RuntimeError(f"Azurite {self.service} did not start: " + " | ".join(seen[-5:]))
 
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -84,6 +89,8 @@ class Azurite:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
 
     def __enter__(self) -> Azurite:
         return self.start()
@@ -92,13 +99,18 @@ class Azurite:
         self.stop()
 
     @property
-    def queue_url(self) -> str:
+    def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
 
     @property
+    def queue_url(self) -> str:
+        return self.endpoint
+
+    @property
     def connection_string(self) -> str:
+        kind = self.service.capitalize()
         return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-                f"QueueEndpoint={self.queue_url};")
+                f"{kind}Endpoint={self.endpoint};")
 
     def client(self, name: str):  # -> azure.storage.queue.QueueClient
         from azure.storage.queue import QueueClient
