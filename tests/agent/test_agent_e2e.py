@@ -152,3 +152,17 @@ def test_sigterm_while_the_first_imds_call_hangs_exits_zero_within_five_seconds(
     began = time.monotonic()
     assert agent.terminate(timeout=6) == 0
     assert time.monotonic() - began < 5
+
+
+def test_agent_sends_if_none_match_and_an_unchanged_document_costs_a_304(
+        simulator, control, agents, tmp_path):
+    event_id = control.add(EventType="Reboot")["EventId"]
+    agent = AgentProcess(run_args(simulator, tmp_path)).start()
+    agents.append(agent)
+    wait_for(lambda: observed(tmp_path) == [(event_id, "scheduled")], what="first event")
+    time.sleep(1.0)
+    polls = [r for r in simulator.sim.requests() if r["route"] == "scheduledevents"]
+    assert polls[0]["status"] == 200
+    assert sum(r["status"] == 304 for r in polls) >= 5, [r["status"] for r in polls]
+    control.delete(event_id)
+    wait_for(lambda: (event_id, "canceled") in observed(tmp_path), what="the change after 304s")
