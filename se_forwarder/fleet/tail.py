@@ -291,7 +291,13 @@ def _checkpoint_store(account_url: str | None, conn_env: str | None, container: 
             "a checkpoint store needs azure-eventhub-checkpointstoreblob: pip install 'se-forwarder[fleet]'"
         ) from None
     if conn:
-        store = BlobCheckpointStore.from_connection_string(conn, container)
+        try:
+            store = BlobCheckpointStore.from_connection_string(conn, container)
+        except ValueError as exc:
+            raise ConfigError(
+                f"--checkpoint-connection-string-env: {conn_env} does not hold a Storage connection "
+                f"string: {_scrub(_first_line(str(exc)), conn)}"
+            ) from None
     else:
         from azure.identity import DefaultAzureCredential
 
@@ -302,7 +308,7 @@ def _checkpoint_store(account_url: str | None, conn_env: str | None, container: 
 
 def _ensure_container(store: Any) -> None:
     """Create the checkpoint container when it is missing (fine if it exists or we may not)."""
-    from azure.core.exceptions import HttpResponseError, ResourceExistsError
+    from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 
     try:
         store._container_client.create_container()
@@ -311,6 +317,8 @@ def _ensure_container(store: Any) -> None:
     except HttpResponseError as exc:
         if exc.status_code not in (403, 409):
             raise SeForwarderError(f"checkpoint container: {_first_line(str(exc))}") from None
+    except AzureError as exc:  # unreachable storage, TLS, credential: one line, not a traceback
+        raise SeForwarderError(f"checkpoint container: {_first_line(str(exc))}") from None
 
 
 def _first_line(text: str) -> str:
@@ -533,7 +541,12 @@ def _tail(
     kwargs: dict[str, Any] = {**CLIENT_RETRY}
     if store is not None:
         kwargs.update(checkpoint_store=store, load_balancing_interval=balance_interval)
-    client = source.consumer(consumer_group, **kwargs)
+    try:
+        client = source.consumer(consumer_group, **kwargs)
+    except ValueError as exc:  # the SDK's verdict on a malformed connection string or namespace
+        raise SeForwarderError(
+            f"cannot read Event Hub {source.label}: {_scrub(_first_line(str(exc)), source.connection_string)}"
+        ) from None
     try:
         partitions = client.get_partition_ids()  # also proves the hub is reachable
     except EventHubError as exc:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
+import math
 import os
 import re
 import socket
@@ -194,6 +196,7 @@ def _validate_headers(raw: Any, auth: str, where: str) -> dict[str, Any]:
             text = as_str(value, key)
             if any(c in text for c in "\r\n\0"):
                 raise ConfigError(f"{key}: the value must not contain line breaks")
+            _check_latin1(text, key)
             out[name] = text
     return out
 
@@ -214,6 +217,7 @@ def create(name: str, options: dict[str, Any], ctx: Any) -> WebhookSink:
         token=token, ca_file=ca_file, connect_timeout=options["connect_timeout"],
         read_timeout=options["read_timeout"], handshake=options["handshake"],
         batch_max_events=options["batch_max_events"], batch_max_bytes=options["batch_max_bytes"],
+        state_dir=getattr(ctx, "state_dir", None),
     )
 
 
@@ -253,7 +257,19 @@ def _header_value(value: Any, where: str) -> str:
     text = text.strip()
     if any(c in text for c in "\r\n\0"):
         raise ConfigError(f"{where}: the value must be one line")
+    _check_latin1(text, where)
     return text
+
+
+def _check_latin1(text: str, where: str) -> None:
+    """HTTP sends header values as Latin-1 bytes; anything else would fail every POST."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{where}: the value has a character an HTTP header cannot carry (position {exc.start}); "
+            "use Latin-1 text"
+        ) from None
 
 
 def _check_ca_file(path: str, where: str) -> None:
@@ -381,6 +397,7 @@ class WebhookSink:
         handshake: bool = False,
         batch_max_events: int = 100,
         batch_max_bytes: int = 1024 * 1024,
+        state_dir: str | Path | None = None,
     ) -> None:
         self.name = name
         self._url = url
@@ -400,6 +417,12 @@ class WebhookSink:
         self._batch_max_events = batch_max_events
         self._batch_max_bytes = batch_max_bytes
         self._unacked: tuple[str, ...] = ()  # ids of the batch that failed last: resent as is
+        # Kept on disk too, so a restarted agent resends the same batch (same webhook-id).
+        self._unacked_file: Path | None = None
+        if mode == "batch" and state_dir is not None:
+            digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+            self._unacked_file = Path(state_dir) / f"webhook-batch-{digest}.json"
+            self._unacked = self._load_unacked()
         self._closed = threading.Event()
         self._session = requests.Session()
         # No proxy/netrc/CA-bundle variables behind our back (CURL_CA_BUNDLE="" would even turn
@@ -513,6 +536,8 @@ class WebhookSink:
         """Outcomes for the group's events; a refused batch is split to find the bad event."""
         if group[0].refused is not None:
             return [group[0].refused]
+        if self.mode == "batch":
+            self._remember(tuple(i.event.ce_id for i in group))
         outcome = self._post(group)
         if isinstance(outcome, Delivered):
             self._unacked = ()
@@ -527,9 +552,29 @@ class WebhookSink:
             if not isinstance(first[-1], Delivered | DeadLetter):
                 return first
             return first + self._send_group(group[half:])
-        if self.mode == "batch":
-            self._unacked = tuple(i.event.ce_id for i in group)
         return [outcome]  # Retry or Park: the worker stops at this event
+
+    def _remember(self, ids: tuple[str, ...]) -> None:
+        """The batch about to be sent, in memory and (before the POST) on disk; best effort."""
+        self._unacked = ids
+        if self._unacked_file is None:
+            return
+        try:
+            tmp = self._unacked_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(list(ids)), encoding="utf-8")
+            os.replace(tmp, self._unacked_file)
+        except OSError:
+            pass  # then only this process keeps the batch composition, as without a state dir
+
+    def _load_unacked(self) -> tuple[str, ...]:
+        assert self._unacked_file is not None
+        try:
+            ids = json.loads(self._unacked_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ()
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return ()
+        return tuple(ids)
 
     def _post(self, group: list[_Item]) -> Outcome:
         msg_id, headers, body = self._request(group)
@@ -561,7 +606,7 @@ class WebhookSink:
                          "put the final URL in the configuration")
         if status == 410:
             return Park(f"{label}: the endpoint is gone")
-        after = parse_retry_after(response.headers.get("Retry-After"))
+        after = _retry_after(response.headers.get("Retry-After"))
         if status in RETRY_STATUSES or status >= 500:
             return Retry(label + _snippet(reply), after)
         if 400 <= status < 500:
@@ -596,7 +641,7 @@ class WebhookSink:
         return headers
 
     # -- abuse protection ----------------------------------------------------------------------
-    def _ready(self) -> Retry | None:
+    def _ready(self) -> Retry | Park | None:
         """Run the handshake once before the first delivery; a failure is retried later."""
         if self._handshake_done:
             return None
@@ -605,7 +650,7 @@ class WebhookSink:
             self._handshake_done = True
         return failure
 
-    def _do_handshake(self) -> Retry | None:
+    def _do_handshake(self) -> Retry | Park | None:
         """CloudEvents webhook abuse protection: OPTIONS with WebHook-Request-Origin."""
         origin = socket.gethostname() or "se-forwarder"
         try:
@@ -619,6 +664,8 @@ class WebhookSink:
         except requests.RequestException as exc:
             return self._transport_failure(exc)
         prefix = f"abuse-protection handshake with {self._where} refused"
+        if response.status_code == 410:
+            return Park(f"{prefix}: HTTP 410: the endpoint is gone")
         if not 200 <= response.status_code < 300:
             return Retry(f"{prefix}: HTTP {response.status_code}{_snippet(reply)}")
         allowed = response.headers.get("WebHook-Allowed-Origin", "").strip()
@@ -649,6 +696,14 @@ def batch_id(ce_ids: Sequence[str]) -> str:
     return f"batch_{digest}"
 
 
+def _retry_after(value: str | None) -> float | None:
+    """``parse_retry_after``, with a malformed value (e.g. non-ASCII digits) counting as absent."""
+    try:
+        return parse_retry_after(value)
+    except (ValueError, OverflowError):
+        return None
+
+
 def _interval_from_rate(value: str | None) -> float:
     """Seconds between requests for a WebHook-Allowed-Rate (requests per minute; * = no limit)."""
     if not value or value.strip() == "*":
@@ -657,7 +712,10 @@ def _interval_from_rate(value: str | None) -> float:
         rate = float(value.strip())
     except ValueError:
         return 0.0
-    return 60.0 / rate if rate > 0 else 0.0
+    if not math.isfinite(rate) or rate <= 0:
+        return 0.0
+    # The spec's rate is a whole number of requests per minute: never more than 60 s apart.
+    return min(60.0 / rate, 60.0)
 
 
 def _display_url(url: str) -> str:

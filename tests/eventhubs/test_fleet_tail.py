@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,44 @@ def test_two_tails_with_a_blob_checkpoint_store_split_the_partitions(
     assert owned_a | owned_b == set(eventhubs_broker.partition_ids)
     seen = {r["subject"] for r in first["rows"]} | {r["subject"] for r in second["rows"]}
     assert seen == {f"EV-{vmid}" for vmid in keys}
+
+
+def test_fleet_tail_with_a_malformed_connection_string_fails_with_one_line(eventhubs_broker):
+    key = "bWFsZm9ybWVkLWJ1dC1zZWNyZXQ="
+    conn = f"Endpoint=sb://127.0.0.1:{eventhubs_broker.port};SharedAccessKey={key};EntityPath=hub"
+    result = _tail(eventhubs_broker, "--once", env={"EH_CONN": conn})
+    assert result.returncode == 1
+    assert result.stderr.startswith("se-forwarder: error: cannot read Event Hub 127.0.0.1:")
+    assert result.stderr.strip().count("\n") == 0
+    assert "Traceback" not in result.stderr and key not in result.stderr
+
+
+def test_fleet_tail_with_a_malformed_checkpoint_connection_string_fails_with_one_line(eventhubs_broker):
+    result = _tail(
+        eventhubs_broker, "--duration", "1", "--checkpoint-connection-string-env", "SE_TEST_CP",
+        env={"SE_TEST_CP": "AccountKey=c2VjcmV0LWtleQ=="},
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("se-forwarder: error: --checkpoint-connection-string-env: SE_TEST_CP")
+    assert result.stderr.strip().count("\n") == 0
+    assert "Traceback" not in result.stderr and "c2VjcmV0LWtleQ" not in result.stderr
+
+
+def test_an_unreachable_checkpoint_store_is_one_error_line():
+    pytest.importorskip("azure.eventhub.extensions.checkpointstoreblob")
+    from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
+
+    from se_forwarder.errors import SeForwarderError
+    from se_forwarder.fleet.tail import _ensure_container
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conn = (
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=c2VjcmV0LWtleQ==;"
+        f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+    )
+    store = BlobCheckpointStore.from_connection_string(conn, "checkpoints", retry_total=0)
+    with pytest.raises(SeForwarderError, match="^checkpoint container: ") as info:
+        _ensure_container(store)
+    assert "\n" not in str(info.value) and "c2VjcmV0LWtleQ" not in str(info.value)

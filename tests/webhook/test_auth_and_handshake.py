@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from se_forwarder.sinks.base import Delivered, Retry
+from se_forwarder.sinks.base import Delivered, Park, Retry
 
 from .conftest import make_sink, record_events
 from .receiver import Receiver, Reply
@@ -101,3 +102,28 @@ def test_without_handshake_no_options_request_is_made(receiver, state_dir):
     make_sink(url=receiver.url).deliver(record_events(state_dir, 1))
 
     assert [r.method for r in receiver.requests] == ["POST"]
+
+
+def test_a_410_to_the_handshake_parks_the_sink(state_dir):
+    with Receiver() as receiver:
+        receiver.route("/gone", Reply(410, body=b"hook deleted"))
+        sink = make_sink(url=f"http://127.0.0.1:{receiver.port}/gone", handshake=True)
+
+        [outcome] = sink.deliver(record_events(state_dir, 1)).outcomes
+
+        assert isinstance(outcome, Park) and "410" in outcome.reason
+        assert receiver.posts("/gone") == []
+
+
+def test_an_absurdly_low_allowed_rate_spaces_requests_by_at_most_a_minute_without_raising(state_dir):
+    with Receiver(allow_origin="*", allowed_rate="1e-300") as receiver:
+        sink = make_sink(url=receiver.url, handshake=True)
+        closer = threading.Timer(0.5, sink.close)
+        closer.start()
+        try:
+            outcomes = sink.deliver(record_events(state_dir, 2)).outcomes
+        finally:
+            closer.join()
+
+        assert outcomes == [Delivered(), Retry("sink is closing")]
+        assert sink._min_interval == 60.0

@@ -132,6 +132,21 @@ def test_a_header_value_with_a_line_break_is_refused():
     assert "line breaks" in refused(url="https://h.example/x", headers={"X-A": "a\r\nX-B: b"})
 
 
+def test_a_header_value_http_cannot_carry_is_refused_without_echoing_it():
+    message = refused(url="https://h.example/x", headers={"X-Team": "sre \u201cblue\u201d"})
+
+    assert message.startswith("sinks[0].headers.X-Team: the value has a character an HTTP header cannot")
+    assert "blue" not in message
+
+
+def test_a_header_value_from_the_environment_http_cannot_carry_stops_the_start(monkeypatch):
+    monkeypatch.setenv("TEST_HOOK_API_KEY", "key\u2019s-value")
+
+    with pytest.raises(ConfigError, match="headers.X-Api-Key: the value has a character") as info:
+        make_sink(url="https://h.example/x", headers={"X-Api-Key": {"env": "TEST_HOOK_API_KEY"}})
+    assert "s-value" not in str(info.value)
+
+
 def test_authorization_is_owned_by_the_sink_with_entra_auth():
     message = refused(url="https://h.example/x", auth="entra", scope="api://x/.default",
                       headers={"Authorization": "Basic abc"})

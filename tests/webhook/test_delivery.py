@@ -7,9 +7,13 @@ event and the next one goes on.
 
 from __future__ import annotations
 
+import email.utils
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from se_forwarder.outbox import Outbox
+from se_forwarder.sinks import SinkContext, webhook
 from se_forwarder.sinks.base import DeadLetter, Delivered, Park, Retry
 
 from .conftest import backlog, make_sink, record_events, run_worker
@@ -184,3 +188,44 @@ def test_park_outcome_is_the_last_one_reported(receiver, state_dir):
     assert outcomes[0] == Delivered()
     assert isinstance(outcomes[1], Park)
     assert len(outcomes) == 2
+
+
+def test_a_retry_after_that_is_not_ascii_digits_counts_as_absent_instead_of_raising(receiver, state_dir):
+    receiver.script(Reply(503, {"Retry-After": "\u00b2"}))  # a Latin-1 "digit" that float() refuses
+    sink = make_sink(url=receiver.url)
+
+    [outcome] = sink.deliver(record_events(state_dir, 1)).outcomes
+
+    assert outcome == Retry(f"HTTP 503 Service Unavailable from {receiver.url}", None)
+
+
+def test_a_retry_after_http_date_is_honoured_as_seconds_from_now(receiver, state_dir):
+    when = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    receiver.script(Reply(429, {"Retry-After": when}))
+    sink = make_sink(url=receiver.url)
+
+    [outcome] = sink.deliver(record_events(state_dir, 1)).outcomes
+
+    assert isinstance(outcome, Retry) and 115 <= outcome.after <= 120
+
+
+def test_a_restarted_sink_resends_the_failed_batch_with_the_same_webhook_id(
+    receiver, state_dir, secret_env
+):
+    events = record_events(state_dir, 5)
+    receiver.script(503)
+    ctx = SinkContext(state_dir)
+    before = webhook.create("hook", webhook.validate(
+        {"url": receiver.url, "mode": "batch", "secret_env": secret_env}, "sinks[0]"), ctx)
+    assert isinstance(before.deliver(events[:3]).outcomes[0], Retry)
+    before.close()
+
+    after = webhook.create("hook", webhook.validate(
+        {"url": receiver.url, "mode": "batch", "secret_env": secret_env}, "sinks[0]"), ctx)
+    assert after.deliver(events).outcomes == [Delivered()] * 5
+
+    failed, resent, rest = receiver.posts()
+    assert resent.webhook_id == failed.webhook_id
+    assert resent.ids == failed.ids == [e.ce_id for e in events[:3]]
+    assert rest.ids == [e.ce_id for e in events[3:]]
+    assert receiver.errors == []
