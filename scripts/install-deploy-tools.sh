@@ -9,7 +9,7 @@
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools_venv="${1:-${SE_FORWARDER_DEPLOY_TOOLS:-$repo_root/.cache/deploy-tools}}"
+tools_venv="${1:-${SE_DEPLOY_TOOLS:-$repo_root/.cache/deploy-tools}}"
 python_bin="${PYTHON:-python3}"
 # Pinned so a run today and a run next month check the templates with the same rules.
 tool_specs=("checkov==3.3.30" "pycep-parser" "setuptools>=68,<81" "wheel>=0.42,<0.46")

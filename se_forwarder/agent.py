@@ -7,10 +7,12 @@ dead sink (or a slow approval POST) never delays the next poll.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TextIO
 
 from . import cloudevents as ce
@@ -31,6 +33,43 @@ log = logging.getLogger("se_forwarder.agent")
 POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
 RETENTION_SECONDS = 30 * 86400
 SHUTDOWN_GRACE = 4.0  # seconds; SIGTERM must end the process within 5
+LOCK_NAME = "agent.lock"
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """Take the state directory for this agent alone; the fd holding the lock.
+
+    Two agents on one state directory (a service plus a manual `run --once`) would share the
+    delivery cursors and hand every event to the sinks twice. The lock goes with the process
+    (SIGKILL included), so a restart never finds it stale.
+    """
+    path = Path(state_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StateError(f"cannot create {path}: {exc.strerror or exc}") from exc
+    try:
+        if os.name == "nt":
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        try:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        raise StateError(
+            f"another agent{f' (pid {holder})' if holder.isdigit() else ''} is running with "
+            f"state directory {state_dir}; stop it or give this one its own --state-dir"
+        ) from exc
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def new_events(transitions: list[Transition], vm: VmIdentity, observed: datetime) -> list[NewEvent]:
@@ -90,6 +129,7 @@ class Agent:
         self.approver: Approver | None = None
         self._last_status_write = 0.0
         self._last_status: tuple[bool, str] | None = None
+        self._lock_fd: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -123,6 +163,7 @@ class Agent:
 
     def _run(self) -> int:
         try:
+            self._lock_fd = lock_state_dir(self.state_dir)
             telemetry.start(self.settings)
             self.vm = self._identity()
             if self.vm is None:
@@ -156,6 +197,9 @@ class Agent:
         self.imds.close()
         self.outbox.close()
         telemetry.shutdown()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _run_once(self) -> int:
         assert self.approver is not None

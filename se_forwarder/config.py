@@ -6,6 +6,7 @@ defaults. Every unknown key and every bad value raises ConfigError naming the ex
 
 from __future__ import annotations
 
+import datetime
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from .validation import (
     as_bool,
     as_choice,
     as_http_url,
+    as_int,
     as_number,
     as_str,
     as_table,
@@ -191,7 +193,7 @@ def _telemetry(t: dict[str, Any]) -> TelemetrySettings:
         value = as_str(t["otlp_endpoint"], "telemetry.otlp_endpoint")
         s.otlp_endpoint = as_http_url(value, "telemetry.otlp_endpoint") if value else ""
     if "prometheus_port" in t:
-        s.prometheus_port = int(as_number(t["prometheus_port"], "telemetry.prometheus_port", 0, 65535))
+        s.prometheus_port = as_int(t["prometheus_port"], "telemetry.prometheus_port", 0, 65535)
     if "prometheus_host" in t:
         s.prometheus_host = as_str(t["prometheus_host"], "telemetry.prometheus_host")
     if "unhealthy_after" in t:
@@ -264,6 +266,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith(ENV_PREFIX):
             continue
         rest = name[len(ENV_PREFIX):].lower()
+        if rest == "config":
+            continue  # the --config file itself (click reads it), not a setting
         if rest == "sinks":
             specs = [s.strip() for s in value.split(",") if s.strip()]
             out["sinks"] = [parse_sink_spec(s, f"{name}={s!r}") for s in specs]
@@ -285,9 +289,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
 def _env_value(text: str) -> Any:
     """Environment values are TOML values when they parse as one (true, 1.5, [..]), else strings."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    if isinstance(value, datetime.date | datetime.time):
+        return text  # "2020-07-01" is an api-version here, not a TOML date
+    return value
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:

@@ -7,10 +7,12 @@ connection, and only advances its own cursor.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from pathlib import Path
 
 from . import metrics, tracing
+from .errors import StateError
 from .imds import Backoff
 from .outbox import Outbox
 from .sinks.base import DeadLetter, Delivered, DeliveryReport, Park, Retry, Sink
@@ -45,11 +47,18 @@ class DeliveryWorker:
         try:
             self._outbox = Outbox(self.state_dir)
             while not self.stop.is_set():
-                if self._outbox.parked(self.sink.name):
-                    self.stop.wait(1.0)  # `sink resume` unparks it from another process
-                    continue
-                self.wakeup.clear()
-                delay = self.deliver_once()
+                try:
+                    if self._outbox.parked(self.sink.name):
+                        self.stop.wait(1.0)  # `sink resume` unparks it from another process
+                        continue
+                    self.wakeup.clear()
+                    delay = self.deliver_once()
+                except (sqlite3.Error, StateError) as exc:
+                    # Database locked past the busy timeout, disk full...: the cursor did not move,
+                    # so the batch is simply offered again later (at-least-once), never dropped.
+                    delay = self.backoff.next_delay()
+                    log.error("cannot read or advance the delivery cursor, retry in %.1f s: %s",
+                              delay, exc, extra=fields(sink=self.sink.name))
                 if delay is None:
                     self.wakeup.wait(1.0)
                 elif delay > 0:

@@ -89,7 +89,7 @@ class ImdsClient:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.first_call_timeout = first_call_timeout
-        self._answered = False
+        self._answered: set[str] = set()  # endpoints that answered once (each may be slow first)
         self._etag: str | None = None
         self._cached: Document | None = None
         self._cached_body: bytes | None = None
@@ -112,14 +112,16 @@ class ImdsClient:
     def close(self) -> None:
         self._session.close()
 
-    def _timeouts(self) -> tuple[float, float]:
-        read = self.timeout if self._answered else self.first_call_timeout
+    def _timeouts(self, url: str) -> tuple[float, float]:
+        # Per endpoint: the compute metadata answering says nothing about scheduledevents, whose
+        # first request switches the service on and may take two minutes.
+        read = self.timeout if url in self._answered else self.first_call_timeout
         return (self.connect_timeout, read)
 
     def _request(self, method: str, url: str, **kwargs: Any) -> tuple[requests.Response, bytes]:
         try:
             resp = self._session.request(
-                method, url, timeout=self._timeouts(), allow_redirects=False, stream=True, **kwargs
+                method, url, timeout=self._timeouts(url), allow_redirects=False, stream=True, **kwargs
             )
             body = _read_capped(resp)
         except requests.Timeout as exc:
@@ -140,7 +142,7 @@ class ImdsClient:
                 f"IMDS answered {resp.status_code}",
                 parse_retry_after(resp.headers.get("Retry-After")),
             )
-        self._answered = True
+        self._answered.add(url)
         return resp, body
 
     def get_document(self) -> Document:
@@ -155,14 +157,16 @@ class ImdsClient:
             raise ImdsError(
                 "client", f"IMDS answered {resp.status_code}: {_snippet(body)}"
             )
-        self._etag = resp.headers.get("ETag")
+        etag = resp.headers.get("ETag")
         if body == self._cached_body and self._cached is not None:
+            self._etag = etag
             return self._cached  # byte-identical to the last reply: nothing to parse
         try:
             document = parse_document(body)
         except MalformedDocument as exc:
+            # Keep the ETag of the cached document: a 304 must never stand for this garbage.
             raise ImdsError("malformed", f"IMDS reply is not a valid document: {exc}") from exc
-        self._cached, self._cached_body = document, body
+        self._cached, self._cached_body, self._etag = document, body, etag
         return document
 
     def get_compute(self) -> dict[str, Any]:

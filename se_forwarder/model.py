@@ -45,7 +45,10 @@ def parse_not_before(value: Any) -> datetime | None:
         raise MalformedDocument(f"NotBefore is not an RFC 1123 date: {value!r}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:  # "Fri, 31 Dec 9999 23:59:59 -2359" lies past year 9999 in UTC
+        raise MalformedDocument(f"NotBefore is out of range: {value!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,8 @@ def parse_document(body: bytes | str | Any) -> Document:
             body = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise MalformedDocument(f"reply is not JSON: {exc}") from exc
+        except RecursionError as exc:  # "[[[[...": garbage must not crash the poller
+            raise MalformedDocument("reply is not JSON: nested too deeply") from exc
     if not isinstance(body, dict):
         raise MalformedDocument("reply is not a JSON object")
     incarnation = body.get("DocumentIncarnation")

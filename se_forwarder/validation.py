@@ -42,6 +42,15 @@ def as_number(value: Any, where: str, low: float, high: float) -> float:
     return float(value)
 
 
+def as_int(value: Any, where: str, low: int, high: int) -> int:
+    """An integer in range; 1.5 is refused rather than silently truncated."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: must be a whole number, not {value!r}")
+    return int(as_number(value, where, low, high))
+
+
 def as_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
@@ -50,7 +59,11 @@ def as_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
 
 def as_http_url(value: Any, where: str) -> str:
     text = as_str(value, where)
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:  # "http://[::1", "http://h:99999": one line, not a traceback
+        raise ConfigError(f"{where}: {text!r} is not a valid URL ({exc})") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {text!r} is not an http(s) URL")
     return text.rstrip("/")

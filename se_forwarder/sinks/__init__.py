@@ -42,7 +42,11 @@ def _module(kind: str) -> ModuleType:
 
 
 def validate(kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
-    return _module(kind).validate(dict(options), where)
+    module = _module(kind)
+    try:
+        return module.validate(dict(options), where)
+    except ValueError as exc:  # e.g. urlsplit("http://[::1"): still one line naming the sink
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def create(kind: str, name: str, options: dict[str, Any], ctx: SinkContext) -> Sink:

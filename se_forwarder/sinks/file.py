@@ -7,13 +7,14 @@ makes this sink exactly-once across restarts.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..validation import as_bool, as_number, as_str, no_unknown
+from ..validation import as_bool, as_int, as_str, no_unknown
 from .base import Delivered, DeliveryReport, Outcome, Retry, StoredEvent
 
 TAIL_BYTES = 512 * 1024
@@ -24,10 +25,10 @@ def validate(options: dict[str, Any], where: str) -> dict[str, Any]:
     if "path" not in options:
         raise _missing(where, "path")
     options["path"] = str(Path(as_str(options["path"], f"{where}.path")).expanduser())
-    options["max_bytes"] = int(
-        as_number(options.get("max_bytes", 100 * 1024 * 1024), f"{where}.max_bytes", 1024, 2**40)
+    options["max_bytes"] = as_int(
+        options.get("max_bytes", 100 * 1024 * 1024), f"{where}.max_bytes", 1024, 2**40
     )
-    options["keep"] = int(as_number(options.get("keep", 5), f"{where}.keep", 0, 1000))
+    options["keep"] = as_int(options.get("keep", 5), f"{where}.keep", 0, 1000)
     options["fsync"] = as_bool(options.get("fsync", True), f"{where}.fsync")
     return options
 
@@ -76,6 +77,7 @@ class FileSink:
             self._recent = set()
             self._write(lines)
         except OSError as exc:
+            self._recent = None  # lines of this batch may be in the file: skip them on the retry
             return DeliveryReport([Retry(f"cannot write {self.path}: {exc.strerror or exc}")])
         return DeliveryReport(outcomes)
 
@@ -102,7 +104,7 @@ class FileSink:
         try:
             if size and not self._ends_with_newline(fd, size):
                 lines = [b"\n", *lines]  # a torn last line (power loss) must not swallow ours
-            os.write(fd, b"".join(lines))
+            _write_all(fd, b"".join(lines))
             if self.fsync:
                 os.fsync(fd)
         finally:
@@ -141,6 +143,16 @@ class FileSink:
 
     def close(self) -> None:
         pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write may write only part (disk or quota full): go on until all is written or it fails."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "no space left on device")
+        view = view[written:]
 
 
 def _tail_ids(path: Path) -> set[str]:

@@ -166,3 +166,24 @@ def test_agent_sends_if_none_match_and_an_unchanged_document_costs_a_304(
     assert sum(r["status"] == 304 for r in polls) >= 5, [r["status"] for r in polls]
     control.delete(event_id)
     wait_for(lambda: (event_id, "canceled") in observed(tmp_path), what="the change after 304s")
+
+
+def test_a_second_agent_on_the_same_state_dir_is_refused_in_one_line(
+        simulator, control, agents, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    event_id = control.add(EventType="Reboot")["EventId"]
+    agent = AgentProcess(run_args(simulator, tmp_path)).start()
+    agents.append(agent)
+    wait_for(lambda: observed(tmp_path) == [(event_id, "scheduled")], what="the first agent")
+    second = subprocess.run([sys.executable, "-m", "se_forwarder", "run", "--once",
+                             *run_args(simulator, tmp_path)],
+                            capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert second.returncode != 0
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another agent" in lines[0], second.stderr
+    assert observed(tmp_path) == [(event_id, "scheduled")]
+    assert agent.terminate() == 0

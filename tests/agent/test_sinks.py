@@ -73,3 +73,55 @@ def test_file_sink_rotates_by_size_and_keeps_every_event(simulator, control, age
     assert len(files()) > 1, "rotation happened"
     seen = {e["subject"] for f in files() for e in read_jsonl(f)}
     assert seen == set(ids)
+
+
+# The file sink under a file-size limit (RLIMIT_FSIZE): the kernel then writes only part of a
+# batch and fails the rest, as on a full disk. Run in a child so the limit binds nothing else.
+_FULL_DISK = r"""
+import json, resource, sys
+from pathlib import Path
+from se_forwarder.sinks.base import StoredEvent, Delivered, Retry
+from se_forwarder.sinks.file import FileSink
+
+path, retry = Path(sys.argv[1]), sys.argv[2] == "retry"
+batch = [StoredEvent(i + 1, f"E{i}/scheduled", f"E{i}", "scheduled", "t",
+                     json.dumps({"id": f"E{i}/scheduled", "data": "x" * 200}), 0.0)
+         for i in range(20)]
+sink = FileSink("f", path, fsync=True)
+hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (2500, hard))
+first = sink.deliver(batch).outcomes
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+second = sink.deliver(batch).outcomes if retry else []
+print(json.dumps([[type(o).__name__ for o in first], [type(o).__name__ for o in second]]))
+"""
+
+
+def _deliver_on_a_full_disk(path, retry):
+    result = subprocess.run([sys.executable, "-c", _FULL_DISK, str(path), retry],
+                            capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _ids_in(path):
+    ids = []
+    for line in path.read_bytes().splitlines():
+        try:
+            ids.append(json.loads(line)["id"])
+        except ValueError:
+            continue  # the torn line the full disk left
+    return ids
+
+
+def test_file_sink_reports_a_partly_written_batch_as_a_retry_not_as_delivered(tmp_path):
+    first, _ = _deliver_on_a_full_disk(tmp_path / "out.jsonl", "once")
+    assert first[-1] == "Retry"
+    assert "Delivered" not in first
+
+
+def test_file_sink_retry_after_a_partly_written_batch_writes_each_event_once(tmp_path):
+    path = tmp_path / "out.jsonl"
+    first, second = _deliver_on_a_full_disk(path, "retry")
+    assert first == ["Retry"] and second == ["Delivered"] * 20
+    assert _ids_in(path) == [f"E{i}/scheduled" for i in range(20)]

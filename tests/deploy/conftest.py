@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_SH = REPO / "deploy" / "linux" / "install.sh"
 UNIT_SRC = REPO / "deploy" / "linux" / "se-forwarder.service"
-TOOLS = Path(os.environ.get("SE_FORWARDER_DEPLOY_TOOLS", REPO / ".cache" / "deploy-tools"))
+TOOLS = Path(os.environ.get("SE_DEPLOY_TOOLS", REPO / ".cache" / "deploy-tools"))
 NOT_INSTALLED = "deploy tools missing: run scripts/install-deploy-tools.sh first"
 
 _PARSE_BICEP = r"""

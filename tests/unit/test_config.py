@@ -89,3 +89,37 @@ def test_webhook_sink_name_never_contains_the_query_string():
 
     assert default_name("webhook", {"url": "https://h.example/api/x?code=SECRET"}) == (
         "webhook:https://h.example/api/x")
+
+
+def test_api_version_from_environment_is_a_string_not_a_toml_date():
+    s = config.load(None, env={"SE_FORWARDER_IMDS_API_VERSION": "2019-08-01"})
+    assert s.imds.api_version == "2019-08-01"
+
+
+def test_config_file_environment_variable_is_not_taken_for_a_setting():
+    s = config.load(None, env={"SE_FORWARDER_CONFIG": "/etc/se-forwarder/config.toml"})
+    assert s.imds.url == "http://169.254.169.254"
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "http://h:port/"])
+def test_malformed_imds_url_is_one_line_naming_the_key(url):
+    with pytest.raises(ConfigError, match="imds.url") as info:
+        config.load(None, env={}, overrides={"imds": {"url": url}})
+    assert "\n" not in str(info.value)
+
+
+def test_malformed_webhook_url_is_a_config_error_naming_the_sink():
+    with pytest.raises(ConfigError, match=r"sinks\[0\]"):
+        config.load(None, env={}, sink_specs=["webhook:http://[::1"])
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("[telemetry]\nprometheus_port = 9090.5\n", "telemetry.prometheus_port"),
+        ('[[sinks]]\ntype = "file"\npath = "/tmp/x"\nkeep = 2.5\n', "sinks[0].keep"),
+    ],
+)
+def test_whole_number_settings_refuse_a_fraction(tmp_path, text, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        config.load(write(tmp_path, text), env={})

@@ -111,3 +111,13 @@ def test_not_before_round_trips_through_rfc_1123(moment):
 
     moment = moment.replace(microsecond=0, tzinfo=UTC)
     assert parse_not_before(format_datetime(moment, usegmt=True)) == moment
+
+
+def test_deeply_nested_json_is_a_malformed_document_not_a_crash():
+    with pytest.raises(MalformedDocument):
+        parse_document(b"[" * 100_000)
+
+
+def test_not_before_that_lies_past_year_9999_in_utc_is_malformed_not_a_crash():
+    with pytest.raises(MalformedDocument):
+        parse_not_before("Fri, 31 Dec 9999 23:59:59 -2359")

@@ -1,0 +1,90 @@
+"""The IMDS client against real HTTP on loopback: timeouts, ETags, proxies."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from se_forwarder.imds import ImdsClient, ImdsError
+from se_forwarder.simulator import SimulatorServer
+
+DOC_A = json.dumps({"DocumentIncarnation": 1, "Events": []}).encode()
+
+
+class Scripted:
+    """A loopback HTTP server answering each GET with the next scripted reply; logs the headers."""
+
+    def __init__(self, replies: list) -> None:
+        self.replies = list(replies)
+        self.seen: list[dict[str, str]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                owner.seen.append(dict(self.headers))
+                reply = owner.replies.pop(0)
+                status, body, headers = reply(dict(self.headers)) if callable(reply) else reply
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scripted() -> Iterator:
+    servers: list[Scripted] = []
+
+    def make(replies: list) -> Scripted:
+        servers.append(Scripted(replies))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+def test_first_scheduledevents_call_gets_the_long_timeout_even_after_compute_answered():
+    with SimulatorServer(first_call_delay=1.0) as sim:
+        client = ImdsClient(sim.url, timeout=0.3, first_call_timeout=10.0)
+        try:
+            client.get_compute()  # answers at once: it does not switch scheduled events on
+            assert client.get_document().incarnation >= 0
+        finally:
+            client.close()
+
+
+def test_304_after_a_malformed_reply_never_stands_for_the_older_document(scripted):
+    def third(headers: dict[str, str]) -> tuple:
+        if headers.get("If-None-Match") == '"b"':
+            return 304, b"", {"ETag": '"b"'}
+        return 200, b"not json", {"ETag": '"b"'}
+
+    server = scripted([(200, DOC_A, {"ETag": '"a"'}), (200, b"not json", {"ETag": '"b"'}), third])
+    client = ImdsClient(server.url, timeout=5.0, first_call_timeout=5.0)
+    try:
+        assert client.get_document().incarnation == 1
+        with pytest.raises(ImdsError) as first:
+            client.get_document()
+        assert first.value.reason == "malformed"
+        with pytest.raises(ImdsError) as again:
+            client.get_document()
+        assert again.value.reason == "malformed"
+    finally:
+        client.close()
