@@ -119,11 +119,6 @@ class Agent:
             for s in settings.sinks
         ]
         self.outbox.register_sinks([w.sink.name for w in self.workers])
-        for worker in self.workers:  # a restart retries a parked sink (as `sink resume` does)
-            reason = self.outbox.parked(worker.sink.name)
-            if reason and self.outbox.resume(worker.sink.name):
-                log.warning("sink was parked (%s); retrying its backlog after the restart", reason,
-                            extra=fields(sink=worker.sink.name))
         self.on_document = on_document
         self.vm: VmIdentity | None = None
         self.approver: Approver | None = None
@@ -161,9 +156,18 @@ class Agent:
             raise result
         return result
 
+    def _unpark_sinks(self) -> None:
+        """A restart retries a parked sink (as `sink resume` does); only the lock holder may."""
+        for worker in self.workers:
+            reason = self.outbox.parked(worker.sink.name)
+            if reason and self.outbox.resume(worker.sink.name):
+                log.warning("sink was parked (%s); retrying its backlog after the restart", reason,
+                            extra=fields(sink=worker.sink.name))
+
     def _run(self) -> int:
         try:
             self._lock_fd = lock_state_dir(self.state_dir)
+            self._unpark_sinks()
             telemetry.start(self.settings)
             self.vm = self._identity()
             if self.vm is None:

@@ -61,7 +61,7 @@ def parse_retry_after(value: str | None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" is a digit to Python, not to HTTP
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -67,7 +67,8 @@ class ScheduledEvent:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def affects(self, vm_name: str | None) -> bool:
-        return vm_name is not None and vm_name in self.resources
+        """Azure VM names are case-insensitive, so is this."""
+        return vm_name is not None and vm_name.casefold() in {r.casefold() for r in self.resources}
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,10 @@ def test_304_after_a_malformed_reply_never_stands_for_the_older_document(scripte
         assert again.value.reason == "malformed"
     finally:
         client.close()
+
+
+def test_retry_after_with_a_non_ascii_digit_is_ignored_not_a_crash():
+    from se_forwarder.imds import parse_retry_after
+
+    assert parse_retry_after("²") is None
+    assert parse_retry_after("7") == 7.0

@@ -121,3 +121,9 @@ def test_deeply_nested_json_is_a_malformed_document_not_a_crash():
 def test_not_before_that_lies_past_year_9999_in_utc_is_malformed_not_a_crash():
     with pytest.raises(MalformedDocument):
         parse_not_before("Fri, 31 Dec 9999 23:59:59 -2359")
+
+
+def test_affects_this_vm_ignores_the_case_of_vm_names():
+    event = parse_document(SAMPLE).events[0]
+    assert event.affects("westno_0") and event.affects("WESTNO_1")
+    assert not event.affects("WestNO_2") and not event.affects(None)
