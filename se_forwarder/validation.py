@@ -67,3 +67,25 @@ def as_http_url(value: Any, where: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {text!r} is not an http(s) URL")
     return text.rstrip("/")
+
+
+def public_url(url: str) -> str:
+    """A URL fit for logs, reasons, `status` and sink names.
+
+    No credentials and no query string (an Azure Functions ``?code=`` key); path segments that
+    look like tokens (Slack, Teams and Discord hooks carry their secret in the path) become ``***``:
+    20 characters or more, or 6 digits or more.
+    """
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        return "***"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    segments = [
+        "***" if len(seg) >= 20 or sum(c.isdigit() for c in seg) >= 6 else seg
+        for seg in parts.path.split("/")
+    ]
+    return f"{parts.scheme}://{host}{port}{'/'.join(segments)}"

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..validation import public_url
 from .base import Sink
 
 SINK_TYPES = ("stdout", "file", "webhook", "eventhubs")
@@ -58,10 +58,7 @@ def default_name(kind: str, options: dict[str, Any]) -> str:
     if kind == "file":
         return f"file:{options['path']}"
     if kind == "webhook":
-        parts = urlsplit(str(options.get("url", "")))
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return f"webhook:{parts.scheme}://{host}{port}{parts.path}"
+        return f"webhook:{public_url(str(options.get('url', '')))}"
     if kind == "eventhubs":
         namespace = options.get("fully_qualified_namespace")
         hub = options.get("eventhub", "")

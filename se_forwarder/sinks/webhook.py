@@ -39,7 +39,7 @@ from .. import __version__
 from ..cloudevents import from_json
 from ..errors import ConfigError
 from ..imds import parse_retry_after
-from ..validation import as_bool, as_choice, as_number, as_str, no_unknown
+from ..validation import as_bool, as_choice, as_number, as_str, no_unknown, public_url
 from .base import DeadLetter, Delivered, DeliveryReport, Outcome, Park, Retry, StoredEvent
 
 MODES = ("structured", "binary", "batch")
@@ -719,16 +719,7 @@ def _interval_from_rate(value: str | None) -> float:
 
 
 def _display_url(url: str) -> str:
-    """scheme://host[:port]/path: no credentials, no query string (it may hold a function key)."""
-    parts = urlsplit(url)
-    if not parts.scheme or not parts.hostname:
-        return url.split("?", 1)[0].split("#", 1)[0]
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    return public_url(url)
 
 
 def _read_some(response: requests.Response) -> bytes:

@@ -123,3 +123,16 @@ def test_malformed_webhook_url_is_a_config_error_naming_the_sink():
 def test_whole_number_settings_refuse_a_fraction(tmp_path, text, key):
     with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
         config.load(write(tmp_path, text), env={})
+
+
+def test_webhook_sink_name_hides_tokens_carried_in_the_path():
+    from se_forwarder.sinks import default_name
+
+    slack = default_name("webhook", {"url": "https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/"
+                                            "abcdefghijklmnopqrstuvwx"})
+    assert slack == "webhook:https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/***"
+    discord = default_name("webhook", {"url": "https://discord.com/api/webhooks/123456789012345678/"
+                                              "tok-en_0123456789abcdefghij"})
+    assert discord == "webhook:https://discord.com/api/webhooks/***/***"
+    assert default_name("webhook", {"url": "https://x.example:8443/api/Trigger1"}) == (
+        "webhook:https://x.example:8443/api/Trigger1")
