@@ -1,8 +1,9 @@
 """The approver: decides on Scheduled events and POSTs StartRequests, off the polling thread.
 
 Every approval, whatever its origin (policy, hook, coordinator, CLI), goes through ``try_approve``,
-which refuses anything not in the current document with status Scheduled, POSTs to IMDS (unless
-dry-run) and then records the ``approved`` CloudEvent in the outbox.
+which refuses anything not in the current document with status Scheduled (the document is read
+from IMDS again right before the POST), POSTs to IMDS (unless dry-run) and then records the
+``approved`` CloudEvent in the outbox.
 
 Threads (all started by ``start``; none of them ever blocks polling):
 
@@ -47,6 +48,7 @@ log = logging.getLogger("se_forwarder.approvals")
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 IDLE_WAIT = 1.0
+ERROR_PAUSE = 2.0  # after an unexpected error in one step of the approver thread
 
 APPROVED, DRY_RUN, NOT_SCHEDULED, RETRY = "approved", "dry-run", "not-scheduled", "retry"
 
@@ -141,10 +143,15 @@ class Approver:
         self._changed.set()
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
-        try:
-            target(stop)
-        except Exception:
-            log.exception("%s stopped", threading.current_thread().name)
+        """Run ``target`` until ``stop``; an unexpected exception restarts it after a pause."""
+        while not stop.is_set():
+            try:
+                target(stop)
+                return
+            except Exception:
+                log.exception("%s stopped; restarting it in %.0f s", threading.current_thread().name,
+                              ERROR_PAUSE)
+                stop.wait(ERROR_PAUSE)
 
     def _run(self, stop: threading.Event) -> None:
         outbox: Outbox | None = None
@@ -156,8 +163,13 @@ class Approver:
             while not stop.is_set():
                 self._changed.wait(IDLE_WAIT)
                 self._changed.clear()
-                if not stop.is_set():
+                if stop.is_set():
+                    break
+                try:
                     self._step(outbox)
+                except Exception:  # e.g. the database locked or full for a while: not fatal
+                    log.exception("approver step failed; trying again in %.0f s", ERROR_PAUSE)
+                    stop.wait(ERROR_PAUSE)
         except Exception:
             log.exception("approver stopped")
         finally:
@@ -219,7 +231,8 @@ class Approver:
             origin = self._origin(outbox, event, now)
             if origin is None:
                 continue
-            if self.leader_only and (not event.resources or event.resources[0] != self.vm.name):
+            if self.leader_only and (not event.resources
+                                     or event.resources[0].casefold() != self.vm.name.casefold()):
                 self._note(event.event_id, "not-leader",
                            "not approving: this VM is not the first in Resources (leader_only)")
                 continue
@@ -276,11 +289,19 @@ class Approver:
                 self._note(event_id, "dry-run", "dry run: would approve (%s)", approved_by)
                 return DRY_RUN
             try:
+                # ``doc`` may be seconds old (a batch of queue messages, a long prepare hook, a
+                # POST queued behind another): read the document again right before the POST.
+                doc = self.imds.get_document()
+                event = doc.by_id().get(event_id)
+                if event is None or event.status != SCHEDULED:
+                    log.warning("not approving: event is no longer Scheduled in the current document",
+                                extra=fields(event_id=event_id, origin=approved_by))
+                    return NOT_SCHEDULED
                 self.imds.start_events([event_id])
             except ImdsError as exc:
                 wait = RETRY_SECONDS[min(attempts, len(RETRY_SECONDS) - 1)]
                 self._failures[event_id] = (attempts + 1, time.monotonic() + wait)
-                log.warning("approval POST failed (retry in %.0f s): %s", wait, exc,
+                log.warning("approval failed (retry in %.0f s): %s", wait, exc,
                             extra=fields(event_id=event_id, origin=approved_by))
                 metrics.approval(approved_by, "failed")
                 return RETRY

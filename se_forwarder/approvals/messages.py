@@ -19,6 +19,9 @@ The checks, in this order; the first that fails decides the reason:
 ``not-scheduled`` the EventId is in the current document but not Scheduled (e.g. Started)
 ================  ==============================================================================
 
+EventIds are GUIDs and compared case-insensitively (``find_event``); an accepted verdict carries
+the EventId as the document spells it, which is what is POSTed and recorded.
+
 A message whose EventId is not in the document yet (and never was) waits: the coordinator may be
 faster than IMDS. It is retried until it expires.
 """
@@ -27,20 +30,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..model import SCHEDULED, Document
+from ..model import SCHEDULED, Document, ScheduledEvent
 from . import signing
 
 MAX_MESSAGE_BYTES = 8 * 1024  # a real approval message is ~400 bytes
 MAX_LIFETIME = timedelta(hours=24)  # ExpiresAt further ahead is refused: nothing waits forever
 CLOCK_SKEW = timedelta(minutes=5)
-EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# \Z, not $: "$" also matches before a trailing newline.
+EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_TEXT = 1000
 
 APPROVE, REJECT, WAIT = "approve", "reject", "wait"
@@ -59,7 +64,8 @@ class Verdict:
     detail: str = ""  # one human-readable line
     authentic: bool = False  # the signature verified
     message_id: str | None = None
-    event_id: str | None = None  # the claimed EventId, only if it looks like one
+    event_id: str | None = None  # the claimed EventId if it looks like one (the document's
+    # spelling once it is found there)
     source: str | None = None
     expires_at: datetime | None = None
     summary: dict[str, Any] | None = None  # message fields for the audit event (truncated)
@@ -145,7 +151,10 @@ def _timestamp(value: Any, name: str) -> datetime:
         raise ValueError(f"{name} is not an RFC 3339 timestamp") from None
     if moment.tzinfo is None:
         raise ValueError(f"{name} has no time zone")
-    return moment
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # "0001-01-01T00:00:00+01:00" lies before year 1 in UTC
+        raise ValueError(f"{name} is out of range") from None
 
 
 def _text(value: Any, name: str, limit: int = 200, required: bool = True) -> str | None:
@@ -197,6 +206,21 @@ def _fields(message: dict[str, Any], now: datetime) -> _Fields:
     return _Fields(message_id, source, event_id, expires_at, vm_name)
 
 
+def find_event(document: Document | None, event_id: str) -> ScheduledEvent | None:
+    """The document's event with ``event_id``, compared case-insensitively (GUIDs are).
+
+    IMDS writes EventIds in upper case; a coordinator may not (.NET writes GUIDs in lower case).
+    An id that matches several events regardless of case matches none.
+    """
+    if document is None:
+        return None
+    exact = document.by_id().get(event_id)
+    if exact is not None:
+        return exact
+    folded = [e for e in document.events if e.event_id.casefold() == event_id.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
 def validate(
     body: str | bytes,
     *,
@@ -234,11 +258,13 @@ def validate(
     except ValueError as exc:
         return Verdict(REJECT, "malformed", f"signed message is not an approval: {exc}",
                        authentic=True, **base)
+    event = find_event(document, f.event_id)
+    if event is not None:  # from here on, the EventId as IMDS spells it
+        f = dataclasses.replace(f, event_id=event.event_id)
     known = {"authentic": True, "message_id": f.message_id, "event_id": f.event_id,
              "source": f.source, "expires_at": f.expires_at, "summary": summary}
-    current = document.by_id() if document is not None else {}
-    event = current.get(f.event_id)
-    if f.vm_name is not None and f.vm_name != vm_name:
+    # Azure VM names are case-insensitive (as in ScheduledEvent.affects).
+    if f.vm_name is not None and f.vm_name.casefold() != vm_name.casefold():
         return Verdict(REJECT, "wrong-vm", f"message is for VM {f.vm_name}, this is {vm_name}", **known)
     if f.expires_at <= now:
         if event is None and not event_was_seen(f.event_id):

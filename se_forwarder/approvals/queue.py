@@ -560,9 +560,11 @@ def _seen_before(db: sqlite3.Connection, message_id: str, queue_message_id: str)
 
 
 def _event_was_seen(db: sqlite3.Connection, event_id: str) -> bool:
+    """The EventId was in an earlier document (as given, or in IMDS's upper-case spelling)."""
     row = db.execute(
-        "SELECT 1 FROM events WHERE event_id = ? AND state IN ('scheduled', 'started') LIMIT 1",
-        (event_id,),
+        "SELECT 1 FROM events WHERE event_id IN (?, ?, ?) "
+        "AND state IN ('scheduled', 'started') LIMIT 1",
+        (event_id, event_id.upper(), event_id.lower()),
     ).fetchone()
     return row is not None
 

@@ -366,3 +366,15 @@ def test_check_reports_missing_queues_then_reachable(azurite, signing_key, uniqu
         assert approval_queue.check(settings) is None
         monkeypatch.setenv("APPROVALS_KEY", "tooshort")
         assert "environment variable APPROVALS_KEY: key #1" in approval_queue.check(settings)
+
+
+def test_lower_case_event_id_is_approved_as_imds_spells_it(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    assert event_id != event_id.lower()  # IMDS writes GUIDs in upper case; .NET in lower case
+    coordinator.send(signing.encode(coordinator.message(event_id.lower())))
+    (post,) = wait_for(lambda: remote.posts(event_id), timeout=10, what="the approval POST")
+    assert post["started"]
+    (approved,) = wait_for(lambda: [e for e in cloudevents(remote.sink, "approved")
+                                    if e["subject"] == event_id], what="the approved CloudEvent")
+    assert approved["id"] == f"{event_id}/approved"
