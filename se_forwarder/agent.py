@@ -178,6 +178,7 @@ class Agent:
                            first_call_timeout=self.settings.imds.timeout),  # IMDS answered already
                 self.state_dir, self.vm, self.settings.approvals,
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
+                secret_env=telemetry.secret_env_names(self.settings),
             )
             self.outbox.prune([w.sink.name for w in self.workers], time.time() - RETENTION_SECONDS)
             if self.once:

@@ -84,9 +84,8 @@ def add_secrets(values: Iterator[str] | list[str] | set[str]) -> None:
     _secrets = tuple(sorted(found, key=len, reverse=True))  # longest first: no partial leftovers
 
 
-def protect(settings: Any) -> None:
-    """Register every secret the configuration points at (``*_env``, ``{env = ..}``, secret files,
-    header values) and the OTLP headers from the environment, for ``redact``."""
+def _walk_secrets(settings: Any) -> tuple[set[str], set[str]]:
+    """The environment variable names and the secret values the configuration points at."""
     env_names: set[str] = set()
     values: set[str] = set()
 
@@ -109,9 +108,24 @@ def protect(settings: Any) -> None:
     for sink in settings.sinks:
         walk(sink.options)
     walk(settings.approvals.queue or {})
+    return env_names, values
+
+
+def secret_env_names(settings: Any) -> set[str]:
+    """Environment variables holding secrets (kept out of hook commands' environment)."""
+    return _walk_secrets(settings)[0] | set(OTLP_HEADER_VARIABLES)
+
+
+OTLP_HEADER_VARIABLES = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+                         "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+
+
+def protect(settings: Any) -> None:
+    """Register every secret the configuration points at (``*_env``, ``{env = ..}``, secret files,
+    header values) and the OTLP headers from the environment, for ``redact``."""
+    env_names, values = _walk_secrets(settings)
     values.update(os.environ.get(name, "") for name in env_names)
-    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-                 "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+    for name in OTLP_HEADER_VARIABLES:
         for item in os.environ.get(name, "").split(","):
             values.add(item.partition("=")[2])
     add_secrets(values)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -81,6 +81,7 @@ class Approver:
         *,
         dry_run: bool = False,
         on_recorded: Callable[[], None] = lambda: None,
+        secret_env: Iterable[str] = (),
     ) -> None:
         check_consistency(settings)
         self.imds = imds
@@ -96,7 +97,8 @@ class Approver:
             from .queue import resolve  # ConfigError now (at start), not in a thread later
 
             self.queue_settings = resolve(settings.queue, vm)
-        secret_env = self.queue_settings.secret_env if self.queue_settings else ()
+        # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
+        secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
         self.hooks = hooks_mod.HookRunner(settings.hooks, vm, secret_env=secret_env,
                                           wake=self._wake)
         self._doc: Document | None = None

@@ -82,6 +82,22 @@ def test_successful_prepare_leads_to_an_approval_by_hook(simulator, control, age
     assert any("hook output line for " + event_id in r["message"] for r in log_records(env.log))
 
 
+def test_hooks_never_see_a_sink_secret_of_the_agent(simulator, control, agents, tmp_path):
+    env = Env(tmp_path, simulator, rules=REBOOTS_AFTER_PREPARE,
+              hooks={"prepare": hook(tmp_path, "prepare")})
+    with open(env.config, "a") as fh:  # a second sink whose signing secret lives in the env
+        fh.write('[[sinks]]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hook"\n'
+                 'secret_env = "SE_TEST_HOOK_SECRET"\n')
+    agent = AgentProcess(["--config", str(env.config)], log_path=env.log,
+                         env={"SE_TEST_HOOK_SECRET": "whsec_" + "A" * 43 + "="}).start()
+    agents.append(agent)
+    control.add(EventType="Reboot")
+    wait_for(lambda: runs(tmp_path, "prepare"), timeout=15, what="the prepare hook")
+    (run,) = runs(tmp_path, "prepare")
+    assert "SE_EVENT_ID" in run["env"]
+    assert "SE_TEST_HOOK_SECRET" not in run["env"]
+
+
 def test_approve_after_prepare_applies_to_events_no_rule_matched(simulator, control, agents,
                                                                  tmp_path):
     env = Env(tmp_path, simulator, hooks={"prepare": hook(tmp_path, "prepare")})
