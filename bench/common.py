@@ -6,11 +6,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from tests.conftest import wait_for  # noqa: F401 - re-exported for the benchmarks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,13 +54,3 @@ def cpu_seconds(proc: psutil.Process) -> float:
 
 def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 1e6
-
-
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("benchmark condition not reached")

@@ -19,7 +19,7 @@ import pytest
 
 from se_forwarder.approvals import signing
 from tests.azurite import Azurite, find_binary
-from tests.conftest import read_jsonl
+from tests.conftest import read_jsonl, toml_value
 
 _counter = itertools.count(1)
 
@@ -44,21 +44,6 @@ def signing_key() -> str:
 def unique_queue() -> str:
     """A queue name template no other test uses (``{vm_name}`` kept, as in production)."""
     return f"t{next(_counter)}-{int(time.time() * 1000) % 10**8}-{{vm_name}}"
-
-
-def toml_value(value: Any) -> str:
-    """A Python value as TOML (strings, numbers, booleans, lists, inline tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(type(value))
 
 
 def write_config(path: Path, *, imds_url: str, state_dir: Path, sink_path: Path,

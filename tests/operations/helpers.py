@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from typing import Any
 
 import requests
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, toml_value
 
 
 def free_port() -> int:
@@ -80,20 +79,6 @@ class HttpEndpoint:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(value)
 
 
 def write_config(path: Path, sinks: Iterable[dict[str, Any]] = (), **sections: dict[str, Any]) -> Path:
