@@ -356,22 +356,14 @@ class EventHubsSink:
         current = producer.create_batch(partition_key=key)
         pending: list[_Prepared] = []
         for item in run:
-            try:
-                current.add(item.data)
-                pending.append(item)
+            if _added(current, item, pending):
                 continue
-            except ValueError:
-                pass
             if pending:  # the batch is full: send it, start another
                 self._send(producer, current, pending, outcomes)
                 current = producer.create_batch(partition_key=key)
                 pending = []
-                try:
-                    current.add(item.data)
-                    pending.append(item)
+                if _added(current, item, pending):
                     continue
-                except ValueError:
-                    pass
             outcomes.append(self._too_large(current, item))
         if pending:
             self._send(producer, current, pending, outcomes)
@@ -573,3 +565,13 @@ def _quiet_azure_logs() -> None:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(level)
+
+
+def _added(batch: Any, item: _Prepared, pending: list[_Prepared]) -> bool:
+    """Add ``item`` to ``batch`` (and to ``pending``) if it fits; False when it does not."""
+    try:
+        batch.add(item.data)
+    except ValueError:
+        return False
+    pending.append(item)
+    return True
