@@ -41,7 +41,7 @@ fi
 
 log "creating $tools_venv (${tool_specs[*]}; wheelhouse: ${build_specs[*]})"
 mkdir -p "$(dirname "$tools_venv")"
-[ -x "$tools_venv/bin/python" ] || "$python_bin" -m venv "$tools_venv"
+PYTHON="$python_bin" "$repo_root/scripts/make-venv" "$tools_venv"
 "$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 # checkov depends on pycep-parser (its Bicep front end); one resolve keeps all the pins consistent.
 "$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check "${tool_specs[@]}"
