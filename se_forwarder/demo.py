@@ -73,7 +73,7 @@ def run_demo(extra_sinks: list[str], timeout: float = 55.0, out: TextIO | None =
     if missing:
         _say(out, f"Missing CloudEvent types: {', '.join(missing)}; exit status 1.")
         return 1
-    _say(out, _try_next(_command()))
+    _say(out, _try_next(_path_hint()))
     return 0
 
 
@@ -163,22 +163,32 @@ def _summary(stories: list[tuple[str, str, str]], counts: Counter[str], elapsed:
     return "\n".join(lines)
 
 
-def _command() -> str:
-    """How the user ran us: ``se-forwarder`` when that is on PATH, else the path they typed."""
-    exe = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if exe is None or exe.name != "se-forwarder":
-        return "se-forwarder"
+def _path_hint() -> str | None:
+    """Lines that put this se-forwarder on PATH, when typing ``se-forwarder`` would not find it."""
+    typed = sys.argv[0] if sys.argv else ""
+    if Path(typed).name != "se-forwarder":  # python -m se_forwarder
+        return None
+    exe = Path(os.path.abspath(typed))
     found = shutil.which("se-forwarder")
     if found and Path(found).resolve() == exe.resolve():
-        return "se-forwarder"
-    relative = os.path.relpath(exe.resolve())
-    return relative if len(relative) < len(str(exe.resolve())) else str(exe.resolve())
+        return None
+    activate = exe.parent / "activate"
+    if activate.exists():
+        return f"  # first, se-forwarder on your PATH:\n  . {_short(activate)}"
+    return f"  # first, se-forwarder on your PATH:\n  export PATH=\"{_short(exe.parent)}:$PATH\""
 
 
-def _try_next(cmd: str) -> str:
+def _short(path: Path) -> str:
+    relative = os.path.relpath(path)
+    return relative if len(relative) < len(str(path)) else str(path)
+
+
+def _try_next(path_hint: str | None) -> str:
+    cmd = "se-forwarder"
     lines = [
         "",
         "Try next:",
+        *([path_hint] if path_hint else []),
         "  # the same CloudEvents as JSON lines, as your own tools would get them",
         f"  {cmd} demo --sink file:/tmp/demo.jsonl",
         "  # your own simulated IMDS in one terminal (--list-scenarios shows the others) ...",
@@ -188,6 +198,4 @@ def _try_next(cmd: str) -> str:
         "      --state-dir /tmp/se-state",
         "  # a fleet (Event Hubs, `fleet tail`, approvals by a coordinator): README, Deploying to a fleet",
     ]
-    if cmd != "se-forwarder" and cmd.endswith("/bin/se-forwarder"):
-        lines.append(f"  # `. {cmd[: -len('/se-forwarder')]}/activate` puts se-forwarder on your PATH")
     return "\n".join(lines)

@@ -97,9 +97,8 @@ def _normalised(lines: list[str]) -> Counter[str]:
         line = re.sub(r"\(in \d+ s\)", "(in N s)", line)
         line = re.sub(r"CloudEvents in \d+ s", "CloudEvents in N s", line)
         line = re.sub(r"^(HH:MM:SS  .{43}) +\d+", r"\1 INC", line)
-        line = re.sub(r"\S*se-forwarder (demo|simulate|run) ", r"se-forwarder \1 ", line)
-        if "activate` puts se-forwarder on your PATH" in line:
-            continue
+        if line in ("  # first, se-forwarder on your PATH:",) or line.startswith(("  . ", "  export PATH=")):
+            continue  # shown when se-forwarder is not on PATH (a run from ./scripts/demo)
         out.append(line.rstrip())
     return Counter(out)
 
