@@ -118,7 +118,7 @@ def _state_hint(exc: OSError) -> str:
             return " even for root (a special or protected file system); set [state] dir elsewhere"
         return f" for {_user()}; run check as the agent's user, or give it write access (chown)"
     return {
-        errno.EROFS: " (a read-only file system); give the agent a writable [state] dir",
+        errno.EROFS: "; give the agent a writable [state] dir",
         errno.ENOENT: " (a special file system such as /proc takes no files); set [state] dir elsewhere",
         errno.ENOSPC: "; free some space, or set [state] dir elsewhere",
         errno.EDQUOT: "; raise the quota, or set [state] dir elsewhere",
