@@ -195,7 +195,7 @@ def simulate_command(
             server.start()
         except OSError as exc:
             _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code=1)
-        _announce(server, scenario, scenario_start)
+        _announce(server, scenario)
         printer.start()
         _serve(server, scenario, lines, stop)
     except KeyboardInterrupt:
@@ -244,7 +244,7 @@ def _build(
         _fail(str(exc))
 
 
-def _announce(server: SimulatorServer, scenario: str | None, scenario_start: str) -> None:
+def _announce(server: SimulatorServer, scenario: str | None) -> None:
     names = server.sim.vm_names
     _say(
         f"IMDS simulator listening on {server.url} "
@@ -258,8 +258,6 @@ def _announce(server: SimulatorServer, scenario: str | None, scenario_start: str
     if scenario and status.get("waiting_for_first_poll"):
         _say(f"scenario {status['name']}: starts at the first scheduled-events poll "
              "(--start immediately starts it at once)")
-    elif scenario and scenario_start == "immediately":
-        _say(f"scenario {status['name']}: started at {time.strftime('%H:%M:%S')}")
     _say("Ctrl-C to stop")
 
 

@@ -518,7 +518,7 @@ class Simulator:
             self._advance()
             self._run = _Run(scenario, steps, None, dict(params or {}), start=start)
             if start == "immediately":
-                self._begin(self._run, "started immediately (--start immediately)")
+                self._begin(self._run, "asked to start immediately")
             elif self._first_poll is not None:
                 self._begin(self._run, f"a client polls already ({self._first_poll})")
             else:
