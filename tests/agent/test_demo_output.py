@@ -92,7 +92,7 @@ def _normalised(lines: list[str]) -> Counter[str]:
     out = []
     for line in lines:
         line = re.sub(r"\d\d:\d\d:\d\d", "HH:MM:SS", line)
-        line = re.sub(r"\b[0-9A-F]{8}\b", "XXXXXXXX", line)
+        line = re.sub(r"\b[0-9A-F]{8}\b", "<ID>", line)
         line = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line)
         line = re.sub(r"\(in \d+ s\)", "(in N s)", line)
         line = re.sub(r"CloudEvents in \d+ s", "CloudEvents in N s", line)
