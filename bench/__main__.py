@@ -1,59 +1,140 @@
-"""`python -m bench`: every benchmark in one run; prints a table and writes bench/RESULTS.md.
+"""`python -m bench`: the benchmarks in one run; prints a table, and with --write records it in
+bench/RESULTS.md with the machine and the commit it ran on.
 
 Figures are measured, not asserted (these machines are shared and noisy); comparisons are made
-side by side in the same run and given as ratios.
+side by side in the same run and given as ratios. `--only NAME...` runs a subset; `--list` names
+them all.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import psutil
 
 from bench.common import ROOT, Row
 
-# Modules with run() -> list[Row]; then standalone scripts whose output is kept verbatim.
-MODULES = ["bench.agent_vs_sample", "bench.outbox_throughput", "bench.burst", "bench.footprint"]
-SCRIPTS = [
-    ["bench/webhook_latency.py", "--poll-interval", "1.0", "--changes", "40", "--backlog", "3000"],
-    ["bench/webhook_latency.py", "--poll-interval", "0.2", "--changes", "60", "--backlog", "1000"],
-    ["bench/approval_roundtrip.py"],
-    ["bench/eventhubs_bench.py"],
-]
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    what: str
+    module: str | None = None  # a module with run() -> list[Row]
+    commands: tuple[tuple[str, ...], ...] = ()  # or scripts whose output is kept verbatim
 
 
-def main() -> int:
+BENCHMARKS = (
+    Benchmark("agent_vs_sample", "idle poll CPU and RSS, agent vs the documented sample's loop",
+              module="bench.agent_vs_sample"),
+    Benchmark("outbox_throughput", "outbox inserts, dedup, reads and fsynced commits per second",
+              module="bench.outbox_throughput"),
+    Benchmark("burst", "a 1,000-event document to delivered (file and batch webhook)",
+              module="bench.burst"),
+    Benchmark("footprint", "agent RSS with a file sink and with a webhook sink",
+              module="bench.footprint"),
+    Benchmark("webhook_latency", "IMDS change -> webhook 200 latency (poll 1 s and 0.2 s), throughput",
+              commands=(
+                  ("bench/webhook_latency.py", "--poll-interval", "1.0", "--changes", "40",
+                   "--backlog", "3000"),
+                  ("bench/webhook_latency.py", "--poll-interval", "0.2", "--changes", "60",
+                   "--backlog", "1000"),
+              )),
+    Benchmark("approval_roundtrip", "signed queue message -> IMDS POST, through Azurite",
+              commands=(("bench/approval_roundtrip.py",),)),
+    Benchmark("eventhubs", "Event Hubs throughput to the local broker, and RSS",
+              commands=(("bench/eventhubs_bench.py",),)),
+)
+NAMES = tuple(b.name for b in BENCHMARKS)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run the benchmarks (about 4 minutes for all of them on 2 cores) and print "
+                    "a table of figures. Nothing is written unless --write is given.",
+        epilog="benchmarks: " + ", ".join(NAMES),
+    )
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=NAMES,
+                        help="run only these benchmarks (see --list)")
+    parser.add_argument("--list", action="store_true", help="name and describe the benchmarks, then exit")
+    parser.add_argument("--write", action="store_true",
+                        help="record the results in bench/RESULTS.md (a full run only)")
+    args = parser.parse_args(argv)
+    if args.write and args.only:
+        parser.error("--write records a full run; leave out --only")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        width = max(map(len, NAMES))
+        for b in BENCHMARKS:
+            print(f"{b.name:<{width}}  {b.what}")
+        return 0
+    chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only]
+    where = f"{machine()}; commit {commit()}"
+    print(f"running {', '.join(b.name for b in chosen)} on {where}", file=sys.stderr, flush=True)
     began = time.monotonic()
     rows: list[Row] = []
-    failures: list[str] = []
-    for name in MODULES:
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        try:
-            rows += importlib.import_module(name).run()
-        except Exception as exc:  # noqa: BLE001 - one failed benchmark must not hide the others
-            failures.append(f"{name}: {type(exc).__name__}: {exc}")
     outputs: list[tuple[str, str]] = []
-    for command in SCRIPTS:
-        if not (ROOT / command[0]).exists():
-            continue
-        script = " ".join(command)
-        print(f"running {script} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
-        text = proc.stdout.strip() or proc.stderr.strip()[-2000:]
-        outputs.append((script, text if proc.returncode == 0 else f"FAILED:\n{text}"))
-    table = render(rows)
-    print(table)
+    failures: list[str] = []
+    for bench in chosen:
+        if bench.module:
+            print(f"running {bench.module} ...", file=sys.stderr, flush=True)
+            try:
+                rows += importlib.import_module(bench.module).run()
+            except Exception as exc:  # noqa: BLE001 - one failed benchmark must not hide the others
+                failures.append(f"{bench.name}: {type(exc).__name__}: {exc}")
+        for command in bench.commands:
+            script = " ".join(command)
+            if not (ROOT / command[0]).exists():
+                failures.append(f"{script}: {command[0]} does not exist")
+                continue
+            print(f"running {script} ...", file=sys.stderr, flush=True)
+            proc = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=300)
+            text = proc.stdout.strip() or proc.stderr.strip()[-2000:]
+            outputs.append((script, text if proc.returncode == 0 else f"FAILED:\n{text}"))
+            if proc.returncode != 0:
+                failures.append(f"{script}: exit status {proc.returncode}")
+    elapsed = time.monotonic() - began
+    table = render(rows) if rows else ""
+    print(f"Ran on {where} in {elapsed:.0f} s.")
+    if table:
+        print(table)
     for script, text in outputs:
         print(f"\n## {script}\n{text}")
-    write_results(table, outputs, failures, time.monotonic() - began)
+    if args.write:
+        write_results(table, outputs, failures, elapsed, where)
+        print(f"\nwrote {(ROOT / 'bench' / 'RESULTS.md').relative_to(ROOT)}", file=sys.stderr)
     for f in failures:
         print(f"FAILED {f}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def machine() -> str:
+    return (f"{platform.python_implementation()} {platform.python_version()}, "
+            f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+            f"{platform.platform()}")
+
+
+def commit() -> str:
+    """The checked-out commit, ``+ changes`` when the tree differs from it; ``unknown`` outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"{head} + uncommitted changes" if dirty else head
 
 
 def render(rows: list[Row]) -> str:
@@ -64,14 +145,11 @@ def render(rows: list[Row]) -> str:
 
 
 def write_results(table: str, outputs: list[tuple[str, str]], failures: list[str],
-                  elapsed: float) -> None:
-    machine = (f"{platform.python_implementation()} {platform.python_version()}, "
-               f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-               f"{platform.platform()}")
+                  elapsed: float, where: str) -> None:
     parts = [
         "# Benchmark results",
         "",
-        f"Produced by `python -m bench` in {elapsed:.0f} s on {machine}, "
+        f"Produced by `python -m bench --write` in {elapsed:.0f} s on {where}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         table,

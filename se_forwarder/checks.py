@@ -6,10 +6,14 @@ caller exits non-zero when any line failed.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import getpass
 import importlib
 import os
 import re
 import socket
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
@@ -17,7 +21,9 @@ from urllib.parse import unquote
 import requests
 
 from .config import Settings
+from .errors import StateError
 from .imds import ImdsClient, ImdsError
+from .outbox import Outbox, db_path
 from .sinks import SinkContext, create
 from .telemetry import otlp_base, redact
 
@@ -53,20 +59,77 @@ def run_checks(settings: Settings, echo: Callable[[str], None]) -> int:
 
 
 def check_state(state_dir: Path) -> tuple[bool, str]:
-    """The state directory exists and is writable, or can be created."""
+    """Do with the state directory what the agent does: create it if needed, then write, fsync and
+    remove a file in it (``os.access`` is wrong for root and for special file systems). Folders
+    made here are removed again; an existing outbox database must open and pass a quick check."""
     path = Path(state_dir)
-    if path.is_dir():
-        if os.access(path, os.W_OK | os.X_OK):
-            return True, f"{path} is writable"
-        return False, (f"{path} is not writable by this user; run check as the agent's user, or "
-                       f"give that user write access (e.g. chown)")
-    if path.exists():
+    if path.exists() and not path.is_dir():
         return False, f"{path} exists but is not a directory; set [state] dir to a directory"
-    parent = next((p for p in path.parents if p.exists()), None)
-    if parent is not None and os.access(parent, os.W_OK | os.X_OK):
-        return True, f"{path} does not exist yet; the agent will create it"
-    return False, (f"{path} does not exist and {parent} is not writable by this user; create it "
-                   "for the agent's user, or set [state] dir")
+    made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    try:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return False, f"{path} cannot be created: {exc.strerror or exc}{_state_hint(exc)}"
+        problem = _write_fsync_remove(path)
+        if problem:
+            return False, problem
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    who = _user()
+    if made:
+        return True, f"{path} can be created and written by {who} (tested; the agent creates it)"
+    database = db_path(path)
+    if database.exists():
+        try:
+            with Outbox(path, readonly=True):
+                pass
+        except StateError as exc:
+            return False, str(exc)
+        return True, f"{path} is writable by {who} (tested) and its outbox database is sound"
+    return True, f"{path} is writable by {who} (tested by writing, fsyncing and removing a file)"
+
+
+def _write_fsync_remove(folder: Path) -> str | None:
+    try:
+        fd, name = tempfile.mkstemp(prefix=".se-forwarder-check-", dir=folder)
+    except OSError as exc:
+        return f"{folder} is not writable: {exc.strerror or exc}{_state_hint(exc)}"
+    try:
+        os.write(fd, b"se-forwarder check\n")
+        os.fsync(fd)
+    except OSError as exc:
+        return f"{folder}: writing and fsyncing a file failed: {exc.strerror or exc}{_state_hint(exc)}"
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    if os.path.exists(name):
+        return f"{folder}: a file written there cannot be removed ({name})"
+    return None
+
+
+def _state_hint(exc: OSError) -> str:
+    """What to do about a failed create/write in the state directory (after the OS's words)."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        if hasattr(os, "getuid") and os.getuid() == 0:
+            return " even for root (a special or protected file system); set [state] dir elsewhere"
+        return f" for {_user()}; run check as the agent's user, or give it write access (chown)"
+    return {
+        errno.EROFS: "; give the agent a writable [state] dir",
+        errno.ENOENT: " (a special file system such as /proc takes no files); set [state] dir elsewhere",
+        errno.ENOSPC: "; free some space, or set [state] dir elsewhere",
+        errno.EDQUOT: "; raise the quota, or set [state] dir elsewhere",
+    }.get(exc.errno or 0, "; set [state] dir to a directory the agent can write")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (containers)
+        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "this user"
 
 
 def check_imds(settings: Settings) -> tuple[bool, str]:

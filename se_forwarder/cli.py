@@ -16,6 +16,12 @@ from . import __version__
 from .errors import SeForwarderError
 
 F = TypeVar("F", bound=Callable[..., Any])
+# click >= 8.2 raises this for a group run without a subcommand; older ones print the help and exit 0.
+NO_ARGS_IS_HELP: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", click.exceptions.Exit)
+EXIT_STATUSES = """\b
+Exit status: 0 success; 1 a failure (IMDS, a sink, a check, the demo);
+2 a usage or configuration error; 3 the state directory or database
+cannot be used."""
 
 
 def friendly_errors(func: F) -> F:
@@ -70,6 +76,9 @@ class LazyGroup(click.Group):
             return super().main(*args, **kwargs)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
+        except NO_ARGS_IS_HELP as exc:  # a group without its subcommand: its help, as --help does
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(0)
         except click.exceptions.Abort:
             click.echo("se-forwarder: aborted", err=True)
             sys.exit(1)
@@ -88,8 +97,8 @@ class LazyGroup(click.Group):
                 rows.append((name, self.lazy[name][2]))
             else:
                 cmd = super().get_command(ctx, name)
-                if cmd is not None and not cmd.hidden:
-                    rows.append((name, cmd.get_short_help_str(60)))
+                if cmd is not None and not cmd.hidden:  # the whole first sentence, never cut
+                    rows.append((name, cmd.get_short_help_str(limit=10_000)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -99,9 +108,10 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "simulate": ("se_forwarder.simulator.command", "simulate_command",
-                     "Run the IMDS simulator in the foreground."),
+                     "Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_STATUSES,
 )
 @click.version_option(__version__, prog_name="se-forwarder")
 def main() -> None:
@@ -152,7 +162,8 @@ state_option = click.option("--state-dir", type=click.Path(file_okay=False),
 @imds_option
 @state_option
 @click.option("--sink", "sinks", multiple=True, metavar="SPEC",
-              help="stdout, file:PATH or webhook:URL (repeatable; replaces configured sinks).")
+              help="stdout (JSON lines), stdout:pretty (columns for people), file:PATH or "
+                   "webhook:URL; repeatable; replaces the configured sinks.")
 @click.option("--poll-interval", type=float, help="Seconds between polls (default 1).")
 @click.option("--once", is_flag=True, help="One poll and one delivery attempt, then exit.")
 @click.option("--dry-run", is_flag=True, help="Never POST approvals; log what would be approved.")
@@ -185,7 +196,10 @@ def run(config: str | None, imds_url: str | None, state_dir: str | None, sinks: 
 @click.option("--timeout", type=float, default=55.0, show_default=True, hidden=True)
 @friendly_errors
 def demo(sinks: tuple[str, ...], timeout: float) -> None:
-    """Show the whole flow in under a minute, against the built-in simulator."""
+    """Show the whole flow against the built-in simulator (about 10 s).
+
+    Needs no Azure and no configuration.
+    """
     from .demo import run_demo
 
     sys.exit(run_demo(list(sinks), timeout=timeout))
@@ -231,7 +245,10 @@ def events(imds_url: str | None, api_version: str | None, as_json: bool) -> None
 @friendly_errors
 def approve(event_ids: tuple[str, ...], imds_url: str | None, state_dir: str | None,
             config: str | None) -> None:
-    """Approve (start) events now: POST StartRequests, and record `approved` CloudEvents."""
+    """Approve (start) events now and record `approved` CloudEvents.
+
+    POSTs StartRequests for events that are Scheduled in the current document.
+    """
     from .manual import approve_now
 
     settings = _load_settings(config, imds_url=imds_url, state_dir=state_dir)
@@ -261,7 +278,10 @@ def check(config: str | None, imds_url: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @friendly_errors
 def status(state_dir: str | None, config: str | None, as_json: bool) -> None:
-    """Last poll, incarnation, and per-sink backlog, read from the state directory."""
+    """Show the last poll, incarnation and per-sink backlog.
+
+    Read from the state directory; works while the agent runs.
+    """
     from .status import read_status, render_status
 
     settings = _load_settings(config, state_dir=state_dir)
@@ -269,7 +289,7 @@ def status(state_dir: str | None, config: str | None, as_json: bool) -> None:
     click.echo(json.dumps(info, indent=2) if as_json else render_status(info))
 
 
-@main.group()
+@main.group(cls=LazyGroup)
 def sink() -> None:
     """Manage sinks (resume a parked one)."""
 
@@ -295,11 +315,13 @@ def sink_resume(name: str, state_dir: str | None, config: str | None) -> None:
     cls=LazyGroup,
     lazy={
         "tail": ("se_forwarder.fleet.tail", "tail_command",
-                 "Live table of events across the fleet, from Event Hubs."),
+                 "Live table of events across the fleet: each event once, with how many VMs "
+                 "saw it."),
         "approve": ("se_forwarder.fleet.approve", "approve_command",
-                    "Send a signed approval message to a VM's queue."),
+                    "Send a signed approval for one event to a VM's approval queue."),
         "keygen": ("se_forwarder.fleet.approve", "keygen_command",
-                   "Make a new approval signing key."),
+                   "Make a new signing key for approval messages (base64 of 32 random "
+                   "bytes)."),
     },
 )
 def fleet() -> None:

@@ -128,15 +128,19 @@ def from_dict(raw: Mapping[str, Any]) -> Settings:
 
 
 def parse_sink_spec(spec: str, where: str = "--sink") -> dict[str, Any]:
-    """``stdout``, ``file:PATH`` or ``webhook:URL`` as a sink table."""
+    """``stdout``, ``stdout:json``, ``stdout:pretty``, ``file:PATH`` or ``webhook:URL`` as a sink table."""
     kind, sep, rest = spec.partition(":")
     if kind == "stdout" and not sep:
         return {"type": "stdout"}
+    if kind == "stdout" and rest in ("json", "pretty"):
+        return {"type": "stdout", "format": rest}
     if kind == "file" and rest:
         return {"type": "file", "path": rest}
     if kind == "webhook" and rest:
         return {"type": "webhook", "url": rest}
-    raise ConfigError(f"{where}: not a sink spec; use stdout, file:PATH or webhook:URL")
+    raise ConfigError(
+        f"{where}: not a sink spec; use stdout, stdout:pretty, stdout:json, file:PATH or webhook:URL"
+    )
 
 
 # -- sections ----------------------------------------------------------------------------------

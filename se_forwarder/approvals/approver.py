@@ -254,12 +254,18 @@ class Approver:
                 return "hook"
             why = state or ("not started" if event.affects(self.vm.name)
                             else "not run: the event does not affect this VM")
+            matched = f"rule {rule} matched (prepare-then-approve)" if rule else "no rule matched"
             self._note(event.event_id, f"prepare:{state}",
-                       "waiting for the prepare hook before approving (prepare %s; rule %s)",
-                       why, rule or "none")
+                       "policy: %s; the prepare hook comes first (%s), then the agent approves",
+                       matched, why)
             return None
-        self._note(event.event_id, f"{action}:{rule}",
-                   "policy: %s (rule %s)", action, rule or "none")
+        matched = f"rule {rule} matched ({action})" if rule else "no rule matched"
+        starts = (f"it starts at its NotBefore {ce.rfc3339(event.not_before)}" if event.not_before
+                  else "it starts when Azure starts it")
+        then = ("no approval and no hooks; " if action == "ignore" else
+                "not approving; ") + starts + (
+                "" if action == "ignore" else ", unless approved remotely or with se-forwarder approve")
+        self._note(event.event_id, f"{action}:{rule}", "policy: %s; %s", matched, then)
         return None
 
     # -- approving ------------------------------------------------------------------------

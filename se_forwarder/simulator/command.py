@@ -11,9 +11,13 @@ from typing import Any, NoReturn
 
 import click
 
+from se_forwarder.simulator.engine import SCENARIO_STARTS
 from se_forwarder.simulator.faults import parse_fault_flag
-from se_forwarder.simulator.scenarios import builtin_scenarios
+from se_forwarder.simulator.scenarios import Step, builtin_scenarios, load_scenario
 from se_forwarder.simulator.server import SimulatorServer
+from se_forwarder.simulator.wire import MIN_NOTICE_SECONDS
+
+POLLS_PER_NOTICE = 3  # a notice shorter than this many polls may be missed as Scheduled
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -81,6 +85,23 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     show_default=True,
     help="Simulated seconds per real second (60: 15 min notice = 15 s).",
 )
+@click.option(
+    "--start",
+    "scenario_start",
+    type=click.Choice(SCENARIO_STARTS),
+    default="first-poll",
+    show_default=True,
+    help="When the scenario's clock starts: at the first scheduled-events poll of any VM, or "
+    "at once.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between your client's polls (the agent's default is 1); a warning says when "
+    f"--time-scale makes a notice shorter than {POLLS_PER_NOTICE} of them.",
+)
 @click.option("--vm-name", default="vm0", show_default=True, help="Name of the simulated VM.")
 @click.option(
     "--vms",
@@ -123,6 +144,8 @@ def simulate_command(
     scenario: str | None,
     params: tuple[str, ...],
     time_scale: float,
+    scenario_start: str,
+    poll_interval: float,
     vm_name: str,
     vms: str | None,
     list_scenarios: bool,
@@ -142,6 +165,7 @@ def simulate_command(
         scenario,
         params,
         time_scale,
+        scenario_start,
         vm_name,
         vms,
         throttle_rps,
@@ -149,7 +173,14 @@ def simulate_command(
         multi_tenant,
         faults,
     )
+    for warning in short_notice_warnings(_notices(scenario, params, server), time_scale, poll_interval):
+        click.echo(f"warning: {warning}", err=True)
     lines: queue.Queue[str | None] = queue.Queue()
+    server.sim.on_scenario_start(
+        lambda status: lines.put(
+            f"{time.strftime('%H:%M:%S')} scenario {status['name']} started ({status['started_by']})"
+        )
+    )
     if not quiet:
         server.sim.subscribe(
             lambda inc, changes: [
@@ -185,6 +216,7 @@ def _build(
     scenario: str | None,
     params: tuple[str, ...],
     time_scale: float,
+    scenario_start: str,
     vm_name: str,
     vms: str | None,
     throttle_rps: float,
@@ -205,6 +237,7 @@ def _build(
             first_call_delay=first_call_delay,
             multi_tenant=multi_tenant,
             scenario_params=_parse_params(params),
+            scenario_start=scenario_start,
             faults=fault_specs,
         )
     except ValueError as exc:  # ScenarioError, FaultError and bad option values
@@ -220,8 +253,58 @@ def _announce(server: SimulatorServer, scenario: str | None) -> None:
     if len(names) > 1:
         for name in names:
             _say(f"  {name}: {server.vm_url(name)}/metadata/scheduledevents?api-version=2020-07-01")
-    _say(f"control API: {server.url}/control" + (f"; scenario: {scenario}" if scenario else ""))
+    _say(f"control API: {server.url}/control")
+    status = server.sim.scenario_status()
+    if scenario and status.get("waiting_for_first_poll"):
+        _say(f"scenario {status['name']}: starts at the first scheduled-events poll "
+             "(--start immediately starts it at once)")
     _say("Ctrl-C to stop")
+
+
+def _notices(
+    scenario: str | None, params: tuple[str, ...], server: SimulatorServer
+) -> list[tuple[str, float]]:
+    """(what, notice in simulated seconds) for the scenario's Scheduled events, or the minimum
+    notice of every event type when no scenario plays (events added through the control API)."""
+    if scenario is None:
+        return [(f"the minimum notice of a {kind}", notice) for kind, notice in MIN_NOTICE_SECONDS.items()]
+    steps = load_scenario(scenario).compile(server.sim.vm_names, _parse_params(params))
+    return [n for n in map(_notice_of, steps) if n[1] > 0]
+
+
+def _notice_of(step: Step) -> tuple[str, float]:
+    f = step.fields
+    if step.action != "add" or f.get("EventStatus", "Scheduled") != "Scheduled" or "NotBefore" in f:
+        return "", 0.0
+    kind = f.get("EventType", "Freeze")
+    notice = float(f.get("NotBeforeInSeconds", MIN_NOTICE_SECONDS[kind]))
+    return f"the {notice:g} s notice of the {kind} at {step.at:g} s", notice
+
+
+def short_notice_warnings(
+    notices: list[tuple[str, float]], time_scale: float, poll_interval: float
+) -> list[str]:
+    """One line for each notice that, under ``time_scale``, lasts fewer than 3 poll intervals."""
+    out = []
+    for what, notice in notices:
+        real = notice / time_scale
+        if real < POLLS_PER_NOTICE * poll_interval:
+            slowest = notice / (POLLS_PER_NOTICE * poll_interval)
+            out.append(
+                f"at --time-scale {time_scale:g}, {what} lasts {real:.2g} s, less than "
+                f"{POLLS_PER_NOTICE} polls of a client polling every {poll_interval:g} s "
+                f"(--poll-interval): it may start before the client sees it Scheduled; "
+                f"use --time-scale {_round_down(slowest)} or less"
+            )
+    return out
+
+
+def _round_down(value: float) -> str:
+    """A friendly time scale at most ``value`` (3 significant digits, rounded down)."""
+    if value >= 1:
+        return f"{int(value)}"
+    digits = f"{value:.3g}"
+    return digits if float(digits) <= value else f"{value:.2g}"
 
 
 def _handle_signals(stop: threading.Event) -> dict[int, Any]:

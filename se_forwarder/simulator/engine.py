@@ -5,6 +5,10 @@ list happens under one lock and raises ``DocumentIncarnation`` by exactly one, s
 incarnation always carries the same information (until an ``incarnation_reset`` fault).
 Simulated seconds (NotBeforeInSeconds, StartedSeconds, scenario offsets) are divided by
 ``time_scale``; NotBefore on the wire is the real wall-clock time the event will start.
+
+A scenario's clock starts at the first scheduled-events poll of any VM (``start="first-poll"``,
+the default), so a client started after the simulator still sees the whole story; the HTTP layer
+reports polls with ``note_poll``. ``start="immediately"`` starts it at once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from se_forwarder.simulator.wire import (
 log = logging.getLogger("se_forwarder.simulator")
 
 ChangeListener = Callable[[int, list[str]], None]
+ScenarioListener = Callable[[dict[str, Any]], None]
+SCENARIO_STARTS = ("first-poll", "immediately")
 
 
 class ApprovalError(ValueError):
@@ -113,8 +119,10 @@ class _Run:
 
     scenario: Scenario
     steps: list[Step]
-    started: float
+    started: float | None  # None: waiting for the first scheduled-events poll
     params: dict[str, Any]
+    start: str = "immediately"
+    trigger: str = ""  # what started it, for people
     index: int = 0
     refs: dict[str, str] = field(default_factory=dict)
     created: set[str] = field(default_factory=set)
@@ -153,6 +161,8 @@ class Simulator:
         self._requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=request_log_size)
         self._run: _Run | None = None
         self._listeners: list[ChangeListener] = []
+        self._scenario_listeners: list[ScenarioListener] = []
+        self._first_poll: str | None = None  # "vm0 from 127.0.0.1" once a VM has been polled
         self._reset_hooks: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -190,6 +200,10 @@ class Simulator:
         """Call ``listener(incarnation, changes)`` after every change (under the lock: be quick)."""
         self._listeners.append(listener)
 
+    def on_scenario_start(self, listener: ScenarioListener) -> None:
+        """Call ``listener(scenario_status)`` when a scenario's clock starts (under the lock)."""
+        self._scenario_listeners.append(listener)
+
     def on_reset(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` on every reset (the HTTP layer clears its throttling windows)."""
         self._reset_hooks.append(hook)
@@ -223,7 +237,7 @@ class Simulator:
         now = self._clock()
         changes: list[str] = []
         run = self._run
-        while run is not None and run.index < len(run.steps):
+        while run is not None and run.started is not None and run.index < len(run.steps):
             step = run.steps[run.index]
             due = run.started + self.real_seconds(step.at)
             if due > now:
@@ -482,11 +496,17 @@ class Simulator:
         self,
         name_or_path: str | Path | Scenario | Mapping[str, Any],
         params: Mapping[str, Any] | None = None,
+        *,
+        start: str = "first-poll",
     ) -> dict[str, Any]:
-        """Play a scenario (built-in name, file path, parsed Scenario or inline mapping) from now.
+        """Play a scenario (built-in name, file path, parsed Scenario or inline mapping).
 
-        Replaces a scenario already playing (its events stay). ScenarioError if it is bad.
+        ``start="first-poll"`` (default): its clock starts at the first scheduled-events poll of
+        any VM, or now if a VM has been polled already; ``"immediately"``: now. Replaces a
+        scenario already playing (its events stay). ScenarioError if it is bad.
         """
+        if start not in SCENARIO_STARTS:
+            raise ValueError(f"start must be one of {', '.join(SCENARIO_STARTS)}, got {start!r}")
         if isinstance(name_or_path, Scenario):
             scenario = name_or_path
         elif isinstance(name_or_path, Mapping):
@@ -496,10 +516,37 @@ class Simulator:
         steps = scenario.compile(self.vm_names, params)
         with self._lock:
             self._advance()
-            self._run = _Run(scenario, steps, self._clock(), dict(params or {}))
-            log.info("scenario %s started (%d steps)", scenario.name, len(steps))
+            self._run = _Run(scenario, steps, None, dict(params or {}), start=start)
+            if start == "immediately":
+                self._begin(self._run, "asked to start immediately")
+            elif self._first_poll is not None:
+                self._begin(self._run, f"a client polls already ({self._first_poll})")
+            else:
+                log.info("scenario %s waits for the first scheduled-events poll (%d steps)",
+                         scenario.name, len(steps))
             self._advance()
             return self._scenario_status()
+
+    def note_poll(self, vm: str, client: str = "in-process") -> None:
+        """A scheduled-events document is about to be served to ``vm``: starts a waiting scenario."""
+        with self._lock:
+            if self._first_poll is None:
+                self._first_poll = f"{vm} from {client}"
+            run = self._run
+            if run is not None and run.started is None:
+                self._begin(run, f"first scheduled-events poll: {vm} from {client}")
+                self._advance()
+
+    def _begin(self, run: _Run, trigger: str) -> None:
+        run.started = self._clock()
+        run.trigger = trigger
+        log.info("scenario %s started (%s; %d steps)", run.scenario.name, trigger, len(run.steps))
+        status = self._scenario_status()
+        for listener in self._scenario_listeners:
+            try:
+                listener(dict(status))
+            except Exception:
+                log.exception("simulator scenario listener failed")
 
     def _apply_step(self, run: _Run, step: Step, due: float, changes: list[str]) -> None:
         event = self._events.get(run.refs.get(step.ref or "", ""))
@@ -559,7 +606,10 @@ class Simulator:
         return {
             "name": run.scenario.name,
             "params": run.params,
-            "started": utc_now_iso(run.started),
+            "start": run.start,
+            "started": None if run.started is None else utc_now_iso(run.started),
+            "started_by": run.trigger or None,
+            "waiting_for_first_poll": run.started is None,
             "steps_done": run.index,
             "steps_total": len(run.steps),
             "events_remaining": sorted(run.created & set(self._events)),

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from se_forwarder.simulator.engine import (
+    SCENARIO_STARTS,
     ApprovalError,
     Simulator,
     parse_start_requests,
@@ -277,6 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "scheduledevents":
             if method == "POST":
                 return self._approve(vm, version, body), fault and fault.kind
+            owner.sim.note_poll(vm, self.client_address[0])  # a waiting scenario starts now
             return self._document(vm, version), fault and fault.kind
         index = owner.sim.vm_names.index(vm)
         compute = compute_metadata(vm, index, owner.instance_overrides)
@@ -388,6 +390,9 @@ def _json_body(body: bytes, *, default: Any = None) -> Any:
 class SimulatorServer:
     """The IMDS simulator on a real port; ``.sim`` is the engine for in-process control.
 
+    A ``scenario`` starts at the first scheduled-events poll of any VM; ``scenario_start=
+    "immediately"`` starts it with the server.
+
     ``with SimulatorServer(vm_names=("vm0", "vm1")) as server:`` serves until the block ends.
     ``url`` is the first VM's base URL; ``vm_url(name)`` is ``url + "/vm/<name>"``.
     """
@@ -404,6 +409,7 @@ class SimulatorServer:
         first_call_delay: float = 0.0,
         multi_tenant: bool = False,
         scenario_params: Mapping[str, Any] | None = None,
+        scenario_start: str = "first-poll",
         faults: Sequence[Mapping[str, Any] | str] = (),
         instance_overrides: Mapping[str, Any] | None = None,
         hang_seconds: float = 300.0,
@@ -417,6 +423,10 @@ class SimulatorServer:
             raise ValueError(f"throttle_rps must be >= 0 (0 or None = off), got {throttle_rps}")
         if first_call_delay < 0:
             raise ValueError(f"first_call_delay must be >= 0, got {first_call_delay}")
+        if scenario_start not in SCENARIO_STARTS:
+            raise ValueError(
+                f"scenario_start must be one of {', '.join(SCENARIO_STARTS)}, got {scenario_start!r}"
+            )
         self.host = host
         self._port = port
         self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant)
@@ -429,6 +439,7 @@ class SimulatorServer:
         self._first_lock = threading.Lock()
         self._scenario = load_scenario(scenario) if isinstance(scenario, str | Path) else scenario
         self._scenario_params = dict(scenario_params or {})
+        self._scenario_start = scenario_start
         if self._scenario is not None:
             self._scenario.compile(self.sim.vm_names, self._scenario_params)  # fail early
         self._faults = [parse_fault_flag(f) if isinstance(f, str) else dict(f) for f in faults]
@@ -465,7 +476,8 @@ class SimulatorServer:
             for spec in self._faults:
                 self.sim.add_fault(spec)
             if self._scenario is not None:
-                self.sim.start_scenario(self._scenario, self._scenario_params)
+                self.sim.start_scenario(self._scenario, self._scenario_params,
+                                        start=self._scenario_start)
         log.info("IMDS simulator listening on %s (VMs: %s)", self.url, ", ".join(self.sim.vm_names))
         return self
 
@@ -625,8 +637,9 @@ class SimulatorServer:
         params = spec.get("params") or {}
         if not isinstance(params, dict):
             raise ValueError("params must be an object")
+        start = spec.get("start", "first-poll")  # the engine names a bad value
         if isinstance(spec.get("scenario"), dict):
-            return self.sim.start_scenario(spec["scenario"], params)
+            return self.sim.start_scenario(spec["scenario"], params, start=start)
         name = spec.get("name")
         builtin = [s.name for s in builtin_scenarios()]
         if name not in builtin:
@@ -634,7 +647,7 @@ class SimulatorServer:
                 f"unknown scenario {name!r} (built-in: {', '.join(builtin)}); "
                 'send {"scenario": {...}} for your own'
             )
-        return self.sim.start_scenario(name, params)
+        return self.sim.start_scenario(name, params, start=start)
 
     def settings(self) -> dict[str, Any]:
         """The IMDS behaviour knobs, as ``GET /control/settings`` shows them."""

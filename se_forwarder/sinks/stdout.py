@@ -1,70 +1,47 @@
-"""stdout sink: one structured CloudEvent JSON per line, or a readable line for people (demo)."""
+"""stdout sink: one structured CloudEvent JSON per line, or readable columns for people (``pretty.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, TextIO
 
-from ..validation import as_choice, no_unknown
+from ..errors import ConfigError
+from ..validation import as_bool, as_choice, no_unknown
 from .base import Delivered, DeliveryReport, Outcome, Park, StoredEvent
+from .pretty import PrettyFormatter
 
 
 def validate(options: dict[str, Any], where: str) -> dict[str, Any]:
-    no_unknown(options, where, ("name", "format"))
+    no_unknown(options, where, ("name", "format", "explain"))
     options["format"] = as_choice(options.get("format", "json"), f"{where}.format", ("json", "pretty"))
+    if "explain" in options:
+        options["explain"] = as_bool(options["explain"], f"{where}.explain")
+        if options["explain"] and options["format"] != "pretty":
+            raise ConfigError(f'{where}.explain: only with format = "pretty"')
     return options
 
 
 def create(name: str, options: dict[str, Any], ctx: Any) -> StdoutSink:
-    return StdoutSink(name, ctx.stdout, options.get("format", "json"))
-
-
-def pretty_line(event: dict[str, Any]) -> str:
-    """``13:02:11  approved   Freeze    C7061BAC...  incarnation 3  by policy:sample-freeze``."""
-    data = event.get("data") or {}
-    state = str(event.get("type", "")).rsplit(".", 1)[-1]
-    when = str(event.get("time", ""))
-    with contextlib.suppress(ValueError):
-        when = datetime.fromisoformat(when.replace("Z", "+00:00")).strftime("%H:%M:%S")
-    parts = [
-        when,
-        f"{state:<17}",
-        f"{str(event.get('eventtype', '')):<9}",
-        str(event.get("subject", "")),
-        f"incarnation {event.get('incarnation', '?')}",
-    ]
-    if data.get("EventSource"):
-        parts.append(f"source {data['EventSource']}")
-    if data.get("NotBeforeUtc") and state == "scheduled":
-        parts.append(f"not before {data['NotBeforeUtc']}")
-    if data.get("DurationInSeconds") not in (None, -1):
-        parts.append(f"{data['DurationInSeconds']} s")
-    if data.get("ApprovedBy"):
-        parts.append(f"by {data['ApprovedBy']}")
-    if data.get("Reason"):
-        parts.append(f"reason: {data['Reason']}")
-    if data.get("AffectsThisVm") is False:
-        parts.append("(not this VM)")
-    return "  ".join(parts)
+    return StdoutSink(name, ctx.stdout, options.get("format", "json"), options.get("explain", False))
 
 
 class StdoutSink:
     max_batch = 500
 
-    def __init__(self, name: str, stream: TextIO, fmt: str = "json") -> None:
+    def __init__(self, name: str, stream: TextIO, fmt: str = "json", explain: bool = False) -> None:
         self.name = name
         self._stream = stream
         self._format = fmt
+        self._pretty = PrettyFormatter(explain) if fmt == "pretty" else None
 
     def deliver(self, batch: Sequence[StoredEvent]) -> DeliveryReport:
         outcomes: list[Outcome] = []
         try:
             for event in batch:
-                if self._format == "pretty":
-                    line = pretty_line(event.as_dict())
+                if self._pretty is not None:
+                    line = "\n".join(self._pretty.lines(event.as_dict()))
                 else:
                     line = json.dumps(event.as_dict(), separators=(",", ":"))
                 self._stream.write(line + "\n")

@@ -1,7 +1,8 @@
 """Fixtures for the deployment tests: the tools venv, the parsed Bicep files, an installed prefix.
 
-checkov, pycep-parser and the wheel builder live in their own venv (their pins conflict with the
-project's), made by scripts/install-deploy-tools.sh; systemd-analyze comes from Debian's systemd.
+checkov, pycep-parser and a wheelhouse for building the project's wheel live in their own venv
+(their pins conflict with the project's), made by scripts/install-deploy-tools.sh; systemd-analyze
+comes from Debian's systemd.
 """
 
 from __future__ import annotations
@@ -64,11 +65,12 @@ def bicep_docs() -> dict[str, dict]:
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's wheel, built offline (no dependencies, no build isolation)."""
+    """The project's wheel, built offline (no dependencies; setuptools from the tools' wheelhouse)."""
     out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
         [str(tool("python")), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(REPO)],
+         "--no-deps", "--no-index", "--find-links", str(TOOLS / "wheelhouse"),
+         "--wheel-dir", str(out), str(REPO)],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -86,7 +86,9 @@ def test_simulator_stops_with_exit_0_on_sigint_and_sigterm(sig, cli_simulator):
 
 
 def test_simulator_prints_its_url_and_every_document_change(cli_simulator, http):
-    cli = cli_simulator("--scenario", "hardware-failure", "--time-scale", "600")
+    cli = cli_simulator(
+        "--scenario", "hardware-failure", "--time-scale", "600", "--start", "immediately"
+    )
     deadline = time.monotonic() + 10
     while not any("finished" in line for line in cli.lines) and time.monotonic() < deadline:
         time.sleep(0.05)

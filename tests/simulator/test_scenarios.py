@@ -77,14 +77,17 @@ def test_availability_set_shows_a_vm_events_that_are_not_its_own(cli_simulator, 
 
 
 def test_notice_of_vmss_terminate_is_a_parameter(start_sim):
-    server = start_sim(time_scale=60, scenario="vmss-terminate", scenario_params={"notice": 900})
+    server = start_sim(
+        time_scale=60, scenario="vmss-terminate", scenario_params={"notice": 900},
+        scenario_start="immediately",
+    )
     [event] = server.sim.events()
     not_before = email.utils.parsedate_to_datetime(event["NotBefore"]).timestamp()
     assert abs(not_before - (time.time() + 900 / 60)) <= 1.5
 
 
 def test_degraded_hardware_is_announced_days_ahead(start_sim):
-    server = start_sim(scenario="degraded-hardware")
+    server = start_sim(scenario="degraded-hardware", scenario_start="immediately")
     not_before = email.utils.parsedate_to_datetime(server.sim.events()[0]["NotBefore"]).timestamp()
     assert not_before - time.time() > 24 * 3600
 
@@ -149,7 +152,7 @@ def test_scenario_file_plays_events_actions_and_faults(start_sim, tmp_path, http
     path = tmp_path / "drill.toml"
     path.write_text(CUSTOM_TOML)
     server = start_sim(time_scale=100)
-    status = server.sim.start_scenario(str(path), {"notice": "300"})
+    status = server.sim.start_scenario(str(path), {"notice": "300"}, start="immediately")
     assert (status["name"], status["steps_total"]) == ("drill", 4)
     [event] = server.sim.events()
     assert event["Description"] == "drill with 300 s notice"
@@ -164,7 +167,7 @@ def test_scenario_file_plays_events_actions_and_faults(start_sim, tmp_path, http
 def test_scenario_file_may_be_json(start_sim, tmp_path):
     path = tmp_path / "one.json"
     path.write_text(json.dumps({"events": [{"EventType": "Preempt", "NotBeforeInSeconds": 30}]}))
-    server = start_sim(scenario=str(path))
+    server = start_sim(scenario=str(path), scenario_start="immediately")
     assert server.sim.events()[0]["EventType"] == "Preempt"
 
 
@@ -173,7 +176,7 @@ def test_scenario_incarnation_reset_action(start_sim, tmp_path):
     path.write_text(
         '[[events]]\nat = 0\n[[events]]\nat = 0\n[[actions]]\nat = 10\ndo = "incarnation_reset"\nto = 1\n'
     )
-    server = start_sim(time_scale=100, scenario=str(path))
+    server = start_sim(time_scale=100, scenario=str(path), scenario_start="immediately")
     assert server.sim.incarnation == 2  # both events in one step: one change
     assert server.sim.wait_until(lambda: server.sim.incarnation == 1, 2)
     assert len(server.sim.events()) == 2
@@ -186,8 +189,8 @@ def test_unknown_scenario_parameter_is_an_error_naming_it(start_sim):
 
 def test_starting_a_scenario_replaces_the_one_playing(start_sim):
     server = start_sim(time_scale=1)
-    server.sim.start_scenario("canceled-maintenance")
-    server.sim.start_scenario("hardware-failure")
+    server.sim.start_scenario("canceled-maintenance", start="immediately")
+    server.sim.start_scenario("hardware-failure", start="immediately")
     assert server.sim.scenario_status()["name"] == "hardware-failure"
     assert len(server.sim.events()) == 2
 
