@@ -45,22 +45,6 @@ def problem(tmp_path, body: str) -> str:
     return text
 
 
-def test_the_readme_configs_load(tmp_path) -> None:
-    settings = load(tmp_path, f'''
-[[sinks]]
-type = "webhook"
-format = "teams"
-url = "{TEAMS_URL}"
-
-[[sinks]]
-type = "webhook"
-format = "slack"
-url = "{SLACK_URL}"
-events = ["scheduled", "started", "completed", "canceled", "preparefailed"]
-''')
-    assert [s.options["format"] for s in settings.sinks] == ["teams", "slack"]
-
-
 @pytest.mark.parametrize("key", ["secret_env = \"HOOK_SECRET\"", "secret_file = \"/etc/hook.secret\""])
 def test_a_signing_secret_with_a_chat_format_is_refused_in_one_line(tmp_path, key) -> None:
     text = problem(tmp_path, f'[[sinks]]\ntype = "webhook"\nformat = "slack"\nurl = "{SLACK_URL}"\n{key}\n')
@@ -128,3 +112,19 @@ def test_the_hook_secret_is_in_no_reason_and_no_log_line(fmt, state_dir, caplog)
     assert any("HTTP 503" in line for line in printed)
     for text in (refused.reason, dead, *printed):
         assert secret not in text
+
+
+def readme_toml(heading: str) -> list[str]:
+    """The ```toml blocks of one README section, as a reader would copy them."""
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0] for block in section.split("```toml\n")[1:]]
+
+
+@pytest.mark.parametrize("heading", ["Teams and Slack", "Azure Monitor Logs"])
+def test_the_readme_section_configs_load_as_copied(tmp_path, heading) -> None:
+    [block] = readme_toml(heading)
+    settings = load(tmp_path, block)
+    assert settings.sinks
