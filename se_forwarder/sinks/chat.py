@@ -111,11 +111,12 @@ class ChatFormat:
 
     def refusal(self, status: int, reply: bytes, label: str) -> Park | None:
         """Park when the hook refuses every message, not only this one."""
-        code = reply.decode("utf-8", "replace").strip()[:100]
-        gone = status in PARK_STATUSES or (self.format == "slack" and code in SLACK_GONE)
+        text = " ".join(reply.decode("utf-8", "replace").split())
+        text = "".join(c for c in text if c.isprintable())
+        gone = status in PARK_STATUSES or (self.format == "slack" and text in SLACK_GONE)
         if not gone or 200 <= status < 300:
             return None
-        said = f": {code}" if code and code.isprintable() and len(code) < 100 else ""
+        said = f": {text[:200]}" if text else ""
         return Park(f"{label}{said}: the {self.format} hook refuses every message (deleted, disabled "
                     "or revoked); put a working hook URL in the configuration")
 

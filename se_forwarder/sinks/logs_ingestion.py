@@ -171,6 +171,9 @@ class LogsIngestionSink:
         except ImportError:
             return DeliveryReport([Retry("the logs-ingestion sink needs the package azure-monitor-ingestion; "
                                          "install it with: pip install 'se-forwarder[logs-ingestion]'")])
+        except Exception as exc:  # noqa: BLE001 - e.g. a credential that cannot be built here
+            return DeliveryReport([Retry(f"cannot create the Logs ingestion client: {type(exc).__name__}: "
+                                         f"{_first_line(exc)}")])
         outcomes: list[Outcome] = []
         for run in self._runs(batch):
             result = run if isinstance(run[0], DeadLetter) else self._send(run)

@@ -198,3 +198,17 @@ def test_check_names_an_unreachable_endpoint(identity, endpoint, tls) -> None:
     problem = sink.check()
 
     assert problem is not None and problem.startswith(f"cannot reach https://127.0.0.1:{endpoint.port}: ")
+
+
+def test_a_credential_that_cannot_be_built_is_a_retry_with_one_line(identity, endpoint, tls, state_dir,
+                                                                  monkeypatch) -> None:
+    monkeypatch.setenv("AZURE_FEDERATED_TOKEN_FILE", "/nonexistent/token")
+    monkeypatch.setenv("AZURE_TENANT_ID", "00000000-0000-0000-0000-000000000000")
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.com")
+    monkeypatch.delenv("AZURE_POD_IDENTITY_AUTHORITY_HOST")  # workload identity without a client id
+
+    [outcome] = logs_sink(endpoint, tls).deliver(store(state_dir, events(1), sink="logs")).outcomes
+
+    assert isinstance(outcome, Retry)
+    assert outcome.reason.startswith("cannot create the Logs ingestion client: ValueError: ")
+    assert endpoint.uploads == []

@@ -155,6 +155,7 @@ def test_a_deleted_or_disabled_teams_workflow_parks_the_sink(status, teams, stat
 
     assert isinstance(outcome, Park)
     assert "the teams hook refuses every message" in outcome.reason
+    assert "WorkflowNotFound" in outcome.reason
 
 
 def test_slack_posts_are_spaced_by_a_second(slack, state_dir) -> None:
