@@ -33,7 +33,8 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..imds import parse_retry_after
-from ..validation import as_choice, as_number, as_str, no_unknown, public_url
+from ..validation import as_choice, as_number, as_str, check_ca_file, no_unknown, public_url
+from ..validation import is_loopback as _is_loopback
 from . import logs_rows
 from .base import DeadLetter, Delivered, DeliveryReport, Outcome, Retry, StoredEvent
 
@@ -114,27 +115,10 @@ def _endpoint(value: Any, where: str) -> str:
     return text
 
 
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def create(name: str, options: dict[str, Any], ctx: Any) -> LogsIngestionSink:
     """Check the CA bundle now; the SDK and the credential come with the first delivery."""
-    ca_file = options.get("ca_file")
-    if ca_file:
-        try:
-            text = Path(ca_file).read_text(encoding="ascii", errors="replace")
-        except OSError as exc:
-            raise ConfigError(f"sink {name!r} ca_file: cannot read {ca_file}: {exc.strerror or exc}") from exc
-        if "-----BEGIN CERTIFICATE-----" not in text:
-            raise ConfigError(f"sink {name!r} ca_file: {ca_file} holds no PEM certificate")
+    if options.get("ca_file"):
+        check_ca_file(options["ca_file"], f"sink {name!r} ca_file")
     return LogsIngestionSink(name, options)
 
 

@@ -18,7 +18,6 @@ changes is in ``sinks/chat.py``.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import math
 import os
@@ -43,6 +42,8 @@ from ..cloudevents import from_json
 from ..errors import ConfigError
 from ..imds import parse_retry_after
 from ..validation import as_bool, as_choice, as_number, as_str, no_unknown, public_url
+from ..validation import check_ca_file as _check_ca_file
+from ..validation import is_loopback as _is_loopback
 from . import chat
 from .base import DeadLetter, Delivered, DeliveryReport, Outcome, Park, Retry, StoredEvent
 
@@ -141,15 +142,6 @@ def _validate_url(value: Any, where: str) -> str:
             "localhost); use https (give ca_file for a private CA)"
         )
     return text
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _string_list(value: Any, where: str) -> list[str]:
@@ -275,15 +267,6 @@ def _check_latin1(text: str, where: str) -> None:
             f"{where}: the value has a character an HTTP header cannot carry (position {exc.start}); "
             "use Latin-1 text"
         ) from None
-
-
-def _check_ca_file(path: str, where: str) -> None:
-    try:
-        text = Path(path).read_text(encoding="ascii", errors="replace")
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {path}: {_strerror(exc)}") from exc
-    if "-----BEGIN CERTIFICATE-----" not in text:
-        raise ConfigError(f"{where}: {path} holds no PEM certificate (BEGIN CERTIFICATE)")
 
 
 def _strerror(exc: BaseException) -> str:
