@@ -7,7 +7,10 @@
 //   - the agent on each VM, installed by the Custom Script Extension with a config that points at
 //     these resources;
 //   - optionally the coordinator's identity: "Azure Event Hubs Data Receiver" on the hub and
-//     "Storage Queue Data Message Sender" on the queues.
+//     "Storage Queue Data Message Sender" on the queues;
+//   - optionally (deployLogsIngestion) Azure Monitor Logs: a custom table in logAnalyticsWorkspaceId,
+//     a data collection endpoint and rule, "Monitoring Metrics Publisher" on that rule for each agent
+//     identity, and a logs-ingestion sink in every agent's configuration.
 //
 //   az deployment group create -g RG -f bicep/main.bicep -p vmNames='["vm-a","vm-b"]' \
 //     -p installerBaseUri=https://.../deploy -p approvalSigningKey=@key.txt
@@ -51,7 +54,7 @@ param vmExtraUserAssignedIdentities object = {}
 @description('Base URL of the deploy/ folder of a se-forwarder release: linux/install.sh, linux/se-forwarder.service and windows/install.ps1 are downloaded from it.')
 param installerBaseUri string
 
-@description('pip requirement installed on the VMs.')
+@description('pip requirement installed on the VMs (with deployLogsIngestion, the default gains the logs-ingestion extra; a custom one must name it).')
 param packageSpec string = 'se-forwarder[eventhubs,queue]'
 
 @description('Shared key that signs the coordinator\'s approval messages (base64 or hex, no spaces or quotes). Reaches the VMs only in the extension\'s protected settings.')
@@ -90,6 +93,17 @@ param deployCoordinator bool = false
 @description('Log Analytics workspace for the queues\' and the namespace\'s audit logs; empty for none.')
 param logAnalyticsWorkspaceId string = ''
 
+@description('Also send every agent\'s events to Azure Monitor Logs: table SeForwarderEvents_CL in logAnalyticsWorkspaceId (required then), a data collection endpoint and rule, and the agents\' right to send to it.')
+param deployLogsIngestion bool = false
+
+@description('Region of the data collection endpoint and rule: the workspace\'s region.')
+param logsLocation string = location
+
+@description('Days the events stay in SeForwarderEvents_CL.')
+@minValue(4)
+@maxValue(730)
+param logsRetentionDays int = 30
+
 @description('Tags for every new resource.')
 param tags object = {}
 
@@ -97,6 +111,13 @@ var prefix = toLower(namePrefix)
 var suffix = uniqueString(resourceGroup().id, prefix)
 // Queue names: 3-63 lowercase letters, digits and single hyphens; VM names may have '_' and '.'.
 var queueNames = [for vm in vmNames: take('se-approvals-${toLower(replace(replace(vm, '_', '-'), '.', '-'))}', 63)]
+// The workspace's subscription, resource group and name, from its resource ID (a placeholder
+// without one, so that nothing is indexed out of range when Logs are off).
+var workspaceParts = split(empty(logAnalyticsWorkspaceId) ? '/subscriptions/none/resourceGroups/none/providers/Microsoft.OperationalInsights/workspaces/none' : logAnalyticsWorkspaceId, '/')
+var logsColumns = loadJsonContent('logs-columns.json')
+var defaultPackageSpec = 'se-forwarder[eventhubs,queue]'
+// The agents need the logs-ingestion extra for the Logs sink (a custom packageSpec must name it).
+var agentPackageSpec = deployLogsIngestion && packageSpec == defaultPackageSpec ? 'se-forwarder[eventhubs,queue,logs-ingestion]' : packageSpec
 
 module identities 'modules/identities.bicep' = {
   name: 'se-forwarder-identities'
@@ -141,6 +162,30 @@ module approvalQueues 'modules/approval-queues.bicep' = {
   }
 }
 
+module logsTable 'modules/logs-table.bicep' = if (deployLogsIngestion) {
+  name: 'se-forwarder-logs-table'
+  scope: resourceGroup(workspaceParts[2], workspaceParts[4])
+  params: {
+    workspaceName: workspaceParts[8]
+    columns: logsColumns
+    retentionInDays: logsRetentionDays
+  }
+}
+
+module logsIngestion 'modules/logs-ingestion.bicep' = if (deployLogsIngestion) {
+  name: 'se-forwarder-logs-ingestion'
+  params: {
+    location: logsLocation
+    endpointName: '${prefix}-dce-${suffix}'
+    ruleName: '${prefix}-dcr-${suffix}'
+    workspaceResourceId: logAnalyticsWorkspaceId
+    tableName: deployLogsIngestion ? logsTable.outputs.tableName : ''
+    columns: logsColumns
+    publisherPrincipalIds: identities.outputs.agentPrincipalIds
+    tags: tags
+  }
+}
+
 module agents 'modules/vm-agent.bicep' = [for (vm, i) in vmNames: {
   name: take('se-forwarder-vm-${vm}', 64)
   scope: resourceGroup(vmResourceGroupName)
@@ -159,8 +204,11 @@ module agents 'modules/vm-agent.bicep' = [for (vm, i) in vmNames: {
     approvalSigningKey: approvalSigningKey
     approvalsDryRun: approvalsDryRun
     installerBaseUri: installerBaseUri
-    packageSpec: packageSpec
+    packageSpec: agentPackageSpec
     runTag: installerRunTag
+    logsIngestionEndpoint: deployLogsIngestion ? logsIngestion.outputs.logsIngestionEndpoint : ''
+    logsRuleId: deployLogsIngestion ? logsIngestion.outputs.ruleImmutableId : ''
+    logsStream: deployLogsIngestion ? logsIngestion.outputs.streamName : ''
   }
 }]
 
@@ -192,6 +240,12 @@ output agentIdentities array = [for (vm, i) in vmNames: {
 
 @description('Client ID of the coordinator\'s identity (AZURE_CLIENT_ID for `se-forwarder fleet`), or empty.')
 output coordinatorClientId string = identities.outputs.coordinatorClientId
+
+@description('Logs ingestion URL of the data collection endpoint (endpoint of a logs-ingestion sink), or empty.')
+output logsIngestionEndpoint string = deployLogsIngestion ? logsIngestion.outputs.logsIngestionEndpoint : ''
+
+@description('Immutable ID of the data collection rule (rule_id of a logs-ingestion sink), or empty.')
+output logsRuleId string = deployLogsIngestion ? logsIngestion.outputs.ruleImmutableId : ''
 
 @description('Resource ID of the coordinator\'s identity, to attach to where the coordinator runs, or empty.')
 output coordinatorIdentityId string = identities.outputs.coordinatorId

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -89,3 +91,23 @@ def public_url(url: str) -> str:
         for seg in parts.path.split("/")
     ]
     return f"{parts.scheme}://{host}{port}{'/'.join(segments)}"
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: the only hosts plain http may go to."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_ca_file(path: str, where: str) -> None:
+    """A readable PEM bundle with at least one certificate, or one line saying what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror or exc}") from exc
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise ConfigError(f"{where}: {path} holds no PEM certificate (BEGIN CERTIFICATE)")

@@ -63,6 +63,15 @@ param packageSpec string
 @description('Any new value re-runs the installer (e.g. after rotating the signing key, which it cannot see).')
 param runTag string = ''
 
+@description('Logs ingestion URL of the data collection endpoint; empty: no Azure Monitor Logs sink.')
+param logsIngestionEndpoint string = ''
+
+@description('Immutable ID of the data collection rule (with logsIngestionEndpoint).')
+param logsRuleId string = ''
+
+@description('Stream of the data collection rule (with logsIngestionEndpoint).')
+param logsStream string = ''
+
 var linuxStateDir = '/var/lib/se-forwarder'
 var windowsStateDir = 'C:/ProgramData/se-forwarder/state'
 var configTemplate = loadTextContent('../agent-config.toml')
@@ -73,7 +82,12 @@ var config4 = replace(config3, '@@EVENTHUB@@', eventHubName)
 var config5 = replace(config4, '@@DRY_RUN@@', approvalsDryRun ? 'true' : 'false') // string() gives 'True'
 var config6 = replace(config5, '@@QUEUE_ACCOUNT_URL@@', queueEndpoint)
 var config7 = replace(config6, '@@QUEUE@@', queueName)
-var config = replace(config7, '@@CLIENT_ID@@', agentClientId)
+// Optional Azure Monitor Logs sink, appended (a [[sinks]] table may come after the others).
+var logsTemplate = loadTextContent('../agent-config-logs.toml')
+var logs1 = replace(logsTemplate, '@@LOGS_ENDPOINT@@', logsIngestionEndpoint)
+var logs2 = replace(logs1, '@@LOGS_RULE_ID@@', logsRuleId)
+var logsConfig = empty(logsIngestionEndpoint) ? '' : replace(logs2, '@@LOGS_STREAM@@', logsStream)
+var config = replace('${config7}${logsConfig}', '@@CLIENT_ID@@', agentClientId)
 // The secret reaches the agent as its environment (a file only root or SYSTEM can read on the VM).
 var agentEnvironment = 'APPROVALS_KEY=${approvalSigningKey}\n'
 var scriptTemplate = loadTextContent('../../deploy/vm-extension/linux-extension.sh')

@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..validation import public_url
 from .base import Sink
 
-SINK_TYPES = ("stdout", "file", "webhook", "eventhubs")
+SINK_TYPES = ("stdout", "file", "webhook", "eventhubs", "logs-ingestion")
 
 
 @dataclass
@@ -29,7 +29,7 @@ class SinkContext:
 
 
 def _module(kind: str) -> ModuleType:
-    name = f"se_forwarder.sinks.{kind}"
+    name = f"se_forwarder.sinks.{kind.replace('-', '_')}"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -63,4 +63,6 @@ def default_name(kind: str, options: dict[str, Any]) -> str:
         namespace = options.get("fully_qualified_namespace")
         hub = options.get("eventhub", "")
         return f"eventhubs:{namespace}/{hub}" if namespace else f"eventhubs:{hub}"
+    if kind == "logs-ingestion":
+        return _module(kind).default_name(options)
     return kind

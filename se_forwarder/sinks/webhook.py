@@ -10,12 +10,14 @@ other 5xx is retried. The delivery worker owns backoff, parking and the cursor.
 
 Secrets (signing keys, header values from env/file, bearer tokens) are read at start and never
 appear in a log line or an outcome reason; neither does the URL's query string.
+
+``format = "teams" | "slack"`` posts a chat message per event instead of the CloudEvent; what that
+changes is in ``sinks/chat.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import math
 import os
@@ -40,6 +42,9 @@ from ..cloudevents import from_json
 from ..errors import ConfigError
 from ..imds import parse_retry_after
 from ..validation import as_bool, as_choice, as_number, as_str, no_unknown, public_url
+from ..validation import check_ca_file as _check_ca_file
+from ..validation import is_loopback as _is_loopback
+from . import chat
 from .base import DeadLetter, Delivered, DeliveryReport, Outcome, Park, Retry, StoredEvent
 
 MODES = ("structured", "binary", "batch")
@@ -57,7 +62,7 @@ DEFAULTS: dict[str, Any] = {
 KNOWN_KEYS = (
     "name", "url", "mode", "batch_max_events", "batch_max_bytes", "secret_env", "secret_file",
     "headers", "auth", "scope", "client_id", "ca_file", "connect_timeout", "read_timeout",
-    "handshake",
+    "handshake", "format", "events",
 )
 # Headers the sink owns: a static header may not override them.
 RESERVED_HEADERS = frozenset({
@@ -84,6 +89,7 @@ def validate(options: dict[str, Any], where: str) -> dict[str, Any]:
     if "url" not in options:
         raise ConfigError(f"{where}.url: missing (required for this sink type)")
     options["url"] = _validate_url(options["url"], f"{where}.url")
+    chat.validate(options, where)
     mode = as_choice(options.get("mode", DEFAULTS["mode"]), f"{where}.mode", MODES)
     for key in ("batch_max_events", "batch_max_bytes"):
         if key in options and mode != "batch":
@@ -136,15 +142,6 @@ def _validate_url(value: Any, where: str) -> str:
             "localhost); use https (give ca_file for a private CA)"
         )
     return text
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _string_list(value: Any, where: str) -> list[str]:
@@ -217,7 +214,7 @@ def create(name: str, options: dict[str, Any], ctx: Any) -> WebhookSink:
         token=token, ca_file=ca_file, connect_timeout=options["connect_timeout"],
         read_timeout=options["read_timeout"], handshake=options["handshake"],
         batch_max_events=options["batch_max_events"], batch_max_bytes=options["batch_max_bytes"],
-        state_dir=getattr(ctx, "state_dir", None),
+        state_dir=getattr(ctx, "state_dir", None), fmt=options["format"], events=options.get("events"),
     )
 
 
@@ -270,15 +267,6 @@ def _check_latin1(text: str, where: str) -> None:
             f"{where}: the value has a character an HTTP header cannot carry (position {exc.start}); "
             "use Latin-1 text"
         ) from None
-
-
-def _check_ca_file(path: str, where: str) -> None:
-    try:
-        text = Path(path).read_text(encoding="ascii", errors="replace")
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {path}: {_strerror(exc)}") from exc
-    if "-----BEGIN CERTIFICATE-----" not in text:
-        raise ConfigError(f"{where}: {path} holds no PEM certificate (BEGIN CERTIFICATE)")
 
 
 def _strerror(exc: BaseException) -> str:
@@ -377,6 +365,7 @@ class _Item:
     cloud: Any = None  # the parsed CloudEvent (cloudevents.core.v1.event.CloudEvent)
     structured: bytes = b""  # its structured-mode JSON, for batches and their size
     refused: DeadLetter | None = None
+    settled: Delivered | None = None  # nothing to send for it (chat formats: heartbeats, filtered)
 
 
 class WebhookSink:
@@ -398,6 +387,8 @@ class WebhookSink:
         batch_max_events: int = 100,
         batch_max_bytes: int = 1024 * 1024,
         state_dir: str | Path | None = None,
+        fmt: str = "cloudevents",
+        events: list[str] | None = None,
     ) -> None:
         self.name = name
         self._url = url
@@ -412,7 +403,9 @@ class WebhookSink:
         self._timeout = (connect_timeout, read_timeout)
         self._handshake = handshake
         self._handshake_done = not handshake
-        self._min_interval = 0.0  # from WebHook-Allowed-Rate
+        self._chat = chat.ChatFormat(fmt, events) if fmt in chat.FORMATS else None
+        # from WebHook-Allowed-Rate, or the chat service's pace
+        self._min_interval = self._chat.min_interval if self._chat is not None else 0.0
         self._next_slot = 0.0
         self._batch_max_events = batch_max_events
         self._batch_max_bytes = batch_max_bytes
@@ -480,6 +473,13 @@ class WebhookSink:
 
     # -- rendering -----------------------------------------------------------------------------
     def _render(self, event: StoredEvent) -> _Item:
+        if self._chat is not None:
+            body = self._chat.body(event)
+            if isinstance(body, Delivered):
+                return _Item(event, settled=body)
+            if isinstance(body, DeadLetter):
+                return _Item(event, refused=body)
+            return _Item(event, structured=body)
         try:
             cloud = from_json(event.payload)
             return _Item(event, cloud, _FORMAT.write(cloud))
@@ -521,6 +521,8 @@ class WebhookSink:
 
     def _request(self, group: list[_Item]) -> tuple[str, dict[str, str], bytes]:
         """(webhook-id, headers, body) for one POST, rendered with the cloudevents SDK."""
+        if self._chat is not None:
+            return group[0].event.ce_id, {"Content-Type": chat.CONTENT_TYPE}, group[0].structured
         if self.mode == "batch":
             body = b"[" + b",".join(i.structured for i in group) + b"]"
             return batch_id([i.event.ce_id for i in group]), {"Content-Type": BATCH_CONTENT_TYPE}, body
@@ -536,6 +538,8 @@ class WebhookSink:
         """Outcomes for the group's events; a refused batch is split to find the bad event."""
         if group[0].refused is not None:
             return [group[0].refused]
+        if group[0].settled is not None:
+            return [group[0].settled]
         if self.mode == "batch":
             self._remember(tuple(i.event.ce_id for i in group))
         outcome = self._post(group)
@@ -604,6 +608,9 @@ class WebhookSink:
             where_to = _display_url(response.headers.get("Location", "")) or "nowhere"
             return Retry(f"{label}: redirect to {where_to} not followed (redirects never are); "
                          "put the final URL in the configuration")
+        refusal = self._chat.refusal(status, reply, label) if self._chat is not None else None
+        if refusal is not None:
+            return refusal
         if status == 410:
             return Park(f"{label}: the endpoint is gone")
         after = _retry_after(response.headers.get("Retry-After"))

@@ -9,6 +9,7 @@ import subprocess
 from typing import Any
 
 from se_forwarder import config
+from se_forwarder.sinks import logs_rows
 
 from .conftest import REPO, tool
 
@@ -16,6 +17,8 @@ EVENT_HUBS_DATA_SENDER = "2b629674-e913-4c01-ae53-ef4638d8f975"
 EVENT_HUBS_DATA_RECEIVER = "a638d3c7-ab3a-418d-83e6-5f17a39d4fde"
 QUEUE_DATA_MESSAGE_PROCESSOR = "8a0f0c08-91a1-4084-bc3d-661d67233fed"
 QUEUE_DATA_MESSAGE_SENDER = "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a"
+MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
+DCR = "Microsoft.Insights/dataCollectionRules"
 HUB = "Microsoft.EventHub/namespaces/eventhubs"
 QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
 ROLE_ASSIGNMENT = "Microsoft.Authorization/roleAssignments"
@@ -54,9 +57,9 @@ def loop(node: dict) -> str | None:
 
 
 def module_body(module: dict) -> dict:
-    """A module's name/params/scope, inside its loop if it has one."""
+    """A module's name/params/scope, inside its loop or condition if it has one."""
     cfg = module["config"]
-    return cfg["config"] if "loop_type" in cfg else cfg
+    return cfg["config"] if "loop_type" in cfg or "condition" in cfg else cfg
 
 
 def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:
@@ -88,7 +91,8 @@ def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:
 def test_every_bicep_file_parses_with_pycep(bicep_docs: dict[str, dict]) -> None:
     assert set(bicep_docs) >= {
         "main.bicep", "modules/eventhubs.bicep", "modules/approval-queues.bicep",
-        "modules/identities.bicep", "modules/vm-agent.bicep",
+        "modules/identities.bicep", "modules/vm-agent.bicep", "modules/logs-table.bicep",
+        "modules/logs-ingestion.bicep",
     }
     for path, doc in bicep_docs.items():
         assert "__error__" not in doc, f"{path}: {doc.get('__error__')}"
@@ -113,7 +117,7 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified() -> None:
         assert len(reason) >= 40 and reason != "No comment provided", (check["check_id"], reason)
 
 
-def test_each_agent_may_only_send_to_the_hub_and_process_its_own_queue(
+def test_each_agent_may_only_send_to_the_hub_process_its_own_queue_and_publish_logs(
     bicep_docs: dict[str, dict],
 ) -> None:
     agent = [a for a in role_assignments(bicep_docs)
@@ -121,6 +125,8 @@ def test_each_agent_may_only_send_to_the_hub_and_process_its_own_queue(
     assert sorted((a["role"], a["scope_type"], a["scope"], a["loop"], a["condition"]) for a in agent) == [
         # one per agent identity, on the hub itself (not the namespace)
         (EVENT_HUBS_DATA_SENDER, HUB, "hub", "principalId in senderPrincipalIds", None),
+        # one per agent identity, on the data collection rule itself (Logs ingestion)
+        (MONITORING_METRICS_PUBLISHER, DCR, "dcr", "principalId in publisherPrincipalIds", None),
         # the i-th identity on the i-th queue only (not the account)
         (QUEUE_DATA_MESSAGE_PROCESSOR, QUEUE, "queues[i]", "(name, i) in queueNames", None),
     ]
@@ -139,8 +145,8 @@ def test_coordinator_may_only_receive_from_the_hub_and_send_to_the_queues(
 
 def test_no_other_role_assignment_exists(bicep_docs: dict[str, dict]) -> None:
     assignments = role_assignments(bicep_docs)
-    assert len(assignments) == 4, [a["where"] for a in assignments]
-    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE}
+    assert len(assignments) == 5, [a["where"] for a in assignments]
+    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR}
 
 
 def test_main_gives_each_vm_its_own_identity_and_queue(bicep_docs: dict[str, dict]) -> None:
@@ -201,3 +207,59 @@ def test_agent_config_template_renders_a_valid_config_for_linux_and_windows(tmp_
         assert settings.approvals.queue["queue"] == "se-approvals-vm-a"
         assert settings.approvals.queue["client_id"] == values["CLIENT_ID"]
         assert str(settings.state.dir).replace("\\", "/") == state_dir
+
+
+def test_logs_are_off_by_default_and_publish_rights_go_to_the_agent_identities(
+    bicep_docs: dict[str, dict],
+) -> None:
+    main = bicep_docs["main.bicep"]
+    assert main["parameters"]["deployLogsIngestion"]["default"] is False
+    for name in ("logsTable", "logsIngestion"):
+        assert main["modules"][name]["config"]["condition"] == "deployLogsIngestion"
+    params = {k: expr(v) for k, v in module_body(main["modules"]["logsIngestion"])["params"].items()}
+    assert params["publisherPrincipalIds"] == "identities.outputs.agentPrincipalIds"
+    assert params["columns"] == "logsColumns"
+    agent = {k: expr(v) for k, v in module_body(main["modules"]["agents"])["params"].items()}
+    assert agent["logsRuleId"] == "conditional(deployLogsIngestion, logsIngestion.outputs.ruleImmutableId, )"
+
+
+def test_table_stream_and_agent_rows_share_one_schema(bicep_docs: dict[str, dict]) -> None:
+    columns = json.loads((REPO / "bicep/logs-columns.json").read_text())
+    assert [(c["name"], c["type"]) for c in columns] == list(logs_rows.COLUMNS)
+    main = bicep_docs["main.bicep"]
+    loaded = main["variables"]["logsColumns"]["value"]["function"]
+    assert (loaded["type"], loaded["parameters"]["file_path"]) == ("load_json_content", "logs-columns.json")
+    assert expr(module_body(main["modules"]["logsTable"])["params"]["columns"]) == "logsColumns"
+    table = bicep_docs["modules/logs-table.bicep"]
+    assert table["parameters"]["tableName"]["default"] == logs_rows.TABLE
+    assert table["resources"]["table"]["config"]["properties"]["schema"]["columns"] == "columns"
+    ingestion = bicep_docs["modules/logs-ingestion.bicep"]
+    assert ingestion["parameters"]["streamName"]["default"] == logs_rows.STREAM
+    rule = ingestion["resources"]["dcr"]["config"]["properties"]
+    assert rule["streamDeclarations"] == {"'${streamName}'": {"columns": "columns"}}
+    [flow] = rule["dataFlows"]
+    assert (flow["streams"], flow["transformKql"], flow["outputStream"]) == \
+        (["streamName"], "source", "Custom-${tableName}")
+
+
+def test_agent_config_with_logs_renders_a_valid_logs_ingestion_sink(tmp_path) -> None:
+    template = ((REPO / "bicep/agent-config.toml").read_text()
+                + (REPO / "bicep/agent-config-logs.toml").read_text())
+    values = {
+        "VM_NAME": "vm-a", "EVENTHUBS_NAMESPACE": "sefwd-eh-x.servicebus.windows.net",
+        "EVENTHUB": "scheduled-events", "DRY_RUN": "false", "STATE_DIR": "/var/lib/se-forwarder",
+        "QUEUE_ACCOUNT_URL": "https://sefwdx.queue.core.windows.net", "QUEUE": "se-approvals-vm-a",
+        "CLIENT_ID": "00000000-0000-0000-0000-000000000001",
+        "LOGS_ENDPOINT": "https://sefwd-dce-x-a1b2.westeurope-1.ingest.monitor.azure.com",
+        "LOGS_RULE_ID": "dcr-0123456789abcdef0123456789abcdef", "LOGS_STREAM": logs_rows.STREAM,
+    }
+    for key, value in values.items():
+        template = template.replace(f"@@{key}@@", value)
+    assert "@@" not in template
+    path = tmp_path / "config.toml"
+    path.write_text(template)
+    hub, logs = config.load(path, env={}).sinks
+    assert (hub.type, logs.type) == ("eventhubs", "logs-ingestion")
+    assert logs.options["client_id"] == values["CLIENT_ID"]  # the VM's own identity
+    assert logs.options["rule_id"] == values["LOGS_RULE_ID"]
+    assert logs.options["stream"] == "Custom-SeForwarderEvents"

@@ -82,7 +82,9 @@ def test_every_placeholder_is_filled_in_by_the_bicep_module() -> None:
     module = (REPO / "bicep/modules/vm-agent.bicep").read_text()
     filled = set(re.findall(r"'@@(\w+)@@'", module))
     script_fields = set(re.findall(r"@@(\w+)@@", LINUX_SCRIPT.read_text().split("set -eu", 1)[1]))
-    config_fields = set(re.findall(r"@@(\w+)@@", (REPO / "bicep/agent-config.toml").read_text()))
+    config_fields = set()
+    for template in ("bicep/agent-config.toml", "bicep/agent-config-logs.toml"):
+        config_fields |= set(re.findall(r"@@(\w+)@@", (REPO / template).read_text()))
     assert script_fields == {"CONFIG_B64", "ENV_B64", "PACKAGE_SPEC"}
     assert script_fields | config_fields == filled
 
