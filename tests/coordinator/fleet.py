@@ -102,7 +102,8 @@ def report(state: str, vm: AgentVm, event_id: str, t: float, *, event_type: str 
         if not_before is not None and status == "Scheduled" else "",
         "Description": "maintenance", "EventSource": source, "DurationInSeconds": -1,
     }
-    data = {**raw, "NotBeforeUtc": iso(not_before) if not_before is not None and status == "Scheduled" else None,
+    scheduled = not_before is not None and status == "Scheduled"
+    data = {**raw, "NotBeforeUtc": iso(not_before) if scheduled else None,
             "DocumentIncarnation": 2, "AffectsThisVm": vm.name in raw["Resources"], "Vm": vm.data(),
             **(extra or {})}
     eventstatus = {"completed": "Completed", "canceled": "Canceled"}.get(state, status)
