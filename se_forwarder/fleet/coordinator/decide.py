@@ -173,7 +173,7 @@ class DecisionPass:
         if record.not_before is not None and record.not_before <= self.now:
             return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now")
         impossible = self.breach(record, res)
-        code, reason, scope = self.check(record, res)
+        code, reason, scope = self.check(record, res, impossible)
         budgets = self.uses(res.vms)
         if code == "budget" and not impossible:
             for use in budgets:
@@ -199,8 +199,10 @@ class DecisionPass:
         self.out.decisions.append(self.decision("defer", record, ident, code, reason, res,
                                                 budgets=budgets, scope=scope))
 
-    def check(self, record: EventRecord, res: Resolution) -> tuple[str, str, str | None]:
-        """(ReasonCode, Reason, Scope) of the first check that fails, or ``fits``."""
+    def check(self, record: EventRecord, res: Resolution, impossible: bool = False,
+              ) -> tuple[str, str, str | None]:
+        """(ReasonCode, Reason, Scope) of the first check that fails, or ``fits``; an event that can
+        never fit (a breach) is told ``budget``, not ``queued``."""
         state, policy, now = self.state, self.policy, self.now
         if record.not_before is not None and record.not_before - now > policy.approve_within:
             return ("too-early", f"NotBefore {_hhmm(record.not_before)} is more than "
@@ -237,7 +239,7 @@ class DecisionPass:
                 return ("not-prepared", f"{self.state.vms[vm].name} has not reported prepared", None)
         uses = self.uses(res.vms)
         for use in uses:
-            if use.with_event > use.used and use.scope in self.reserved:
+            if use.with_event > use.used and use.scope in self.reserved and not impossible:
                 return ("queued", f"{use.scope} is kept for the earlier event "
                         f"{self.reserved[use.scope]}", use.scope)
         for use in uses:

@@ -286,7 +286,7 @@ def _weekly(item: dict[str, Any], where: str, name: str) -> Blackout:
     start, end = _clock(item["from"], f"{where}.from"), _clock(item["to"], f"{where}.to")
     if start == 24 * 60:
         raise ConfigError(f"{where}.from: 24:00 is the end of a day; a window starts at 00:00..23:59")
-    if start == end % (24 * 60):
+    if start == end:
         raise ConfigError(f"{where}: from and to are the same time; for a whole day use 00:00 to 24:00")
     days = frozenset(range(7))
     if "days" in item:

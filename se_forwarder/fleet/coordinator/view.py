@@ -175,6 +175,8 @@ def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             continue
         reason = ev.unavailable.get(key)
         event = events.get(key)
+        if reason is None and event is not None and event["status"] != "scheduled":
+            event = None  # completed longer than min_healthy ago
         state_name = reason or ("pending" if event else "ok")
         beat = last_heartbeat(state, idx, key)
         entry["vms"].append({
