@@ -27,8 +27,9 @@ For each event not yet approved, in this order (the first that fails is the verd
 =================  ==============================================================================
 
 A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision only
-when its (ReasonCode, Scope) differs from the event's last recorded defer: once per change of
-reason. ``queued`` is what makes "earliest NotBefore first" hold within a scope: an event that does
+when its ReasonCode differs from the event's last recorded defer: once per change of reason (a
+budget that fails in another scope is the same reason; the read model shows the current one).
+``queued`` is what makes "earliest NotBefore first" hold within a scope: an event that does
 not fit keeps the scopes where it failed from later events in the same pass (unless it can never
 fit: see breach), so a later, smaller event cannot overtake it there.
 
@@ -193,7 +194,7 @@ class DecisionPass:
     def defer(self, record: EventRecord, res: Resolution, code: str, reason: str, scope: str | None,
               budgets: tuple[BudgetUse, ...]) -> None:
         last = record.last_defer()
-        if last is not None and (last.code, last.scope or None) == (code, scope):
+        if last is not None and last.code == code:
             return
         ident = f"{record.event_id}/coordinator/defer/{len(record.defers) + 1}-{code}"
         self.out.decisions.append(self.decision("defer", record, ident, code, reason, res,

@@ -64,6 +64,7 @@ AGENT_TYPES = (*_TRANSITIONS, *_SEEN_SCHEDULED, "approvalrejected", "heartbeat")
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 
 FOLDED, SKIPPED, MALFORMED, LATE = "folded", "skipped", "malformed", "late"
+MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
 
 
 @dataclass
@@ -126,6 +127,12 @@ def _fold(state: FleetState, event: Mapping[str, Any], kind: str) -> str:
     if not isinstance(ident, str) or not ident or moment is None or not isinstance(data, dict):
         return MALFORMED
     if kind.startswith(DECISION_PREFIX):
+        try:  # kept as read (the log, snapshots): strict JSON of a sane size only
+            size = len(json.dumps(data, allow_nan=False))
+        except (ValueError, TypeError, RecursionError):
+            return MALFORMED
+        if size > MAX_DECISION_BYTES or len(ident) > 600:
+            return MALFORMED
         return _decision(state, DecisionRecord(ident, kind[len(DECISION_PREFIX):], moment, data))
     suffix = kind[len(PREFIX):]
     stamp = (moment, ident)
