@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...model import MalformedDocument, parse_not_before
 from .state import (
@@ -231,10 +231,12 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], moment: float) -
         vm.last_heartbeat = moment
         version = data.get("AgentVersion")
         vm.agent_version = version[:40] if isinstance(version, str) else ""
-    for item in data.get("Events") or ():
+    listed = data.get("Events")
+    for item in listed if isinstance(listed, list) else ():
         if not isinstance(item, dict):
             continue
-        event_id, rank = item.get("EventId"), _HEARTBEAT_STATUS.get(item.get("EventStatus"))
+        event_id, status = item.get("EventId"), item.get("EventStatus")
+        rank = _HEARTBEAT_STATUS.get(status) if isinstance(status, str) else None
         if not _is_event_id(event_id) or rank is None or event_id.lower() in state.gone:
             continue
         record = _event(state, event_id)
@@ -244,7 +246,7 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], moment: float) -
     return FOLDED
 
 
-def _is_event_id(value: Any) -> bool:
+def _is_event_id(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and 0 < len(value) <= 200
 
 

@@ -62,11 +62,11 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
                       and r.completed_at is not None and r.completed_at + policy.min_healthy > now}
     current = {s.record.id for s in state.pauses.values()}
     stale = []
-    for ident, record in state.decisions.items():
-        event_id = record.data.get("EventId")
+    for ident, decision in state.decisions.items():
+        event_id = decision.data.get("EventId")
         of_removed = isinstance(event_id, str) and event_id.lower() in removed
-        old_switch = record.kind in ("pause", "resume") and ident not in current
-        if of_removed or (old_switch and record.time < now - keep_events):
+        old_switch = decision.kind in ("pause", "resume") and ident not in current
+        if of_removed or (old_switch and decision.time < now - keep_events):
             stale.append(ident)
     for ident in stale:
         del state.decisions[ident]

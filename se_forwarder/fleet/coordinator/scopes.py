@@ -255,17 +255,17 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
         for vm, reason in extra.items():
             out.setdefault(vm, reason)
     for key in sorted(state.settling):
-        record = state.events.get(key)
-        if record is None or record.rank != COMPLETED or record.completed_at is None:
+        done = state.events.get(key)
+        if done is None or done.rank != COMPLETED or done.completed_at is None:
             continue
-        if record.completed_at + policy.min_healthy <= now:
+        if done.completed_at + policy.min_healthy <= now:
             continue
         own: dict[str, float] = {}
-        for reporter, moment in record.finished.items():
+        for reporter, moment in done.finished.items():
             vm = idx.key(reporter)
             own[vm] = max(moment, own.get(vm, moment))
-        for vm in resolve(state, idx, record).vms:
-            if own.get(vm, record.completed_at) + policy.min_healthy > now:
+        for vm in resolve(state, idx, done).vms:
+            if own.get(vm, done.completed_at) + policy.min_healthy > now:
                 out.setdefault(vm, "completed")
     for key in unwatched(state, policy, idx, now):
         out.setdefault(key, "not-watched")

@@ -74,7 +74,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     assert ev.index is not None
     idx = ev.index
     blackout = policy.blackout_at(now)
-    scopes, totals = [], {}
+    scopes: list[dict[str, Any]] = []
+    totals: dict[str, dict[str, int]] = {}
     for scope, budget in idx.budget_of.items():
         kind, size, used = idx.kind_of[scope], idx.size[scope], ev.used[scope]
         limit = budget.limit(size)
@@ -104,12 +105,12 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
                             "startedUtc": _utc(record.started_at),
                             "affected": [state.vms[v].name for v in resolve(state, idx, record).vms]})
     log = sorted(state.decisions.values(), key=lambda d: (d.time, d.id), reverse=True)[:decisions_limit]
-    not_watched = []
+    not_watched: list[dict[str, Any]] = []
     for vm in unwatched(state, policy, idx, now):
         beat = last_heartbeat(state, idx, vm)
         not_watched.append({"name": state.vms[vm].name, "vmId": state.vms[vm].vm_id,
-                          "group": idx.group_of.get(vm), "lastHeartbeatUtc": _utc(beat),
-                          "heartbeatAgeSeconds": _age(now, beat)})
+                            "group": idx.group_of.get(vm), "lastHeartbeatUtc": _utc(beat),
+                            "heartbeatAgeSeconds": _age(now, beat)})
     not_watched.sort(key=lambda u: (u["name"].lower(), u["vmId"]))
     return {
         "time": _utc(now), "shadow": policy.shadow, "blackout": blackout.name if blackout else None,
