@@ -369,3 +369,29 @@ def test_a_decision_folded_back_from_the_hub_twice_changes_nothing():
     for decision in result.decisions:
         fold_event(fleet.state, to_dict(decision, SOURCE))
     assert len(fleet.state.decisions) == before and fleet.decide(T0 + 1).decisions == []
+
+
+def test_a_vm_deleted_by_a_completed_terminate_leaves_its_scale_set_at_once():
+    scale_set = [AgentVm(f"ss_{i}", scale_set="front") for i in range(3)]
+    fleet = Fleet()
+    fleet.beat(*scale_set, t=T0)
+    fleet.announce("T1", [scale_set[0]], scale_set, t=T0, event_type="Terminate")
+    fleet.fold(report("started", scale_set[0], "T1", T0 + 60, event_type="Terminate", resources=["ss_0"]))
+    for vm in scale_set[1:]:  # ss_0 is gone; the others see the event leave their document
+        fleet.fold(report("completed", vm, "T1", T0 + 120, event_type="Terminate", resources=["ss_0"]))
+    fleet.beat(*scale_set[1:], t=T0 + 400)
+    fleet.announce("E1", [scale_set[1]], scale_set[1:], t=T0 + 400)
+    result = fleet.decide(T0 + 400)
+    assert kinds(result) == [("approve", "E1", "fits")] and result.unavailable == {}
+    assert scale_set[0].key not in index(fleet.state, fleet.policy).members
+
+
+def test_a_terminated_vm_heard_from_again_is_back_in_the_fleet():
+    vm, other = AgentVm("ss_0", scale_set="front"), AgentVm("ss_1", scale_set="front")
+    fleet = Fleet()
+    fleet.beat(vm, other, t=T0)
+    fleet.announce("T1", [vm], [vm, other], t=T0, event_type="Terminate")
+    fleet.fold(report("completed", other, "T1", T0 + 120, event_type="Terminate", resources=["ss_0"]))
+    assert vm.key not in index(fleet.state, fleet.policy).members
+    fleet.beat(vm, t=T0 + 200)
+    assert vm.key in index(fleet.state, fleet.policy).members

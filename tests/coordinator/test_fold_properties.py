@@ -8,13 +8,15 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, restore, snapshot
+from se_forwarder.fleet.coordinator import FleetState, FoldStats, Policy, fold_event, restore, snapshot
+from se_forwarder.fleet.coordinator.scopes import index
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, rejected, report
 
 VMS = [AgentVm(f"vm-{i}", rg=f"rg-{i % 2}", zone=str(i % 3 or "")) for i in range(5)]
 VMS.append(AgentVm("vm-0", complete=False))  # vm-0 before its agent had instance metadata
-EVENTS = {"E1": ("Reboot", [0, 1]), "e2": ("Redeploy", [2]), "E3": ("Freeze", [3, 4, 0])}
+EVENTS = {"E1": ("Reboot", [0, 1]), "e2": ("Redeploy", [2]), "E3": ("Freeze", [3, 4, 0]),
+          "T4": ("Terminate", [1])}
 
 
 def _moved(vm: AgentVm, t: int) -> AgentVm:
@@ -88,7 +90,10 @@ def test_any_order_with_any_duplicates_gives_the_same_state(items, rng, data):
     repeats = data.draw(st.lists(st.sampled_from(items), max_size=10)) if items else []
     shuffled = items + repeats
     rng.shuffle(shuffled)
-    assert snapshot(folded(shuffled)) == snapshot(folded(items))
+    one, two = folded(shuffled), folded(items)
+    assert snapshot(one) == snapshot(two)
+    assert one.terminated == two.terminated
+    assert index(one, Policy()).members == index(two, Policy()).members
 
 
 @settings(max_examples=150, deadline=None)

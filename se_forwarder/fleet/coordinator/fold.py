@@ -5,7 +5,8 @@ What it reads (``type`` = ``com.azure.scheduledevents.<suffix>``):
 =====================  =========================================================================
 ``scheduled``          the event's type, source, Resources, NotBefore; the VM saw it Scheduled
 ``started``            the VM saw it Started (also the inferred ``started`` of the contract)
-``completed``          the VM saw it gone after Started (or inferred); ``canceled``: gone unstarted
+``completed``          the VM saw it gone after Started (or inferred); ``canceled``: gone unstarted.
+                       A completed ``Terminate`` deleted its VMs: see scopes.py
 ``approved``           an echo: the VM approved it (``data.ApprovedBy`` says on whose word)
 ``approvalrejected``   the VM refused an approval message (``data.Message.Id``, ``ReasonCode``)
 ``prepared``           the VM's prepare hook succeeded; ``preparefailed``: it failed
@@ -151,6 +152,7 @@ def _fold(state: FleetState, event: Mapping[str, Any], kind: str) -> str:
         return _rejection(record, vm.key, data)
     _info(record, event, data, stamp)
     _report(state, record, vm.key, _TRANSITIONS.get(suffix, SCHEDULED), moment)
+    _terminated(state, record)
     if suffix == "approved":
         by = data.get("ApprovedBy")
         echo = (moment, by[:200] if isinstance(by, str) else "")
@@ -204,6 +206,8 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id)
         state.version += 1
     if stamp[0] > vm.last_heard:
+        if key in state.retired:
+            state.version += 1  # heard from after its Terminate completed: not deleted after all
         vm.last_heard = stamp[0]
     if info and stamp > vm.topology_stamp:
         before = vm.topology()
@@ -310,6 +314,15 @@ def _report(state: FleetState, record: EventRecord, vm_key: str, rank: int, mome
         state.open_events.add(record.key)
     else:
         state.open_events.discard(record.key)
+
+
+def _terminated(state: FleetState, record: EventRecord) -> None:
+    """Note a completed Terminate: the VMs it deleted leave the fleet (scopes.py)."""
+    if record.event_type == "Terminate" and record.rank == COMPLETED:
+        mark = (record.completed_at, record.resources)
+        if state.terminated.get(record.key) != mark:
+            state.terminated[record.key] = mark
+            state.version += 1
 
 
 def _rejection(record: EventRecord, vm_key: str, data: dict[str, Any]) -> str:

@@ -56,6 +56,8 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
         state.open_events.discard(key)
         state.settling.discard(key)
         state.holds.pop(key, None)
+        if state.terminated.pop(key, None) is not None:
+            state.version += 1
         state.gone[key] = ended
     state.settling = {k for k in state.settling
                       if (r := state.events.get(k)) is not None and r.rank == COMPLETED

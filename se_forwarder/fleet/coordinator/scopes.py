@@ -24,6 +24,10 @@ kind                 key                                                 holds
 
 A VM lacking an attribute (no zone, no scale set, no topology yet) is in no scope of that kind.
 
+Deleted VMs. A VM named in the Resources of a completed ``Terminate`` that it reported, and not
+heard from after that completion, was deleted (scale-in): it leaves the fleet at once rather than
+counting as not watched until ``forget_after``. Heard from again, it is back.
+
 Incomplete VMs. Reports made while an agent had no instance metadata come from ``host:<name>``.
 When exactly one complete VM has that name, the ``host:`` record is the same machine: it is left
 out of the fleet and its reports count as that VM's. Otherwise it stays a VM of its own (with
@@ -107,7 +111,9 @@ def _build(state: FleetState, policy: Policy) -> ScopeIndex:
         if not vm.complete and len(same) == 1:
             alias[key] = same[0]
             extra.setdefault(same[0], []).append(key)
-    members = sorted(k for k in state.vms if k not in alias)
+    state.retired = _retired(state)
+    members = sorted(k for k in state.vms if k not in alias and k not in state.retired
+                     and alias.get(k, k) not in state.retired)
     component = _components(state, alias)
     group_of = _groups(state, policy, members, component)
     scopes_of: dict[str, tuple[str, ...]] = {}
@@ -132,6 +138,21 @@ def _build(state: FleetState, policy: Policy) -> ScopeIndex:
         names.setdefault(group, {}).setdefault(vm.name.lower(), []).append(key)
     return ScopeIndex(members, alias, extra, group_of, scopes_of, budget_scopes_of, kind_of, size,
                       budget_of, names)
+
+
+def _retired(state: FleetState) -> set[str]:
+    """VMs named in a completed Terminate's Resources that reported it and were not heard from after."""
+    out: set[str] = set()
+    for key, (completed_at, resources) in state.terminated.items():
+        record = state.events.get(key)
+        if record is None or completed_at is None:
+            continue
+        names = {name.lower() for name in resources}
+        for reporter in record.reports:
+            vm = state.vms.get(reporter)
+            if vm is not None and vm.name.lower() in names and vm.last_heard < completed_at:
+                out.add(reporter)
+    return out
 
 
 def _components(state: FleetState, alias: dict[str, str]) -> dict[str, str]:

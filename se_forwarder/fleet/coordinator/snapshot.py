@@ -118,6 +118,8 @@ def _restore(data: dict[str, Any]) -> FleetState:
             state.open_events.add(record.key)
         elif record.rank == COMPLETED:
             state.settling.add(record.key)
+            if record.event_type == "Terminate":
+                state.terminated[record.key] = (record.completed_at, record.resources)
     for members in data["groups"]:
         for other in members[1:]:
             state.groups.union(members[0], other)

@@ -220,6 +220,8 @@ class FleetState:
     open_events: set[str] = field(default_factory=set)  # keys of events not completed or canceled
     settling: set[str] = field(default_factory=set)  # completed events prune has not aged out yet
     gone: dict[str, float] = field(default_factory=dict)  # pruned event key -> when it ended
+    terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
+    retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
     version: int = 0
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
