@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, fold_json, prune, snapshot
+from se_forwarder.fleet.coordinator import (
+    FleetState,
+    FoldStats,
+    Policy,
+    fold_event,
+    fold_json,
+    prune,
+    snapshot,
+)
 from se_forwarder.fleet.coordinator.scopes import index, resolve, unavailable
 from se_forwarder.fleet.coordinator.state import CANCELED, COMPLETED, SCHEDULED, STARTED
 
@@ -107,8 +115,7 @@ def test_vms_reporting_the_same_event_id_are_in_one_group():
 
 
 def test_a_scale_set_and_a_configured_tag_name_groups_explicitly():
-    fleet = Fleet()
-    fleet.policy = fleet.policy.__class__(group_tag="tier")
+    fleet = Fleet(Policy(group_tag="tier"))
     vmss = AgentVm("ss_0", scale_set="Front")
     tagged = AgentVm("db-0", tags=(("Tier", "Gold"),))
     fleet.beat(vmss, tagged)

@@ -39,13 +39,18 @@ Attributes:
 ``Actor``          ``coordinator`` for its own decisions, else who acted (as the service names
                    them, e.g. ``person:alice``)
 ``Budgets``        [{``scope``, ``kind``, ``size``, ``used``, ``withEvent``, ``max``}] for every
-                   budgeted scope holding an affected VM (pause/resume: the scope itself):
-                   ``used`` = unavailable VMs when deciding (earlier approvals of the same pass
-                   included), ``withEvent`` = counting this event's VMs too, ``max`` = the limit
+                   budgeted scope holding an affected VM, in ``[[budgets]]`` order: ``size`` = VMs in
+                   the scope, ``used`` = unavailable VMs when deciding (earlier approvals of the
+                   same pass included), ``withEvent`` = counting this event's VMs too (what is
+                   compared with ``max``, the limit). ``breach``: only the scopes it breaches, with
+                   ``withEvent`` = the event's own VMs there. ``pause``/``resume``: the scope itself
+                   when it has a budget. Other decisions without affected VMs: []
 ``Shadow``         true when made in shadow mode (nothing is sent for it)
-``Attempt``        approve: 1, 2, ... (each is one message; a retry goes to another VM); else null
-``Scope``          pause/resume: the scope (``fleet`` = everything); breach/defer: the scope that
-                   failed, if any
+``Attempt``        approve: 1, 2, ... (each is one message; a retry goes to the next affected VM);
+                   else null
+``Scope``          pause/resume: the scope (``fleet`` = everything); defer: the scope behind the
+                   reason (``paused``, ``queued``, ``budget``), else null; breach: the first
+                   breached scope
 ``Sequence``       pause/resume/hold/release: 1, 2, ... per scope or event (the latest wins)
 ``Overrides``      approve-now: the scopes whose budget the person chose to exceed ([] otherwise)
 =================  ================================================================================
