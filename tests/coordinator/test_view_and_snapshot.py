@@ -19,7 +19,7 @@ from se_forwarder.fleet.coordinator import (
     status,
 )
 
-from .fleet import T0, AgentVm, iso
+from .fleet import SOURCE, T0, AgentVm, approved, iso
 from .test_decide import SET, avset
 
 GROUP = f"set/{SET[0].sub}/rg-web/web-0"
@@ -51,6 +51,18 @@ def test_status_lists_pending_events_with_the_reason_each_waits():
     assert [(p["eventId"], p["reasonCode"]) for p in pending] == [("E1", "approved"), ("E2", "budget")]
     assert pending[1]["reason"] == f"group:{GROUP} would have 3 unavailable, max 2"
     assert pending[1]["notBeforeUtc"] == iso(T0 + 1100) and pending[1]["affected"] == ["web-2"]
+
+
+def test_status_shows_who_approved_a_pending_event_and_when():
+    fleet = busy_fleet()
+    fleet.fold(approved(SET[1], "E1", T0 + 410, by="coordinator:" + SOURCE, resources=["web-1"]))
+    (e1, _) = status(fleet.state, fleet.policy, T0 + 411)["pending"]
+    decision, echo = e1["approvals"]
+    assert decision == {"by": "coordinator", "time": iso(T0 + 401), "attempt": 1, "shadow": False,
+                        "vm": "web-1", "echo": False}
+    assert echo == {"by": "coordinator:" + SOURCE, "time": iso(T0 + 410), "attempt": None, "shadow": False,
+                    "vm": "web-1", "echo": True}
+    assert e1["reason"] == "approved, echoed by an agent"
 
 
 def test_status_shows_the_decision_log_newest_first_with_actor_and_reason():

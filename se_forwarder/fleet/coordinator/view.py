@@ -8,7 +8,8 @@
      "scopes": [{"scope", "kind", "size", "used", "max", "paused"}],
      "scopeTotals": {kind: {"scopes", "full"}},
      "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
-                  "reasonCode", "reason", "scope", "budgets"}],
+                  "reasonCode", "reason", "scope", "budgets",
+                  "approvals": [{"by", "time", "attempt", "shadow", "vm", "echo"}]}],
      "started": [{"eventId", "eventType", "startedUtc", "affected"}],
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
                     "attempt", "target", "scope"}],
@@ -55,6 +56,21 @@ def _switch(switch: Switch, key: str, name: str) -> dict[str, Any]:
             "reason": data.get("Reason")}
 
 
+def _approvals(state: FleetState, record: EventRecord) -> list[dict[str, Any]]:
+    """Who approved the event and when: the coordinator's (or a person's) approve decisions, then
+    the agents' echoes (``by`` = their ApprovedBy)."""
+    out: list[dict[str, Any]] = []
+    for attempt, d in sorted(record.approvals.items()):
+        target = d.data.get("Target")
+        out.append({"by": d.data.get("Actor"), "time": _utc(d.time), "attempt": attempt, "shadow": d.shadow,
+                    "vm": target.get("name") if isinstance(target, dict) else None, "echo": False})
+    for vm, (moment, by) in sorted(record.echoes.items(), key=lambda item: item[1]):
+        name = state.vms[vm].name if vm in state.vms else vm
+        out.append({"by": by, "time": _utc(moment), "attempt": None, "shadow": False, "vm": name,
+                    "echo": True})
+    return out
+
+
 def _decision(d: DecisionRecord) -> dict[str, Any]:
     data = d.data
     target = data.get("Target")
@@ -95,7 +111,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             "notBeforeUtc": _utc(record.not_before), "resources": list(record.resources),
             "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
             "reason": verdict.reason, "scope": verdict.scope,
-            "budgets": [u.as_data() for u in verdict.budgets],
+            "budgets": [u.as_data() for u in verdict.budgets], "approvals": _approvals(state, record),
         })
     started = []
     for key in sorted(state.open_events):
