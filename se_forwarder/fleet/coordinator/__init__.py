@@ -1,0 +1,34 @@
+"""The fleet coordinator's pure core: policy, fold, decision, decision events, snapshot, read model.
+
+No I/O and no clock in here: the service around it reads the hub, keeps the lease, sends the
+signed messages and serves the API, and passes ``now`` (UTC epoch seconds) in. One pass::
+
+    policy = load_policy(tomllib.load(f))              # ConfigError naming the key
+    state, stats = FleetState(), FoldStats()            # or restore(snapshot_json)
+    fold_event(state, cloud_event_dict, stats)          # for every event read from the hub
+    prune(state, policy, now)                           # now and then
+    result = evaluate(state, policy, now)               # result.decisions: publish these
+    for d in result.decisions:
+        fold_event(state, to_dict(d, SOURCE))           # fold at once, then publish to_json(d, SOURCE)
+        # and, for d.kind == "approve" and not d.shadow: send a signed message to d.target's queue,
+        # message id = d.id
+    status(state, policy, now, result); groups(state, policy, now, result)   # the read model
+"""
+
+from .control import ControlRefused, approve_now, hold, normalize_scope, pause, release, resume
+from .decide import DecisionPass, Evaluation, Verdict, evaluate
+from .events import BudgetUse, Decision, VmRef, to_cloudevent, to_dict, to_json
+from .fold import FoldStats, fold_event, fold_json
+from .retention import Pruned, prune
+from .settings import POLICY_SECTIONS, Blackout, Budget, Policy, load_policy, parse_duration
+from .snapshot import restore, snapshot
+from .state import FleetState
+from .view import groups, status
+
+__all__ = [
+    "POLICY_SECTIONS", "Blackout", "Budget", "BudgetUse", "ControlRefused", "Decision", "DecisionPass",
+    "Evaluation", "FleetState", "FoldStats", "Policy", "Pruned", "Verdict", "VmRef", "approve_now",
+    "evaluate", "fold_event", "fold_json", "groups", "hold", "load_policy", "normalize_scope",
+    "parse_duration", "pause", "prune", "release", "restore", "resume", "snapshot", "status",
+    "to_cloudevent", "to_dict", "to_json",
+]

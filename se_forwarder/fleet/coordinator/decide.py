@@ -1,0 +1,361 @@
+"""The decision pass: a pure function of the fold's state, the policy and the clock.
+
+``evaluate(state, policy, now)`` looks at every Scheduled event the fleet reports, earliest
+``NotBefore`` first (then by EventId), and returns the decisions to publish plus, for every such
+event, the verdict (why it waits). It never changes the state: the service folds the decisions it
+publishes (``fold.fold_event(state, events.to_dict(d, source))``) before the next pass, and the
+same decisions come back from the hub harmlessly (deterministic ids).
+
+For each event not yet approved, in this order (the first that fails is the verdict):
+
+=================  ==============================================================================
+``unmanaged``      its type is not in ``manage``: left alone, no decision at all
+``due``            its NotBefore has passed: Azure starts it now, nothing to decide
+``too-early``      NotBefore is more than ``approve_within`` ahead
+``held``           a person held it
+``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
+``blackout``       now is inside a ``[[blackouts]]`` window
+``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
+``not-watched``    an affected VM is not watched (its heartbeat is older than heartbeat_timeout)
+``prepare-failed`` an affected VM reported ``preparefailed`` (and no ``prepared`` after it)
+``not-prepared``   ``require_prepared`` and an affected VM has not reported ``prepared``
+``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
+``budget``         a budgeted scope would exceed its limit with every affected VM counted
+                   (VMs already unavailable counted once; approvals earlier in this pass count)
+``fits``           all passed: **approve**, to one watched affected VM (the first by name among
+                   those that reported the event Scheduled, else among the others)
+=================  ==============================================================================
+
+A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision only
+when its ReasonCode differs from the event's last recorded defer: once per change of reason (a
+budget that fails in another scope is the same reason; the read model shows the current one).
+``queued`` is what makes "earliest NotBefore first" hold within a scope: an event that does
+not fit keeps the scopes where it failed from later events in the same pass (unless it can never
+fit: see breach), so a later, smaller event cannot overtake it there.
+
+Breach. At its NotBefore Azure starts an event whatever the coordinator does, for all its
+Resources at once. So a managed Scheduled event *breaches* a budgeted scope S when its own
+affected VMs in S alone exceed S's limit: ``|affected ∩ S| > max(S)``. This is certain, not a
+forecast (other VMs of S may be down then too, which would only make it worse). A ``breach``
+decision names those scopes; it is published as soon as the event is resolved (whatever its other
+verdicts: held, paused, too early), once per event and set of scopes (again only if a scope was
+added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
+it reserves no scope.
+
+Approved events (an echo from an agent, or a counted approve decision) are not decided again.
+An approve decision that got no ``approved`` echo within ``echo_timeout``, or whose message the
+target VM rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is retried
+as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next watched
+affected VM by name that has not rejected it (cycling; the same VM when it is the only one), while
+NotBefore is ahead and the event is neither held, paused nor in a blackout. When no VM is left:
+a ``defer`` with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow
+approvals count as approvals there (so a shadow run paces like a live one) and are ignored by a
+live run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from .events import COORDINATOR, BudgetUse, Decision, VmRef
+from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
+from .settings import Policy
+from .state import SCHEDULED, EventRecord, FleetState
+
+NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why an event waits (or that it was approved) after this pass."""
+
+    event_key: str
+    event_id: str
+    code: str
+    reason: str
+    scope: str | None = None
+    affected: tuple[str, ...] = ()  # VM keys
+    budgets: tuple[BudgetUse, ...] = ()
+
+
+@dataclass
+class Evaluation:
+    now: float
+    decisions: list[Decision] = field(default_factory=list)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # event key -> verdict
+    unavailable: dict[str, str] = field(default_factory=dict)  # VM key -> reason (before the pass)
+    used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
+    index: ScopeIndex | None = None
+
+
+class DecisionPass:
+    """One evaluation: the unavailable set grows with each approval made in it."""
+
+    def __init__(self, state: FleetState, policy: Policy, now: float) -> None:
+        self.state, self.policy, self.now = state, policy, now
+        self.idx = index(state, policy)
+        self.down = unavailable(state, policy, self.idx, now)
+        self.counts = used(self.idx, self.down)
+        self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
+        self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
+        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
+        kinds = [b.kind for b in policy.budgets]
+        self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
+
+    # -- helpers shared with control.py -------------------------------------------------------
+
+    def watched(self, vm: str) -> bool:
+        beat = last_heartbeat(self.state, self.idx, vm)
+        return beat is not None and beat >= self.now - self.policy.heartbeat_timeout
+
+    def ref(self, vm: str) -> VmRef:
+        record = self.state.vms[vm]
+        return VmRef(record.name, record.vm_id, self.idx.group_of.get(vm, ""))
+
+    def uses(self, vms: tuple[str, ...]) -> tuple[BudgetUse, ...]:
+        """Budget use of every budgeted scope holding one of ``vms``, in policy order."""
+        extra: Counter[str] = Counter()
+        for vm in vms:
+            if vm not in self.taken:
+                extra.update(self.idx.budget_scopes_of.get(vm, ()))
+            else:
+                for scope in self.idx.budget_scopes_of.get(vm, ()):
+                    extra[scope] += 0
+        scopes = sorted(extra, key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
+        return tuple(
+            BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.taken_counts[s],
+                      self.taken_counts[s] + extra[s], self.idx.limit(s))
+            for s in scopes
+        )
+
+    def take(self, vms: tuple[str, ...]) -> None:
+        for vm in vms:
+            if vm not in self.taken:
+                self.taken[vm] = "approved"
+                self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
+
+    def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
+        """Watched affected VMs, those that reported the event Scheduled first, then by name."""
+        seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
+        return sorted((vm for vm in vms if self.watched(vm)),
+                      key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
+
+    def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
+                 res: Resolution, **more: object) -> Decision:
+        return Decision(
+            kind=kind, id=ident, subject=record.event_id, time=self.now, code=code, reason=reason,
+            shadow=self.policy.shadow, event_id=record.event_id, event_type=record.event_type or None,
+            event_source=record.event_source or None, not_before=record.not_before,
+            resources=record.resources, affected=tuple(self.ref(vm) for vm in res.vms),
+            **more,  # type: ignore[arg-type]
+        )
+
+    # -- the pass -------------------------------------------------------------------------------
+
+    def run(self) -> Evaluation:
+        pending = [self.state.events[k] for k in self.state.open_events
+                   if self.state.events[k].rank == SCHEDULED]
+        pending.sort(key=lambda r: (r.not_before if r.not_before is not None else float("inf"), r.key))
+        for record in pending:
+            verdict = self.consider(record)
+            self.out.verdicts[record.key] = verdict
+        return self.out
+
+    def consider(self, record: EventRecord) -> Verdict:
+        res = resolve(self.state, self.idx, record)
+        if record.echoes or record.last_approval(self.policy.shadow) is not None:
+            return self.retry(record, res)
+        if record.event_type not in self.policy.manage:
+            return Verdict(record.key, record.event_id, "unmanaged",
+                           f"{record.event_type or 'this type'} is not in manage: left alone")
+        if record.not_before is not None and record.not_before <= self.now:
+            return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now")
+        impossible = self.breach(record, res)
+        code, reason, scope = self.check(record, res, impossible)
+        budgets = self.uses(res.vms)
+        if code == "budget" and not impossible:
+            for use in budgets:
+                if not use.fits:
+                    self.reserved.setdefault(use.scope, record.event_id)
+        if code == "fits":
+            targets = self.targets(record, res.vms)
+            attempt = max(record.approvals, default=0) + 1
+            self.out.decisions.append(self.decision(
+                "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
+                target=self.ref(targets[0]), budgets=budgets, attempt=attempt))
+            self.take(res.vms)
+            return Verdict(record.key, record.event_id, "approved", reason, None, res.vms, budgets)
+        self.defer(record, res, code, reason, scope, budgets)
+        return Verdict(record.key, record.event_id, code, reason, scope, res.vms, budgets)
+
+    def defer(self, record: EventRecord, res: Resolution, code: str, reason: str, scope: str | None,
+              budgets: tuple[BudgetUse, ...]) -> None:
+        last = record.last_defer()
+        if last is not None and last.code == code:
+            return
+        ident = f"{record.event_id}/coordinator/defer/{len(record.defers) + 1}-{code}"
+        self.out.decisions.append(self.decision("defer", record, ident, code, reason, res,
+                                                budgets=budgets, scope=scope))
+
+    def check(self, record: EventRecord, res: Resolution, impossible: bool = False,
+              ) -> tuple[str, str, str | None]:
+        """(ReasonCode, Reason, Scope) of the first check that fails, or ``fits``; an event that can
+        never fit (a breach) is told ``budget``, not ``queued``."""
+        state, policy, now = self.state, self.policy, self.now
+        if record.not_before is not None and record.not_before - now > policy.approve_within:
+            return ("too-early", f"NotBefore {_hhmm(record.not_before)} is more than "
+                    f"{_span(policy.approve_within)} ahead", None)
+        held = state.held(record.key)
+        if held is not None:
+            return ("held", f"held by {_who(held.record.data)}{_why(held.record.data)}", None)
+        scopes = sorted({s for vm in res.vms for s in self.idx.scopes_of.get(vm, ())} | {FLEET},
+                        key=lambda s: (s != FLEET, s))
+        paused = next((s for s in scopes if state.paused(s)), None)
+        if paused is not None:
+            data = state.pauses[paused].record.data
+            return ("paused", f"{paused} is paused by {_who(data)}{_why(data)}", paused)
+        blackout = policy.blackout_at(now)
+        if blackout is not None:
+            return ("blackout", f"inside the blackout window {blackout.name!r}", None)
+        if not record.has_resources or not res.vms or res.unresolved:
+            names = ", ".join(res.unresolved) if res.unresolved else "its Resources"
+            return ("unresolved", f"{names} match no VM that reported the event or shares its group",
+                    None)
+        vm = next((v for v in res.vms if not self.watched(v)), None)
+        if vm is not None:
+            return ("not-watched", self._vm_reason(record, vm, "not-watched"), None)
+        failed = {self.idx.key(r) for r, (t, _) in record.prepare_failed.items()
+                  if t >= record.prepared.get(r, float("-inf"))}
+        vm = next((v for v in res.vms if v in failed or self.down.get(v) == "prepare-failed"), None)
+        if vm is not None:
+            return ("prepare-failed", self._vm_reason(record, vm, "prepare-failed"), None)
+        if policy.require_prepared:
+            ready = {self.idx.key(r) for r, t in record.prepared.items()
+                     if t >= record.prepare_failed.get(r, (float("-inf"), ""))[0]}
+            vm = next((v for v in res.vms if v not in ready), None)
+            if vm is not None:
+                return ("not-prepared", f"{self.state.vms[vm].name} has not reported prepared", None)
+        uses = self.uses(res.vms)
+        for use in uses:
+            if use.with_event > use.used and use.scope in self.reserved and not impossible:
+                return ("queued", f"{use.scope} is kept for the earlier event "
+                        f"{self.reserved[use.scope]}", use.scope)
+        for use in uses:
+            if not use.fits:
+                return ("budget", f"{use.scope} would have {use.with_event} unavailable, max {use.max}",
+                        use.scope)
+        if not self.targets(record, res.vms):
+            return ("not-watched", "no affected VM is watched", None)
+        tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
+        detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""
+        return ("fits", f"fits every budget{detail}", None)
+
+    def _vm_reason(self, record: EventRecord, vm: str, code: str) -> str:
+        name = self.state.vms[vm].name
+        if code == "not-watched":
+            beat = last_heartbeat(self.state, self.idx, vm)
+            if beat is None:
+                return f"{name} is not watched (no heartbeat yet)"
+            return f"{name} is not watched (last heartbeat {_span(self.now - beat)} ago)"
+        why = next((r for k, (_, r) in record.prepare_failed.items() if self.idx.key(k) == vm and r), "")
+        return f"prepare failed on {name}" + (f": {why}" if why else "")
+
+    def breach(self, record: EventRecord, res: Resolution) -> bool:
+        """Publish a breach warning if this event alone exceeds a scope; True when it does."""
+        if not res.vms:
+            return False
+        own: Counter[str] = Counter()
+        for vm in res.vms:
+            own.update(self.idx.budget_scopes_of.get(vm, ()))
+        over = sorted((s for s, n in own.items() if n > self.idx.limit(s)),
+                      key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
+        if not over:
+            return False
+        if not set(over) <= record.warned_scopes():
+            digest = hashlib.sha256(",".join(sorted(over)).encode()).hexdigest()[:12]
+            budgets = tuple(BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.counts[s], own[s],
+                                      self.idx.limit(s)) for s in over)
+            first = budgets[0]
+            reason = (f"at NotBefore {_hhmm(record.not_before)} this event alone takes {first.with_event} "
+                      f"VMs of {first.scope} down, max {first.max}")
+            self.out.decisions.append(self.decision(
+                "breach", record, f"{record.event_id}/coordinator/breach/{digest}", "breach", reason, res,
+                budgets=budgets, scope=first.scope))
+        return True
+
+    def retry(self, record: EventRecord, res: Resolution) -> Verdict:
+        """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
+        last = record.last_approval(self.policy.shadow)
+        status = ("echoed by an agent" if record.echoes else "in shadow mode, nothing sent"
+                  if last is not None and last.shadow else "waiting for the echo")
+        approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
+        if record.echoes or last is None or last.shadow or self.policy.shadow:
+            return approved
+        if record.not_before is not None and record.not_before <= self.now:
+            return approved
+        if (self.state.held(record.key) or self.policy.blackout_at(self.now)
+                or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
+                or self.state.paused(FLEET)):
+            return approved
+        ours = {r.id for r in record.approvals.values()}
+        refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
+                    if msg in ours and code not in NO_RETRY_CODES}
+        rejected = last.id in refusals
+        if not rejected and self.now < last.time + self.policy.echo_timeout:
+            return approved
+        rejecters = {self.idx.key(vm) for vm in refusals.values()}
+        candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
+        if not candidates:
+            reason = "no watched affected VM left to send the approval to"
+            self.defer(record, res, "no-target", reason, None, ())
+            return Verdict(record.key, record.event_id, "no-target", reason, None, res.vms)
+        previous = self.idx.key(last.target_key)
+        ordered = sorted(candidates, key=lambda vm: (self.state.vms[vm].name.lower(), vm))
+        after = [vm for vm in ordered if (self.state.vms[vm].name.lower(), vm) >
+                 (self.state.vms[previous].name.lower() if previous in self.state.vms else "", previous)]
+        target = (after or ordered)[0]
+        before = self.state.vms[previous].name if previous in self.state.vms else "its target"
+        code = "retry-rejected" if rejected else "retry-no-echo"
+        reason = (f"{before} rejected the approval; sending it to {self.state.vms[target].name}"
+                  if rejected else f"no approved echo from {before} within "
+                  f"{_span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
+        attempt = max(record.approvals) + 1
+        self.out.decisions.append(self.decision(
+            "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
+            target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt))
+        return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)
+
+
+def evaluate(state: FleetState, policy: Policy, now: float) -> Evaluation:
+    """The decisions of one pass and the verdict on every Scheduled event (module docstring)."""
+    return DecisionPass(state, policy, now).run()
+
+
+def _hhmm(moment: float | None) -> str:
+    if moment is None:
+        return "unknown"
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def _who(data: dict[str, object]) -> str:
+    actor = data.get("Actor")
+    return actor if isinstance(actor, str) and actor else COORDINATOR
+
+
+def _why(data: dict[str, object]) -> str:
+    reason = data.get("Reason")
+    return f": {reason}" if isinstance(reason, str) and reason else ""

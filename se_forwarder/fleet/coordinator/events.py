@@ -1,0 +1,184 @@
+"""Decisions, and their CloudEvents: the one place that knows the coordinator's event schema.
+
+Every decision is published to the hub (so every instance folds it) and read by people's tools:
+the Teams/Slack formatter and the fleet page render them. Built with the ``cloudevents`` SDK.
+
+Attributes:
+
+=================  ================================================================================
+``type``           ``com.azure.scheduledevents.coordinator.<kind>``, kind one of ``approve``,
+                   ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``
+``id``             deterministic, so the same decision made from the same fold by any instance has
+                   the same id (and is folded once): ``<EventId>/coordinator/approve/<attempt>``,
+                   ``<EventId>/coordinator/defer/<n>-<ReasonCode>``,
+                   ``<EventId>/coordinator/breach/<12 hex of SHA-256 of the sorted scopes>``,
+                   ``<EventId>/coordinator/hold|release/<Sequence>``,
+                   ``coordinator/pause|resume/<scope>/<Sequence>``
+``source``         the coordinator (one name for all its instances, given by the service)
+``subject``        the EventId; the scope for ``pause``/``resume``
+``time``           when the decision was made (UTC)
+``eventtype``      extension: the event's EventType, when there is an event
+=================  ================================================================================
+
+``data`` (``application/json``), every member always present (null when it does not apply):
+
+=================  ================================================================================
+``Decision``       the kind, as in ``type``
+``EventId``        the EventId (null for pause/resume)
+``EventType``      Reboot, Redeploy, ... as the agents reported it
+``EventSource``    Platform or User
+``NotBeforeUtc``   RFC 3339
+``Resources``      the event's Resources (VM names), as reported
+``Affected``       [{``name``, ``vmId``, ``group``}] the VMs those names resolved to
+``Target``         approve only: {``name``, ``vmId``, ``group``}, the watched affected VM whose
+                   queue gets the signed approval message
+``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``retry-no-echo``,
+                   ``retry-rejected``; defer: ``too-early`` ... ``budget``; ``breach``; control:
+                   ``pause``, ``resume``, ``hold``, ``release``)
+``Reason``         one short sentence for people ("group:... would have 2 unavailable, max 1")
+``Actor``          ``coordinator`` for its own decisions, else who acted (as the service names
+                   them, e.g. ``person:alice``)
+``Budgets``        [{``scope``, ``kind``, ``size``, ``used``, ``withEvent``, ``max``}] for every
+                   budgeted scope holding an affected VM, in ``[[budgets]]`` order: ``size`` = VMs in
+                   the scope, ``used`` = unavailable VMs when deciding (earlier approvals of the
+                   same pass included), ``withEvent`` = counting this event's VMs too (what is
+                   compared with ``max``, the limit). ``breach``: only the scopes it breaches, with
+                   ``withEvent`` = the event's own VMs there. ``pause``/``resume``: the scope itself
+                   when it has a budget. Other decisions without affected VMs: []
+``Shadow``         true when made in shadow mode (nothing is sent for it)
+``Attempt``        approve: 1, 2, ... (each is one message; a retry goes to the next affected VM);
+                   else null
+``Scope``          pause/resume: the scope (``fleet`` = everything); defer: the scope behind the
+                   reason (``paused``, ``queued``, ``budget``), else null; breach: the first
+                   breached scope
+``Sequence``       pause/resume/hold/release: 1, 2, ... per scope or event (the latest wins)
+``Overrides``      approve-now: the scopes whose budget the person chose to exceed ([] otherwise)
+=================  ================================================================================
+
+The service sends an approval message for each ``approve`` that is not ``Shadow``, to
+``Target``'s queue, with the message ``id`` equal to the decision ``id``: an agent processes a
+message id once, so an approval sent by two instances (a leader change) is carried out once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+from ...cloudevents import rfc3339
+from .fold import DECISION_PREFIX
+
+COORDINATOR = "coordinator"  # Actor of the coordinator's own decisions
+_FORMAT = JSONFormat()
+
+
+@dataclass(frozen=True)
+class VmRef:
+    name: str
+    vm_id: str
+    group: str
+
+    def as_data(self) -> dict[str, str]:
+        return {"name": self.name, "vmId": self.vm_id, "group": self.group}
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    scope: str
+    kind: str
+    size: int
+    used: int
+    with_event: int
+    max: int
+
+    @property
+    def fits(self) -> bool:
+        return self.with_event <= self.max
+
+    def as_data(self) -> dict[str, Any]:
+        return {"scope": self.scope, "kind": self.kind, "size": self.size, "used": self.used,
+                "withEvent": self.with_event, "max": self.max}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision; ``data()`` is its CloudEvent data (module docstring)."""
+
+    kind: str
+    id: str
+    subject: str
+    time: float
+    code: str
+    reason: str
+    actor: str = COORDINATOR
+    shadow: bool = False
+    event_id: str | None = None
+    event_type: str | None = None
+    event_source: str | None = None
+    not_before: float | None = None
+    resources: tuple[str, ...] = ()
+    affected: tuple[VmRef, ...] = ()
+    target: VmRef | None = None
+    budgets: tuple[BudgetUse, ...] = ()
+    attempt: int | None = None
+    scope: str | None = None
+    sequence: int | None = None
+    overrides: tuple[str, ...] = field(default=())
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "Decision": self.kind,
+            "EventId": self.event_id,
+            "EventType": self.event_type or None,
+            "EventSource": self.event_source or None,
+            "NotBeforeUtc": _utc(self.not_before),
+            "Resources": list(self.resources),
+            "Affected": [vm.as_data() for vm in self.affected],
+            "Target": self.target.as_data() if self.target else None,
+            "ReasonCode": self.code,
+            "Reason": self.reason,
+            "Actor": self.actor,
+            "Budgets": [use.as_data() for use in self.budgets],
+            "Shadow": self.shadow,
+            "Attempt": self.attempt,
+            "Scope": self.scope,
+            "Sequence": self.sequence,
+            "Overrides": list(self.overrides),
+        }
+
+
+def _utc(moment: float | None) -> str | None:
+    return None if moment is None else rfc3339(datetime.fromtimestamp(moment, UTC))
+
+
+def to_cloudevent(decision: Decision, source: str) -> CloudEvent:
+    """The decision as a CloudEvent from ``source`` (the coordinator's name, the same on every
+    instance, e.g. ``urn:se-forwarder:coordinator:prod``)."""
+    attributes: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": DECISION_PREFIX + decision.kind,
+        "source": source,
+        "id": decision.id,
+        "subject": decision.subject,
+        "time": datetime.fromtimestamp(decision.time, UTC),
+        "datacontenttype": "application/json",
+    }
+    if decision.event_type:
+        attributes["eventtype"] = decision.event_type
+    return CloudEvent(attributes, decision.data())
+
+
+def to_json(decision: Decision, source: str) -> str:
+    """Structured-mode JSON text, as published to the hub."""
+    return _FORMAT.write(to_cloudevent(decision, source)).decode("utf-8")
+
+
+def to_dict(decision: Decision, source: str) -> dict[str, Any]:
+    """The structured-mode dict the fold reads (what comes back from the hub)."""
+    parsed: dict[str, Any] = json.loads(to_json(decision, source))
+    return parsed

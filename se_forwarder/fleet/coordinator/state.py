@@ -1,0 +1,234 @@
+"""What the coordinator knows: the facts the fold keeps, as plain typed records.
+
+Every field is merged so that the order in which reports arrive does not matter (Event Hubs
+partitions interleave differently on each instance) and a repeated report changes nothing: the
+latest status of a VM for an event is the highest rank it reported, times are minima or maxima,
+topology comes from the report with the greatest ``(time, id)``. So two instances that read the
+same events in any order hold equal states, and no set of seen ids is needed.
+
+Times are UTC epoch seconds (floats) taken from the CloudEvents' ``time``, never from the clock of
+the instance that folds them. Keys:
+
+- a VM: its ``vmId`` in lower case; ``host:<name in lower case>`` while its agent reports it without
+  instance metadata (``data.Vm.complete`` false).
+- an event: its EventId in lower case (``event_id`` keeps the spelling first seen).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Status ranks of one VM's view of an event: a higher rank replaces a lower one.
+SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
+RANK_NAMES = {SCHEDULED: "scheduled", STARTED: "started", CANCELED: "canceled", COMPLETED: "completed"}
+TERMINAL = CANCELED
+
+Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of equal time too
+NO_STAMP: Stamp = (float("-inf"), "")
+
+
+@dataclass(slots=True)
+class Vm:
+    """One VM: identity and topology (from the newest report), and when it was last heard from."""
+
+    key: str
+    name: str = ""
+    vm_id: str = ""
+    complete: bool = False
+    resource_id: str = ""
+    subscription: str = ""
+    resource_group: str = ""
+    location: str = ""
+    zone: str = ""
+    scale_set: str = ""
+    fault_domain: str = ""
+    update_domain: str = ""
+    placement_group: str = ""
+    tags: dict[str, str] = field(default_factory=dict)  # names in lower case
+    topology_stamp: Stamp = NO_STAMP
+    last_heartbeat: float | None = None  # time of the newest heartbeat
+    last_heard: float = float("-inf")  # time of the newest report of any kind
+    agent_version: str = ""
+
+    def topology(self) -> tuple[Any, ...]:
+        return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
+                self.resource_group, self.location, self.zone, self.scale_set, self.fault_domain,
+                self.update_domain, self.placement_group, tuple(sorted(self.tags.items())))
+
+
+@dataclass(slots=True)
+class DecisionRecord:
+    """A coordinator decision as read back from the hub (``data`` is its CloudEvent data)."""
+
+    id: str
+    kind: str  # approve | defer | breach | pause | resume | hold | release
+    time: float
+    data: dict[str, Any]
+
+    @property
+    def code(self) -> str:
+        return str(self.data.get("ReasonCode") or "")
+
+    @property
+    def shadow(self) -> bool:
+        return self.data.get("Shadow") is True
+
+    @property
+    def attempt(self) -> int:
+        value = self.data.get("Attempt")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def scope(self) -> str:
+        return str(self.data.get("Scope") or "")
+
+    @property
+    def sequence(self) -> int:
+        value = self.data.get("Sequence")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def target_key(self) -> str:
+        target = self.data.get("Target")
+        if not isinstance(target, dict):
+            return ""
+        vm_id, name = target.get("vmId"), target.get("name")
+        if isinstance(vm_id, str) and vm_id:
+            return vm_id.lower()
+        return f"host:{name.lower()}" if isinstance(name, str) and name else ""
+
+    def order(self) -> tuple[float, str]:
+        return (self.time, self.id)
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """One EventId across the fleet: what it is, who reported it in which state, what was decided."""
+
+    key: str
+    event_id: str
+    event_type: str = ""
+    event_source: str = ""  # Platform | User
+    description: str = ""
+    duration: int | None = None
+    resources: tuple[str, ...] = ()
+    has_resources: bool = False  # a full report (not only a heartbeat's summary) was seen
+    info_stamp: Stamp = NO_STAMP
+    not_before: float | None = None
+    not_before_stamp: Stamp = NO_STAMP
+    reports: dict[str, int] = field(default_factory=dict)  # VM key -> highest status rank
+    rank: int = 0  # highest rank of any report
+    started_at: float | None = None  # earliest started report
+    completed_at: float | None = None  # latest completed report
+    finished: dict[str, float] = field(default_factory=dict)  # VM -> its latest completed report
+    ended_at: float | None = None  # latest completed or canceled report
+    last_report: float = float("-inf")
+    echoes: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, ApprovedBy)
+    prepared: dict[str, float] = field(default_factory=dict)  # VM -> time
+    prepare_failed: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, reason)
+    rejections: dict[str, tuple[str, str]] = field(default_factory=dict)  # message id -> (VM, code)
+    approvals: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> decision
+    defers: dict[str, DecisionRecord] = field(default_factory=dict)
+    breaches: dict[str, DecisionRecord] = field(default_factory=dict)
+    revision: int = 0  # bumped when resources or reporters change (resolution cache)
+
+    @property
+    def terminal(self) -> bool:
+        return self.rank >= TERMINAL
+
+    def last_defer(self) -> DecisionRecord | None:
+        return max(self.defers.values(), key=DecisionRecord.order, default=None)
+
+    def last_approval(self, shadow: bool) -> DecisionRecord | None:
+        """The latest approve decision that counts: live ones, and shadow ones in shadow mode."""
+        counted = [d for d in self.approvals.values() if shadow or not d.shadow]
+        return max(counted, key=lambda d: (d.attempt, d.time, d.id), default=None)
+
+    def warned_scopes(self) -> set[str]:
+        out: set[str] = set()
+        for record in self.breaches.values():
+            for use in record.data.get("Budgets") or ():
+                if isinstance(use, dict) and isinstance(use.get("scope"), str):
+                    out.add(use["scope"])
+        return out
+
+
+@dataclass(slots=True)
+class Switch:
+    """The latest pause/resume of a scope, or hold/release of an event (greatest sequence wins)."""
+
+    on: bool  # paused / held
+    record: DecisionRecord
+
+    def order(self) -> tuple[int, float, str]:
+        return (self.record.sequence, self.record.time, self.record.id)
+
+
+class Groups:
+    """VMs that reported the same EventIds, as disjoint sets (union by size, path halving)."""
+
+    __slots__ = ("parent", "size")
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+        self.size: dict[str, int] = {}
+
+    def find(self, key: str) -> str:
+        parent = self.parent
+        if key not in parent:
+            return key
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    def union(self, a: str, b: str) -> bool:
+        """Join the sets of ``a`` and ``b``; True when they were apart."""
+        for key in (a, b):
+            if key not in self.parent:
+                self.parent[key] = key
+                self.size[key] = 1
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if self.size[ra] < self.size[rb] or (self.size[ra] == self.size[rb] and rb < ra):
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        self.size[ra] += self.size.pop(rb)
+        return True
+
+    def components(self) -> list[list[str]]:
+        """The sets of two or more VMs, each sorted, in sorted order (a canonical form)."""
+        out: dict[str, list[str]] = {}
+        for key in self.parent:
+            out.setdefault(self.find(key), []).append(key)
+        return sorted(sorted(members) for members in out.values() if len(members) > 1)
+
+
+@dataclass
+class FleetState:
+    """The fold's state. ``version`` changes whenever scopes may have changed (new VM, topology,
+    groups), so derived indexes are rebuilt only then."""
+
+    vms: dict[str, Vm] = field(default_factory=dict)
+    events: dict[str, EventRecord] = field(default_factory=dict)
+    groups: Groups = field(default_factory=Groups)
+    pauses: dict[str, Switch] = field(default_factory=dict)  # scope -> latest pause/resume
+    holds: dict[str, Switch] = field(default_factory=dict)  # event key -> latest hold/release
+    decisions: dict[str, DecisionRecord] = field(default_factory=dict)  # id -> decision (the log)
+    open_events: set[str] = field(default_factory=set)  # keys of events not completed or canceled
+    settling: set[str] = field(default_factory=set)  # completed events prune has not aged out yet
+    gone: dict[str, float] = field(default_factory=dict)  # pruned event key -> when it ended
+    terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
+    retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
+    version: int = 0
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def paused(self, scope: str) -> Switch | None:
+        switch = self.pauses.get(scope)
+        return switch if switch is not None and switch.on else None
+
+    def held(self, event_key: str) -> Switch | None:
+        switch = self.holds.get(event_key)
+        return switch if switch is not None and switch.on else None

@@ -1,0 +1,190 @@
+"""Properties of the decision pass, for any generated fleet, events and policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from se_forwarder.fleet.coordinator import (
+    Budget,
+    Evaluation,
+    Policy,
+    evaluate,
+    fold_event,
+    snapshot,
+    to_dict,
+)
+from se_forwarder.fleet.coordinator.scopes import index, resolve, unavailable, used
+from se_forwarder.fleet.coordinator.state import FleetState
+
+from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, report
+
+NOW = T0 + 1000
+KINDS = ("group", "scale_set", "zone", "fault_domain", "update_domain", "resource_group", "fleet", "tag:tier")
+
+
+@dataclass
+class World:
+    state: FleetState
+    policy: Policy
+    not_before: dict[str, float]
+
+
+@st.composite
+def budgets(draw: st.DrawFn) -> tuple[Budget, ...]:
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4, unique=True))
+    out = []
+    for kind in kinds:
+        if draw(st.booleans()):
+            out.append(Budget(kind, count=draw(st.integers(1, 3))))
+        else:
+            out.append(Budget(kind, percent=draw(st.sampled_from([10, 25, 34, 50]))))
+    return tuple(out)
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    policy = Policy(
+        budgets=draw(budgets()),
+        manage=frozenset(draw(st.lists(st.sampled_from(["Reboot", "Redeploy", "Freeze"]), unique=True,
+                                       min_size=1))),
+        min_healthy=draw(st.sampled_from([0, 300])),
+        require_prepared=draw(st.integers(0, 3)) == 0,
+        approve_within=draw(st.sampled_from([600, 3600, 7200])),
+    )
+    state = FleetState()
+    groups: list[list[AgentVm]] = []
+    for g in range(draw(st.integers(1, 3))):
+        scale_set = f"ss{g}" if draw(st.booleans()) else ""
+        size = draw(st.integers(1, 6))
+        groups.append([
+            AgentVm(f"g{g}-{i}", rg=f"rg{draw(st.integers(0, 1))}", fd=str(draw(st.integers(0, 2))),
+                    ud=str(draw(st.integers(0, 2))), zone=draw(st.sampled_from(["", "1", "2"])),
+                    scale_set=scale_set, tags=(("tier", draw(st.sampled_from(["a", "b"]))),))
+            for i in range(size)
+        ])
+    for members in groups:
+        for vm in members:
+            silent = draw(st.integers(0, 9)) == 0
+            fold_event(state, heartbeat(vm, NOW - (400 if silent else 30)))
+        for vm in members:  # co-reception: the group learns itself
+            fold_event(state, report("completed", vm, f"past-{members[0].name}", T0 - 9000,
+                                     resources=[members[0].name]))
+    not_before: dict[str, float] = {}
+    for e in range(draw(st.integers(1, 8))):
+        members = draw(st.sampled_from(groups))
+        affected = draw(st.lists(st.sampled_from(members), min_size=1, max_size=3, unique=True))
+        event_id = f"E{e}"
+        kind = draw(st.sampled_from(["Reboot", "Redeploy", "Freeze"]))
+        nb = NOW + draw(st.sampled_from([300, 600, 900, 1500, 2400, 5000, -60]) | st.integers(-60, 4000))
+        names = [vm.name for vm in affected]
+        status = draw(st.sampled_from(["scheduled"] * 5 + ["started", "completed", "approved"]))
+        for vm in members:
+            fold_event(state, report("scheduled", vm, event_id, NOW - 100, event_type=kind, resources=names,
+                                     not_before=nb))
+        if status == "approved":
+            fold_event(state, approved(affected[0], event_id, NOW - 50, resources=names, event_type=kind))
+        elif status != "scheduled":
+            for vm in affected:
+                fold_event(state, report("started", vm, event_id, NOW - 60, event_type=kind, resources=names))
+            if status == "completed":
+                for vm in affected:
+                    fold_event(state, report("completed", vm, event_id, NOW - 20, event_type=kind,
+                                             resources=names))
+        for vm in affected:
+            if draw(st.integers(0, 3)) == 0:
+                fold_event(state, report("prepared", vm, event_id, NOW - 90, event_type=kind,
+                                         resources=names))
+        if draw(st.integers(0, 9)) == 0:
+            fold_event(state, control("hold", event_id, event_id, NOW - 10))
+        not_before[event_id.lower()] = nb
+    idx = index(state, policy)
+    scopes = sorted({s for vm in idx.members for s in idx.scopes_of[vm]})
+    for scope in draw(st.lists(st.sampled_from(scopes), max_size=2, unique=True)) * draw(st.booleans()):
+        fold_event(state, control("pause", scope, None, NOW - 10))
+    return World(state, policy, not_before)
+
+
+def control(kind: str, subject: str, event_id: str | None, t: float) -> dict:
+    return {"specversion": "1.0", "type": f"{PREFIX}coordinator.{kind}",
+            "id": f"{subject}/coordinator/{kind}/1", "source": SOURCE, "subject": subject, "time": iso(t),
+            "data": {"EventId": event_id, "Scope": subject, "Sequence": 1, "Actor": "person:p",
+                     "Reason": "r"}}
+
+
+def fresh(result: Evaluation) -> list:
+    return [d for d in result.decisions if d.kind == "approve" and d.code == "fits"]
+
+
+def touched_scopes(world: World, event_key: str) -> set[str]:
+    idx = index(world.state, world.policy)
+    vms = resolve(world.state, idx, world.state.events[event_key]).vms
+    return {s for vm in vms for s in idx.scopes_of[vm]}
+
+
+@settings(max_examples=250, deadline=None)
+@given(worlds())
+def test_applying_a_pass_never_takes_a_scope_over_its_budget(world):
+    idx = index(world.state, world.policy)
+    before = used(idx, unavailable(world.state, world.policy, idx, NOW))
+    result = evaluate(world.state, world.policy, NOW)
+    for decision in result.decisions:
+        fold_event(world.state, to_dict(decision, SOURCE))
+    after = used(idx, unavailable(world.state, world.policy, idx, NOW))
+    for scope, count in after.items():
+        assert count <= idx.limit(scope) or count == before[scope], (scope, before[scope], count)
+    for decision in fresh(result):
+        assert all(use.fits for use in decision.budgets)
+
+
+@settings(max_examples=250, deadline=None)
+@given(worlds())
+def test_paused_scopes_held_events_and_unmanaged_types_never_get_an_approval(world):
+    result = evaluate(world.state, world.policy, NOW)
+    paused = {s for s, switch in world.state.pauses.items() if switch.on}
+    for decision in result.decisions:
+        if decision.kind != "approve":
+            continue
+        key = decision.event_id.lower()
+        assert world.state.held(key) is None
+        assert not touched_scopes(world, key) & (paused | ({"fleet"} if "fleet" in paused else set()))
+        assert world.state.events[key].event_type in world.policy.manage
+
+
+@settings(max_examples=250, deadline=None)
+@given(worlds())
+def test_the_earliest_not_before_goes_first(world):
+    result = evaluate(world.state, world.policy, NOW)
+    order = [world.not_before[d.event_id.lower()] for d in fresh(result)]
+    assert order == sorted(order)
+    idx = index(world.state, world.policy)
+    for decision in fresh(result):
+        key = decision.event_id.lower()
+        added = {u.scope for u in decision.budgets if u.with_event > u.used}
+        for other, verdict in result.verdicts.items():
+            if verdict.code == "budget" and world.not_before[other] < world.not_before[key]:
+                failed = {u.scope for u in verdict.budgets if not u.fits}
+                own = resolve(world.state, idx, world.state.events[other]).vms
+                never_fits = any(sum(s in idx.budget_scopes_of[v] for v in own) > idx.limit(s)
+                                 for s in failed)
+                assert never_fits or not added & failed, (decision.event_id, other)
+
+
+@settings(max_examples=100, deadline=None)
+@given(worlds())
+def test_a_pass_changes_nothing_in_the_state_and_is_repeatable(world):
+    before = snapshot(world.state)
+    first = evaluate(world.state, world.policy, NOW)
+    second = evaluate(world.state, world.policy, NOW)
+    assert snapshot(world.state) == before
+    assert first.decisions == second.decisions
+
+
+@settings(max_examples=100, deadline=None)
+@given(worlds())
+def test_folding_a_pass_then_deciding_again_at_the_same_time_decides_nothing_new(world):
+    for decision in evaluate(world.state, world.policy, NOW).decisions:
+        fold_event(world.state, to_dict(decision, SOURCE))
+    assert evaluate(world.state, world.policy, NOW).decisions == []

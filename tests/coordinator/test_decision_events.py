@@ -1,0 +1,92 @@
+"""The coordinator's decision CloudEvents: attributes, the documented data schema, deterministic ids."""
+
+from __future__ import annotations
+
+import copy
+
+from se_forwarder import cloudevents as ce
+from se_forwarder.fleet.coordinator import (
+    evaluate,
+    fold_json,
+    hold,
+    pause,
+    restore,
+    snapshot,
+    to_cloudevent,
+    to_json,
+)
+
+from .fleet import SOURCE, T0, iso
+from .test_decide import SET, avset
+
+DATA_KEYS = {
+    "Decision", "EventId", "EventType", "EventSource", "NotBeforeUtc", "Resources", "Affected", "Target",
+    "ReasonCode", "Reason", "Actor", "Budgets", "Shadow", "Attempt", "Scope", "Sequence", "Overrides",
+}
+
+
+def approve_decision():
+    fleet = avset()
+    fleet.announce("E1", [SET[1]], SET, not_before=T0 + 600)
+    return fleet, fleet.decide(T0 + 1, apply=False).decisions[0]
+
+
+def test_an_approve_decision_is_a_cloudevent_with_the_documented_attributes():
+    _, decision = approve_decision()
+    event = ce.from_json(to_json(decision, SOURCE))
+    attributes = event.get_attributes()
+    assert attributes["type"] == "com.azure.scheduledevents.coordinator.approve"
+    assert (attributes["id"], attributes["source"], attributes["subject"]) == (
+        "E1/coordinator/approve/1", SOURCE, "E1")
+    assert attributes["datacontenttype"] == "application/json" and attributes["eventtype"] == "Reboot"
+    assert ce.rfc3339(attributes["time"]) == iso(T0 + 1)
+
+
+def test_the_data_has_every_documented_member():
+    _, decision = approve_decision()
+    data = to_cloudevent(decision, SOURCE).get_data()
+    assert set(data) == DATA_KEYS
+    assert data["Decision"] == "approve" and data["EventId"] == "E1" and data["NotBeforeUtc"] == iso(T0 + 600)
+    assert data["Resources"] == ["web-1"] and data["ReasonCode"] == "fits" and data["Actor"] == "coordinator"
+    group = f"set/{SET[1].sub}/rg-web/web-0"
+    assert data["Target"] == {"name": "web-1", "vmId": SET[1].vm_id, "group": group}
+    assert data["Affected"] == [data["Target"]] and data["Attempt"] == 1 and data["Shadow"] is False
+    (use,) = data["Budgets"]
+    assert use == {"scope": f"group:set/{SET[1].sub}/rg-web/web-0", "kind": "group", "size": 6, "used": 0,
+                   "withEvent": 1, "max": 1}
+
+
+def test_a_pause_is_about_a_scope_and_has_no_event():
+    fleet = avset()
+    data = to_cloudevent(pause(fleet.state, fleet.policy, T0, "zone:westeurope/2", "person:a", "x"), SOURCE)
+    assert data.get_attributes()["subject"] == "zone:westeurope/2"
+    assert "eventtype" not in data.get_attributes()
+    payload = data.get_data()
+    assert set(payload) == DATA_KEYS and payload["EventId"] is None
+    assert payload["Scope"] == "zone:westeurope/2"
+    assert payload["Sequence"] == 1 and payload["Target"] is None and payload["Attempt"] is None
+
+
+def test_a_hold_is_about_its_event():
+    fleet = avset()
+    event = to_cloudevent(hold(fleet.state, fleet.policy, T0, "E5", "person:a", "x"), SOURCE)
+    assert event.get_attributes()["subject"] == "E5" and event.get_data()["Decision"] == "hold"
+
+
+def test_the_same_fold_gives_the_same_decisions_with_the_same_ids_on_another_instance():
+    fleet, _ = approve_decision()
+    fleet.announce("E2", [SET[2]], SET, not_before=T0 + 700)
+    fleet.announce("E3", [SET[3], SET[4]], SET, not_before=T0 + 800)
+    other = restore(copy.deepcopy(snapshot(fleet.state)))
+    mine, theirs = evaluate(fleet.state, fleet.policy, T0 + 1), evaluate(other, fleet.policy, T0 + 1)
+    assert [to_json(d, SOURCE) for d in mine.decisions] == [to_json(d, SOURCE) for d in theirs.decisions]
+    assert [d.id for d in mine.decisions] == [
+        "E1/coordinator/approve/1", "E2/coordinator/defer/1-budget", mine.decisions[2].id,
+        "E3/coordinator/defer/1-budget"]
+    assert mine.decisions[2].id.startswith("E3/coordinator/breach/")
+
+
+def test_a_decision_read_back_from_the_hub_is_folded():
+    fleet, decision = approve_decision()
+    assert fold_json(fleet.state, to_json(decision, SOURCE)) == "folded"
+    assert fleet.state.events["e1"].approvals[1].id == decision.id
