@@ -19,9 +19,8 @@ from . import telemetry
 from .approvals.approver import Approver
 from .config import Settings
 from .delivery import DeliveryWorker
-from .enrichment import Enricher, initial_identity
+from .enrichment import FIRST_ATTEMPT_TIMEOUT, Enricher, initial_identity
 from .errors import StateError
-from .heartbeat import HeartbeatSource
 from .imds import ImdsClient, resolve_base_url
 from .model import Document, VmIdentity
 from .outbox import Outbox
@@ -95,11 +94,15 @@ class Agent:
         self.imds = self._client(settings.imds.first_call_timeout)
         ctx = SinkContext(self.state_dir, **({"stdout": stdout} if stdout else {}))
         self.outbox = Outbox(self.state_dir)
-        self.heartbeats = HeartbeatSource(self.identity, self._document,
-                                          [s.name for s in settings.sinks])
+        heartbeat = None
+        if any(s.heartbeat_interval for s in settings.sinks):
+            from .heartbeat import HeartbeatSource  # only where a sink wants heartbeats
+
+            heartbeat = HeartbeatSource(self.identity, self._document,
+                                        [s.name for s in settings.sinks]).event
         self.workers = [
             DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop,
-                           heartbeat_interval=s.heartbeat_interval, heartbeat=self.heartbeats.event)
+                           heartbeat_interval=s.heartbeat_interval, heartbeat=heartbeat)
             for s in settings.sinks
         ]
         self.outbox.register_sinks([w.sink.name for w in self.workers])
@@ -176,7 +179,8 @@ class Agent:
             assert self.enricher is not None
             known = self.enricher.answered
             self.approver = Approver(
-                self._client(self.settings.imds.timeout),  # the poller waits out the first call
+                # made on first use; the poller has waited out the first call by then
+                lambda: self._client(self.settings.imds.timeout),
                 self.state_dir, self.identity, self.settings.approvals,
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
                 secret_env=telemetry.secret_env_names(self.settings), identity_known=known,
@@ -192,7 +196,7 @@ class Agent:
                 worker.start()
             self.approver.start(self.stop)
             if not self.enricher.answered.is_set():
-                self.enricher.start(self.stop)
+                self.enricher.start(self.stop)  # retries in the background
             self.poller.run()
             return 0
         finally:
@@ -200,20 +204,16 @@ class Agent:
             self._shutdown()
 
     def _start_enrichment(self) -> None:
-        """The identity to forward with from the first poll on (see ``enrichment.py``)."""
+        """The identity to forward with from the first poll on (see ``enrichment.py``): one quick
+        read of the instance metadata now, the retries in the background."""
         vm = initial_identity(self.outbox, self.settings.vm.tags)
-        self.enricher = Enricher(self._client(self.settings.imds.timeout), self.state_dir,
+        self.enricher = Enricher(lambda: self._client(self.settings.imds.timeout), self.state_dir,
                                  self.settings.vm.tags, vm)
         self.outbox.set_meta({"vm": vm.as_data()})
-        if self.once:
-            if not self.enricher.attempt(self.outbox):
-                log.warning("instance metadata unavailable (%s); forwarding with %s",
-                            self.enricher.last_error,
-                            "the identity read by an earlier run" if vm.complete
-                            else f"the host name {vm.name!r} as the VM name")
-        elif not vm.complete:
-            log.info("forwarding with the host name %r as the VM name until the instance metadata "
-                     "answers", vm.name)
+        # The poller's client, before it polls: no other thread uses it yet.
+        if not self.enricher.attempt(self.imds, self.outbox, FIRST_ATTEMPT_TIMEOUT):
+            log.warning("instance metadata unavailable (%s); %s until it answers",
+                        self.enricher.last_error, self.enricher.describe_failure())
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + SHUTDOWN_GRACE - 1.0
@@ -222,9 +222,9 @@ class Agent:
             worker.join(max(0.0, deadline - time.monotonic()))
         if self.approver is not None:
             self.approver.join(max(0.0, deadline - time.monotonic()))
+            self.approver.close()
         if self.enricher is not None:
             self.enricher.join(max(0.0, deadline - time.monotonic()))
-            self.enricher.imds.close()
         self.imds.close()
         self.outbox.close()
         telemetry.shutdown()

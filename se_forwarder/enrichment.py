@@ -8,9 +8,12 @@ Forwarding never waits for the instance metadata. At start the agent uses:
 - otherwise the host name alone (``VmIdentity.from_hostname``: ``complete`` false, source
   ``/virtualMachines/<hostname>``, AffectsThisVm compared with the host name).
 
-A background thread reads ``/metadata/instance/compute`` (retrying 1, 2, 5, 10, 30, then every
-60 s) until it answers once; from then on every event recorded carries the real identity. Only
-the tags named in ``[vm] tags`` are kept, in memory and in the state directory.
+Before the first poll the agent asks ``/metadata/instance/compute`` once, waiting at most
+``FIRST_ATTEMPT_TIMEOUT`` (real IMDS answers in milliseconds, so the first events are enriched in
+the common case; a missing route answers 404 at once). If that fails, a background thread asks
+again 1, 2, 5, 10, 30 s later, then every minute, until it answers; from then on every event
+recorded carries the real identity. Only the tags named in ``[vm] tags`` are kept, in memory and in
+the state directory.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .outbox import Outbox
 
 log = logging.getLogger("se_forwarder.enrichment")
 
+FIRST_ATTEMPT_TIMEOUT = 1.0  # seconds: the one wait before the first poll, only if IMDS hangs
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 STORED_KEY = "vm_compute"  # meta: {"host", "machine_id", "compute"} of the last successful read
 COMPUTE_KEYS = (
@@ -47,7 +51,7 @@ def hostname() -> str:
 def machine_id() -> str:
     for path in MACHINE_ID_FILES:
         try:
-            text = Path(path).read_text(encoding="ascii").strip()
+            text = Path(path).read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             continue
         if text:
@@ -102,14 +106,14 @@ class Enricher:
 
     def __init__(
         self,
-        imds: ImdsClient,
+        make_client: Callable[[], ImdsClient],
         state_dir: Path,
         tag_names: Sequence[str],
         identity: VmIdentity,
         *,
         on_change: Callable[[VmIdentity], None] = lambda vm: None,
     ) -> None:
-        self.imds = imds
+        self.make_client = make_client  # the background thread's own client, made when it starts
         self.state_dir = Path(state_dir)
         self.tag_names = list(tag_names)
         self._identity = identity
@@ -127,10 +131,11 @@ class Enricher:
     def complete(self) -> bool:
         return self._identity.complete
 
-    def attempt(self, box: Outbox | None = None) -> bool:
+    def attempt(self, client: ImdsClient, box: Outbox | None = None,
+                timeout: float | None = None) -> bool:
         """One read of the instance metadata; True when it answered (and the identity is set)."""
         try:
-            compute = self.imds.get_compute()
+            compute = client.get_compute(timeout)
             vm = VmIdentity.from_compute(compute, self.tag_names)
         except (ImdsError, MalformedDocument) as exc:
             self.last_error = str(exc)
@@ -169,23 +174,31 @@ class Enricher:
             self._thread.join(timeout)
 
     def _run(self, stop: threading.Event) -> None:
-        failures = 0
-        last_logged: str | None = None
-        while not stop.is_set():
-            if self.attempt():
-                if failures:
-                    log.info("instance metadata answers after %d failed attempt(s)", failures)
+        client = self.make_client()
+        try:
+            self._retry(client, stop)
+        finally:
+            client.close()
+
+    def _retry(self, client: ImdsClient, stop: threading.Event) -> None:
+        failures = 1  # the attempt before the first poll (logged by the agent)
+        last_logged = self.last_error
+        while not stop.wait(RETRY_SECONDS[min(failures - 1, len(RETRY_SECONDS) - 1)]):
+            if self.attempt(client):
+                log.info("instance metadata answers after %d failed attempt(s)", failures)
                 return
-            delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
             failures += 1
+            delay = RETRY_SECONDS[min(failures - 1, len(RETRY_SECONDS) - 1)]
             reason = self.last_error or "no answer"
-            if self._identity.complete:
-                text = "instance metadata unavailable (retry in %.0f s): %s; events carry the " \
-                       "identity read by an earlier run"
-            else:
-                text = (f"instance metadata unavailable (retry in %.0f s): %s; events are forwarded "
-                        f"with the host name {self._identity.name!r} as the VM name until it answers")
+            # One line per change of reason, then one every 30 attempts (about half an hour).
             loud = reason != last_logged or failures % 30 == 0
-            log.log(logging.WARNING if loud else logging.DEBUG, text, delay, reason)
+            log.log(logging.WARNING if loud else logging.DEBUG,
+                    "instance metadata unavailable (retry in %.0f s): %s; %s until it answers",
+                    delay, reason, self.describe_failure())
             last_logged = reason
-            stop.wait(delay)
+
+    def describe_failure(self) -> str:
+        """The first failure's log line: what the events carry until the instance metadata answers."""
+        if self._identity.complete:
+            return "events carry the identity read by an earlier run"
+        return f"events are forwarded with the host name {self._identity.name!r} as the VM name"

@@ -27,7 +27,6 @@ from typing import Any
 import requests
 
 from . import __version__
-from .discovery import DISCOVER, discover
 from .model import Document, MalformedDocument, parse_document
 
 log = logging.getLogger("se_forwarder.imds")
@@ -118,8 +117,10 @@ def limiter_for(base_url: str) -> RateLimiter:
 
 def resolve_base_url(base_url: str, lease_files: Sequence[str] | None = None) -> str:
     """``base_url`` itself, or for ``discover`` the address found in the DHCP leases."""
-    if base_url.strip().lower() != DISCOVER:
+    if base_url.strip().lower() != "discover":
         return base_url.rstrip("/")
+    from .discovery import discover  # only on VMs outside a virtual network
+
     found = discover(lease_files)
     log.info("IMDS endpoint: %s", found.describe())
     return found.url
@@ -189,11 +190,14 @@ class ImdsClient:
         slow = url == self.events_url and url not in self._answered
         return (self.connect_timeout, self.first_call_timeout if slow else self.timeout)
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> tuple[requests.Response, bytes]:
+    def _request(self, method: str, url: str, *, timeout: float | None = None,
+                 **kwargs: Any) -> tuple[requests.Response, bytes]:
         self.limiter.acquire()
+        timeouts = self._timeouts(url) if timeout is None else (min(self.connect_timeout, timeout),
+                                                                timeout)
         try:
             resp = self._session.request(
-                method, url, timeout=self._timeouts(url), allow_redirects=False, stream=True, **kwargs
+                method, url, timeout=timeouts, allow_redirects=False, stream=True, **kwargs
             )
             body = _read_capped(resp)
         except requests.Timeout as exc:
@@ -241,11 +245,13 @@ class ImdsClient:
         self._cached, self._cached_body, self._etag = document, body, etag
         return document
 
-    def get_compute(self) -> dict[str, Any]:
+    def get_compute(self, timeout: float | None = None) -> dict[str, Any]:
+        """The instance compute metadata (``timeout``: this call's own, else the client's)."""
         resp, body = self._request(
             "GET",
             f"{self.base_url}/metadata/instance/compute",
             params={"api-version": COMPUTE_API_VERSION},
+            timeout=timeout,
         )
         if resp.status_code != 200:
             raise ImdsError("client", f"instance metadata answered {resp.status_code}")

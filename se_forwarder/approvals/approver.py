@@ -85,7 +85,7 @@ def approved_event(
 class Approver:
     def __init__(
         self,
-        imds: ImdsClient,
+        imds: ImdsClient | Callable[[], ImdsClient],
         state_dir: Path,
         vm: VmIdentity | Callable[[], VmIdentity],
         settings: ApprovalsSettings,
@@ -96,7 +96,9 @@ class Approver:
         identity_known: threading.Event | None = None,
     ) -> None:
         check_consistency(settings)
-        self.imds = imds
+        # A factory makes the client on first use: an agent that never approves keeps no session.
+        self._imds: ImdsClient | None = imds if isinstance(imds, ImdsClient) else None
+        self._make_imds = imds if not isinstance(imds, ImdsClient) else None
         self.state_dir = state_dir
         self._vm = vm if callable(vm) else (lambda: vm)
         # Set once the identity comes from the instance metadata (None: it does already).
@@ -132,6 +134,18 @@ class Approver:
     def vm(self) -> VmIdentity:
         """The identity in use now (the host name until the instance metadata answered)."""
         return self._vm()
+
+    @property
+    def imds(self) -> ImdsClient:
+        if self._imds is None:
+            assert self._make_imds is not None
+            self._imds = self._make_imds()
+        return self._imds
+
+    def close(self) -> None:
+        """Close the IMDS client, if one was made."""
+        if self._imds is not None:
+            self._imds.close()
 
     # -- wiring ---------------------------------------------------------------------------
     def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
