@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .discovery import DISCOVER
 from .errors import ConfigError
 from .imds import DEFAULT_API_VERSION, DEFAULT_URL
 from .validation import (
@@ -162,8 +161,8 @@ def _imds(t: dict[str, Any]) -> ImdsSettings:
          "max_backoff"),
     )
     if "url" in t:
-        if isinstance(t["url"], str) and t["url"].strip().lower() == DISCOVER:
-            s.url = DISCOVER
+        if isinstance(t["url"], str) and t["url"].strip().lower() == "discover":
+            s.url = "discover"  # DHCP option 245 in the lease files (discovery.py)
         else:
             s.url = as_http_url(t["url"], "imds.url")
     if "lease_files" in t:

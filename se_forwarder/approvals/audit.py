@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudevents.core.v1.event import CloudEvent
 
 from .. import cloudevents as ce
 from ..model import Document, ScheduledEvent, VmIdentity
 from ..outbox import NewEvent
-from .messages import Verdict
+
+if TYPE_CHECKING:  # messages and signing load only with an approval queue (agent memory)
+    from .messages import Verdict
 
 APPROVAL_REJECTED = ce.APPROVAL_REJECTED  # "approvalrejected"
 PREPARED = ce.PREPARED  # "prepared"
