@@ -137,10 +137,11 @@ class Approver:
 
     @property
     def imds(self) -> ImdsClient:
-        if self._imds is None:
-            assert self._make_imds is not None
-            self._imds = self._make_imds()
-        return self._imds
+        with self._lock:  # the approver and the queue consumer may both ask first
+            if self._imds is None:
+                assert self._make_imds is not None
+                self._imds = self._make_imds()
+            return self._imds
 
     def close(self) -> None:
         """Close the IMDS client, if one was made."""
