@@ -1,7 +1,8 @@
-"""The agent loop: poll IMDS, diff, record in the outbox, wake the sinks and the approver.
+"""The agent: ties the poller, the outbox, the sinks, the approver and enrichment together.
 
-Polling runs on the main thread; each sink and the approver have their own thread, so a slow or
-dead sink (or a slow approval POST) never delays the next poll.
+Polling (``poller.py``) runs on the agent's thread; each sink, the approver and the enrichment have
+their own thread, so a slow or dead sink, a slow approval POST or a missing instance metadata
+endpoint never delays the next poll.
 """
 
 from __future__ import annotations
@@ -11,26 +12,26 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from . import cloudevents as ce
-from . import metrics, telemetry, tracing
+from . import telemetry
 from .approvals.approver import Approver
 from .config import Settings
 from .delivery import DeliveryWorker
-from .differ import diff
-from .errors import SeForwarderError, StateError
-from .imds import Backoff, ImdsClient, ImdsError
-from .model import Document, MalformedDocument, Transition, VmIdentity
-from .outbox import NewEvent, Outbox
+from .enrichment import FIRST_ATTEMPT_TIMEOUT, Enricher, initial_identity
+from .errors import StateError
+from .imds import ImdsClient, resolve_base_url
+from .model import Document, VmIdentity
+from .outbox import Outbox
+from .poller import Poller, new_events
 from .sinks import SinkContext, create
-from .telemetry import countdown, fields
+from .telemetry import fields
+
+__all__ = ["Agent", "lock_state_dir", "new_events"]
 
 log = logging.getLogger("se_forwarder.agent")
 
-POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
 RETENTION_SECONDS = 30 * 86400
 SHUTDOWN_GRACE = 4.0  # seconds; SIGTERM must end the process within 5
 LOCK_NAME = "agent.lock"
@@ -72,23 +73,6 @@ def lock_state_dir(state_dir: Path) -> int:
     return fd
 
 
-def new_events(transitions: list[Transition], vm: VmIdentity, observed: datetime) -> list[NewEvent]:
-    out = []
-    for t in transitions:
-        cloud = ce.from_transition(t, vm, observed)
-        out.append(
-            NewEvent(
-                ce_id=ce.ce_id(t.event_id, t.state),
-                event_id=t.event_id,
-                state=t.state,
-                ce_type=ce.ce_type(t.state),
-                payload=ce.to_json(cloud),
-                observed_at=observed.timestamp(),
-            )
-        )
-    return out
-
-
 class Agent:
     def __init__(
         self,
@@ -106,25 +90,44 @@ class Agent:
         self.dry_run = dry_run or settings.approvals.dry_run
         self.stop = stop or threading.Event()
         self.state_dir = settings.state.dir
-        self.imds = ImdsClient(
-            settings.imds.url,
-            settings.imds.api_version,
-            timeout=settings.imds.timeout,
-            first_call_timeout=settings.imds.first_call_timeout,
-        )
+        self.imds_url = resolve_base_url(settings.imds.url, settings.imds.lease_files)
+        self.imds = self._client(settings.imds.first_call_timeout)
         ctx = SinkContext(self.state_dir, **({"stdout": stdout} if stdout else {}))
         self.outbox = Outbox(self.state_dir)
+        heartbeat = None
+        if any(s.heartbeat_interval for s in settings.sinks):
+            from .heartbeat import HeartbeatSource  # only where a sink wants heartbeats
+
+            heartbeat = HeartbeatSource(self.identity, self._document,
+                                        [s.name for s in settings.sinks]).event
         self.workers = [
-            DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop)
+            DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop,
+                           heartbeat_interval=s.heartbeat_interval, heartbeat=heartbeat)
             for s in settings.sinks
         ]
         self.outbox.register_sinks([w.sink.name for w in self.workers])
         self.on_document = on_document
-        self.vm: VmIdentity | None = None
+        self.enricher: Enricher | None = None
         self.approver: Approver | None = None
-        self._last_status_write = 0.0
-        self._last_status: tuple[bool, str] | None = None
+        self.poller: Poller | None = None
         self._lock_fd: int | None = None
+
+    def _client(self, first_call_timeout: float) -> ImdsClient:
+        imds = self.settings.imds
+        return ImdsClient(self.imds_url, imds.api_version, timeout=imds.timeout,
+                          first_call_timeout=first_call_timeout)
+
+    @property
+    def vm(self) -> VmIdentity | None:
+        """The identity events are recorded with now (None before the agent started)."""
+        return self.enricher.current() if self.enricher is not None else None
+
+    def identity(self) -> VmIdentity:
+        assert self.enricher is not None
+        return self.enricher.current()
+
+    def _document(self) -> Document | None:
+        return self.approver.current() if self.approver is not None else None
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -169,28 +172,48 @@ class Agent:
             self._lock_fd = lock_state_dir(self.state_dir)
             self._unpark_sinks()
             telemetry.start(self.settings)
-            self.vm = self._identity()
-            if self.vm is None:
-                return 0  # stopped while waiting
+            if self.settings.imds.max_backoff is not None:
+                log.warning("imds.max_backoff is ignored: IMDS is retried at the poll interval "
+                            "(after a 429: its Retry-After, or about a second); remove the key")
+            self._start_enrichment()
+            assert self.enricher is not None
+            known = self.enricher.answered
             self.approver = Approver(
-                ImdsClient(self.settings.imds.url, self.settings.imds.api_version,
-                           timeout=self.settings.imds.timeout,
-                           first_call_timeout=self.settings.imds.timeout),  # IMDS answered already
-                self.state_dir, self.vm, self.settings.approvals,
+                # made on first use; the poller has waited out the first call by then
+                lambda: self._client(self.settings.imds.timeout),
+                self.state_dir, self.identity, self.settings.approvals,
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
-                secret_env=telemetry.secret_env_names(self.settings),
+                secret_env=telemetry.secret_env_names(self.settings), identity_known=known,
             )
+            self.poller = Poller(self.settings, self.imds, self.outbox, self.identity,
+                                 current=self.approver.current, offer=self.approver.offer,
+                                 on_recorded=self._wake_sinks, on_document=self.on_document,
+                                 stop=self.stop)
             self.outbox.prune([w.sink.name for w in self.workers], time.time() - RETENTION_SECONDS)
             if self.once:
                 return self._run_once()
             for worker in self.workers:
                 worker.start()
             self.approver.start(self.stop)
-            self._poll_loop()
+            if not self.enricher.answered.is_set():
+                self.enricher.start(self.stop)  # retries in the background
+            self.poller.run()
             return 0
         finally:
             self.stop.set()
             self._shutdown()
+
+    def _start_enrichment(self) -> None:
+        """The identity to forward with from the first poll on (see ``enrichment.py``): one quick
+        read of the instance metadata now, the retries in the background."""
+        vm = initial_identity(self.outbox, self.settings.vm.tags)
+        self.enricher = Enricher(lambda: self._client(self.settings.imds.timeout), self.state_dir,
+                                 self.settings.vm.tags, vm)
+        self.outbox.set_meta({"vm": vm.as_data()})
+        # The poller's client, before it polls: no other thread uses it yet.
+        if not self.enricher.attempt(self.imds, self.outbox, FIRST_ATTEMPT_TIMEOUT):
+            log.warning("instance metadata unavailable (%s); %s until it answers",
+                        self.enricher.last_error, self.enricher.describe_failure())
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + SHUTDOWN_GRACE - 1.0
@@ -199,6 +222,9 @@ class Agent:
             worker.join(max(0.0, deadline - time.monotonic()))
         if self.approver is not None:
             self.approver.join(max(0.0, deadline - time.monotonic()))
+            self.approver.close()
+        if self.enricher is not None:
+            self.enricher.join(max(0.0, deadline - time.monotonic()))
         self.imds.close()
         self.outbox.close()
         telemetry.shutdown()
@@ -207,8 +233,8 @@ class Agent:
             self._lock_fd = None
 
     def _run_once(self) -> int:
-        assert self.approver is not None
-        ok = self.poll()
+        assert self.approver is not None and self.poller is not None
+        ok = self.poller.poll()
         self.approver.consider(self.outbox)
         for worker in self.workers:
             while True:
@@ -220,133 +246,3 @@ class Agent:
     def _wake_sinks(self) -> None:
         for worker in self.workers:
             worker.wakeup.set()
-
-    # -- identity -------------------------------------------------------------------------
-    def _identity(self) -> VmIdentity | None:
-        backoff = Backoff(base=1.0, cap=30.0)
-        if self.imds.first_call_pending:
-            log.info(
-                "waiting for IMDS at %s (the first answer may take up to %.0f s)",
-                self.settings.imds.url, self.imds.first_call_timeout,
-            )
-        while not self.stop.is_set():
-            try:
-                with countdown(log, "still waiting for the first IMDS answer",
-                               self.imds.first_call_timeout if self.imds.first_call_pending else 0):
-                    compute = self.imds.get_compute()
-                vm = VmIdentity.from_compute(compute)
-                log.info("this VM is %s (vmId %s)", vm.name, vm.vm_id)
-                self.outbox.set_meta({"vm": vm.as_data()})
-                return vm
-            except (ImdsError, MalformedDocument) as exc:
-                if self.once:
-                    raise SeForwarderError(f"instance metadata unavailable: {exc}") from exc
-                delay = backoff.next_delay(getattr(exc, "retry_after", None))
-                log.warning("instance metadata unavailable (retry in %.1f s): %s", delay, exc)
-                self.stop.wait(delay)
-        return None
-
-    # -- polling --------------------------------------------------------------------------
-    def _poll_loop(self) -> None:
-        backoff = Backoff(base=min(0.5, self.settings.imds.max_backoff),
-                          cap=self.settings.imds.max_backoff)
-        interval = self.settings.imds.poll_interval
-        failures = 0
-        last_reason = None
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                self._poll_or_raise()
-                if failures:
-                    log.info("IMDS answers again after %d failed poll(s)", failures)
-                failures, last_reason = 0, None
-                backoff.reset()
-                delay = interval - (time.monotonic() - started)
-            except StateError as exc:
-                # Disk full, database locked...: nothing was recorded, so the next poll diffs the
-                # same change again. Keep polling rather than crash-looping.
-                delay = max(backoff.next_delay(), interval)
-                metrics.poll_failed("state")
-                log.error("cannot record the document, retry in %.1f s: %s", delay, exc)
-            except ImdsError as exc:
-                if exc.reason in ("malformed", "client"):
-                    delay = interval  # IMDS answered, just not with a document: keep the pace
-                else:
-                    delay = max(backoff.next_delay(exc.retry_after), interval)
-                failures += 1
-                metrics.poll_failed(exc.reason, time.monotonic() - started)
-                # One line per change of reason, then one every 60 failures: never a log flood.
-                loud = exc.reason != last_reason or failures % 60 == 0
-                last_reason = exc.reason
-                log.log(logging.WARNING if loud else logging.DEBUG,
-                        "poll failed (%s), retry in %.1f s: %s", exc.reason, delay, exc,
-                        extra=fields(reason=exc.reason))
-                self._note_poll(False, f"{exc.reason}: {exc}")
-            if delay > 0:
-                self.stop.wait(delay)
-
-    def poll(self) -> bool:
-        """One poll; False (logged) when IMDS failed or answered garbage."""
-        try:
-            self._poll_or_raise()
-            return True
-        except ImdsError as exc:
-            log.warning("poll failed (%s): %s", exc.reason, exc, extra=fields(reason=exc.reason))
-            metrics.poll_failed(exc.reason)
-            self._note_poll(False, f"{exc.reason}: {exc}")
-            return False
-
-    def _poll_or_raise(self) -> None:
-        assert self.vm is not None and self.approver is not None
-        started = time.monotonic()
-        document = self.imds.get_document()
-        metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
-        observed = datetime.now(UTC)
-        previous = self.approver.current() or self.outbox.previous_document()
-        if previous is not None and previous.incarnation == document.incarnation:
-            if document is previous or document.events == previous.events:
-                if self.approver.current() is None:
-                    self.approver.offer(document, [])
-                self._note_poll(True, "ok", document.incarnation)
-                return
-            # Only after an incarnation reset (or while the agent was down across one) can the
-            # same number carry other events; diff them rather than miss a transition.
-            log.warning("DocumentIncarnation %d reused with different events; diffing",
-                        document.incarnation, extra=fields(incarnation=document.incarnation))
-            previous = Document(previous.incarnation - 1, previous.events)
-        if previous is not None and document.incarnation < previous.incarnation:
-            log.warning(
-                "DocumentIncarnation went back from %d to %d; diffing normally",
-                previous.incarnation, document.incarnation,
-                extra=fields(incarnation=document.incarnation),
-            )
-        transitions = diff(previous, document)
-        stored = self.outbox.record(document, new_events(transitions, self.vm, observed))
-        metrics.transitions(stored)
-        tracing.recorded(stored)
-        for event in stored:
-            log.info("transition %s", event.state,
-                     extra=fields(event_id=event.event_id, state=event.state,
-                                  incarnation=document.incarnation))
-        self._wake_sinks()
-        self.approver.offer(document, transitions)
-        if self.on_document is not None:
-            self.on_document(document)
-        self._note_poll(True, "ok", document.incarnation, force=True)
-
-    def _note_poll(self, ok: bool, result: str, incarnation: int | None = None,
-                   force: bool = False) -> None:
-        """Persist the poll heartbeat for `status`, at most every few seconds unless it changed."""
-        now = time.time()
-        changed = self._last_status != (ok, result)
-        if not (force or changed or now - self._last_status_write >= POLL_STATUS_EVERY):
-            return
-        items: dict[str, object] = {"last_poll_at": str(now), "last_poll_ok": str(int(ok)),
-                                    "last_poll_result": result}
-        if ok:
-            items["last_ok_poll_at"] = str(now)
-        if incarnation is not None:
-            items["incarnation"] = str(incarnation)
-        self.outbox.set_meta(items)
-        self._last_status_write = now
-        self._last_status = (ok, result)

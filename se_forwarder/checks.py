@@ -1,7 +1,7 @@
 """`se-forwarder check`: one line per part (state, IMDS, each sink, approval queue, telemetry).
 
-Each line starts with ``ok``, ``FAIL`` or ``skip`` and says what is wrong and how to fix it. The
-caller exits non-zero when any line failed.
+Each line starts with ``ok``, ``FAIL``, ``warn`` or ``skip`` and says what is wrong and how to fix
+it. The caller exits non-zero when any line failed (a warning is not a failure).
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from urllib.parse import unquote
 import requests
 
 from .config import Settings
+from .enrichment import hostname
 from .errors import StateError
 from .imds import ImdsClient, ImdsError
+from .model import MalformedDocument, VmIdentity
 from .outbox import Outbox, db_path
 from .sinks import SinkContext, create
 from .telemetry import otlp_base, redact
 
+WARN = "warn"  # a check result that is worth saying but never fails the command
 CHECK_IMDS_TIMEOUT = 10.0  # not IMDS's two minutes: `check` is interactive
 HTTP_TIMEOUT = 5.0
 LOCAL_TIMEOUT = 2.0  # a running agent on this machine answers /healthz at once
@@ -35,9 +38,10 @@ LOCAL_TIMEOUT = 2.0  # a running agent on this machine answers /healthz at once
 def run_checks(settings: Settings, echo: Callable[[str], None]) -> int:
     """Print one ``ok``/``FAIL``/``skip`` line per check; the number of failures."""
     failures = 0
-    checks: list[tuple[str, Callable[[], tuple[bool | None, str]]]] = [
+    checks: list[tuple[str, Callable[[], tuple[bool | str | None, str]]]] = [
         ("state", lambda: check_state(settings.state.dir)),
         ("imds", lambda: check_imds(settings)),
+        ("instance metadata", lambda: check_instance_metadata(settings)),
     ]
     for s in settings.sinks:
         checks.append((f"sink {s.name}", lambda s=s: check_sink(settings, s)))
@@ -52,7 +56,7 @@ def run_checks(settings: Settings, echo: Callable[[str], None]) -> int:
             ok, text = check()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one line
             ok, text = False, f"{type(exc).__name__}: {exc}"
-        prefix = {True: "ok   ", False: "FAIL ", None: "skip "}[ok]
+        prefix = {True: "ok   ", False: "FAIL ", None: "skip ", WARN: "warn "}[ok]
         echo(redact(f"{prefix} {label}: {text}" if text else f"{prefix} {label}"))
         failures += ok is False
     return failures
@@ -134,16 +138,35 @@ def _user() -> str:
 
 def check_imds(settings: Settings) -> tuple[bool, str]:
     """One GET of the scheduled-events document."""
-    client = ImdsClient(settings.imds.url, settings.imds.api_version, timeout=settings.imds.timeout,
-                        first_call_timeout=CHECK_IMDS_TIMEOUT)
+    client = _imds_client(settings)
     try:
         doc = client.get_document()
     except ImdsError as exc:
         return False, f"{exc} (is this an Azure VM, or is [imds] url / --imds-url right?)"
     finally:
         client.close()
-    return True, (f"{settings.imds.url} answers (incarnation {doc.incarnation}, "
+    return True, (f"{client.base_url} answers (incarnation {doc.incarnation}, "
                   f"{len(doc.events)} event(s))")
+
+
+def _imds_client(settings: Settings) -> ImdsClient:
+    return ImdsClient(settings.imds.url, settings.imds.api_version, timeout=settings.imds.timeout,
+                      first_call_timeout=CHECK_IMDS_TIMEOUT, lease_files=settings.imds.lease_files)
+
+
+def check_instance_metadata(settings: Settings) -> tuple[bool | str, str]:
+    """The instance metadata (for enrichment); missing is a warning: events go out anyway."""
+    client = _imds_client(settings)
+    try:
+        vm = VmIdentity.from_compute(client.get_compute(), settings.vm.tags)
+    except (ImdsError, MalformedDocument) as exc:
+        return WARN, (f"{exc}; events are forwarded with the host name {hostname()!r} as the VM "
+                      "name until it answers")
+    finally:
+        client.close()
+    tags = f", tags {', '.join(k for k, _ in vm.tags)}" if vm.tags else ""
+    return True, (f"{vm.name} (vmId {vm.vm_id}, fault domain {vm.platform_fault_domain or '-'}, "
+                  f"update domain {vm.platform_update_domain or '-'}{tags})")
 
 
 def check_sink(settings: Settings, sink_settings: object) -> tuple[bool, str]:

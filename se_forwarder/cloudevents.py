@@ -12,10 +12,16 @@ from typing import Any
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from .model import ScheduledEvent, Transition, VmIdentity
+from . import __version__
+from .model import T_CANCELED, T_COMPLETED, T_STARTED, Document, ScheduledEvent, Transition, VmIdentity
 
 TYPE_PREFIX = "com.azure.scheduledevents."
 APPROVAL_REJECTED = "approvalrejected"
+PREPARED = "prepared"
+HEARTBEAT = "heartbeat"
+#: The ``eventstatus`` extension says what happened, as Azure's Event Grid feed does; the last
+#: status IMDS showed stays in ``data.EventStatus``. Other types carry the IMDS status.
+EVENT_STATUS = {T_STARTED: "Started", T_COMPLETED: "Completed", T_CANCELED: "Canceled"}
 _FORMAT = JSONFormat()
 
 
@@ -68,7 +74,7 @@ def build(
         "time": observed.astimezone(UTC),
         "datacontenttype": "application/json",
         "eventtype": event.event_type,
-        "eventstatus": event.status,
+        "eventstatus": EVENT_STATUS.get(state, event.status),
         "incarnation": incarnation,
         "vmid": vm.vm_id,
     }
@@ -76,7 +82,51 @@ def build(
 
 
 def from_transition(transition: Transition, vm: VmIdentity, observed: datetime) -> CloudEvent:
-    return build(transition.state, transition.event, transition.incarnation, vm, observed)
+    extra = None
+    if transition.inferred_from is not None:
+        extra = {"Inferred": True, "InferredFrom": transition.inferred_from}
+    return build(transition.state, transition.event, transition.incarnation, vm, observed,
+                 extra_data=extra)
+
+
+def heartbeat(
+    vm: VmIdentity,
+    now: datetime,
+    *,
+    interval: float,
+    last_poll: datetime | None,
+    document: Document | None,
+    incarnation: int | None,
+    backlog: dict[str, int],
+) -> CloudEvent:
+    """The ``heartbeat`` CloudEvent (never stored in the outbox): a sign of life and what the
+    agent sees now, for the fleet coordinator."""
+    events = [] if document is None else [
+        {"EventId": e.event_id, "EventStatus": e.status, "EventType": e.event_type}
+        for e in document.events
+    ]
+    seconds = int(now.timestamp())
+    attributes: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": ce_type(HEARTBEAT),
+        "source": vm.source,
+        "id": f"{HEARTBEAT}/{vm.key}/{seconds}",
+        "subject": vm.key,
+        "time": now.astimezone(UTC),
+        "datacontenttype": "application/json",
+        "vmid": vm.vm_id,
+    }
+    data = {
+        "AgentVersion": __version__,
+        "HeartbeatInterval": int(interval) if float(interval).is_integer() else interval,
+        "LastPollUtc": rfc3339(last_poll) if last_poll is not None else None,
+        "DocumentIncarnation": incarnation,
+        "Events": events,
+        "EnrichmentComplete": vm.complete,
+        "Backlog": dict(backlog),
+        "Vm": vm.as_data(),
+    }
+    return CloudEvent(attributes, data)
 
 
 def to_json(event: CloudEvent) -> str:

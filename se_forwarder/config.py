@@ -36,12 +36,20 @@ DEFAULT_STATE_DIR = "/var/lib/se-forwarder"
 
 @dataclass
 class ImdsSettings:
-    url: str = DEFAULT_URL
+    url: str = DEFAULT_URL  # or "discover": DHCP option 245 in the lease files (discovery.py)
     api_version: str = DEFAULT_API_VERSION
     poll_interval: float = 1.0
     timeout: float = 5.0
     first_call_timeout: float = 130.0
-    max_backoff: float = 30.0  # ceiling of the backoff after 429/5xx/timeouts
+    lease_files: list[str] | None = None  # globs for url = "discover"; None: the usual places
+    # Accepted from older configurations and ignored: IMDS is retried at the poll interval (a 429
+    # after Retry-After or about a second), never backed off for long. The agent warns once.
+    max_backoff: float | None = None
+
+
+@dataclass
+class VmSettings:
+    tags: list[str] = field(default_factory=list)  # tag names copied into data.Vm.tags
 
 
 @dataclass
@@ -54,6 +62,7 @@ class SinkSettings:
     type: str
     name: str
     options: dict[str, Any] = field(default_factory=dict)
+    heartbeat_interval: float = 0.0  # seconds between heartbeat CloudEvents; 0 = none
 
 
 @dataclass
@@ -82,10 +91,11 @@ class Settings:
     sinks: list[SinkSettings] = field(default_factory=list)
     approvals: ApprovalsSettings = field(default_factory=ApprovalsSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    vm: VmSettings = field(default_factory=VmSettings)
     source: str = "defaults"  # where the settings came from, for messages
 
 
-_SECTIONS = ("imds", "state", "sinks", "approvals", "telemetry")
+_SECTIONS = ("imds", "state", "sinks", "approvals", "telemetry", "vm")
 
 
 def load(
@@ -119,6 +129,7 @@ def from_dict(raw: Mapping[str, Any]) -> Settings:
         state=_state(as_table(raw, "state")),
         approvals=_approvals(as_table(raw, "approvals")),
         telemetry=_telemetry(as_table(raw, "telemetry")),
+        vm=_vm(as_table(raw, "vm")),
     )
     sinks_raw = raw.get("sinks", [{"type": "stdout"}])
     if not isinstance(sinks_raw, list):
@@ -150,10 +161,16 @@ def _imds(t: dict[str, Any]) -> ImdsSettings:
     s = ImdsSettings()
     no_unknown(
         t, "imds",
-        ("url", "api_version", "poll_interval", "timeout", "first_call_timeout", "max_backoff"),
+        ("url", "api_version", "poll_interval", "timeout", "first_call_timeout", "lease_files",
+         "max_backoff"),
     )
     if "url" in t:
-        s.url = as_http_url(t["url"], "imds.url")
+        if isinstance(t["url"], str) and t["url"].strip().lower() == "discover":
+            s.url = "discover"  # DHCP option 245 in the lease files (discovery.py)
+        else:
+            s.url = as_http_url(t["url"], "imds.url")
+    if "lease_files" in t:
+        s.lease_files = _string_list(t["lease_files"], "imds.lease_files")
     if "api_version" in t:
         s.api_version = as_str(t["api_version"], "imds.api_version")
         if s.api_version not in KNOWN_API_VERSIONS:
@@ -170,6 +187,23 @@ def _imds(t: dict[str, Any]) -> ImdsSettings:
     if "max_backoff" in t:
         s.max_backoff = as_number(t["max_backoff"], "imds.max_backoff", 0.1, 3600)
     return s
+
+
+def _vm(t: dict[str, Any]) -> VmSettings:
+    no_unknown(t, "vm", ("tags",))
+    s = VmSettings()
+    if "tags" in t:
+        s.tags = _string_list(t["tags"], "vm.tags")
+        folded = [name.casefold() for name in s.tags]
+        if len(set(folded)) != len(folded):
+            raise ConfigError("vm.tags: a tag is named twice (Azure tag names ignore case)")
+    return s
+
+
+def _string_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{where}: must be a list of non-empty strings, e.g. [\"tier\", \"app\"]")
+    return list(value)
 
 
 def _state(t: dict[str, Any]) -> StateSettings:
@@ -238,13 +272,19 @@ def _sinks(items: list[Any]) -> list[SinkSettings]:
             raise ConfigError(
                 f"{where}.type: {kind!r} is not a sink type ({', '.join(sinks.SINK_TYPES)})"
             )
-        options = {k: v for k, v in item.items() if k != "type"}
+        options = {k: v for k, v in item.items() if k not in ("type", "heartbeat_interval")}
         options = sinks.validate(kind, options, where)
         name = options.pop("name", None) or sinks.default_name(kind, options)
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is used by another sink; give each a name")
         names.add(name)
-        out.append(SinkSettings(type=kind, name=name, options=options))
+        heartbeat = 0.0
+        if "heartbeat_interval" in item:  # every sink type: the delivery worker sends them
+            heartbeat = as_number(item["heartbeat_interval"], f"{where}.heartbeat_interval", 0, 86400)
+            if 0 < heartbeat < 1:
+                raise ConfigError(f"{where}.heartbeat_interval: {heartbeat} is below 1 second "
+                                  "(0 turns heartbeats off)")
+        out.append(SinkSettings(type=kind, name=name, options=options, heartbeat_interval=heartbeat))
     return out
 
 
@@ -277,7 +317,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
             out["sinks"] = [parse_sink_spec(s, f"{name}={s!r}") for s in specs]
             continue
         section, _, key = rest.partition("_")
-        if section not in ("imds", "state", "approvals", "telemetry") or not key:
+        if section not in ("imds", "state", "approvals", "telemetry", "vm") or not key:
             raise ConfigError(f"environment variable {name}: unknown setting")
         target = out.setdefault(section, {})
         if section == "approvals":

@@ -2,6 +2,12 @@
 
 A worker never blocks polling or another sink: it has its own thread and its own database
 connection, and only advances its own cursor.
+
+With a ``heartbeat_interval`` the worker also hands its sink a heartbeat CloudEvent (see
+``heartbeat.py``) at start and then at that interval, through the same ``deliver`` call, but only
+while the sink is idle and well: nothing pending in its backlog, not parked, not backing off. A
+heartbeat is never retried, never touches the cursor or the sink's error state, and a due one is
+skipped (not queued) when the sink cannot take it, so it never delays or reorders the backlog.
 """
 
 from __future__ import annotations
@@ -9,21 +15,30 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import metrics, tracing
 from .errors import StateError
 from .imds import Backoff
 from .outbox import Outbox
-from .sinks.base import DeadLetter, Delivered, DeliveryReport, Park, Retry, Sink
+from .sinks.base import DeadLetter, Delivered, DeliveryReport, Park, Retry, Sink, StoredEvent
 from .telemetry import fields
 
 log = logging.getLogger("se_forwarder.delivery")
 
+HeartbeatFactory = Callable[[Outbox, float], StoredEvent]
+
 
 class DeliveryWorker:
-    def __init__(self, sink: Sink, state_dir: Path, stop: threading.Event) -> None:
+    def __init__(self, sink: Sink, state_dir: Path, stop: threading.Event, *,
+                 heartbeat_interval: float = 0.0, heartbeat: HeartbeatFactory | None = None) -> None:
         self.sink = sink
+        self.heartbeat_interval = heartbeat_interval if heartbeat is not None else 0.0
+        self._heartbeat = heartbeat
+        self._next_heartbeat = time.monotonic()  # the first one at start
+        self._heartbeat_failed = False
         self.state_dir = state_dir
         self.stop = stop
         self.wakeup = threading.Event()
@@ -53,6 +68,8 @@ class DeliveryWorker:
                         continue
                     self.wakeup.clear()
                     delay = self.deliver_once()
+                    if delay is None:
+                        self.heartbeat_if_due()
                 except (sqlite3.Error, StateError) as exc:
                     # Database locked past the busy timeout, disk full...: the cursor did not move,
                     # so the batch is simply offered again later (at-least-once), never dropped.
@@ -89,6 +106,37 @@ class DeliveryWorker:
             log.exception("sink raised", extra=fields(sink=self.sink.name))
             report = DeliveryReport([Retry(f"sink error: {type(exc).__name__}: {exc}")])
         return self._apply(box, batch, report)
+
+    def heartbeat_if_due(self, outbox: Outbox | None = None) -> None:
+        """Send a heartbeat if one is due and the sink is idle and well (see the docstring)."""
+        if not self.heartbeat_interval or self._heartbeat is None:
+            return
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.heartbeat_interval
+        box = outbox or self._outbox
+        assert box is not None
+        if self.backoff.attempt or box.parked(self.sink.name) or box.pending(self.sink.name, 1):
+            log.debug("heartbeat skipped: the sink is backing off, parked or busy",
+                      extra=fields(sink=self.sink.name))
+            return
+        event = self._heartbeat(box, self.heartbeat_interval)
+        try:
+            report = self.sink.deliver([event])
+            outcome = report.outcomes[0] if report.outcomes else Retry("sink handled nothing")
+        except Exception as exc:  # noqa: BLE001 - a heartbeat must never stop the worker
+            outcome = Retry(f"sink error: {type(exc).__name__}: {exc}")
+        if isinstance(outcome, Delivered):
+            if self._heartbeat_failed:
+                log.info("heartbeats delivered again", extra=fields(sink=self.sink.name))
+            self._heartbeat_failed = False
+            return
+        reason = getattr(outcome, "reason", type(outcome).__name__)
+        log.log(logging.DEBUG if self._heartbeat_failed else logging.WARNING,
+                "heartbeat not delivered (skipped; the next one in %.0f s): %s",
+                self.heartbeat_interval, reason, extra=fields(sink=self.sink.name))
+        self._heartbeat_failed = True
 
     def _apply(self, box: Outbox, batch: list, report: DeliveryReport) -> float | None:
         done: list[tuple[int, str | None]] = []

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from datetime import datetime
+
 from .model import (
+    INFERRED_APPROVED,
+    INFERRED_NOT_BEFORE,
     SCHEDULED,
     STARTED,
     T_CANCELED,
@@ -10,20 +15,41 @@ from .model import (
     T_SCHEDULED,
     T_STARTED,
     Document,
+    ScheduledEvent,
     Transition,
 )
 
 
-def diff(previous: Document | None, current: Document) -> list[Transition]:
+def diff(
+    previous: Document | None,
+    current: Document,
+    *,
+    approved: Collection[str] = frozenset(),
+    now: datetime | None = None,
+) -> list[Transition]:
     """The transitions that lead from ``previous`` to ``current``.
 
+    Rules, per EventId:
+
+    - new and Scheduled -> ``scheduled``; new and Started (hardware failure) -> ``started``;
+      Scheduled -> Started -> ``started``;
+    - gone after Started -> ``completed``;
+    - gone while last seen Scheduled -> ``started`` then ``completed``, both with
+      ``inferred_from``, when at the moment it is found gone either this agent's StartRequests
+      for it was accepted (``approved`` holds its EventId: ``approved``) or its NotBefore is not
+      after ``now`` (``not-before-passed``); otherwise ``canceled``. A Started phase shorter than
+      the polls could see, or one that passed while the agent was down, is the common cause;
+      Azure cancelling an event it was allowed to start is rare. With ``now`` None only the
+      approval counts.
+
     The same incarnation carries the same information, so it yields nothing. Order: events of the
-    current document in document order, then the ones that are gone.
+    current document in document order, then the ones that are gone. Pure: the facts about
+    approvals and the clock are given by the caller.
     """
     if previous is not None and previous.incarnation == current.incarnation:
         return []
     before = previous.by_id() if previous is not None else {}
-    now = current.by_id()
+    now_ids = current.by_id()
     out: list[Transition] = []
     for event in current.events:
         old = before.get(event.event_id)
@@ -32,8 +58,27 @@ def diff(previous: Document | None, current: Document) -> list[Transition]:
         elif event.status == STARTED and (old is None or old.status != STARTED):
             out.append(Transition(T_STARTED, event, current.incarnation))
     for event_id, old in before.items():
-        if event_id in now:
+        if event_id in now_ids:
             continue
-        state = T_COMPLETED if old.status == STARTED else T_CANCELED
-        out.append(Transition(state, old, current.incarnation))
+        if old.status == STARTED:
+            out.append(Transition(T_COMPLETED, old, current.incarnation))
+            continue
+        reason = vanished_reason(old, approved, now)
+        if reason is None:
+            out.append(Transition(T_CANCELED, old, current.incarnation))
+        else:
+            out.append(Transition(T_STARTED, old, current.incarnation, reason))
+            out.append(Transition(T_COMPLETED, old, current.incarnation, reason))
     return out
+
+
+def vanished_reason(
+    event: ScheduledEvent, approved: Collection[str], now: datetime | None
+) -> str | None:
+    """Why a Scheduled event that vanished must have run (``approved``, ``not-before-passed``);
+    None when it was canceled."""
+    if event.event_id in approved:
+        return INFERRED_APPROVED
+    if now is not None and event.not_before is not None and event.not_before <= now:
+        return INFERRED_NOT_BEFORE
+    return None

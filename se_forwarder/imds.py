@@ -1,15 +1,24 @@
 """Client for the IMDS scheduled-events and instance-compute endpoints.
 
 Never through a proxy (IMDS is link-local; a proxy would answer for another machine), never with
-X-Forwarded-For, always with ``Metadata: true``. The first request may take up to 130 s because it
-switches the service on for the VM; later ones time out after a few seconds.
+X-Forwarded-For, always with ``Metadata: true``. The first scheduled-events request may take up to
+130 s because it switches the service on for the VM; later ones, and every instance-metadata
+request, time out after a few seconds.
+
+IMDS accepts 5 requests per second per VM. Every request of the process to one IMDS (poller,
+approver, approval-queue consumer, enrichment) first takes a slot of one shared limiter that lets
+at most ``MAX_REQUESTS_PER_SECOND`` (4) start in any second, so the agent stays under that limit
+whatever its threads do at once.
 """
 
 from __future__ import annotations
 
+import collections
 import email.utils
 import json
+import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,11 +29,16 @@ import requests
 from . import __version__
 from .model import Document, MalformedDocument, parse_document
 
+log = logging.getLogger("se_forwarder.imds")
+
 DEFAULT_URL = "http://169.254.169.254"
 DEFAULT_API_VERSION = "2020-07-01"
 COMPUTE_API_VERSION = "2021-02-01"
 MAX_REPLY_BYTES = 4 * 1024 * 1024  # a real document is a few kB; anything this big is garbage
 FIRST_CALL_TIMEOUT = 130.0
+MAX_REQUESTS_PER_SECOND = 4  # IMDS allows 5 per second and VM; one in reserve for clock jitter
+THROTTLED_WAIT = (1.0, 1.25)  # seconds after a 429 without Retry-After (uniform, for jitter)
+MAX_RETRY_AFTER = 5.0  # a longer Retry-After would blind the agent; a 429 more costs nothing
 
 
 class ImdsError(Exception):
@@ -56,6 +70,62 @@ class Backoff:
         self.attempt = 0
 
 
+def throttled_delay(retry_after: float | None) -> float:
+    """How long to wait after a 429: its Retry-After (at most ``MAX_RETRY_AFTER``), else ~1 s."""
+    if retry_after is not None:
+        return max(0.0, min(retry_after, MAX_RETRY_AFTER))
+    return random.uniform(*THROTTLED_WAIT)
+
+
+class RateLimiter:
+    """At most ``limit`` request starts in any ``per`` seconds (a sliding window), thread-safe."""
+
+    def __init__(self, limit: int = MAX_REQUESTS_PER_SECOND, per: float = 1.0) -> None:
+        self.limit = limit
+        self.per = per
+        self._starts: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Wait for a slot and take it; the seconds waited. Waiters are served one at a time."""
+        waited = 0.0
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                while self._starts and self._starts[0] <= now - self.per:
+                    self._starts.popleft()
+                if len(self._starts) < self.limit:
+                    self._starts.append(now)
+                    return waited
+                pause = self._starts[0] + self.per - now
+                time.sleep(pause)
+                waited += pause
+
+
+_limiters: dict[str, RateLimiter] = {}
+_limiters_lock = threading.Lock()
+
+
+def limiter_for(base_url: str) -> RateLimiter:
+    """The process-wide limiter of one IMDS (one per base URL: the simulator serves several VMs)."""
+    with _limiters_lock:
+        limiter = _limiters.get(base_url)
+        if limiter is None:
+            limiter = _limiters[base_url] = RateLimiter()
+        return limiter
+
+
+def resolve_base_url(base_url: str, lease_files: Sequence[str] | None = None) -> str:
+    """``base_url`` itself, or for ``discover`` the address found in the DHCP leases."""
+    if base_url.strip().lower() != "discover":
+        return base_url.rstrip("/")
+    from .discovery import discover  # only on VMs outside a virtual network
+
+    found = discover(lease_files)
+    log.info("IMDS endpoint: %s", found.describe())
+    return found.url
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent/bad."""
     if not value:
@@ -83,8 +153,10 @@ class ImdsClient:
         timeout: float = 5.0,
         connect_timeout: float = 3.0,
         first_call_timeout: float = FIRST_CALL_TIMEOUT,
+        lease_files: Sequence[str] | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = resolve_base_url(base_url, lease_files)
+        self.limiter = limiter_for(self.base_url)
         self.api_version = api_version
         self.timeout = timeout
         self.connect_timeout = connect_timeout
@@ -107,21 +179,25 @@ class ImdsClient:
 
     @property
     def first_call_pending(self) -> bool:
-        return not self._answered
+        return self.events_url not in self._answered
 
     def close(self) -> None:
         self._session.close()
 
     def _timeouts(self, url: str) -> tuple[float, float]:
-        # Per endpoint: the compute metadata answering says nothing about scheduledevents, whose
-        # first request switches the service on and may take two minutes.
-        read = self.timeout if url in self._answered else self.first_call_timeout
-        return (self.connect_timeout, read)
+        # Only scheduledevents' first request switches the service on and may take two minutes;
+        # the compute metadata answering says nothing about it, and answers at once itself.
+        slow = url == self.events_url and url not in self._answered
+        return (self.connect_timeout, self.first_call_timeout if slow else self.timeout)
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> tuple[requests.Response, bytes]:
+    def _request(self, method: str, url: str, *, timeout: float | None = None,
+                 **kwargs: Any) -> tuple[requests.Response, bytes]:
+        self.limiter.acquire()
+        timeouts = self._timeouts(url) if timeout is None else (min(self.connect_timeout, timeout),
+                                                                timeout)
         try:
             resp = self._session.request(
-                method, url, timeout=self._timeouts(url), allow_redirects=False, stream=True, **kwargs
+                method, url, timeout=timeouts, allow_redirects=False, stream=True, **kwargs
             )
             body = _read_capped(resp)
         except requests.Timeout as exc:
@@ -169,11 +245,13 @@ class ImdsClient:
         self._cached, self._cached_body, self._etag = document, body, etag
         return document
 
-    def get_compute(self) -> dict[str, Any]:
+    def get_compute(self, timeout: float | None = None) -> dict[str, Any]:
+        """The instance compute metadata (``timeout``: this call's own, else the client's)."""
         resp, body = self._request(
             "GET",
             f"{self.base_url}/metadata/instance/compute",
             params={"api-version": COMPUTE_API_VERSION},
+            timeout=timeout,
         )
         if resp.status_code != 200:
             raise ImdsError("client", f"instance metadata answered {resp.status_code}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .approvals.approver import approved_event
 from .config import Settings
+from .enrichment import initial_identity
 from .errors import SeForwarderError, StateError
 from .imds import ImdsClient, ImdsError
 from .model import SCHEDULED, MalformedDocument, VmIdentity
@@ -25,7 +26,8 @@ def approve_now(settings: Settings, event_ids: list[str]) -> list[str]:
     if not event_ids:
         raise SeForwarderError("no EventId given")
     client = ImdsClient(settings.imds.url, settings.imds.api_version,
-                        timeout=settings.imds.timeout, first_call_timeout=130.0)
+                        timeout=settings.imds.timeout, first_call_timeout=130.0,
+                        lease_files=settings.imds.lease_files)
     try:
         doc = client.get_document()
         current = doc.by_id()
@@ -39,12 +41,17 @@ def approve_now(settings: Settings, event_ids: list[str]) -> list[str]:
         client.start_events(event_ids)
         lines = [f"approved {i}" for i in event_ids]
         try:
-            vm = VmIdentity.from_compute(client.get_compute())
             observed = datetime.now(UTC)
             with Outbox(Path(settings.state.dir)) as box:
+                # Recorded even without the instance metadata: the agent counts this approval
+                # when the event vanishes (it ran, it was not canceled).
+                try:
+                    vm = VmIdentity.from_compute(client.get_compute(), settings.vm.tags)
+                except (ImdsError, MalformedDocument):
+                    vm = initial_identity(box, settings.vm.tags)
                 box.record(None, [approved_event(doc, i, vm, "cli", observed) for i in event_ids])
             lines.append(f"recorded in {settings.state.dir} (ApprovedBy: cli)")
-        except (StateError, ImdsError, MalformedDocument) as exc:
+        except StateError as exc:
             lines.append(f"warning: approved, but the approved CloudEvent was not recorded: {exc}")
         return lines
     except ImdsError as exc:

@@ -92,6 +92,9 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("se_forwarder.hook.runs", "counter", "{run}", ("hook", "outcome"),
                "prepare/recover hook runs by outcome: ok, failed (non-zero exit), timeout, "
                "interrupted (the agent stopped while it ran), error (could not start)."),
+    MetricInfo("se_forwarder.enrichment.complete", "gauge", "1", (),
+               "1 when events carry the VM's identity from the instance metadata, 0 while they "
+               "carry only the host name (the instance metadata has not answered yet)."),
 )
 BY_NAME = {m.name: m for m in METRICS}
 IMDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -117,6 +120,7 @@ class PollState:
         self.last_ok_wall: float | None = None  # unix time
         self.last_error: str | None = None
         self.incarnation: int | None = None
+        self.enrichment_complete: bool | None = None  # None: no agent identity yet
 
 
 polls = PollState()
@@ -136,6 +140,11 @@ def poll_succeeded(incarnation: int, seconds: float) -> None:
     if inst is not None:
         inst.polls.add(1)
         inst.imds_duration.record(seconds, {"outcome": "ok"})
+
+
+def enrichment(complete: bool) -> None:
+    """Whether events carry the identity from the instance metadata (else only the host name)."""
+    polls.enrichment_complete = complete
 
 
 def poll_failed(reason: str, seconds: float | None = None) -> None:
@@ -289,10 +298,13 @@ def health(threshold: float, sinks: SinkReader | None) -> tuple[bool, str]:
         if s.parked:
             return False, (f"sink {s.name} is parked ({s.parked}); fix the endpoint, then "
                            f"`se-forwarder sink resume {s.name}`")
+    # A warning, never a reason to be unhealthy: events are forwarded with the host name.
+    warning = ("; warning: instance metadata not read yet, events carry the host name as the VM "
+               "name" if polls.enrichment_complete is False else "")
     if polls.last_ok is None:
-        return True, "ok: starting, waiting for the first IMDS answer"
+        return True, "ok: starting, waiting for the first IMDS answer" + warning
     return True, (f"ok: last poll {now - polls.last_ok:.1f} s ago, incarnation {polls.incarnation}, "
-                  f"{len(states)} sink(s) delivering")
+                  f"{len(states)} sink(s) delivering{warning}")
 
 
 # -- the SDK side (only reached when an exporter is configured) ------------------------------------
@@ -350,6 +362,9 @@ class _Instruments:
             gauge("se_forwarder.outbox.backlog", per_sink(lambda s: s.backlog)),
             gauge("se_forwarder.outbox.oldest_age", per_sink(lambda s: round(s.oldest_age, 3))),
             gauge("se_forwarder.sink.parked", per_sink(lambda s: 1 if s.parked else 0)),
+            gauge("se_forwarder.enrichment.complete", scalar(
+                lambda: None if polls.enrichment_complete is None
+                else int(polls.enrichment_complete))),
         ]
 
 

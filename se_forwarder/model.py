@@ -8,7 +8,7 @@ so a garbage reply can never turn into a transition.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -83,13 +83,22 @@ class Document:
         return {"DocumentIncarnation": self.incarnation, "Events": [dict(e.raw) for e in self.events]}
 
 
+INFERRED_APPROVED = "approved"
+INFERRED_NOT_BEFORE = "not-before-passed"
+
+
 @dataclass(frozen=True)
 class Transition:
-    """A change of one event between two documents; ``event`` is the latest version seen."""
+    """A change of one event between two documents; ``event`` is the latest version seen.
+
+    ``inferred_from`` is set for a ``started``/``completed`` pair the differ deduced for an event
+    that vanished while last seen Scheduled (``approved`` or ``not-before-passed``).
+    """
 
     state: str
     event: ScheduledEvent
     incarnation: int
+    inferred_from: str | None = None
 
     @property
     def event_id(self) -> str:
@@ -163,7 +172,11 @@ def parse_document(body: bytes | str | Any) -> Document:
 
 @dataclass(frozen=True)
 class VmIdentity:
-    """What the instance compute metadata says about this VM (for enrichment)."""
+    """What the instance compute metadata says about this VM (for enrichment).
+
+    ``complete`` is False while the instance metadata is unknown: then only ``name`` (the host
+    name) is known and every other field is "" (see ``from_hostname``).
+    """
 
     vm_id: str
     name: str
@@ -174,10 +187,18 @@ class VmIdentity:
     zone: str = ""
     vm_scale_set_name: str = ""
     platform_fault_domain: str = ""
+    platform_update_domain: str = ""
+    placement_group_id: str = ""
+    tags: tuple[tuple[str, str], ...] = ()  # only the tags named in [vm] tags, in that order
+    complete: bool = True
 
     @classmethod
-    def from_compute(cls, compute: Mapping[str, Any]) -> VmIdentity:
-        """From the JSON of /metadata/instance/compute; vmId and name are required."""
+    def from_compute(cls, compute: Mapping[str, Any], tag_names: Sequence[str] = ()) -> VmIdentity:
+        """From the JSON of /metadata/instance/compute; vmId and name are required.
+
+        ``tag_names`` picks tags from ``tagsList`` (names compare case-insensitively, as Azure's
+        do; the configured spelling is kept); no other tag ever leaves the VM.
+        """
         vm_id = compute.get("vmId")
         name = compute.get("name")
         if not isinstance(vm_id, str) or not vm_id or not isinstance(name, str) or not name:
@@ -197,13 +218,28 @@ class VmIdentity:
             zone=text("zone"),
             vm_scale_set_name=text("vmScaleSetName"),
             platform_fault_domain=text("platformFaultDomain"),
+            platform_update_domain=text("platformUpdateDomain"),
+            placement_group_id=text("placementGroupId"),
+            tags=_pick_tags(compute, tag_names),
         )
+
+    @classmethod
+    def from_hostname(cls, hostname: str) -> VmIdentity:
+        """What is known without the instance metadata: the host name, standing for the VM name."""
+        return cls(vm_id="", name=hostname, complete=False)
 
     @property
     def source(self) -> str:
-        return self.resource_id or f"/virtualMachines/{self.vm_id}"
+        """The CloudEvent ``source``: the ARM resource id, else ``/virtualMachines/<vmId or host>``."""
+        return self.resource_id or f"/virtualMachines/{self.vm_id or self.name}"
 
-    def as_data(self) -> dict[str, str]:
+    @property
+    def key(self) -> str:
+        """The vmId, or the host name while it is unknown (heartbeat ids and subjects)."""
+        return self.vm_id or self.name
+
+    def as_data(self) -> dict[str, Any]:
+        """``data.Vm`` of every CloudEvent (keys as IMDS names them)."""
         return {
             "vmId": self.vm_id,
             "name": self.name,
@@ -214,4 +250,26 @@ class VmIdentity:
             "zone": self.zone,
             "vmScaleSetName": self.vm_scale_set_name,
             "platformFaultDomain": self.platform_fault_domain,
+            "platformUpdateDomain": self.platform_update_domain,
+            "placementGroupId": self.placement_group_id,
+            "tags": dict(self.tags),
+            "complete": self.complete,
         }
+
+
+def _pick_tags(compute: Mapping[str, Any], names: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    if not names:
+        return ()
+    found: dict[str, str] = {}
+    tags_list = compute.get("tagsList")
+    if isinstance(tags_list, list):
+        for item in tags_list:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                value = item.get("value")
+                found.setdefault(item["name"].casefold(), "" if value is None else str(value))
+    elif isinstance(compute.get("tags"), str):  # older api-versions: "k1:v1;k2:v2"
+        for pair in compute["tags"].split(";"):
+            key, sep, value = pair.partition(":")
+            if sep and key:
+                found.setdefault(key.casefold(), value)
+    return tuple((n, found[n.casefold()]) for n in names if n.casefold() in found)

@@ -30,9 +30,12 @@ def read_status(state_dir: Path) -> dict[str, Any]:
         )}
         last = _float(meta["last_poll_at"])
         last_ok = _float(meta["last_ok_poll_at"])
+        vm = _vm(meta["vm"])
         return {
             "state_dir": str(state_dir),
-            "vm": _vm(meta["vm"]),
+            "vm": vm,
+            # False while events carry only the host name (a warning, not a failure)
+            "enrichment_complete": None if vm is None else vm.get("complete", True) is not False,
             "last_poll": {
                 "at": last,
                 "age_seconds": _age(now, last),
@@ -144,7 +147,10 @@ def render_status(info: dict[str, Any]) -> str:
     lp = info["last_poll"]
     lines = [f"state         {info['state_dir']}"]
     vm = info.get("vm")
-    if vm:
+    if vm and vm.get("complete") is False:
+        lines.append(f"vm            {vm.get('name')} (host name only: WARNING the instance metadata "
+                     "has not answered yet; events carry the host name as the VM name)")
+    elif vm:
         lines.append(f"vm            {vm.get('name')} (vmId {vm.get('vmId')})")
     if lp["at"] is None:
         lines.append("last poll     never (the agent has not polled from this state directory)")

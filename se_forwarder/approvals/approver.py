@@ -9,7 +9,9 @@ Threads (all started by ``start``; none of them ever blocks polling):
 
 - ``approver``: applies the policy to the current document, starts prepare/recover hooks when due
   and collects their results (a successful prepare may approve; a failed one emits an audit event);
-- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue.py``;
+- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue.py``. It
+  starts once the VM's identity is known from the instance metadata (its name may be in the
+  queue's, and messages name the VM they are for); forwarding never waits for that, approvals may;
 - one short-lived thread per running hook command.
 
 What decides an approval, for each Scheduled event not yet approved:
@@ -26,6 +28,7 @@ What decides an approval, for each Scheduled event not yet approved:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -37,11 +40,19 @@ from .. import cloudevents as ce
 from .. import metrics, tracing
 from ..config import ApprovalsSettings
 from ..imds import ImdsClient, ImdsError
-from ..model import SCHEDULED, T_APPROVED, Document, ScheduledEvent, Transition, VmIdentity
+from ..model import (
+    SCHEDULED,
+    T_APPROVED,
+    T_COMPLETED,
+    Document,
+    ScheduledEvent,
+    Transition,
+    VmIdentity,
+)
 from ..outbox import NewEvent, Outbox
 from ..telemetry import fields
 from . import hooks as hooks_mod
-from .audit import hook_failure_event
+from .audit import hook_failure_event, prepared_event
 from .policy import Policy, check_consistency
 
 log = logging.getLogger("se_forwarder.approvals")
@@ -74,19 +85,24 @@ def approved_event(
 class Approver:
     def __init__(
         self,
-        imds: ImdsClient,
+        imds: ImdsClient | Callable[[], ImdsClient],
         state_dir: Path,
-        vm: VmIdentity,
+        vm: VmIdentity | Callable[[], VmIdentity],
         settings: ApprovalsSettings,
         *,
         dry_run: bool = False,
         on_recorded: Callable[[], None] = lambda: None,
         secret_env: Iterable[str] = (),
+        identity_known: threading.Event | None = None,
     ) -> None:
         check_consistency(settings)
-        self.imds = imds
+        # A factory makes the client on first use: an agent that never approves keeps no session.
+        self._imds: ImdsClient | None = imds if isinstance(imds, ImdsClient) else None
+        self._make_imds = imds if not isinstance(imds, ImdsClient) else None
         self.state_dir = state_dir
-        self.vm = vm
+        self._vm = vm if callable(vm) else (lambda: vm)
+        # Set once the identity comes from the instance metadata (None: it does already).
+        self.identity_known = identity_known
         self.settings = settings
         self.policy = Policy(settings.rules)
         self.dry_run = dry_run or settings.dry_run
@@ -96,10 +112,14 @@ class Approver:
         if settings.queue is not None:
             from .queue import resolve  # ConfigError now (at start), not in a thread later
 
-            self.queue_settings = resolve(settings.queue, vm)
+            # The name is made again from the real identity when the consumer starts; until the
+            # instance metadata answers, a stand-in vmId lets a {vm_id} template be checked now.
+            known = self.vm if self.vm.complete else dataclasses.replace(
+                self.vm, vm_id="00000000-0000-0000-0000-000000000000")
+            self.queue_settings = resolve(settings.queue, known)
         # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
-        self.hooks = hooks_mod.HookRunner(settings.hooks, vm, secret_env=secret_env,
+        self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env,
                                           wake=self._wake)
         self._doc: Document | None = None
         self._lock = threading.Lock()
@@ -109,6 +129,24 @@ class Approver:
         self._failures: dict[str, tuple[int, float]] = {}  # event_id -> (attempts, next time)
         self._threads: list[threading.Thread] = []
         self._schema_ready: set[int] = set()
+
+    @property
+    def vm(self) -> VmIdentity:
+        """The identity in use now (the host name until the instance metadata answered)."""
+        return self._vm()
+
+    @property
+    def imds(self) -> ImdsClient:
+        with self._lock:  # the approver and the queue consumer may both ask first
+            if self._imds is None:
+                assert self._make_imds is not None
+                self._imds = self._make_imds()
+            return self._imds
+
+    def close(self) -> None:
+        """Close the IMDS client, if one was made."""
+        if self._imds is not None:
+            self._imds.close()
 
     # -- wiring ---------------------------------------------------------------------------
     def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
@@ -127,10 +165,7 @@ class Approver:
         self._threads.append(threading.Thread(target=self._run, args=(stop,), name="approver",
                                               daemon=True))
         if self.queue_settings is not None:
-            from .queue import QueueConsumer
-
-            consumer = QueueConsumer(self, self.queue_settings)
-            self._threads.append(threading.Thread(target=self._guard, args=(consumer.run, stop),
+            self._threads.append(threading.Thread(target=self._guard, args=(self._consume, stop),
                                                   name="approval-queue", daemon=True))
         for thread in self._threads:
             thread.start()
@@ -143,6 +178,26 @@ class Approver:
 
     def _wake(self) -> None:
         self._changed.set()
+
+    def _consume(self, stop: threading.Event) -> None:
+        """The queue consumer, once this VM's identity is known (see the module docstring)."""
+        from .queue import QueueConsumer, queue_name
+
+        assert self.queue_settings is not None and self.settings.queue is not None
+        known = self.identity_known
+        if known is not None and not known.is_set():
+            template = self.settings.queue["queue"]
+            why = (f"its name {template!r} is made from the VM's name"
+                   if "{vm_" in template else "messages are checked against the VM's name")
+            log.warning("approval queue: waiting for the instance metadata before taking approvals "
+                        "(%s); events are forwarded meanwhile", why)
+            while not known.wait(1.0):
+                if stop.is_set():
+                    return
+        vm = self.vm
+        settings = dataclasses.replace(
+            self.queue_settings, name=queue_name(self.settings.queue["queue"], vm.name, vm.vm_id))
+        QueueConsumer(self, settings).run(stop)
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
         """Run ``target`` until ``stop``; an unexpected exception restarts it after a pause."""
@@ -183,7 +238,9 @@ class Approver:
         for result in self.hooks.collect(outbox.connection):
             self._hook_finished(outbox, result)
         if doc is not None and self.hooks.configured:
-            self.hooks.sync(outbox.connection, doc.events, doc.incarnation, self._hook_eligible)
+            # The poller recorded how each gone event ended before offering this document.
+            self.hooks.sync(outbox.connection, doc.events, doc.incarnation, self._hook_eligible,
+                            ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, T_COMPLETED)))
         self.consider(outbox)
 
     def _ensure_schema(self, outbox: Outbox) -> None:
@@ -202,8 +259,14 @@ class Approver:
     def _hook_finished(self, outbox: Outbox, result: hooks_mod.HookResult) -> None:
         metrics.hook_run(result.hook, result.state)
         if result.ok:
+            if result.state == hooks_mod.NONE:
+                return
             log.info("%s hook succeeded (%.1f s)", result.hook, result.seconds or 0.0,
                      extra=fields(event_id=result.event_id, origin=result.hook))
+            if result.hook == hooks_mod.PREPARE and outbox.record(None, [prepared_event(
+                    result.event, result.incarnation, self.vm, seconds=result.seconds,
+                    observed=datetime.now(UTC))]):
+                self.on_recorded()
             return
         log.warning("%s hook %s: %s", result.hook, result.state, result.detail,
                     extra=fields(event_id=result.event_id, origin=result.hook, reason=result.state))
@@ -252,8 +315,10 @@ class Approver:
             state = self.hooks.prepare_state(outbox.connection, event.event_id)
             if state == hooks_mod.SUCCEEDED:
                 return "hook"
-            why = state or ("not started" if event.affects(self.vm.name)
-                            else "not run: the event does not affect this VM")
+            why = state or ("not run: the event does not affect this VM"
+                            if not event.affects(self.vm.name)
+                            else "not started" if self.hooks.prepare_due(event, now)
+                            else f"due when NotBefore is {self.hooks.prepare_lead:g} s away")
             matched = f"rule {rule} matched (prepare-then-approve)" if rule else "no rule matched"
             self._note(event.event_id, f"prepare:{state}",
                        "policy: %s; the prepare hook comes first (%s), then the agent approves",

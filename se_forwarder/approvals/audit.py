@@ -1,14 +1,17 @@
-"""Audit CloudEvents of the approval path: refused approval messages and failed hooks.
+"""Audit CloudEvents of the approval path: refused approval messages, prepare hooks' results.
 
 =====================================================  ========================================
 type                                                   id
 =====================================================  ========================================
 ``com.azure.scheduledevents.approvalrejected``         ``<EventId>/approvalrejected/<queue message id>``
+``com.azure.scheduledevents.prepared``                 ``<EventId>/prepared``
 ``com.azure.scheduledevents.preparefailed``            ``<EventId>/preparefailed``
 ``com.azure.scheduledevents.recoverfailed``            ``<EventId>/recoverfailed``
 =====================================================  ========================================
 
-When the event is in the current document these have the usual shape (``cloudevents.build``: the
+``prepared`` (this VM's prepare hook succeeded: a coordinator may gate approvals on it) has the
+usual shape plus ``Hook`` and ``DurationSeconds``. When the event is in the current document the
+others have the usual shape (``cloudevents.build``: the
 IMDS event as ``data`` plus enrichment) with ``Reason`` (one line) and ``ReasonCode`` added. A refused
 message whose EventId is not in the document (unknown, gone, unreadable or forged) still gets an
 event: ``subject`` is the claimed EventId (``unknown`` when there is none that looks like one), no
@@ -24,16 +27,19 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudevents.core.v1.event import CloudEvent
 
 from .. import cloudevents as ce
 from ..model import Document, ScheduledEvent, VmIdentity
 from ..outbox import NewEvent
-from .messages import Verdict
+
+if TYPE_CHECKING:  # messages and signing load only with an approval queue (agent memory)
+    from .messages import Verdict
 
 APPROVAL_REJECTED = ce.APPROVAL_REJECTED  # "approvalrejected"
+PREPARED = ce.PREPARED  # "prepared"
 PREPARE_FAILED = "preparefailed"
 RECOVER_FAILED = "recoverfailed"
 UNKNOWN = "unknown"
@@ -120,3 +126,19 @@ def hook_failure_event(
         "DurationSeconds": None if seconds is None else round(seconds, 3),
     })
     return _new_event(cloud, event.event_id, state, observed)
+
+
+def prepared_event(
+    event: ScheduledEvent,
+    incarnation: int,
+    vm: VmIdentity,
+    *,
+    seconds: float | None,
+    observed: datetime,
+) -> NewEvent:
+    """``prepared``: this VM's prepare hook succeeded for ``event``."""
+    cloud = ce.build(PREPARED, event, incarnation, vm, observed, extra_data={
+        "Hook": "prepare",
+        "DurationSeconds": None if seconds is None else round(seconds, 3),
+    })
+    return _new_event(cloud, event.event_id, PREPARED, observed)

@@ -1,13 +1,18 @@
 """Prepare and recover hooks: commands run when an event appears and when it is gone.
 
 ``prepare`` runs once for every event that affects this VM (and that no rule ignores) when it is
-first seen, Scheduled or (for events never seen Scheduled, e.g. hardware failures) Started.
-``recover`` runs once when such an event has left the document (completed or canceled), after its
-prepare finished. Each command gets the event JSON on stdin (the CloudEvent ``data`` shape: the
-IMDS event plus ``NotBeforeUtc``, ``DocumentIncarnation``, ``AffectsThisVm``, ``Vm``) and
-``SE_HOOK``, ``SE_EVENT_ID``, ``SE_EVENT_TYPE``, ``SE_EVENT_STATUS`` (the last status seen),
+first seen, Scheduled or (for events never seen Scheduled, e.g. hardware failures) Started; with
+``prepare_lead`` (seconds), a Scheduled event's prepare waits until its NotBefore is at most that
+far away (drain late for routine maintenance; leave it unset to drain at once). ``recover`` runs
+once when such an event has left the document (completed or canceled), after its prepare
+finished. A successful prepare is reported by a ``prepared`` CloudEvent (see ``audit.py``).
+
+Each command gets the event JSON on stdin (the CloudEvent ``data`` shape: the IMDS event plus
+``NotBeforeUtc``, ``DocumentIncarnation``, ``AffectsThisVm``, ``Vm``) and ``SE_HOOK``,
+``SE_EVENT_ID``, ``SE_EVENT_TYPE``, ``SE_EVENT_STATUS`` (the last status seen),
 ``SE_NOT_BEFORE`` (RFC 3339, empty once Started), ``SE_VM_NAME`` and, for recover,
-``SE_EVENT_OUTCOME`` (``completed`` or ``canceled``) in its environment. The agent's own secrets
+``SE_EVENT_OUTCOME`` (``completed`` or ``canceled``: ``completed`` also when the agent inferred
+that a vanished Scheduled event ran, see ``differ.py``) in its environment. The agent's own secrets
 (the signing key and connection string variables) are removed from that environment.
 
 At most once per event and hook, even across restarts: the run is recorded as ``running`` in the
@@ -33,10 +38,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from .. import cloudevents as ce
-from ..model import STARTED, ScheduledEvent, VmIdentity, parse_event
+from ..model import SCHEDULED, STARTED, ScheduledEvent, VmIdentity, parse_event
 from ..telemetry import fields
 
 log = logging.getLogger("se_forwarder.approvals.hooks")
@@ -107,7 +113,7 @@ class HookRunner:
     def __init__(
         self,
         config: Mapping[str, Any],
-        vm: VmIdentity,
+        vm: VmIdentity | Callable[[], VmIdentity],
         *,
         secret_env: Iterable[str] = (),
         wake: Callable[[], None] = lambda: None,
@@ -120,12 +126,26 @@ class HookRunner:
             RECOVER: float(config.get("recover_timeout", 300)),
         }
         self.approve_after_prepare = bool(config.get("approve_after_prepare", True))
-        self.vm = vm
+        lead = config.get("prepare_lead")
+        self.prepare_lead: float | None = None if lead is None else float(lead)
+        self._vm = vm if callable(vm) else (lambda: vm)
         self.secret_env = {name for name in secret_env if name}
         self.wake = wake
         self._done: queue.SimpleQueue[HookResult] = queue.SimpleQueue()
         self._threads: dict[tuple[str, str], threading.Thread] = {}
         self._known: dict[str, str] = {}  # event_id -> stored JSON, to notice changes
+
+    @property
+    def vm(self) -> VmIdentity:
+        """The identity in use now (the host name until the instance metadata answered)."""
+        return self._vm()
+
+    def prepare_due(self, event: ScheduledEvent, now: datetime) -> bool:
+        """Whether prepare may start now: at once, or with ``prepare_lead`` once a Scheduled
+        event's NotBefore is at most that many seconds away."""
+        if self.prepare_lead is None or event.status != SCHEDULED or event.not_before is None:
+            return True
+        return (event.not_before - now).total_seconds() <= self.prepare_lead
 
     @property
     def configured(self) -> bool:
@@ -193,8 +213,13 @@ class HookRunner:
         events: Iterable[ScheduledEvent],
         incarnation: int,
         eligible: Callable[[ScheduledEvent], bool],
+        *,
+        ran: Callable[[ScheduledEvent], bool] = lambda event: event.status == STARTED,
+        now: datetime | None = None,
     ) -> None:
-        """Start prepare for new eligible events and recover for tracked events now gone."""
+        """Start prepare for new eligible events (when due) and recover for tracked events now
+        gone; ``ran`` says whether a gone event completed (else it was canceled)."""
+        now = now or datetime.now(UTC)
         rows = {
             (event_id, hook): (state, stored)
             for event_id, hook, state, stored in db.execute(
@@ -206,7 +231,7 @@ class HookRunner:
             present.add(event.event_id)
             if (event.event_id, PREPARE) in rows:
                 self._remember(db, event, incarnation)
-            elif eligible(event):
+            elif eligible(event) and self.prepare_due(event, now):
                 self._begin(db, PREPARE, event, incarnation, outcome=None)
         self._known = {k: v for k, v in self._known.items() if k in present}
         for (event_id, hook), (state, stored) in rows.items():
@@ -215,7 +240,7 @@ class HookRunner:
             if (event_id, RECOVER) in rows:
                 continue
             event, last_incarnation = _load(stored)
-            outcome = "completed" if event.status == STARTED else "canceled"
+            outcome = "completed" if event.status == STARTED or ran(event) else "canceled"
             self._begin(db, RECOVER, event, last_incarnation, outcome=outcome)
 
     def _remember(self, db: sqlite3.Connection, event: ScheduledEvent, incarnation: int) -> None:

@@ -9,7 +9,10 @@ A rule's ``when`` table (every key optional, all given keys must hold; a list me
 ``status`` (EventStatus), ``min_duration`` / ``max_duration`` (DurationInSeconds; ``max_duration``
 never matches an unknown duration of -1), ``min_notice`` / ``max_notice`` (seconds from now until
 NotBefore; never match without a NotBefore), ``affects_this_vm`` (this VM's name is in Resources),
-``resources`` (fnmatch patterns; any entry of Resources matching any pattern). Actions: ``approve``,
+``resources`` (fnmatch patterns; any entry of Resources matching any pattern), ``description``
+(shell patterns, case-insensitive, against Description: ``"*Live Migration*"`` tells a
+memory-preserving live migration from "Host server is undergoing maintenance"; an event without a
+Description, from an old api-version, is matched as ""). Actions: ``approve``,
 ``prepare-then-approve``, ``wait``, ``ignore`` (no approval and no hooks). Only a Scheduled event can
 be approved: an approving rule that matches a Started event means wait.
 """
@@ -30,7 +33,7 @@ ACTIONS = ("approve", "prepare-then-approve", "wait", "ignore")
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 WHEN_KEYS = (
     "type", "source", "status", "min_duration", "max_duration", "min_notice", "max_notice",
-    "affects_this_vm", "resources",
+    "affects_this_vm", "resources", "description",
 )
 
 
@@ -66,6 +69,10 @@ class Rule:
         if "resources" in w:
             patterns = _as_list(w["resources"])
             if not any(fnmatch.fnmatchcase(r, p) for r in event.resources for p in patterns):
+                return False
+        if "description" in w:
+            text = (event.description or "").casefold()
+            if not any(fnmatch.fnmatchcase(text, p.casefold()) for p in _as_list(w["description"])):
                 return False
         return True
 
@@ -162,7 +169,7 @@ def _validate_when(when: dict[str, Any], where: str) -> dict[str, Any]:
             value = as_number(value, at, -1, 10**9)
         elif key == "affects_this_vm":
             value = as_bool(value, at)
-        elif key == "resources":
+        elif key in ("resources", "description"):
             for v in _as_list(value):
                 as_str(v, at)
         out[key] = value
@@ -170,10 +177,13 @@ def _validate_when(when: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def validate_hooks(raw: dict[str, Any], where: str) -> dict[str, Any]:
-    """``[approvals.hooks]``: commands as argv lists, timeouts in seconds (default 300)."""
+    """``[approvals.hooks]``: commands as argv lists, timeouts in seconds (default 300), and
+    ``prepare_lead`` (run prepare when NotBefore is at most this many seconds away; unset: at
+    first sight)."""
     no_unknown(
         raw, where,
-        ("prepare", "prepare_timeout", "approve_after_prepare", "recover", "recover_timeout"),
+        ("prepare", "prepare_timeout", "approve_after_prepare", "recover", "recover_timeout",
+         "prepare_lead"),
     )
     out: dict[str, Any] = {}
     for key in ("prepare", "recover"):
@@ -184,6 +194,8 @@ def validate_hooks(raw: dict[str, Any], where: str) -> dict[str, Any]:
             out[key] = value
     for key in ("prepare_timeout", "recover_timeout"):
         out[key] = as_number(raw.get(key, 300), f"{where}.{key}", 1, 86400)
+    if "prepare_lead" in raw:
+        out["prepare_lead"] = as_number(raw["prepare_lead"], f"{where}.prepare_lead", 0, 30 * 86400)
     out["approve_after_prepare"] = as_bool(
         raw.get("approve_after_prepare", True), f"{where}.approve_after_prepare"
     )

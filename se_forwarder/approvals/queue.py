@@ -276,7 +276,8 @@ def check(settings: Any) -> str | None:
     from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceNotFoundError
 
     imds = ImdsClient(settings.imds.url, settings.imds.api_version, timeout=settings.imds.timeout,
-                      first_call_timeout=max(settings.imds.timeout, 10.0))
+                      first_call_timeout=max(settings.imds.timeout, 10.0),
+                      lease_files=settings.imds.lease_files)
     try:
         vm = VmIdentity.from_compute(imds.get_compute())
     except (ImdsError, ValueError) as exc:
@@ -323,7 +324,6 @@ class QueueConsumer:
     def __init__(self, approver: Approver, settings: QueueSettings) -> None:
         self.approver = approver
         self.settings = settings
-        self.vm = approver.vm
         self._client: Any = None
         self._poison: Any = None
         # IMDS has answered the poller long before: no 130 s first-call allowance here.
@@ -334,6 +334,10 @@ class QueueConsumer:
         self._last_problem: str | None = None
         self._failures = 0
         self._no_update_logged = False
+
+    @property
+    def vm(self) -> VmIdentity:
+        return self.approver.vm
 
     # -- loop -----------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

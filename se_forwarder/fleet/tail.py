@@ -68,6 +68,9 @@ class Row:
         }
 
 
+HEARTBEAT_TYPE = "com.azure.scheduledevents.heartbeat"
+
+
 class FleetTable:
     """CloudEvents deduplicated by (subject, type), counting the distinct sources (VMs)."""
 
@@ -85,6 +88,8 @@ class FleetTable:
             if not subject or not ce_type or not source:
                 self.skipped += 1
                 return None
+            if ce_type == HEARTBEAT_TYPE:
+                return None  # a sign of life from an agent, not an event of the fleet
             key = (str(subject), str(ce_type))
             row = self.rows.get(key)
             if row is None:

@@ -654,6 +654,8 @@ class Simulator:
         """The fault hitting this request, if any (its count goes down by one)."""
         with self._lock:
             now = self._clock()
+            self._faults = [f for f in self._faults if f.kind == "incarnation_reset"
+                            or not f.expired(now)]  # a fault limited by seconds ran out
             for fault in self._faults:
                 if fault.matches(route, vm, method, now):
                     fault.remaining -= 1

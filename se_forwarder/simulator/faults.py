@@ -12,7 +12,9 @@ A fault spec is a JSON object (or the flag form ``key=value,key,...``) with one 
 ``incarnation_reset``  set DocumentIncarnation back to 1 (or the given number); not per request
 =====================  =====================================================================
 
-and optionally ``count`` (how many matching requests; default 1), ``route``
+and optionally ``count`` (how many matching requests; default 1), ``seconds`` (instead of a count:
+every matching request for that many real seconds, e.g. ``{"status": 429, "seconds": 3}`` is "429
+without Retry-After for 3 s"; with ``count`` too, whichever ends first), ``route``
 (``scheduledevents`` default, ``compute``, ``instance``, ``any``), ``vm``, ``method`` and
 ``after_seconds`` (armed that many real seconds after it was added).
 Body faults (``body``, ``truncate``, ``huge_body``) only hit GETs: they are about documents.
@@ -39,7 +41,9 @@ _ALLOWED = {
     "retry_after",
     "size",
     "hang_seconds",
+    "seconds",
 }
+UNLIMITED = 10**9  # the count of a fault limited by ``seconds`` only
 
 
 class FaultError(ValueError):
@@ -63,10 +67,14 @@ class Fault:
     vm: str | None = None
     method: str | None = None
     armed_at: float = 0.0
+    until: float | None = None  # with ``seconds``: no request is hit from then on
+
+    def expired(self, now: float) -> bool:
+        return self.remaining <= 0 or (self.until is not None and now >= self.until)
 
     def matches(self, route: str, vm: str, method: str, now: float) -> bool:
         """Whether a request to ``route`` of ``vm`` with ``method`` is hit by this fault now."""
-        if self.remaining <= 0 or now < self.armed_at or self.kind == "incarnation_reset":
+        if self.expired(now) or now < self.armed_at or self.kind == "incarnation_reset":
             return False
         if self.route != "any" and self.route != route:
             return False
@@ -110,7 +118,11 @@ def parse_fault(spec: Any, *, vm_names: tuple[str, ...] = (), now: float | None 
     if not kinds and "delay_seconds" not in spec:
         raise FaultError(f"a fault needs one of: {', '.join(KINDS)}, delay_seconds")
     kind = kinds[0] if kinds else "delay"
-    fault = Fault(kind=kind, remaining=_int(spec, "count", minimum=1) if "count" in spec else 1)
+    if "seconds" in spec and kind == "incarnation_reset":
+        raise FaultError("an incarnation reset happens once; it takes no seconds")
+    default_count = UNLIMITED if "seconds" in spec else 1
+    fault = Fault(kind=kind,
+                  remaining=_int(spec, "count", minimum=1) if "count" in spec else default_count)
     if "delay_seconds" in spec:
         fault.delay_seconds = _number(spec, "delay_seconds")
     if kind == "status":
@@ -148,6 +160,8 @@ def parse_fault(spec: Any, *, vm_names: tuple[str, ...] = (), now: float | None 
         fault.method = method
     after = _number(spec, "after_seconds") if "after_seconds" in spec else 0.0
     fault.armed_at = (time.time() if now is None else now) + after
+    if "seconds" in spec:
+        fault.until = fault.armed_at + _number(spec, "seconds")
     return fault
 
 

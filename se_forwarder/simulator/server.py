@@ -9,6 +9,10 @@ IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
 Checks are made in IMDS's order: throttling (429), ``X-Forwarded-For`` (400), ``Metadata: true``
 (400), api-version (400); then the first-call delay, injected faults, and the answer (with an
 ``ETag``; ``If-None-Match`` gets 304). See ``design.md`` for the control API.
+
+``instance_endpoint`` imitates stand-ins and failures of the instance metadata routes alone:
+``ok`` (the default), ``missing`` (404, as in IMDS mock servers that only serve scheduled events)
+or ``hang`` (accept the request and never answer).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ IMDS_ROUTES = {
 }
 MAX_BODY = 1024 * 1024
 JSON_TYPE = "application/json; charset=utf-8"
+INSTANCE_MODES = ("ok", "missing", "hang")
 
 
 class _Throttle:
@@ -251,6 +256,13 @@ class _Handler(BaseHTTPRequestHandler):
         if not owner.throttle.allow((self.client_address[0], vm)):
             self._send(429, b"Too many requests", "text/plain; charset=utf-8", {"Retry-After": "1"})
             return 429, "throttled"
+        if route != "scheduledevents" and owner.instance_endpoint != "ok":
+            if owner.instance_endpoint == "missing":
+                self._json(404, {"error": "Not found"})
+                return 404, "instance-missing"
+            owner.hang(self.connection, None)
+            self.close_connection = True
+            return None, "instance-hang"
         if "X-Forwarded-For" in self.headers:
             return self._bad("Bad request. X-Forwarded-For header is not allowed.")
         if (self.headers.get("Metadata") or "").strip().lower() != "true":
@@ -413,6 +425,7 @@ class SimulatorServer:
         faults: Sequence[Mapping[str, Any] | str] = (),
         instance_overrides: Mapping[str, Any] | None = None,
         hang_seconds: float = 300.0,
+        instance_endpoint: str = "ok",
     ) -> None:
         for name in vm_names:
             if not isinstance(name, str) or not VM_NAME.match(name):
@@ -434,6 +447,7 @@ class SimulatorServer:
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})
         self.hang_seconds = hang_seconds
+        self.instance_endpoint = _instance_mode(instance_endpoint)
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
@@ -657,17 +671,19 @@ class SimulatorServer:
             "throttle_rps": self.throttle_rps,
             "first_call_delay": self.first_call_delay,
             "multi_tenant": self.sim.multi_tenant,
+            "instance_endpoint": self.instance_endpoint,
         }
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        """Change throttle_rps, first_call_delay or multi_tenant at run time."""
+        """Change throttle_rps, first_call_delay, multi_tenant or instance_endpoint at run time."""
         if not isinstance(spec, dict):
             raise ValueError("the body must be a JSON object")
-        unknown = sorted(set(spec) - {"throttle_rps", "first_call_delay", "multi_tenant"})
+        known = ("throttle_rps", "first_call_delay", "multi_tenant", "instance_endpoint")
+        unknown = sorted(set(spec) - set(known))
         if unknown:
-            raise ValueError(
-                f"unknown setting {unknown[0]!r} (known: throttle_rps, first_call_delay, multi_tenant)"
-            )
+            raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(known)})")
+        if "instance_endpoint" in spec:
+            mode = _instance_mode(spec["instance_endpoint"])
         for key in ("throttle_rps", "first_call_delay"):
             value = spec.get(key)
             if (
@@ -684,6 +700,8 @@ class SimulatorServer:
             self.first_call_delay = float(spec["first_call_delay"] or 0)
         if "multi_tenant" in spec:
             self.sim.multi_tenant = spec["multi_tenant"]
+        if "instance_endpoint" in spec:
+            self.instance_endpoint = mode
         return self.settings()
 
     def describe(self) -> dict[str, Any]:
@@ -705,6 +723,12 @@ class SimulatorServer:
                 "GET|POST /control/settings",
             ],
         }
+
+
+def _instance_mode(value: Any) -> str:
+    if value not in INSTANCE_MODES:
+        raise ValueError(f"instance_endpoint must be one of {', '.join(INSTANCE_MODES)}, got {value!r}")
+    return value
 
 
 def _bad_fault(spec: Any) -> dict[str, Any]:

@@ -77,3 +77,14 @@ def test_an_approval_by_one_vm_starts_the_event_for_all_three(agents, tmp_path):
         assert (event_id, "approved") not in states(tmp_path / f"{name}.jsonl")
     sources = {read_jsonl(tmp_path / f"{n}.jsonl")[0]["source"] for n in ("vm0", "vm1", "vm2")}
     assert len(sources) == 3, "each VM reports with its own source"
+
+
+def test_an_old_max_backoff_setting_still_works_and_is_reported_once_as_ignored(simulator, control,
+                                                                              agents, tmp_path):
+    event_id = control.add(EventType="Reboot")["EventId"]
+    start_agent(simulator.url, tmp_path, agents, extra_env={"SE_FORWARDER_IMDS_MAX_BACKOFF": "30"})
+    wait_for(lambda: (event_id, "scheduled") in states(tmp_path / "a.jsonl"), what="first event")
+    control.faults(status=500, count=3)
+    time.sleep(1.5)
+    log = (tmp_path / "a.log").read_text()
+    assert log.count("imds.max_backoff is ignored") == 1

@@ -190,6 +190,64 @@ def test_recover_runs_for_an_event_canceled_while_the_agent_was_down(simulator, 
     assert run["env"]["SE_EVENT_OUTCOME"] == "canceled"
 
 
+def test_recover_gets_completed_when_a_vanished_scheduled_event_must_have_run(simulator, control,
+                                                                             agents, tmp_path):
+    env = Env(tmp_path, simulator,
+              hooks={"prepare": hook(tmp_path, "prepare"), "recover": hook(tmp_path, "recover"),
+                     "approve_after_prepare": False})
+    env.start(agents)
+    event_id = control.add(EventType="Reboot", NotBeforeInSeconds=2, StartedSeconds=1)["EventId"]
+    wait_for(lambda: runs(tmp_path, "prepare"), timeout=15, what="prepare")
+    control.faults(body="not json", seconds=4)  # its Started phase is never seen
+    (run,) = wait_for(lambda: runs(tmp_path, "recover"), timeout=20, what="recover")
+    assert run["env"]["SE_EVENT_ID"] == event_id
+    assert run["env"]["SE_EVENT_STATUS"] == "Scheduled"  # the last status seen
+    assert run["env"]["SE_EVENT_OUTCOME"] == "completed"  # NotBefore had passed: it ran
+    (completed,) = cloudevents(env.sink, "completed")
+    assert completed["data"]["InferredFrom"] == "not-before-passed"
+
+
+def test_successful_prepare_is_reported_by_a_prepared_event(simulator, control, agents, tmp_path):
+    env = Env(tmp_path, simulator, rules=[{"action": "wait"}],
+              hooks={"prepare": hook(tmp_path, "prepare", sleep=0.2)})
+    env.start(agents)
+    event_id = control.add(EventType="Reboot")["EventId"]
+    (prepared,) = wait_for(lambda: cloudevents(env.sink, "prepared"), timeout=15, what="prepared")
+    assert prepared["id"] == f"{event_id}/prepared" and prepared["subject"] == event_id
+    assert prepared["eventstatus"] == "Scheduled" and prepared["eventtype"] == "Reboot"
+    assert prepared["data"]["Hook"] == "prepare" and prepared["data"]["DurationSeconds"] >= 0.2
+    assert prepared["data"]["EventId"] == event_id and prepared["data"]["Vm"]["name"] == "vm0"
+    assert control.approvals() == []  # reported, not approved: the rule says wait
+
+
+def test_failed_prepare_is_not_reported_as_prepared(simulator, control, agents, tmp_path):
+    env = Env(tmp_path, simulator, hooks={"prepare": hook(tmp_path, "prepare", code=1)})
+    env.start(agents)
+    control.add(EventType="Reboot")
+    wait_for(lambda: cloudevents(env.sink, "preparefailed"), timeout=15, what="preparefailed")
+    time.sleep(0.5)
+    assert cloudevents(env.sink, "prepared") == []
+
+
+def test_prepare_lead_runs_prepare_only_once_not_before_is_that_close(simulator, control, agents,
+                                                                      tmp_path):
+    env = Env(tmp_path, simulator, hooks={"prepare": hook(tmp_path, "prepare"),
+                                          "prepare_lead": 600})
+    env.start(agents)
+    routine = control.add(EventType="Reboot", NotBeforeInSeconds=900)["EventId"]
+    urgent = control.add(EventType="Redeploy", NotBeforeInSeconds=300)["EventId"]
+    (run,) = wait_for(lambda: runs(tmp_path, "prepare"), timeout=15, what="the urgent prepare")
+    assert run["env"]["SE_EVENT_ID"] == urgent  # within the lead: at once
+    time.sleep(1.5)
+    assert [r["env"]["SE_EVENT_ID"] for r in runs(tmp_path, "prepare")] == [urgent]
+    assert routine not in {a["EventId"] for a in control.approvals()}  # nor approved after it
+    assert any("due when NotBefore is 600 s away" in r["message"] for r in log_records(env.log)
+               if r.get("event_id") == routine)
+    control.patch(routine, NotBeforeInSeconds=590)
+    wait_for(lambda: len(runs(tmp_path, "prepare")) == 2, timeout=15, what="the routine prepare")
+    assert runs(tmp_path, "prepare")[1]["env"]["SE_EVENT_ID"] == routine
+
+
 def _started_count(log: Path) -> int:
     return sum(1 for r in log_records(log) if r["message"].startswith("this VM is"))
 

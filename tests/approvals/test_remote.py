@@ -378,3 +378,26 @@ def test_lower_case_event_id_is_approved_as_imds_spells_it(refusing):
     (approved,) = wait_for(lambda: [e for e in cloudevents(remote.sink, "approved")
                                     if e["subject"] == event_id], what="the approved CloudEvent")
     assert approved["id"] == f"{event_id}/approved"
+
+
+def test_a_queue_named_after_the_vm_waits_for_the_instance_metadata_events_do_not(
+        azurite, signing_key, unique_queue, agents, tmp_path):
+    with SimulatorServer(instance_endpoint="missing") as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2)
+        agents.append(AgentProcess(["--config", str(remote.config)], env=remote.env,
+                                   log_path=remote.log).start())
+        event_id = server.sim.add_event({"EventType": "Reboot"})["EventId"]
+        remote.knows(event_id)  # forwarded at once, with the host name
+        (waiting,) = [r for r in log_records(remote.log)
+                      if r["message"].startswith("approval queue: waiting for the instance metadata")]
+        assert "is made from the VM's name" in waiting["message"]
+        assert "events are forwarded meanwhile" in waiting["message"]
+        assert not coordinator.queue_exists()
+        server.instance_endpoint = "ok"
+        wait_for(coordinator.queue_exists, timeout=30, what="the queue of vm0 once the name is known")
+        coordinator.send(json.dumps(coordinator.message(event_id)))
+        wait_for(lambda: remote.posts(event_id), timeout=20, what="the approval through the queue")
+        (approved,) = cloudevents(remote.sink, "approved")
+        assert approved["data"]["ApprovedBy"] == f"coordinator:{SOURCE}"
+        assert approved["data"]["Vm"]["name"] == "vm0" and approved["data"]["Vm"]["complete"] is True

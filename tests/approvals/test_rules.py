@@ -47,6 +47,7 @@ WEB = {"rules": [rule("approve", "web", resources=["web-*", "api-?"])]}
 IGNORE_REBOOTS = {"rules": [rule("ignore", "no-reboots", type="Reboot"), rule("approve", "rest")]}
 WAIT_FIRST = {"rules": [rule("wait", "hold-users", source="User"), rule("approve", "all")]}
 TYPES = {"rules": [rule("approve", "moves", type=["Redeploy", "Preempt"], source="Platform")]}
+LIVE_MIGRATION = {"rules": [rule("approve", "live-migration", description="*live migration*")]}
 
 CASES = [
     # The documented sample's policy (no rules configured).
@@ -86,6 +87,13 @@ CASES = [
          None, WEB),
     Case("a list of types matches any", {"EventType": "Preempt"}, "policy:moves", TYPES),
     Case("source must match too", {"EventType": "Redeploy", "EventSource": "User"}, None, TYPES),
+    Case("description pattern matches, case-insensitively",
+         {"EventType": "Freeze", "Description": "Virtual machine is being paused because of a "
+                                                "memory-preserving Live Migration operation."},
+         "policy:live-migration", LIVE_MIGRATION),
+    Case("description pattern tells host maintenance apart",
+         {"EventType": "Freeze", "Description": "Host server is undergoing maintenance."}, None,
+         LIVE_MIGRATION),
     Case("first match wins: ignore before approve", {"EventType": "Reboot"}, None, IGNORE_REBOOTS),
     Case("first match wins: the next rule applies", {"EventType": "Freeze"}, "policy:rest",
          IGNORE_REBOOTS),

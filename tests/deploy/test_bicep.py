@@ -203,6 +203,7 @@ def test_agent_config_template_renders_a_valid_config_for_linux_and_windows(tmp_
         (sink,) = settings.sinks
         assert sink.type == "eventhubs"
         assert sink.options["client_id"] == values["CLIENT_ID"]  # the VM's own identity
+        assert sink.heartbeat_interval == 60  # the coordinator's sign of life from every VM
         assert settings.approvals.queue is not None
         assert settings.approvals.queue["queue"] == "se-approvals-vm-a"
         assert settings.approvals.queue["client_id"] == values["CLIENT_ID"]

@@ -73,6 +73,14 @@ def test_table_counts_each_vm_once_per_event_and_state():
     assert table.events == 5
 
 
+def test_heartbeats_are_not_rows_of_the_fleet_table():
+    table = FleetTable()
+    beat = {**cloud_event(VMS[0], "E1", "scheduled"), "type": "com.azure.scheduledevents.heartbeat",
+            "subject": VMS[0], "id": f"heartbeat/{VMS[0]}/1795356872"}
+    assert table.add(beat) is None
+    assert table.rows == {} and table.skipped == 0 and table.events == 1
+
+
 def test_table_skips_messages_that_are_not_cloudevents():
     table = FleetTable()
     assert table.add({"hello": "world"}) is None

@@ -22,9 +22,9 @@ def test_everything_reachable_is_one_ok_line_each_and_exit_zero(simulator, tmp_p
     assert result.returncode == 0, result.stdout
     lines = result.stdout.splitlines()
     assert [ln.split(":")[0] for ln in lines] == [
-        "ok    config", "ok    state", "ok    imds", "ok    sink file", "ok    sink webhook",
-        "ok    approval queue", "ok    prometheus", "ok    otlp"]
-    assert f"127.0.0.1:{port} is free" in lines[6] and len(otlp_posts) == 1
+        "ok    config", "ok    state", "ok    imds", "ok    instance metadata", "ok    sink file",
+        "ok    sink webhook", "ok    approval queue", "ok    prometheus", "ok    otlp"]
+    assert f"127.0.0.1:{port} is free" in lines[7] and len(otlp_posts) == 1
 
 
 def test_each_failure_is_named_with_a_fix_and_the_exit_is_non_zero(tmp_path):

@@ -147,13 +147,15 @@ def test_redaction_scrubs_secret_shaped_text_even_when_not_configured():
 
 
 def test_waiting_for_the_first_imds_answer_counts_down(simulator, agents, tmp_path):
-    simulator.sim.add_fault({"route": "compute", "delay_seconds": 3.5})
+    # The first scheduled-events request switches the service on (the instance metadata does not).
+    simulator.sim.add_fault({"route": "scheduledevents", "delay_seconds": 3.5})
+    simulator.sim.add_event({"EventType": "Reboot"})
     cfg = write_config(tmp_path / "agent.toml", sinks=[{"type": "file", "path": str(tmp_path / "o")}],
                        imds={"url": simulator.url, "first_call_timeout": 8},
                        state={"dir": str(tmp_path / "state")})
     log_path = tmp_path / "agent.log"
     agents.append(AgentProcess(["--config", str(cfg)], env=clean_env(), log_path=log_path).start())
-    wait_for(lambda: "this VM is" in log_path.read_text(), timeout=15, what="IMDS answered")
+    wait_for(lambda: "transition scheduled" in log_path.read_text(), timeout=15, what="IMDS answered")
     messages = [json.loads(line)["message"] for line in log_path.read_text().splitlines()]
     assert any("the first answer may take up to 8 s" in m for m in messages)
     left = [int(m.split(": ")[1].split()[0]) for m in messages

@@ -54,9 +54,14 @@ def test_webhook_and_event_hubs_down_together_lose_nothing_and_keep_order(simula
         ids += [sim.add_event({"EventType": "Reboot"})["EventId"] for _ in range(EVENTS - 10)]
         wait_for(lambda: len(read_jsonl(out)) == 10 + 10 + (EVENTS - 10), timeout=30,
                  what="the file sink to go on while the others are down")
-        with Outbox(tmp_path / "s", readonly=True) as box:
-            backlog = {n: box.sink_status(n).backlog for n in box.sink_names()}
-        assert sorted(backlog.values()) == [0, 30, 30], backlog
+
+        def backlog() -> dict[str, int]:
+            with Outbox(tmp_path / "s", readonly=True) as box:
+                return {n: box.sink_status(n).backlog for n in box.sink_names()}
+
+        # The file sink acknowledges right after its fsynced write: wait for that, not just the line.
+        wait_for(lambda: sorted(backlog().values()) == [0, 30, 30], timeout=10,
+                 what="the file sink's acknowledgement and the others' backlog of 30")
 
         receiver.start()
         broker.start()

@@ -183,3 +183,45 @@ def test_fault_flag_of_the_cli_applies_from_the_start(cli_simulator, http):
         (200, statuses[3].text),
     ]
     assert statuses[3].json()["DocumentIncarnation"] == 1
+
+
+def test_a_fault_for_n_seconds_hits_every_request_until_then_without_retry_after(sim, http):
+    _fault(sim, http, {"status": 429, "seconds": 0.6})
+    first = _get(sim, http)
+    assert first.status_code == 429 and "Retry-After" not in first.headers
+    assert [_get(sim, http).status_code for _ in range(5)] == [429] * 5
+    time.sleep(0.7)
+    assert _get(sim, http).status_code == 200
+    assert http.get(sim.url + "/control/faults", timeout=5).json() == []
+
+
+def test_a_fault_for_n_seconds_can_start_later(sim, http):
+    _fault(sim, http, {"body": "not json", "seconds": 0.5, "after_seconds": 0.3})
+    assert _get(sim, http).status_code == 200 and _get(sim, http).json()
+    time.sleep(0.35)
+    assert _get(sim, http).text == "not json"
+
+
+def test_seconds_is_checked_like_every_key(sim, http):
+    for spec in ({"status": 500, "seconds": -1}, {"incarnation_reset": True, "seconds": 2}):
+        reply = http.post(sim.url + "/control/faults", json=spec, timeout=5)
+        assert reply.status_code == 400 and "seconds" in reply.json()["error"]
+
+
+@pytest.mark.parametrize("path", [COMPUTE, "/metadata/instance?api-version=2021-02-01"])
+def test_instance_endpoint_missing_answers_404_and_scheduled_events_go_on(sim, http, path):
+    reply = http.post(sim.url + "/control/settings", json={"instance_endpoint": "missing"}, timeout=5)
+    assert reply.json()["instance_endpoint"] == "missing"
+    assert _get(sim, http, path).status_code == 404
+    assert _get(sim, http).status_code == 200
+    http.post(sim.url + "/control/settings", json={"instance_endpoint": "ok"}, timeout=5)
+    assert _get(sim, http, path).status_code == 200
+
+
+def test_instance_endpoint_hang_never_answers(sim, http):
+    http.post(sim.url + "/control/settings", json={"instance_endpoint": "hang"}, timeout=5)
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        _get(sim, http, COMPUTE, timeout=0.5)
+    assert _get(sim, http).status_code == 200
+    bad = http.post(sim.url + "/control/settings", json={"instance_endpoint": "sometimes"}, timeout=5)
+    assert bad.status_code == 400 and "instance_endpoint" in bad.json()["error"]

@@ -136,3 +136,48 @@ def test_webhook_sink_name_hides_tokens_carried_in_the_path():
     assert discord == "webhook:https://discord.com/api/webhooks/***/***"
     assert default_name("webhook", {"url": "https://x.example:8443/api/Trigger1"}) == (
         "webhook:https://x.example:8443/api/Trigger1")
+
+
+def test_vm_tags_name_the_tags_copied_into_the_events(tmp_path):
+    s = config.load(write(tmp_path, '[vm]\ntags = ["tier", "app"]\n'), env={})
+    assert s.vm.tags == ["tier", "app"]
+    assert config.load(None, env={}).vm.tags == []  # none by default: tags may hold secrets
+    s = config.load(None, env={"SE_FORWARDER_VM_TAGS": '["tier"]'})
+    assert s.vm.tags == ["tier"]
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[vm]\ntags = "tier"\n', "vm.tags"),
+    ('[vm]\ntags = ["tier", ""]\n', "vm.tags"),
+    ('[vm]\ntags = ["Tier", "tier"]\n', "vm.tags"),
+    ("[vm]\ncolour = 1\n", "vm.colour"),
+    ('[[sinks]]\ntype = "stdout"\nheartbeat_interval = "often"\n', "sinks[0].heartbeat_interval"),
+    ('[[sinks]]\ntype = "stdout"\nheartbeat_interval = 0.5\n', "sinks[0].heartbeat_interval"),
+    ('[imds]\nlease_files = "/var/lib/dhcp/*"\n', "imds.lease_files"),
+    ('[approvals.hooks]\nprepare = ["true"]\nprepare_lead = -1\n', "approvals.hooks.prepare_lead"),
+    ('[[approvals.rules]]\naction = "approve"\nwhen = { description = 3 }\n',
+     "approvals.rules[0].when.description"),
+])
+def test_new_keys_are_validated_by_name(tmp_path, text, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        config.load(write(tmp_path, text), env={})
+
+
+def test_heartbeat_interval_belongs_to_any_sink_and_is_off_by_default(tmp_path):
+    s = config.load(write(tmp_path, '[[sinks]]\ntype = "file"\npath = "/tmp/h.jsonl"\n'
+                                    'heartbeat_interval = 60\n[[sinks]]\ntype = "stdout"\n'), env={})
+    assert [(k.name, k.heartbeat_interval) for k in s.sinks] == [("file:/tmp/h.jsonl", 60.0),
+                                                                  ("stdout", 0.0)]
+    assert "heartbeat_interval" not in s.sinks[0].options
+
+
+def test_old_max_backoff_is_still_accepted(tmp_path):
+    s = config.load(write(tmp_path, "[imds]\nmax_backoff = 30.0\n"), env={})
+    assert s.imds.max_backoff == 30.0
+    assert config.load(None, env={}).imds.max_backoff is None
+
+
+def test_discover_is_an_imds_url(tmp_path):
+    s = config.load(None, env={"SE_FORWARDER_IMDS_URL": "discover",
+                               "SE_FORWARDER_IMDS_LEASE_FILES": '["/tmp/x/*.leases"]'})
+    assert (s.imds.url, s.imds.lease_files) == ("discover", ["/tmp/x/*.leases"])

@@ -95,3 +95,37 @@ def test_retry_after_with_a_non_ascii_digit_is_ignored_not_a_crash():
 
     assert parse_retry_after("²") is None
     assert parse_retry_after("7") == 7.0
+
+
+def test_every_client_of_one_imds_shares_one_rate_limiter():
+    a, b = ImdsClient("http://127.0.0.1:9/vm/x"), ImdsClient("http://127.0.0.1:9/vm/x/")
+    other = ImdsClient("http://127.0.0.1:9/vm/y")
+    try:
+        assert a.limiter is b.limiter and a.limiter is not other.limiter
+    finally:
+        for client in (a, b, other):
+            client.close()
+
+
+def test_the_rate_limiter_lets_at_most_its_limit_start_in_any_window():
+    import time
+
+    from se_forwarder.imds import RateLimiter
+
+    limiter = RateLimiter(limit=3, per=0.3)
+    began = time.monotonic()
+    starts = []
+    for _ in range(7):
+        limiter.acquire()
+        starts.append(time.monotonic() - began)
+    for i in range(len(starts) - 3):
+        assert starts[i + 3] - starts[i] >= 0.3 - 1e-3, starts
+
+
+def test_a_429_waits_its_retry_after_up_to_5_s_else_about_a_second():
+    from se_forwarder.imds import throttled_delay
+
+    assert throttled_delay(2.0) == 2.0
+    assert throttled_delay(60.0) == 5.0
+    assert throttled_delay(0.0) == 0.0
+    assert all(1.0 <= throttled_delay(None) <= 1.25 for _ in range(100))

@@ -1,0 +1,58 @@
+"""Heartbeat CloudEvents: a sign of life for sinks with ``heartbeat_interval``.
+
+They are built when due from what the agent knows at that moment (identity, last successful poll,
+the current document, every sink's backlog) and handed to the sink by its delivery worker, never
+stored in the outbox: heartbeats must not pile up behind an outage. See ``delivery.py`` for when a
+sink gets one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from . import cloudevents as ce
+from . import metrics
+from .model import Document, VmIdentity
+from .outbox import Outbox
+from .sinks.base import StoredEvent
+
+STATE = ce.HEARTBEAT
+
+
+class HeartbeatSource:
+    """Makes one heartbeat on demand; safe to call from every delivery worker's thread."""
+
+    def __init__(
+        self,
+        identity: Callable[[], VmIdentity],
+        document: Callable[[], Document | None],
+        sink_names: Sequence[str],
+    ) -> None:
+        self.identity = identity
+        self.document = document
+        self.sink_names = list(sink_names)
+
+    def event(self, box: Outbox, interval: float) -> StoredEvent:
+        """A heartbeat for a sink sending them every ``interval`` seconds (``box``: its outbox)."""
+        now = datetime.now(UTC)
+        backlog: dict[str, int] = {}
+        for name in self.sink_names:
+            try:
+                backlog[name] = box.sink_status(name).backlog
+            except KeyError:
+                continue
+        document = self.document()
+        last_ok = metrics.polls.last_ok_wall
+        cloud = ce.heartbeat(
+            self.identity(), now, interval=interval,
+            last_poll=datetime.fromtimestamp(last_ok, UTC) if last_ok is not None else None,
+            document=document,
+            incarnation=document.incarnation if document is not None else metrics.polls.incarnation,
+            backlog=backlog,
+        )
+        attributes = cloud.get_attributes()
+        return StoredEvent(
+            seq=0, ce_id=attributes["id"], event_id="", state=STATE, ce_type=attributes["type"],
+            payload=ce.to_json(cloud), observed_at=now.timestamp(),
+        )

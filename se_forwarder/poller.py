@@ -1,0 +1,212 @@
+"""The poll loop: IMDS -> differ -> outbox, at a steady pace, never waiting for enrichment.
+
+IMDS is a link-local, per-VM endpoint and the only source of truth, so a failing IMDS is retried
+at the poll interval rather than backed off: a Started phase of a few seconds must not fall
+between two polls. Polls start every ``poll_interval`` seconds (counted from the start of the
+previous one), whatever happened:
+
+- after a success, a 5xx, a timeout, a refused connection or a malformed reply: at the next tick;
+- after a 429: after its ``Retry-After`` (at most 5 s), or about a second (1-1.25 s) without one.
+
+All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER_SECOND``), so the
+longest gap between the starts of two polls is the largest of the poll interval, the 429 wait,
+and ``imds.timeout`` for a request IMDS accepts and never answers (5 s by default), plus at most
+a second of rate limiting when other threads took the slots.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from . import cloudevents as ce
+from . import metrics, tracing
+from .config import Settings
+from .differ import diff
+from .errors import StateError
+from .imds import ImdsClient, ImdsError, throttled_delay
+from .model import SCHEDULED, T_APPROVED, Document, Transition, VmIdentity
+from .outbox import NewEvent, Outbox
+from .telemetry import countdown, fields
+
+log = logging.getLogger("se_forwarder.agent")
+
+POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
+LOUD_EVERY = 60  # a failing poll is logged once per change of reason, then every this many
+
+
+def new_events(transitions: list[Transition], vm: VmIdentity, observed: datetime) -> list[NewEvent]:
+    out = []
+    for t in transitions:
+        cloud = ce.from_transition(t, vm, observed)
+        out.append(
+            NewEvent(
+                ce_id=ce.ce_id(t.event_id, t.state),
+                event_id=t.event_id,
+                state=t.state,
+                ce_type=ce.ce_type(t.state),
+                payload=ce.to_json(cloud),
+                observed_at=observed.timestamp(),
+            )
+        )
+    return out
+
+
+class Poller:
+    """Polls IMDS and records what changed; ``offer`` hands each document to the approver."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        imds: ImdsClient,
+        outbox: Outbox,
+        identity: Callable[[], VmIdentity],
+        *,
+        current: Callable[[], Document | None],
+        offer: Callable[[Document, list[Transition]], None],
+        on_recorded: Callable[[], None],
+        on_document: Callable[[Document], None] | None = None,
+        stop: threading.Event,
+    ) -> None:
+        self.settings = settings
+        self.imds = imds
+        self.outbox = outbox
+        self.identity = identity
+        self.current = current
+        self.offer = offer
+        self.on_recorded = on_recorded
+        self.on_document = on_document
+        self.stop = stop
+        self._last_status_write = 0.0
+        self._last_status: tuple[bool, str] | None = None
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        interval = self.settings.imds.poll_interval
+        failures = 0
+        last_reason: str | None = None
+        next_start = time.monotonic()
+        while not self.stop.is_set():
+            wait = next_start - time.monotonic()
+            if wait > 0 and self.stop.wait(wait):
+                break
+            started = time.monotonic()
+            next_start = started + interval
+            try:
+                self._first_or_poll()
+                if failures:
+                    log.info("IMDS answers again after %d failed poll(s)", failures)
+                failures, last_reason = 0, None
+                continue
+            except StateError as exc:
+                # Disk full, database locked...: nothing was recorded, so the next poll diffs the
+                # same change again. Keep polling rather than crash-looping.
+                reason, text = "state", f"cannot record the document: {exc}"
+                metrics.poll_failed("state")
+            except ImdsError as exc:
+                reason, text = exc.reason, str(exc)
+                if exc.reason == "throttled":
+                    next_start = max(next_start, time.monotonic() + throttled_delay(exc.retry_after))
+                metrics.poll_failed(exc.reason, time.monotonic() - started)
+                self.note_poll(False, f"{exc.reason}: {exc}")
+            failures += 1
+            # One line per change of reason, then one every LOUD_EVERY failures: never a flood.
+            loud = reason != last_reason or failures % LOUD_EVERY == 0
+            last_reason = reason
+            level = (logging.ERROR if reason == "state" else logging.WARNING) if loud else logging.DEBUG
+            log.log(level, "poll failed (%s), next poll in %.1f s: %s", reason,
+                    max(0.0, next_start - time.monotonic()), text, extra=fields(reason=reason))
+
+    def _first_or_poll(self) -> None:
+        if not self.imds.first_call_pending:
+            self.poll_or_raise()
+            return
+        log.info("waiting for IMDS at %s (the first answer may take up to %.0f s)",
+                 self.imds.base_url, self.imds.first_call_timeout)
+        with countdown(log, "still waiting for the first IMDS answer", self.imds.first_call_timeout):
+            self.poll_or_raise()
+
+    def poll(self) -> bool:
+        """One poll; False (logged) when IMDS failed or answered garbage."""
+        try:
+            self.poll_or_raise()
+            return True
+        except ImdsError as exc:
+            log.warning("poll failed (%s): %s", exc.reason, exc, extra=fields(reason=exc.reason))
+            metrics.poll_failed(exc.reason)
+            self.note_poll(False, f"{exc.reason}: {exc}")
+            return False
+
+    # -- one poll ---------------------------------------------------------------------------
+    def poll_or_raise(self) -> None:
+        started = time.monotonic()
+        document = self.imds.get_document()
+        metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
+        observed = datetime.now(UTC)
+        offered = self.current()
+        previous = offered or self.outbox.previous_document()
+        if previous is not None and previous.incarnation == document.incarnation:
+            if document is previous or document.events == previous.events:
+                if offered is None:
+                    self.offer(document, [])
+                self.note_poll(True, "ok", document.incarnation)
+                return
+            # Only after an incarnation reset (or while the agent was down across one) can the
+            # same number carry other events; diff them rather than miss a transition.
+            log.warning("DocumentIncarnation %d reused with different events; diffing",
+                        document.incarnation, extra=fields(incarnation=document.incarnation))
+            previous = Document(previous.incarnation - 1, previous.events)
+        if previous is not None and document.incarnation < previous.incarnation:
+            log.warning(
+                "DocumentIncarnation went back from %d to %d; diffing normally",
+                previous.incarnation, document.incarnation,
+                extra=fields(incarnation=document.incarnation),
+            )
+        transitions = diff(previous, document, approved=self._approved_among_gone(previous, document),
+                           now=observed)
+        stored = self.outbox.record(document, new_events(transitions, self.identity(), observed))
+        metrics.transitions(stored)
+        tracing.recorded(stored)
+        inferred = {(t.event_id, t.state): t.inferred_from for t in transitions if t.inferred_from}
+        for event in stored:
+            why = inferred.get((event.event_id, event.state))
+            log.info("transition %s%s", event.state, f" (inferred: {why})" if why else "",
+                     extra=fields(event_id=event.event_id, state=event.state,
+                                  incarnation=document.incarnation))
+        self.on_recorded()
+        self.offer(document, transitions)
+        if self.on_document is not None:
+            self.on_document(document)
+        self.note_poll(True, "ok", document.incarnation, force=True)
+
+    def _approved_among_gone(self, previous: Document | None, document: Document) -> set[str]:
+        """EventIds last seen Scheduled, now gone, whose approval (this agent's, or `approve` on
+        this VM) IMDS accepted: the outbox holds their ``approved`` CloudEvent."""
+        if previous is None:
+            return set()
+        present = document.by_id()
+        return {
+            e.event_id for e in previous.events
+            if e.status == SCHEDULED and e.event_id not in present
+            and self.outbox.has_event(ce.ce_id(e.event_id, T_APPROVED))
+        }
+
+    def note_poll(self, ok: bool, result: str, incarnation: int | None = None,
+                  force: bool = False) -> None:
+        """Persist the poll heartbeat for `status`, at most every few seconds unless it changed."""
+        now = time.time()
+        changed = self._last_status != (ok, result)
+        if not (force or changed or now - self._last_status_write >= POLL_STATUS_EVERY):
+            return
+        items: dict[str, object] = {"last_poll_at": str(now), "last_poll_ok": str(int(ok)),
+                                    "last_poll_result": result}
+        if ok:
+            items["last_ok_poll_at"] = str(now)
+        if incarnation is not None:
+            items["incarnation"] = str(incarnation)
+        self.outbox.set_meta(items)
+        self._last_status_write = now
+        self._last_status = (ok, result)
