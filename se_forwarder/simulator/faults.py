@@ -182,10 +182,10 @@ def parse_fault_flag(text: str) -> dict[str, Any]:
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
-            spec = json.loads(stripped)
+            parsed: dict[str, Any] = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise FaultError(f"--fault {text!r} is not valid JSON: {exc.msg}") from exc
-        return spec
+        return parsed
     spec: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in stripped.split(","))):
         key, sep, value = part.partition("=")
