@@ -89,14 +89,9 @@ def _sink(box: Outbox, name: str, now: float) -> dict[str, Any]:
 
 
 def _approvals(box: Outbox) -> list[dict[str, Any]]:
-    marks = ",".join("?" for _ in APPROVAL_TYPES)
-    rows = box.connection.execute(
-        f"SELECT payload FROM events WHERE ce_type IN ({marks}) ORDER BY seq DESC LIMIT ?",
-        (*APPROVAL_TYPES, LAST_APPROVALS),
-    ).fetchall()
     out = []
-    for (payload,) in rows:
-        event = json.loads(payload)
+    for stored in box.latest_of_types(APPROVAL_TYPES, LAST_APPROVALS):
+        event = json.loads(stored.payload)
         data = event.get("data") or {}
         approved = event.get("type") == APPROVAL_TYPES[0]
         out.append({"EventId": event.get("subject") or data.get("EventId"), "time": event.get("time"),

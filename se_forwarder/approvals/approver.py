@@ -9,7 +9,7 @@ Threads (all started by ``start``; none of them ever blocks polling):
 
 - ``approver``: applies the policy to the current document, starts prepare/recover hooks when due
   and collects their results (a successful prepare may approve; a failed one emits an audit event);
-- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue.py``. It
+- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue/consumer.py``. It
   starts once the VM's identity is known from the instance metadata (its name may be in the
   queue's, and messages name the VM they are for); forwarding never waits for that, approvals may;
 - one short-lived thread per running hook command.
@@ -54,6 +54,7 @@ from ..telemetry import fields
 from . import hooks as hooks_mod
 from .audit import hook_failure_event, prepared_event
 from .policy import Policy, check_consistency
+from .queue.names import STAND_IN_VM_ID, queue_name
 
 log = logging.getLogger("se_forwarder.approvals")
 
@@ -110,12 +111,12 @@ class Approver:
         self.on_recorded = on_recorded
         self.queue_settings = None
         if settings.queue is not None:
-            from .queue import resolve  # ConfigError now (at start), not in a thread later
+            from .queue.client import resolve  # ConfigError now (at start), not in a thread later
 
             # The name is made again from the real identity when the consumer starts; until the
             # instance metadata answers, a stand-in vmId lets a {vm_id} template be checked now.
             known = self.vm if self.vm.complete else dataclasses.replace(
-                self.vm, vm_id="00000000-0000-0000-0000-000000000000")
+                self.vm, vm_id=STAND_IN_VM_ID)
             self.queue_settings = resolve(settings.queue, known)
         # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
@@ -128,7 +129,6 @@ class Approver:
         self._decided: dict[str, str] = {}  # event_id -> what was decided and logged
         self._failures: dict[str, tuple[int, float]] = {}  # event_id -> (attempts, next time)
         self._threads: list[threading.Thread] = []
-        self._schema_ready: set[int] = set()
 
     @property
     def vm(self) -> VmIdentity:
@@ -181,7 +181,7 @@ class Approver:
 
     def _consume(self, stop: threading.Event) -> None:
         """The queue consumer, once this VM's identity is known (see the module docstring)."""
-        from .queue import QueueConsumer, queue_name
+        from .queue.consumer import QueueConsumer
 
         assert self.queue_settings is not None and self.settings.queue is not None
         known = self.identity_known
@@ -214,8 +214,7 @@ class Approver:
         outbox: Outbox | None = None
         try:
             outbox = Outbox(self.state_dir)
-            self._ensure_schema(outbox)
-            for result in self.hooks.interrupted(outbox.connection):
+            for result in self.hooks.interrupted(outbox.hook_runs):
                 self._hook_finished(outbox, result)
             while not stop.is_set():
                 self._changed.wait(IDLE_WAIT)
@@ -235,19 +234,13 @@ class Approver:
 
     def _step(self, outbox: Outbox) -> None:
         doc = self.current()
-        for result in self.hooks.collect(outbox.connection):
+        for result in self.hooks.collect(outbox.hook_runs):
             self._hook_finished(outbox, result)
         if doc is not None and self.hooks.configured:
             # The poller recorded how each gone event ended before offering this document.
-            self.hooks.sync(outbox.connection, doc.events, doc.incarnation, self._hook_eligible,
+            self.hooks.sync(outbox.hook_runs, doc.events, doc.incarnation, self._hook_eligible,
                             ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, T_COMPLETED)))
         self.consider(outbox)
-
-    def _ensure_schema(self, outbox: Outbox) -> None:
-        key = id(outbox.connection)
-        if key not in self._schema_ready:
-            hooks_mod.ensure_schema(outbox.connection)
-            self._schema_ready.add(key)
 
     # -- hooks ----------------------------------------------------------------------------
     def _hook_eligible(self, event: ScheduledEvent) -> bool:
@@ -284,7 +277,6 @@ class Approver:
         doc = self.current()
         if doc is None:
             return
-        self._ensure_schema(outbox)
         present = {e.event_id for e in doc.events}
         self._decided = {k: v for k, v in self._decided.items() if k in present}
         with self._approve_lock:
@@ -312,7 +304,7 @@ class Approver:
         if action == "approve":
             return f"policy:{rule}"
         if action == "prepare-then-approve":
-            state = self.hooks.prepare_state(outbox.connection, event.event_id)
+            state = self.hooks.prepare_state(outbox.hook_runs, event.event_id)
             if state == hooks_mod.SUCCEEDED:
                 return "hook"
             why = state or ("not run: the event does not affect this VM"

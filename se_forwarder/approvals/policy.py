@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..model import SCHEDULED, ScheduledEvent
 from ..validation import as_bool, as_number, as_str, no_unknown
+from .queue.names import validate_account_url, validate_template
 
 ACTIONS = ("approve", "prepare-then-approve", "wait", "ignore")
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
@@ -202,6 +203,8 @@ def validate_hooks(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+DEFAULT_VISIBILITY_TIMEOUT = 30  # seconds a received approval message stays invisible
+DEFAULT_POLL_INTERVAL = 1.0  # seconds between receives from an empty queue
 QUEUE_KEYS = (
     "type", "account_url", "queue", "connection_string_env", "connection_string_file",
     "client_id", "signing_key_env", "signing_key_file", "visibility_timeout", "poll_interval",
@@ -210,13 +213,6 @@ QUEUE_KEYS = (
 
 def validate_queue(raw: dict[str, Any], where: str) -> dict[str, Any]:
     """``[approvals.queue]``: names, not secrets (those are read when the agent starts)."""
-    from .queue import (
-        DEFAULT_POLL_INTERVAL,
-        DEFAULT_VISIBILITY_TIMEOUT,
-        validate_account_url,
-        validate_template,
-    )
-
     no_unknown(raw, where, QUEUE_KEYS)
     out = dict(raw)
     if out.get("type", "storage-queue") != "storage-queue":

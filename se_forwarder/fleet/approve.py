@@ -17,9 +17,10 @@ from typing import Any
 
 from ..approvals import signing
 from ..approvals.messages import EVENT_ID, MAX_LIFETIME
-from ..approvals.queue import make_client, queue_name, read_connection_string, validate_account_url
+from ..approvals.queue.client import make_client
+from ..approvals.queue.names import queue_name, validate_account_url
 from ..errors import ConfigError, SeForwarderError, one_line
-from ..sinks.azure_common import token_credential
+from ..sinks.azure_common import read_connection_string, token_credential
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -98,7 +99,10 @@ def _client(name: str, account_url: str | None, conn_env: str, conn_file: str | 
         import azure.storage.queue  # noqa: F401
     except ImportError:
         raise ConfigError("azure-storage-queue is missing: pip install 'se-forwarder[queue]'") from None
-    conn = read_connection_string(conn_env, conn_file)
+    try:
+        conn = read_connection_string(conn_env, conn_file)
+    except ConfigError as exc:
+        raise ConfigError(f"--connection-string-file: {exc}") from None
     if conn:
         try:
             return make_client(name, connection_string=conn)

@@ -16,12 +16,12 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.approvals.approver import Approver
-from se_forwarder.approvals.hooks import SCHEMA
 from se_forwarder.approvals.messages import APPROVE, REJECT, validate
 from se_forwarder.config import ApprovalsSettings
 from se_forwarder.imds import ImdsClient
 from se_forwarder.model import VmIdentity, parse_document
 from se_forwarder.outbox import Outbox, db_path
+from se_forwarder.outbox.hook_runs import SCHEMA
 from tests.conftest import wait_for
 
 KEY = base64.b64decode(signing.generate_key())
