@@ -40,19 +40,10 @@ from .. import cloudevents as ce
 from .. import metrics, tracing
 from ..config import ApprovalsSettings
 from ..imds import ImdsClient, ImdsError
-from ..model import (
-    SCHEDULED,
-    T_APPROVED,
-    T_COMPLETED,
-    Document,
-    ScheduledEvent,
-    Transition,
-    VmIdentity,
-)
-from ..outbox import NewEvent, Outbox
+from ..model import SCHEDULED, Document, Kind, ScheduledEvent, Transition, VmIdentity
+from ..outbox import Outbox
 from ..telemetry import fields
 from . import hooks as hooks_mod
-from .audit import hook_failure_event, prepared_event
 from .policy import Policy, check_consistency
 from .queue.names import STAND_IN_VM_ID, queue_name
 
@@ -63,24 +54,6 @@ IDLE_WAIT = 1.0
 ERROR_PAUSE = 2.0  # after an unexpected error in one step of the approver thread
 
 APPROVED, DRY_RUN, NOT_SCHEDULED, RETRY = "approved", "dry-run", "not-scheduled", "retry"
-
-
-def approved_event(
-    doc: Document, event_id: str, vm: VmIdentity, approved_by: str, observed: datetime
-) -> NewEvent:
-    """The ``approved`` CloudEvent (id ``<EventId>/approved``) for an event of ``doc``."""
-    event = doc.by_id()[event_id]
-    cloud = ce.build(
-        T_APPROVED, event, doc.incarnation, vm, observed, extra_data={"ApprovedBy": approved_by}
-    )
-    return NewEvent(
-        ce_id=ce.ce_id(event_id, T_APPROVED),
-        event_id=event_id,
-        state=T_APPROVED,
-        ce_type=ce.ce_type(T_APPROVED),
-        payload=ce.to_json(cloud),
-        observed_at=observed.timestamp(),
-    )
 
 
 class Approver:
@@ -239,7 +212,7 @@ class Approver:
         if doc is not None and self.hooks.configured:
             # The poller recorded how each gone event ended before offering this document.
             self.hooks.sync(outbox.hook_runs, doc.events, doc.incarnation, self._hook_eligible,
-                            ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, T_COMPLETED)))
+                            ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, Kind.COMPLETED)))
         self.consider(outbox)
 
     # -- hooks ----------------------------------------------------------------------------
@@ -256,19 +229,19 @@ class Approver:
                 return
             log.info("%s hook succeeded (%.1f s)", result.hook, result.seconds or 0.0,
                      extra=fields(event_id=result.event_id, origin=result.hook))
-            if result.hook == hooks_mod.PREPARE and outbox.record(None, [prepared_event(
+            if result.hook == hooks_mod.PREPARE and outbox.record(None, [ce.for_outbox(ce.prepared(
                     result.event, result.incarnation, self.vm, seconds=result.seconds,
-                    observed=datetime.now(UTC))]):
+                    observed=datetime.now(UTC)))]):
                 self.on_recorded()
             return
         log.warning("%s hook %s: %s", result.hook, result.state, result.detail,
                     extra=fields(event_id=result.event_id, origin=result.hook, reason=result.state))
-        event = hook_failure_event(
+        event = ce.hook_failed(
             result.hook, result.event, result.incarnation, self.vm,
             reason=f"{result.state}: {result.detail}", exit_code=result.exit_code,
             seconds=result.seconds, observed=datetime.now(UTC),
         )
-        if outbox.record(None, [event]):
+        if outbox.record(None, [ce.for_outbox(event)]):
             self.on_recorded()
 
     # -- policy ---------------------------------------------------------------------------
@@ -283,7 +256,7 @@ class Approver:
             self._failures = {k: v for k, v in self._failures.items() if k in present}
         now = datetime.now(UTC)
         for event in doc.events:
-            if event.status != SCHEDULED or outbox.has_event(ce.ce_id(event.event_id, T_APPROVED)):
+            if event.status != SCHEDULED or outbox.has_event(ce.ce_id(event.event_id, Kind.APPROVED)):
                 continue
             origin = self._origin(outbox, event, now)
             if origin is None:
@@ -371,8 +344,8 @@ class Approver:
                 metrics.approval(approved_by, "failed")
                 return RETRY
             self._failures.pop(event_id, None)
-        stored = outbox.record(None, [approved_event(doc, event_id, self.vm, approved_by,
-                                                     datetime.now(UTC))])
+        stored = outbox.record(None, [ce.for_outbox(ce.approved(event, doc.incarnation, self.vm,
+                                                                approved_by, datetime.now(UTC)))])
         log.info("approved", extra=fields(event_id=event_id, origin=approved_by,
                                           incarnation=doc.incarnation))
         metrics.approval(approved_by, "approved")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cloudevents import NewEvent
 from ..errors import StateError
 from ..model import Document, MalformedDocument, parse_document
 from ..sinks.base import StoredEvent
@@ -64,18 +65,6 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     PRIMARY KEY (sink, seq)
 );
 """ + approval_messages.SCHEMA + hook_runs.SCHEMA
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    """A CloudEvent about to enter the outbox."""
-
-    ce_id: str
-    event_id: str
-    state: str
-    ce_type: str
-    payload: str
-    observed_at: float
 
 
 @dataclass(frozen=True)
