@@ -38,14 +38,14 @@ from pathlib import Path
 
 from .. import cloudevents as ce
 from .. import metrics, tracing
-from ..config import ApprovalsSettings
 from ..imds import ImdsClient, ImdsError
 from ..model import SCHEDULED, Document, Kind, ScheduledEvent, Transition, VmIdentity
 from ..outbox import Outbox
 from ..telemetry import fields
 from . import hooks as hooks_mod
-from .policy import Policy, check_consistency
+from .policy import Policy
 from .queue.names import STAND_IN_VM_ID, queue_name
+from .settings import ApprovalsSettings, check_consistency
 
 log = logging.getLogger("se_forwarder.approvals")
 
@@ -159,7 +159,7 @@ class Approver:
         assert self.queue_settings is not None and self.settings.queue is not None
         known = self.identity_known
         if known is not None and not known.is_set():
-            template = self.settings.queue["queue"]
+            template = self.settings.queue.queue
             why = (f"its name {template!r} is made from the VM's name"
                    if "{vm_" in template else "messages are checked against the VM's name")
             log.warning("approval queue: waiting for the instance metadata before taking approvals "
@@ -169,7 +169,7 @@ class Approver:
                     return
         vm = self.vm
         settings = dataclasses.replace(
-            self.queue_settings, name=queue_name(self.settings.queue["queue"], vm.name, vm.vm_id))
+            self.queue_settings, name=queue_name(self.settings.queue.queue, vm.name, vm.vm_id))
         QueueConsumer(self, settings).run(stop)
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:

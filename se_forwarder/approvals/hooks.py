@@ -35,10 +35,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO
 
 from .. import cloudevents as ce
 from ..model import SCHEDULED, STARTED, ScheduledEvent, VmIdentity, parse_event
@@ -54,6 +54,7 @@ from ..outbox.hook_runs import (
     HookRuns,
 )
 from ..telemetry import fields
+from .settings import HookSettings
 
 log = logging.getLogger("se_forwarder.approvals.hooks")
 
@@ -102,22 +103,18 @@ class HookRunner:
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: HookSettings,
         vm: VmIdentity | Callable[[], VmIdentity],
         *,
         secret_env: Iterable[str] = (),
         wake: Callable[[], None] = lambda: None,
     ) -> None:
-        self.commands: dict[str, list[str] | None] = {
-            PREPARE: config.get("prepare"), RECOVER: config.get("recover"),
+        self.commands: dict[str, tuple[str, ...] | None] = {
+            PREPARE: config.prepare, RECOVER: config.recover,
         }
-        self.timeouts = {
-            PREPARE: float(config.get("prepare_timeout", 300)),
-            RECOVER: float(config.get("recover_timeout", 300)),
-        }
-        self.approve_after_prepare = bool(config.get("approve_after_prepare", True))
-        lead = config.get("prepare_lead")
-        self.prepare_lead: float | None = None if lead is None else float(lead)
+        self.timeouts = {PREPARE: config.prepare_timeout, RECOVER: config.recover_timeout}
+        self.approve_after_prepare = config.approve_after_prepare
+        self.prepare_lead = config.prepare_lead
         self._vm = vm if callable(vm) else (lambda: vm)
         self.secret_env = {name for name in secret_env if name}
         self.wake = wake

@@ -18,6 +18,7 @@ from ...imds import ImdsClient, ImdsError
 from ...model import VmIdentity
 from ...sinks.azure_common import read_connection_string, token_credential
 from .. import signing
+from ..settings import QueueConfig
 from .names import poison_name, queue_name
 
 log = logging.getLogger("se_forwarder.approvals.queue")
@@ -52,17 +53,17 @@ class KeySource:
         return self._keys
 
 
-@dataclass
+@dataclass(kw_only=True)
 class QueueSettings:
     """``[approvals.queue]`` resolved for this VM (secrets read, SDK present)."""
 
     name: str
-    account_url: str | None
+    account_url: str | None = None
     connection_string: str | None = dataclasses.field(repr=False, default=None)
     client_id: str | None = None
     keys: KeySource | None = dataclasses.field(repr=False, default=None)
-    visibility_timeout: int = 30
-    poll_interval: float = 1.0
+    visibility_timeout: int
+    poll_interval: float
     secret_env: tuple[str, ...] = ()
 
     @property
@@ -78,11 +79,9 @@ class QueueSettings:
                            account_url=self.account_url, credential=credential)
 
 
-def resolve(raw: Mapping[str, Any], vm: VmIdentity,
+def resolve(raw: QueueConfig, vm: VmIdentity,
             environ: Mapping[str, str] | None = None) -> QueueSettings:
-    """Everything the consumer needs, or ConfigError in one line (at agent start, not later).
-
-    ``raw`` is ``[approvals.queue]`` as validated by the configuration."""
+    """Everything the consumer needs, or ConfigError in one line (at agent start, not later)."""
     try:
         import azure.storage.queue  # noqa: F401
     except ImportError:
@@ -91,14 +90,13 @@ def resolve(raw: Mapping[str, Any], vm: VmIdentity,
         ) from None
     environ = os.environ if environ is None else environ
     try:
-        conn = read_connection_string(raw.get("connection_string_env"),
-                                      raw.get("connection_string_file"), environ)
+        conn = read_connection_string(raw.connection_string_env, raw.connection_string_file, environ)
     except ConfigError as exc:
         raise ConfigError(f"approvals.queue.connection_string_file: {exc}") from None
-    account_url = raw.get("account_url")
+    account_url = raw.account_url
     if conn is None and not account_url:
         raise ConfigError(
-            f"approvals.queue: environment variable {raw.get('connection_string_env')} is not set "
+            f"approvals.queue: environment variable {raw.connection_string_env} is not set "
             "and no account_url is given (for managed identity)"
         )
     if conn is None:
@@ -109,16 +107,16 @@ def resolve(raw: Mapping[str, Any], vm: VmIdentity,
                 "approvals.queue with managed identity needs azure-identity: "
                 "pip install 'se-forwarder[queue]'"
             ) from None
-    keys = KeySource(raw.get("signing_key_env"), raw.get("signing_key_file"), environ)
+    keys = KeySource(raw.signing_key_env, raw.signing_key_file, environ)
     return QueueSettings(
-        name=queue_name(raw["queue"], vm.name, vm.vm_id),
+        name=queue_name(raw.queue, vm.name, vm.vm_id),
         account_url=account_url,
         connection_string=conn,
-        client_id=raw.get("client_id"),
+        client_id=raw.client_id,
         keys=keys,
-        visibility_timeout=int(raw["visibility_timeout"]),
-        poll_interval=float(raw["poll_interval"]),
-        secret_env=tuple(n for n in (raw.get("signing_key_env"), raw.get("connection_string_env")) if n),
+        visibility_timeout=raw.visibility_timeout,
+        poll_interval=raw.poll_interval,
+        secret_env=tuple(n for n in (raw.signing_key_env, raw.connection_string_env) if n),
     )
 
 
