@@ -248,7 +248,9 @@ def _build(
             scenario_start=scenario_start,
             faults=fault_specs,
         )
-    except ValueError as exc:  # ScenarioError, FaultError and bad option values
+    except ConfigError:  # ScenarioError, FaultError: already one line naming the problem
+        raise
+    except ValueError as exc:  # an option value the server refuses (a port out of range)
         raise ConfigError(str(exc)) from None
 
 

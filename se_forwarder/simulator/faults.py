@@ -27,6 +27,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from se_forwarder.errors import ConfigError
+
 KINDS = ("status", "hang", "body", "truncate", "huge_body", "incarnation_reset")
 ROUTES = ("scheduledevents", "compute", "instance", "any")
 HUGE_DEFAULT = 10 * 1024 * 1024
@@ -46,7 +48,7 @@ _ALLOWED = {
 UNLIMITED = 10**9  # the count of a fault limited by ``seconds`` only
 
 
-class FaultError(ValueError):
+class FaultError(ConfigError, ValueError):
     """A fault spec that cannot be used; the message names the offending key."""
 
 
