@@ -1,21 +1,22 @@
 """``[approvals]``: typed settings for the rules, the hooks and the approval queue.
 
-``parse`` is called once, by ``config.py``; every bad key or value raises ConfigError naming it.
-The defaults are the field defaults below (and nowhere else). The rules become ``policy.Rule``
-values; secrets are not read here (only the names of their variables and files): the queue's are
-read when the agent starts (``queue/client.resolve``).
+``parse`` is called once, by ``config.py`` (the queue's table is parsed by ``queue/config.py``);
+every bad key or value raises ConfigError naming it. The defaults are the field defaults of the
+dataclasses (and nowhere else). The rules become ``policy.Rule`` values; secrets are not read here
+(only the names of their variables and files): the queue's are read when the agent starts
+(``queue/client.resolve``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
 from ..validation import as_bool, as_number, as_str, no_unknown
 from .policy import ACTIONS, EVENT_TYPES, WHEN_KEYS, Rule, as_list
-from .queue.names import validate_account_url, validate_template
+from .queue.config import QueueConfig, parse_queue
 
 HOOK_TIMEOUT = 300.0  # seconds, for prepare and recover
 
@@ -31,40 +32,6 @@ class HookSettings:
     recover_timeout: float = HOOK_TIMEOUT
     prepare_lead: float | None = None
     approve_after_prepare: bool = True
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueueConfig(Mapping[str, Any]):
-    """``[approvals.queue]`` as configured: names, not secrets. It also reads like its table
-    (``queue["queue"]``); a key not given (None) is absent, as it was from the table."""
-
-    queue: str
-    type: str = "storage-queue"
-    account_url: str | None = None
-    connection_string_env: str | None = None
-    connection_string_file: str | None = None
-    client_id: str | None = None
-    signing_key_env: str | None = None
-    signing_key_file: str | None = None
-    visibility_timeout: int = 30  # seconds a received message stays invisible
-    poll_interval: float = 1.0  # seconds between receives from an empty queue
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key) if key in _QUEUE_FIELDS else None
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in _QUEUE_FIELDS if getattr(self, key) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-_QUEUE_FIELDS = tuple(f.name for f in fields(QueueConfig))
-QUEUE_KEYS = ("type", "account_url", "queue", "connection_string_env", "connection_string_file",
-              "client_id", "signing_key_env", "signing_key_file", "visibility_timeout", "poll_interval")
 
 
 @dataclass
@@ -179,31 +146,6 @@ def parse_hooks(raw: Mapping[str, Any], where: str) -> HookSettings:
         prepare_lead=None if lead is None else as_number(lead, f"{where}.prepare_lead", 0, 30 * 86400),
         approve_after_prepare=as_bool(raw.get("approve_after_prepare", True),
                                       f"{where}.approve_after_prepare"),
-    )
-
-
-def parse_queue(raw: Mapping[str, Any], where: str) -> QueueConfig:
-    """``[approvals.queue]``: names, not secrets (those are read when the agent starts)."""
-    no_unknown(raw, where, QUEUE_KEYS)
-    if raw.get("type", "storage-queue") != "storage-queue":
-        raise ConfigError(f"{where}.type: only 'storage-queue' is supported")
-    names = {key: as_str(raw[key], f"{where}.{key}") for key in QUEUE_KEYS[1:8] if key in raw}
-    if "queue" not in names:
-        raise ConfigError(f"{where}.queue: missing (e.g. 'se-approvals-{{vm_name}}')")
-    validate_template(names["queue"], f"{where}.queue")
-    if "account_url" in names:
-        names["account_url"] = validate_account_url(names["account_url"], f"{where}.account_url")
-    if not {"account_url", "connection_string_env", "connection_string_file"} & names.keys():
-        raise ConfigError(f"{where}.account_url: missing (or give connection_string_env)")
-    if not {"signing_key_env", "signing_key_file"} & names.keys():
-        raise ConfigError(f"{where}.signing_key_env: missing (approval messages must be signed)")
-    defaults = QueueConfig(queue=names["queue"])
-    return QueueConfig(
-        **names,
-        visibility_timeout=int(as_number(raw.get("visibility_timeout", defaults.visibility_timeout),
-                                         f"{where}.visibility_timeout", 5, 3600)),
-        poll_interval=float(as_number(raw.get("poll_interval", defaults.poll_interval),
-                                      f"{where}.poll_interval", 0.05, 60)),
     )
 
 

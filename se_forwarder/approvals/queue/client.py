@@ -18,7 +18,7 @@ from ...imds import ImdsClient, ImdsError
 from ...model import VmIdentity
 from ...sinks.azure_common import read_connection_string, token_credential
 from .. import signing
-from ..settings import QueueConfig
+from .config import QueueConfig
 from .names import poison_name, queue_name
 
 log = logging.getLogger("se_forwarder.approvals.queue")
