@@ -153,7 +153,8 @@ class Poller:
         stored = self.outbox.record(document, ce.transition_rows(transitions, self.identity(), observed))
         metrics.transitions(stored)
         tracing.recorded(stored)
-        inferred = {(t.event_id, t.state): t.inferred_from for t in transitions if t.inferred_from}
+        inferred: dict[tuple[str, str], str | None] = {
+            (t.event_id, t.state): t.inferred_from for t in transitions if t.inferred_from}
         for event in stored:
             why = inferred.get((event.event_id, event.state))
             log.info("transition %s%s", event.state, f" (inferred: {why})" if why else "",

@@ -164,7 +164,7 @@ class HookRunner:
 
     def collect(self, runs: HookRuns) -> list[HookResult]:
         """Results of the runs finished since the last call, now recorded in the database."""
-        out = []
+        out: list[HookResult] = []
         while True:
             try:
                 result = self._done.get_nowait()

@@ -132,6 +132,8 @@ def make_client(name: str, *, connection_string: str | None = None, account_url:
     }
     if connection_string:
         return QueueClient.from_connection_string(connection_string, name, **options)
+    if not account_url:
+        raise ConfigError("approvals.queue: neither a connection string nor an account_url")
     return QueueClient(account_url, name, credential=credential, **options)
 
 
