@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from se_forwarder.agent import new_events  # noqa: E402
+from se_forwarder.cloudevents import transition_rows  # noqa: E402
 from se_forwarder.delivery import DeliveryWorker  # noqa: E402
 from se_forwarder.model import Document, Transition, VmIdentity, parse_event  # noqa: E402
 from se_forwarder.outbox import Outbox  # noqa: E402
@@ -65,7 +65,7 @@ def record(state_dir: Path, count: int) -> list[str]:
         transitions.append(Transition("scheduled", parse_event(raw), i + 1))
     with Outbox(state_dir) as box:
         box.register_sinks([SINK])
-        stored = box.record(Document(count), new_events(transitions, VM, datetime.now(UTC)))
+        stored = box.record(Document(count), transition_rows(transitions, VM, datetime.now(UTC)))
     return [e.ce_id for e in stored]
 
 

@@ -24,11 +24,11 @@ from .errors import StateError
 from .imds import ImdsClient, resolve_base_url
 from .model import Document, VmIdentity
 from .outbox import Outbox
-from .poller import Poller, new_events
+from .poller import Poller
 from .sinks import SinkContext, create
 from .telemetry import fields
 
-__all__ = ["Agent", "lock_state_dir", "new_events"]
+__all__ = ["Agent", "lock_state_dir"]
 
 log = logging.getLogger("se_forwarder.agent")
 

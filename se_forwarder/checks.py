@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import getpass
-import importlib
 import os
 import re
 import socket
@@ -181,20 +180,16 @@ def check_sink(settings: Settings, sink_settings: object) -> tuple[bool, str]:
 
 
 def check_queue(settings: Settings) -> tuple[bool | None, str]:
-    """The remote approval queue, through ``se_forwarder.approvals.queue.check`` when it exists."""
+    """The remote approval queue (``approvals.queue.client.check``)."""
     if not settings.approvals.queue:
         return True, "not configured (remote approvals off)"
+    from .approvals.queue.client import check
+
     try:
-        module = importlib.import_module("se_forwarder.approvals.queue")
+        problem = check(settings)
     except ImportError as exc:
-        if getattr(exc, "name", None) == "se_forwarder.approvals.queue":
-            return None, "not checked (this version cannot check the queue yet)"
-        return False, (f"needs the package {getattr(exc, 'name', exc)}: "
+        return False, (f"needs the package {getattr(exc, 'name', None) or exc}: "
                        "pip install 'se-forwarder[queue]'")
-    check = getattr(module, "check", None)
-    if check is None:
-        return None, "not checked (this version cannot check the queue yet)"
-    problem = check(settings)
     return (False, problem) if problem else (True, "reachable")
 
 

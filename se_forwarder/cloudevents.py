@@ -1,4 +1,10 @@
-"""Transition -> CloudEvent: the one place that knows the schema of design.md.
+"""Every CloudEvent the agent emits is built here: the one place that knows the schema of design.md.
+
+The kinds (``model.Kind``: transitions, ``approved``, the audit events, ``prepared``,
+``heartbeat``) name the types. Events about one Scheduled event (``about``) carry the IMDS event as
+``data`` plus enrichment, with id ``<EventId>/<kind>``; ``unmatched`` is an audit event whose
+EventId is not in the document; ``heartbeat`` is the agent's sign of life. ``for_outbox`` turns any
+of them into the outbox's row (``NewEvent``), so nothing else assembles ids, types or payloads.
 
 Events are built and serialised with the ``cloudevents`` SDK (core v1 API); the outbox keeps the
 structured-mode JSON text, which every sink derives its wire form from.
@@ -6,6 +12,7 @@ structured-mode JSON text, which every sink derives its wire form from.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,25 +20,38 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from . import __version__
-from .model import T_CANCELED, T_COMPLETED, T_STARTED, Document, ScheduledEvent, Transition, VmIdentity
+from .model import TYPE_PREFIX, Document, Kind, ScheduledEvent, Transition, VmIdentity
 
-TYPE_PREFIX = "com.azure.scheduledevents."
-APPROVAL_REJECTED = "approvalrejected"
-PREPARED = "prepared"
-HEARTBEAT = "heartbeat"
+__all__ = ["TYPE_PREFIX", "Kind", "NewEvent", "about", "approved", "ce_id", "ce_type", "event_data",
+           "for_outbox", "from_json", "heartbeat", "hook_failed", "prepared", "rfc3339", "to_json",
+           "transition", "transition_rows", "unmatched"]
+
 #: The ``eventstatus`` extension says what happened, as Azure's Event Grid feed does; the last
 #: status IMDS showed stays in ``data.EventStatus``. Other types carry the IMDS status.
-EVENT_STATUS = {T_STARTED: "Started", T_COMPLETED: "Completed", T_CANCELED: "Canceled"}
+EVENT_STATUS = {Kind.STARTED: "Started", Kind.COMPLETED: "Completed", Kind.CANCELED: "Canceled"}
 _FORMAT = JSONFormat()
 
 
-def ce_type(state: str) -> str:
-    return TYPE_PREFIX + state
+@dataclass(frozen=True)
+class NewEvent:
+    """A CloudEvent about to enter the outbox (``for_outbox``)."""
+
+    ce_id: str
+    event_id: str
+    state: str
+    ce_type: str
+    payload: str
+    observed_at: float
 
 
-def ce_id(event_id: str, state: str) -> str:
+def ce_type(kind: str) -> str:
+    """``com.azure.scheduledevents.<kind>``."""
+    return Kind(kind).type
+
+
+def ce_id(event_id: str, kind: str) -> str:
     """Deterministic: the same transition always gets the same id, across restarts and VMs."""
-    return f"{event_id}/{state}"
+    return f"{event_id}/{kind}"
 
 
 def rfc3339(moment: datetime) -> str:
@@ -51,42 +71,113 @@ def event_data(
     return data
 
 
-def build(
-    state: str,
+def about(
+    kind: Kind,
     event: ScheduledEvent,
     incarnation: int,
     vm: VmIdentity,
     observed: datetime,
     *,
-    event_id_suffix: str | None = None,
+    id_suffix: str | None = None,
     extra_data: dict[str, Any] | None = None,
 ) -> CloudEvent:
-    """A CloudEvent for ``state`` of ``event``; ``event_id_suffix`` extends the id (audit events)."""
-    ident = ce_id(event.event_id, state)
-    if event_id_suffix:
-        ident = f"{ident}/{event_id_suffix}"
+    """A CloudEvent of ``kind`` about ``event``; ``id_suffix`` extends the id (audit events)."""
+    ident = ce_id(event.event_id, kind)
+    if id_suffix:
+        ident = f"{ident}/{id_suffix}"
     attributes: dict[str, Any] = {
         "specversion": "1.0",
-        "type": ce_type(state),
+        "type": Kind(kind).type,
         "source": vm.source,
         "id": ident,
         "subject": event.event_id,
         "time": observed.astimezone(UTC),
         "datacontenttype": "application/json",
         "eventtype": event.event_type,
-        "eventstatus": EVENT_STATUS.get(state, event.status),
+        "eventstatus": EVENT_STATUS.get(Kind(kind), event.status),
         "incarnation": incarnation,
         "vmid": vm.vm_id,
     }
     return CloudEvent(attributes, event_data(event, incarnation, vm, extra_data))
 
 
-def from_transition(transition: Transition, vm: VmIdentity, observed: datetime) -> CloudEvent:
+def transition(transition: Transition, vm: VmIdentity, observed: datetime) -> CloudEvent:
+    """``scheduled`` / ``started`` / ``completed`` / ``canceled`` (inferred ones say so)."""
     extra = None
     if transition.inferred_from is not None:
         extra = {"Inferred": True, "InferredFrom": transition.inferred_from}
-    return build(transition.state, transition.event, transition.incarnation, vm, observed,
+    return about(transition.state, transition.event, transition.incarnation, vm, observed,
                  extra_data=extra)
+
+
+def transition_rows(transitions: list[Transition], vm: VmIdentity,
+                    observed: datetime) -> list[NewEvent]:
+    """The outbox rows of ``transitions`` seen at ``observed``."""
+    return [for_outbox(transition(t, vm, observed)) for t in transitions]
+
+
+def approved(event: ScheduledEvent, incarnation: int, vm: VmIdentity, approved_by: str,
+             observed: datetime) -> CloudEvent:
+    """``approved``: StartRequests was POSTed for ``event`` (``ApprovedBy`` says on whose word)."""
+    return about(Kind.APPROVED, event, incarnation, vm, observed,
+                 extra_data={"ApprovedBy": approved_by})
+
+
+def prepared(event: ScheduledEvent, incarnation: int, vm: VmIdentity, *, seconds: float | None,
+             observed: datetime) -> CloudEvent:
+    """``prepared``: this VM's prepare hook succeeded for ``event``."""
+    return about(Kind.PREPARED, event, incarnation, vm, observed, extra_data={
+        "Hook": "prepare", "DurationSeconds": _duration(seconds),
+    })
+
+
+def hook_failed(hook: str, event: ScheduledEvent, incarnation: int, vm: VmIdentity, *, reason: str,
+                exit_code: int | None, seconds: float | None, observed: datetime) -> CloudEvent:
+    """``preparefailed`` / ``recoverfailed``: the hook failed, timed out or was interrupted."""
+    kind = Kind.PREPARE_FAILED if hook == "prepare" else Kind.RECOVER_FAILED
+    return about(kind, event, incarnation, vm, observed, extra_data={
+        "Reason": reason, "Hook": hook, "ExitCode": exit_code, "DurationSeconds": _duration(seconds),
+    })
+
+
+def unmatched(kind: Kind, subject: str, vm: VmIdentity, observed: datetime, *,
+              incarnation: int | None, id_suffix: str, data: dict[str, Any]) -> CloudEvent:
+    """An audit event whose EventId (``subject``) is not in the document: no ``eventtype`` or
+    ``eventstatus``, ``data`` as given plus ``DocumentIncarnation``, ``AffectsThisVm: false`` and
+    ``Vm``."""
+    attributes: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": kind.type,
+        "source": vm.source,
+        "id": f"{ce_id(subject, kind)}/{id_suffix}",
+        "subject": subject,
+        "time": observed.astimezone(UTC),
+        "datacontenttype": "application/json",
+        "vmid": vm.vm_id,
+    }
+    if incarnation is not None:
+        attributes["incarnation"] = incarnation
+    full = {**data, "DocumentIncarnation": incarnation, "AffectsThisVm": False, "Vm": vm.as_data()}
+    return CloudEvent(attributes, full)
+
+
+def for_outbox(cloud: CloudEvent) -> NewEvent:
+    """The outbox row of ``cloud``: its id, subject (the EventId), kind, type and JSON text."""
+    attributes = cloud.get_attributes()
+    kind = Kind.of(attributes["type"])
+    assert kind is not None, attributes["type"]
+    return NewEvent(
+        ce_id=attributes["id"],
+        event_id=attributes["subject"],
+        state=kind.value,
+        ce_type=attributes["type"],
+        payload=to_json(cloud),
+        observed_at=attributes["time"].timestamp(),
+    )
+
+
+def _duration(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def heartbeat(
@@ -108,9 +199,9 @@ def heartbeat(
     seconds = int(now.timestamp())
     attributes: dict[str, Any] = {
         "specversion": "1.0",
-        "type": ce_type(HEARTBEAT),
+        "type": Kind.HEARTBEAT.type,
         "source": vm.source,
-        "id": f"{HEARTBEAT}/{vm.key}/{seconds}",
+        "id": f"{Kind.HEARTBEAT}/{vm.key}/{seconds}",
         "subject": vm.key,
         "time": now.astimezone(UTC),
         "datacontenttype": "application/json",

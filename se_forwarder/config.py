@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .approvals import settings as approvals_settings
+from .approvals.settings import ApprovalsSettings
 from .errors import ConfigError
 from .imds import DEFAULT_API_VERSION, DEFAULT_URL
 from .validation import (
-    as_bool,
     as_choice,
     as_http_url,
     as_int,
@@ -63,15 +64,6 @@ class SinkSettings:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
     heartbeat_interval: float = 0.0  # seconds between heartbeat CloudEvents; 0 = none
-
-
-@dataclass
-class ApprovalsSettings:
-    dry_run: bool = False
-    leader_only: bool = False
-    rules: list[dict[str, Any]] | None = None  # None: the documented sample's policy
-    hooks: dict[str, Any] = field(default_factory=dict)
-    queue: dict[str, Any] | None = None
 
 
 @dataclass
@@ -127,7 +119,7 @@ def from_dict(raw: Mapping[str, Any]) -> Settings:
     settings = Settings(
         imds=_imds(as_table(raw, "imds")),
         state=_state(as_table(raw, "state")),
-        approvals=_approvals(as_table(raw, "approvals")),
+        approvals=approvals_settings.parse(as_table(raw, "approvals")),
         telemetry=_telemetry(as_table(raw, "telemetry")),
         vm=_vm(as_table(raw, "vm")),
     )
@@ -236,25 +228,6 @@ def _telemetry(t: dict[str, Any]) -> TelemetrySettings:
         s.prometheus_host = as_str(t["prometheus_host"], "telemetry.prometheus_host")
     if "unhealthy_after" in t:
         s.unhealthy_after = as_number(t["unhealthy_after"], "telemetry.unhealthy_after", 1, 86400)
-    return s
-
-
-def _approvals(t: dict[str, Any]) -> ApprovalsSettings:
-    from .approvals import policy
-
-    no_unknown(t, "approvals", ("dry_run", "leader_only", "rules", "hooks", "queue"))
-    s = ApprovalsSettings()
-    if "dry_run" in t:
-        s.dry_run = as_bool(t["dry_run"], "approvals.dry_run")
-    if "leader_only" in t:
-        s.leader_only = as_bool(t["leader_only"], "approvals.leader_only")
-    if "rules" in t:
-        s.rules = policy.validate_rules(t["rules"], "approvals.rules")
-    if "hooks" in t:
-        s.hooks = policy.validate_hooks(as_table(t, "hooks", "approvals.hooks"), "approvals.hooks")
-    if "queue" in t:
-        s.queue = policy.validate_queue(as_table(t, "queue", "approvals.queue"), "approvals.queue")
-    policy.check_consistency(s)
     return s
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import requests
 
 from . import __version__
+from .errors import SeForwarderError, one_line, root_cause
 from .model import Document, MalformedDocument, parse_document
 
 log = logging.getLogger("se_forwarder.imds")
@@ -41,7 +42,7 @@ THROTTLED_WAIT = (1.0, 1.25)  # seconds after a 429 without Retry-After (uniform
 MAX_RETRY_AFTER = 5.0  # a longer Retry-After would blind the agent; a 429 more costs nothing
 
 
-class ImdsError(Exception):
+class ImdsError(SeForwarderError):
     """A failed IMDS call; ``reason`` is one of a small, bounded set (used as a metric label)."""
 
     def __init__(self, reason: str, message: str, retry_after: float | None = None) -> None:
@@ -203,9 +204,9 @@ class ImdsClient:
         except requests.Timeout as exc:
             raise ImdsError("timeout", f"IMDS did not answer in time ({url})") from exc
         except requests.ConnectionError as exc:
-            raise ImdsError("connection", f"IMDS unreachable at {url}: {_short(exc)}") from exc
+            raise ImdsError("connection", f"IMDS unreachable at {url}: {one_line(root_cause(exc))}") from exc
         except requests.RequestException as exc:
-            raise ImdsError("connection", f"IMDS request failed: {_short(exc)}") from exc
+            raise ImdsError("connection", f"IMDS request failed: {one_line(root_cause(exc))}") from exc
         if resp.status_code == 429:
             raise ImdsError(
                 "throttled",
@@ -293,21 +294,3 @@ def _read_capped(resp: requests.Response) -> bytes:
 
 def _snippet(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace").replace("\n", " ").strip()
-
-
-def _short(exc: BaseException) -> str:
-    """The root cause in a few words ("Connection refused"), not urllib3's nested repr."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror
-        nxt = cause.__cause__ or cause.__context__
-        if nxt is None and cause.args and isinstance(cause.args[0], BaseException):
-            nxt = cause.args[0]
-        if nxt is None and len(cause.args) > 1 and isinstance(cause.args[1], BaseException):
-            nxt = cause.args[1]
-        cause = nxt
-    text = str(exc)
-    return text if len(text) <= 200 else text[:200] + "..."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .approvals.approver import approved_event
+from . import cloudevents as ce
 from .config import Settings
 from .enrichment import initial_identity
 from .errors import SeForwarderError, StateError
@@ -49,7 +49,8 @@ def approve_now(settings: Settings, event_ids: list[str]) -> list[str]:
                     vm = VmIdentity.from_compute(client.get_compute(), settings.vm.tags)
                 except (ImdsError, MalformedDocument):
                     vm = initial_identity(box, settings.vm.tags)
-                box.record(None, [approved_event(doc, i, vm, "cli", observed) for i in event_ids])
+                box.record(None, [ce.for_outbox(ce.approved(current[i], doc.incarnation, vm, "cli", observed))
+                                   for i in event_ids])
             lines.append(f"recorded in {settings.state.dir} (ApprovedBy: cli)")
         except StateError as exc:
             lines.append(f"warning: approved, but the approved CloudEvent was not recorded: {exc}")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .model import TRANSITIONS, Kind
+
 if TYPE_CHECKING:
     from .sinks.base import StoredEvent
 
@@ -49,7 +51,7 @@ POLL_ERROR_REASONS = {  # ImdsError.reason (and "state") -> the label operators 
     "timeout": "timeout", "connection": "connection", "throttled": "429", "server": "5xx",
     "client": "4xx", "malformed": "malformed", "state": "state",
 }
-TRANSITION_TYPES = ("scheduled", "started", "completed", "canceled", "approved")
+TRANSITION_TYPES = tuple(str(k) for k in (*TRANSITIONS, Kind.APPROVED))
 DELIVERY_OUTCOMES = ("delivered", "dead_letter", "retry", "parked")
 APPROVAL_ORIGINS = ("policy", "hook", "coordinator", "cli")
 APPROVAL_OUTCOMES = ("approved", "rejected", "failed", "dry_run")

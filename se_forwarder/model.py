@@ -12,19 +12,54 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from enum import StrEnum
 from typing import Any
 
 SCHEDULED = "Scheduled"
 STARTED = "Started"
 KNOWN_STATUSES = (SCHEDULED, STARTED)
+TYPE_PREFIX = "com.azure.scheduledevents."
 
-# Transition states (the suffix of the CloudEvent type).
-T_SCHEDULED = "scheduled"
-T_STARTED = "started"
-T_COMPLETED = "completed"
-T_CANCELED = "canceled"
-T_APPROVED = "approved"
-TRANSITION_STATES = (T_SCHEDULED, T_STARTED, T_COMPLETED, T_CANCELED)
+
+class Kind(StrEnum):
+    """Every kind of CloudEvent the agent emits: the last part of its ``type``.
+
+    The first four are transitions of an event between two documents (``differ.py``); the others
+    are the approval path's and the agent's own. ``cloudevents.py`` builds each of them;
+    metrics, ``status``, ``demo``, ``fleet tail`` and the chat formatter name them from here.
+    """
+
+    SCHEDULED = "scheduled"
+    STARTED = "started"
+    COMPLETED = "completed"
+    CANCELED = "canceled"
+    APPROVED = "approved"
+    APPROVAL_REJECTED = "approvalrejected"
+    PREPARED = "prepared"
+    PREPARE_FAILED = "preparefailed"
+    RECOVER_FAILED = "recoverfailed"
+    HEARTBEAT = "heartbeat"
+
+    @property
+    def type(self) -> str:
+        """The CloudEvent ``type``: ``com.azure.scheduledevents.<kind>``."""
+        return TYPE_PREFIX + self.value
+
+    @classmethod
+    def of(cls, ce_type: object) -> Kind | None:
+        """The kind of a CloudEvent ``type`` string; None for any other type."""
+        text = str(ce_type or "")
+        if not text.startswith(TYPE_PREFIX):
+            return None
+        try:
+            return cls(text[len(TYPE_PREFIX):])
+        except ValueError:
+            return None
+
+
+TRANSITIONS = (Kind.SCHEDULED, Kind.STARTED, Kind.COMPLETED, Kind.CANCELED)
+# Older names of the transition kinds.
+T_SCHEDULED, T_STARTED, T_COMPLETED, T_CANCELED, T_APPROVED = (*TRANSITIONS, Kind.APPROVED)
 
 
 class MalformedDocument(ValueError):
@@ -95,7 +130,7 @@ class Transition:
     that vanished while last seen Scheduled (``approved`` or ``not-before-passed``).
     """
 
-    state: str
+    state: Kind
     event: ScheduledEvent
     incarnation: int
     inferred_from: str | None = None

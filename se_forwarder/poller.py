@@ -28,31 +28,14 @@ from .config import Settings
 from .differ import diff
 from .errors import StateError
 from .imds import ImdsClient, ImdsError, throttled_delay
-from .model import SCHEDULED, T_APPROVED, Document, Transition, VmIdentity
-from .outbox import NewEvent, Outbox
+from .model import SCHEDULED, Document, Kind, Transition, VmIdentity
+from .outbox import Outbox
 from .telemetry import countdown, fields
 
 log = logging.getLogger("se_forwarder.agent")
 
 POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
 LOUD_EVERY = 60  # a failing poll is logged once per change of reason, then every this many
-
-
-def new_events(transitions: list[Transition], vm: VmIdentity, observed: datetime) -> list[NewEvent]:
-    out = []
-    for t in transitions:
-        cloud = ce.from_transition(t, vm, observed)
-        out.append(
-            NewEvent(
-                ce_id=ce.ce_id(t.event_id, t.state),
-                event_id=t.event_id,
-                state=t.state,
-                ce_type=ce.ce_type(t.state),
-                payload=ce.to_json(cloud),
-                observed_at=observed.timestamp(),
-            )
-        )
-    return out
 
 
 class Poller:
@@ -167,10 +150,11 @@ class Poller:
             )
         transitions = diff(previous, document, approved=self._approved_among_gone(previous, document),
                            now=observed)
-        stored = self.outbox.record(document, new_events(transitions, self.identity(), observed))
+        stored = self.outbox.record(document, ce.transition_rows(transitions, self.identity(), observed))
         metrics.transitions(stored)
         tracing.recorded(stored)
-        inferred = {(t.event_id, t.state): t.inferred_from for t in transitions if t.inferred_from}
+        inferred: dict[tuple[str, str], str | None] = {
+            (t.event_id, t.state): t.inferred_from for t in transitions if t.inferred_from}
         for event in stored:
             why = inferred.get((event.event_id, event.state))
             log.info("transition %s%s", event.state, f" (inferred: {why})" if why else "",
@@ -191,7 +175,7 @@ class Poller:
         return {
             e.event_id for e in previous.events
             if e.status == SCHEDULED and e.event_id not in present
-            and self.outbox.has_event(ce.ce_id(e.event_id, T_APPROVED))
+            and self.outbox.has_event(ce.ce_id(e.event_id, Kind.APPROVED))
         }
 
     def note_poll(self, ok: bool, result: str, incarnation: int | None = None,

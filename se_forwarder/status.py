@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .cloudevents import ce_id, ce_type
-from .model import T_APPROVED, MalformedDocument, parse_document
+from .cloudevents import ce_id
+from .model import Kind, MalformedDocument, parse_document
 from .outbox import Outbox
 
-APPROVAL_TYPES = (ce_type(T_APPROVED), ce_type("approvalrejected"))
+APPROVAL_TYPES = (Kind.APPROVED.type, Kind.APPROVAL_REJECTED.type)
 LAST_APPROVALS = 10
 
 
@@ -67,7 +67,7 @@ def _pending(box: Outbox, now: float) -> list[dict[str, Any]]:
             "NotBefore": e.not_before.isoformat().replace("+00:00", "Z") if e.not_before else None,
             "NotBeforeInSeconds": None if left is None else round(left),
             "Resources": list(e.resources),
-            "approved": box.has_event(ce_id(e.event_id, T_APPROVED)),
+            "approved": box.has_event(ce_id(e.event_id, Kind.APPROVED)),
         })
     return out
 
@@ -89,14 +89,9 @@ def _sink(box: Outbox, name: str, now: float) -> dict[str, Any]:
 
 
 def _approvals(box: Outbox) -> list[dict[str, Any]]:
-    marks = ",".join("?" for _ in APPROVAL_TYPES)
-    rows = box.connection.execute(
-        f"SELECT payload FROM events WHERE ce_type IN ({marks}) ORDER BY seq DESC LIMIT ?",
-        (*APPROVAL_TYPES, LAST_APPROVALS),
-    ).fetchall()
     out = []
-    for (payload,) in rows:
-        event = json.loads(payload)
+    for stored in box.latest_of_types(APPROVAL_TYPES, LAST_APPROVALS):
+        event = json.loads(stored.payload)
         data = event.get("data") or {}
         approved = event.get("type") == APPROVAL_TYPES[0]
         out.append({"EventId": event.get("subject") or data.get("EventId"), "time": event.get("time"),

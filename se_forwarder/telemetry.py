@@ -107,7 +107,7 @@ def _walk_secrets(settings: Any) -> tuple[set[str], set[str]]:
 
     for sink in settings.sinks:
         walk(sink.options)
-    walk(settings.approvals.queue or {})
+    walk(dict(settings.approvals.queue or {}))
     return env_names, values
 
 

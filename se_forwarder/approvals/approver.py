@@ -9,7 +9,7 @@ Threads (all started by ``start``; none of them ever blocks polling):
 
 - ``approver``: applies the policy to the current document, starts prepare/recover hooks when due
   and collects their results (a successful prepare may approve; a failed one emits an audit event);
-- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue.py``. It
+- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue/consumer.py``. It
   starts once the VM's identity is known from the instance metadata (its name may be in the
   queue's, and messages name the VM they are for); forwarding never waits for that, approvals may;
 - one short-lived thread per running hook command.
@@ -38,22 +38,14 @@ from pathlib import Path
 
 from .. import cloudevents as ce
 from .. import metrics, tracing
-from ..config import ApprovalsSettings
 from ..imds import ImdsClient, ImdsError
-from ..model import (
-    SCHEDULED,
-    T_APPROVED,
-    T_COMPLETED,
-    Document,
-    ScheduledEvent,
-    Transition,
-    VmIdentity,
-)
-from ..outbox import NewEvent, Outbox
+from ..model import SCHEDULED, Document, Kind, ScheduledEvent, Transition, VmIdentity
+from ..outbox import Outbox
 from ..telemetry import fields
 from . import hooks as hooks_mod
-from .audit import hook_failure_event, prepared_event
-from .policy import Policy, check_consistency
+from .policy import Policy
+from .queue.names import STAND_IN_VM_ID, queue_name
+from .settings import ApprovalsSettings, check_consistency
 
 log = logging.getLogger("se_forwarder.approvals")
 
@@ -62,24 +54,6 @@ IDLE_WAIT = 1.0
 ERROR_PAUSE = 2.0  # after an unexpected error in one step of the approver thread
 
 APPROVED, DRY_RUN, NOT_SCHEDULED, RETRY = "approved", "dry-run", "not-scheduled", "retry"
-
-
-def approved_event(
-    doc: Document, event_id: str, vm: VmIdentity, approved_by: str, observed: datetime
-) -> NewEvent:
-    """The ``approved`` CloudEvent (id ``<EventId>/approved``) for an event of ``doc``."""
-    event = doc.by_id()[event_id]
-    cloud = ce.build(
-        T_APPROVED, event, doc.incarnation, vm, observed, extra_data={"ApprovedBy": approved_by}
-    )
-    return NewEvent(
-        ce_id=ce.ce_id(event_id, T_APPROVED),
-        event_id=event_id,
-        state=T_APPROVED,
-        ce_type=ce.ce_type(T_APPROVED),
-        payload=ce.to_json(cloud),
-        observed_at=observed.timestamp(),
-    )
 
 
 class Approver:
@@ -110,12 +84,12 @@ class Approver:
         self.on_recorded = on_recorded
         self.queue_settings = None
         if settings.queue is not None:
-            from .queue import resolve  # ConfigError now (at start), not in a thread later
+            from .queue.client import resolve  # ConfigError now (at start), not in a thread later
 
             # The name is made again from the real identity when the consumer starts; until the
             # instance metadata answers, a stand-in vmId lets a {vm_id} template be checked now.
             known = self.vm if self.vm.complete else dataclasses.replace(
-                self.vm, vm_id="00000000-0000-0000-0000-000000000000")
+                self.vm, vm_id=STAND_IN_VM_ID)
             self.queue_settings = resolve(settings.queue, known)
         # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
@@ -128,7 +102,6 @@ class Approver:
         self._decided: dict[str, str] = {}  # event_id -> what was decided and logged
         self._failures: dict[str, tuple[int, float]] = {}  # event_id -> (attempts, next time)
         self._threads: list[threading.Thread] = []
-        self._schema_ready: set[int] = set()
 
     @property
     def vm(self) -> VmIdentity:
@@ -181,12 +154,12 @@ class Approver:
 
     def _consume(self, stop: threading.Event) -> None:
         """The queue consumer, once this VM's identity is known (see the module docstring)."""
-        from .queue import QueueConsumer, queue_name
+        from .queue.consumer import QueueConsumer
 
         assert self.queue_settings is not None and self.settings.queue is not None
         known = self.identity_known
         if known is not None and not known.is_set():
-            template = self.settings.queue["queue"]
+            template = self.settings.queue.queue
             why = (f"its name {template!r} is made from the VM's name"
                    if "{vm_" in template else "messages are checked against the VM's name")
             log.warning("approval queue: waiting for the instance metadata before taking approvals "
@@ -196,7 +169,7 @@ class Approver:
                     return
         vm = self.vm
         settings = dataclasses.replace(
-            self.queue_settings, name=queue_name(self.settings.queue["queue"], vm.name, vm.vm_id))
+            self.queue_settings, name=queue_name(self.settings.queue.queue, vm.name, vm.vm_id))
         QueueConsumer(self, settings).run(stop)
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
@@ -214,8 +187,7 @@ class Approver:
         outbox: Outbox | None = None
         try:
             outbox = Outbox(self.state_dir)
-            self._ensure_schema(outbox)
-            for result in self.hooks.interrupted(outbox.connection):
+            for result in self.hooks.interrupted(outbox.hook_runs):
                 self._hook_finished(outbox, result)
             while not stop.is_set():
                 self._changed.wait(IDLE_WAIT)
@@ -235,19 +207,13 @@ class Approver:
 
     def _step(self, outbox: Outbox) -> None:
         doc = self.current()
-        for result in self.hooks.collect(outbox.connection):
+        for result in self.hooks.collect(outbox.hook_runs):
             self._hook_finished(outbox, result)
         if doc is not None and self.hooks.configured:
             # The poller recorded how each gone event ended before offering this document.
-            self.hooks.sync(outbox.connection, doc.events, doc.incarnation, self._hook_eligible,
-                            ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, T_COMPLETED)))
+            self.hooks.sync(outbox.hook_runs, doc.events, doc.incarnation, self._hook_eligible,
+                            ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, Kind.COMPLETED)))
         self.consider(outbox)
-
-    def _ensure_schema(self, outbox: Outbox) -> None:
-        key = id(outbox.connection)
-        if key not in self._schema_ready:
-            hooks_mod.ensure_schema(outbox.connection)
-            self._schema_ready.add(key)
 
     # -- hooks ----------------------------------------------------------------------------
     def _hook_eligible(self, event: ScheduledEvent) -> bool:
@@ -263,19 +229,19 @@ class Approver:
                 return
             log.info("%s hook succeeded (%.1f s)", result.hook, result.seconds or 0.0,
                      extra=fields(event_id=result.event_id, origin=result.hook))
-            if result.hook == hooks_mod.PREPARE and outbox.record(None, [prepared_event(
+            if result.hook == hooks_mod.PREPARE and outbox.record(None, [ce.for_outbox(ce.prepared(
                     result.event, result.incarnation, self.vm, seconds=result.seconds,
-                    observed=datetime.now(UTC))]):
+                    observed=datetime.now(UTC)))]):
                 self.on_recorded()
             return
         log.warning("%s hook %s: %s", result.hook, result.state, result.detail,
                     extra=fields(event_id=result.event_id, origin=result.hook, reason=result.state))
-        event = hook_failure_event(
+        event = ce.hook_failed(
             result.hook, result.event, result.incarnation, self.vm,
             reason=f"{result.state}: {result.detail}", exit_code=result.exit_code,
             seconds=result.seconds, observed=datetime.now(UTC),
         )
-        if outbox.record(None, [event]):
+        if outbox.record(None, [ce.for_outbox(event)]):
             self.on_recorded()
 
     # -- policy ---------------------------------------------------------------------------
@@ -284,14 +250,13 @@ class Approver:
         doc = self.current()
         if doc is None:
             return
-        self._ensure_schema(outbox)
         present = {e.event_id for e in doc.events}
         self._decided = {k: v for k, v in self._decided.items() if k in present}
         with self._approve_lock:
             self._failures = {k: v for k, v in self._failures.items() if k in present}
         now = datetime.now(UTC)
         for event in doc.events:
-            if event.status != SCHEDULED or outbox.has_event(ce.ce_id(event.event_id, T_APPROVED)):
+            if event.status != SCHEDULED or outbox.has_event(ce.ce_id(event.event_id, Kind.APPROVED)):
                 continue
             origin = self._origin(outbox, event, now)
             if origin is None:
@@ -312,7 +277,7 @@ class Approver:
         if action == "approve":
             return f"policy:{rule}"
         if action == "prepare-then-approve":
-            state = self.hooks.prepare_state(outbox.connection, event.event_id)
+            state = self.hooks.prepare_state(outbox.hook_runs, event.event_id)
             if state == hooks_mod.SUCCEEDED:
                 return "hook"
             why = state or ("not run: the event does not affect this VM"
@@ -379,8 +344,8 @@ class Approver:
                 metrics.approval(approved_by, "failed")
                 return RETRY
             self._failures.pop(event_id, None)
-        stored = outbox.record(None, [approved_event(doc, event_id, self.vm, approved_by,
-                                                     datetime.now(UTC))])
+        stored = outbox.record(None, [ce.for_outbox(ce.approved(event, doc.incarnation, self.vm,
+                                                                approved_by, datetime.now(UTC)))])
         log.info("approved", extra=fields(event_id=event_id, origin=approved_by,
                                           incarnation=doc.incarnation))
         metrics.approval(approved_by, "approved")

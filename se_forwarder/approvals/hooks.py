@@ -31,46 +31,40 @@ import logging
 import os
 import queue
 import signal
-import sqlite3
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO
 
 from .. import cloudevents as ce
 from ..model import SCHEDULED, STARTED, ScheduledEvent, VmIdentity, parse_event
+from ..outbox.hook_runs import (
+    FAILED,
+    INTERRUPTED,
+    NONE,
+    PREPARE,
+    RECOVER,
+    RUNNING,
+    SUCCEEDED,
+    TIMED_OUT,
+    HookRuns,
+)
 from ..telemetry import fields
+from .settings import HookSettings
 
 log = logging.getLogger("se_forwarder.approvals.hooks")
 
-PREPARE, RECOVER = "prepare", "recover"
-RUNNING, SUCCEEDED, FAILED, TIMED_OUT, INTERRUPTED = (
-    "running", "succeeded", "failed", "timed-out", "interrupted",
-)
-NONE = "none"  # no command configured: the row only tracks the event (for recover)
+__all__ = ["FAILED", "INTERRUPTED", "NONE", "PREPARE", "RECOVER", "RUNNING", "SUCCEEDED", "TIMED_OUT",
+           "HookResult", "HookRunner"]
+
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of a timed-out hook
 OUTPUT_LINES = 50
 OUTPUT_BYTES = 16 * 1024
 RETENTION_SECONDS = 30 * 86400
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS approval_hook_runs (
-    event_id TEXT NOT NULL,
-    hook TEXT NOT NULL,
-    state TEXT NOT NULL,
-    event TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    ended_at REAL,
-    exit_code INTEGER,
-    detail TEXT,
-    PRIMARY KEY (event_id, hook)
-);
-"""
-
 
 @dataclass(frozen=True)
 class HookResult:
@@ -90,10 +84,6 @@ class HookResult:
         return self.state in (SUCCEEDED, NONE)
 
 
-def ensure_schema(db: sqlite3.Connection) -> None:
-    db.executescript(SCHEMA)
-
-
 def _stored(event: ScheduledEvent, incarnation: int) -> str:
     return json.dumps({"event": dict(event.raw), "incarnation": incarnation}, sort_keys=True)
 
@@ -106,28 +96,25 @@ def _load(text: str) -> tuple[ScheduledEvent, int]:
 class HookRunner:
     """Starts hook commands when due, and collects their results for the approver thread.
 
-    All database access happens on the caller's thread (the approver's); the commands' own threads
-    only wait for the process and hand the result back through a queue.
+    All database access (the outbox's ``hook_runs``) happens on the caller's thread (the
+    approver's); the commands' own threads only wait for the process and hand the result back
+    through a queue.
     """
 
     def __init__(
         self,
-        config: Mapping[str, Any],
+        config: HookSettings,
         vm: VmIdentity | Callable[[], VmIdentity],
         *,
         secret_env: Iterable[str] = (),
         wake: Callable[[], None] = lambda: None,
     ) -> None:
-        self.commands: dict[str, list[str] | None] = {
-            PREPARE: config.get("prepare"), RECOVER: config.get("recover"),
+        self.commands: dict[str, tuple[str, ...] | None] = {
+            PREPARE: config.prepare, RECOVER: config.recover,
         }
-        self.timeouts = {
-            PREPARE: float(config.get("prepare_timeout", 300)),
-            RECOVER: float(config.get("recover_timeout", 300)),
-        }
-        self.approve_after_prepare = bool(config.get("approve_after_prepare", True))
-        lead = config.get("prepare_lead")
-        self.prepare_lead: float | None = None if lead is None else float(lead)
+        self.timeouts = {PREPARE: config.prepare_timeout, RECOVER: config.recover_timeout}
+        self.approve_after_prepare = config.approve_after_prepare
+        self.prepare_lead = config.prepare_lead
         self._vm = vm if callable(vm) else (lambda: vm)
         self.secret_env = {name for name in secret_env if name}
         self.wake = wake
@@ -156,60 +143,40 @@ class HookRunner:
         return bool(self.commands[PREPARE])
 
     # -- state ----------------------------------------------------------------------------
-    def prepare_state(self, db: sqlite3.Connection, event_id: str) -> str | None:
+    def prepare_state(self, runs: HookRuns, event_id: str) -> str | None:
         """The prepare run's state for ``event_id`` (None: not started)."""
-        row = db.execute(
-            "SELECT state FROM approval_hook_runs WHERE event_id = ? AND hook = ?", (event_id, PREPARE)
-        ).fetchone()
-        return None if row is None else row[0]
+        return runs.state(event_id, PREPARE)
 
-    def interrupted(self, db: sqlite3.Connection) -> list[HookResult]:
+    def interrupted(self, runs: HookRuns) -> list[HookResult]:
         """Runs left ``running`` by a previous agent process: marked interrupted, never re-run."""
         now = time.time()
-        db.execute(
-            "DELETE FROM approval_hook_runs WHERE started_at < ? AND state != ? AND event_id IN "
-            "(SELECT event_id FROM approval_hook_runs WHERE hook = ?)",
-            (now - RETENTION_SECONDS, RUNNING, RECOVER),
-        )
-        rows = db.execute(
-            "SELECT event_id, hook, event, started_at FROM approval_hook_runs WHERE state = ?",
-            (RUNNING,),
-        ).fetchall()
+        runs.forget_finished(now - RETENTION_SECONDS)
         out = []
-        for event_id, hook, stored, started_at in rows:
-            if (event_id, hook) in self._threads:
+        for run in runs.all(RUNNING):
+            if (run.event_id, run.hook) in self._threads:
                 continue
             detail = "interrupted: the agent stopped while the hook ran; it is not run again"
-            db.execute(
-                "UPDATE approval_hook_runs SET state = ?, ended_at = ?, detail = ? "
-                "WHERE event_id = ? AND hook = ?",
-                (INTERRUPTED, now, detail, event_id, hook),
-            )
-            event, incarnation = _load(stored)
-            out.append(HookResult(event_id, hook, INTERRUPTED, None, now - started_at, detail,
-                                  event, incarnation))
+            runs.finish(run.event_id, run.hook, INTERRUPTED, detail, ended_at=now)
+            event, incarnation = _load(run.event)
+            out.append(HookResult(run.event_id, run.hook, INTERRUPTED, None, now - run.started_at,
+                                  detail, event, incarnation))
         return out
 
-    def collect(self, db: sqlite3.Connection) -> list[HookResult]:
+    def collect(self, runs: HookRuns) -> list[HookResult]:
         """Results of the runs finished since the last call, now recorded in the database."""
-        out = []
+        out: list[HookResult] = []
         while True:
             try:
                 result = self._done.get_nowait()
             except queue.Empty:
                 return out
             self._threads.pop((result.event_id, result.hook), None)
-            db.execute(
-                "UPDATE approval_hook_runs SET state = ?, ended_at = ?, exit_code = ?, detail = ? "
-                "WHERE event_id = ? AND hook = ?",
-                (result.state, time.time(), result.exit_code, result.detail, result.event_id,
-                 result.hook),
-            )
+            runs.finish(result.event_id, result.hook, result.state, result.detail, result.exit_code)
             out.append(result)
 
     def sync(
         self,
-        db: sqlite3.Connection,
+        runs: HookRuns,
         events: Iterable[ScheduledEvent],
         incarnation: int,
         eligible: Callable[[ScheduledEvent], bool],
@@ -220,19 +187,14 @@ class HookRunner:
         """Start prepare for new eligible events (when due) and recover for tracked events now
         gone; ``ran`` says whether a gone event completed (else it was canceled)."""
         now = now or datetime.now(UTC)
-        rows = {
-            (event_id, hook): (state, stored)
-            for event_id, hook, state, stored in db.execute(
-                "SELECT event_id, hook, state, event FROM approval_hook_runs"
-            )
-        }
+        rows = {(run.event_id, run.hook): (run.state, run.event) for run in runs.all()}
         present = set()
         for event in events:
             present.add(event.event_id)
             if (event.event_id, PREPARE) in rows:
-                self._remember(db, event, incarnation)
+                self._remember(runs, event, incarnation)
             elif eligible(event) and self.prepare_due(event, now):
-                self._begin(db, PREPARE, event, incarnation, outcome=None)
+                self._begin(runs, PREPARE, event, incarnation, outcome=None)
         self._known = {k: v for k, v in self._known.items() if k in present}
         for (event_id, hook), (state, stored) in rows.items():
             if hook != PREPARE or event_id in present or state == RUNNING:
@@ -241,28 +203,23 @@ class HookRunner:
                 continue
             event, last_incarnation = _load(stored)
             outcome = "completed" if event.status == STARTED or ran(event) else "canceled"
-            self._begin(db, RECOVER, event, last_incarnation, outcome=outcome)
+            self._begin(runs, RECOVER, event, last_incarnation, outcome=outcome)
 
-    def _remember(self, db: sqlite3.Connection, event: ScheduledEvent, incarnation: int) -> None:
+    def _remember(self, runs: HookRuns, event: ScheduledEvent, incarnation: int) -> None:
         """Keep the latest version of a tracked event (recover gets the last status seen)."""
         seen = json.dumps(dict(event.raw), sort_keys=True)
         if self._known.get(event.event_id) == seen:
             return
         self._known[event.event_id] = seen
-        db.execute("UPDATE approval_hook_runs SET event = ? WHERE event_id = ? AND hook = ?",
-                   (_stored(event, incarnation), event.event_id, PREPARE))
+        runs.update_event(event.event_id, PREPARE, _stored(event, incarnation))
 
     # -- running --------------------------------------------------------------------------
-    def _begin(self, db: sqlite3.Connection, hook: str, event: ScheduledEvent, incarnation: int,
+    def _begin(self, runs: HookRuns, hook: str, event: ScheduledEvent, incarnation: int,
                outcome: str | None) -> None:
         command = self.commands[hook]
         state = RUNNING if command else NONE
         # Recorded (and committed: autocommit) before the command starts: at most once.
-        db.execute(
-            "INSERT OR IGNORE INTO approval_hook_runs (event_id, hook, state, event, started_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (event.event_id, hook, state, _stored(event, incarnation), time.time()),
-        )
+        runs.begin(event.event_id, hook, state, _stored(event, incarnation))
         self._known[event.event_id] = json.dumps(dict(event.raw), sort_keys=True)
         if not command:
             return

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-PREFIX = "com.azure.scheduledevents."
+from ..model import TYPE_PREFIX, Kind
+
+PREFIX = TYPE_PREFIX
 COORDINATOR = PREFIX + "coordinator."
-HEARTBEAT = PREFIX + "heartbeat"
+HEARTBEAT = Kind.HEARTBEAT.type
 TITLE_CHARS = 300
 VALUE_CHARS = 500
 DETAIL_CHARS = 2000
@@ -85,35 +87,35 @@ def _agent_event(state: str, kind: str, event: dict, data: dict, now: datetime,
     inferred = _INFERRED.get(_text(data.get("InferredFrom")), "inferred") if data.get("Inferred") is True \
         else ""
     tone = DEFAULT
-    if state == "scheduled":
+    if state == Kind.SCHEDULED:
         when = f" for {when_text(not_before, now)}, {relative(not_before, now)}" if not_before else ""
         line = f"{etype} scheduled{when}" + (f" ({source})" if source else "")
         tone = WARNING
-    elif state == "started":
+    elif state == Kind.STARTED:
         line = f"{etype} started" + (f" ({inferred})" if inferred else "")
         tone = ATTENTION
-    elif state == "completed":
+    elif state == Kind.COMPLETED:
         ended = parse_time(event.get("time"))
         took = ""
         if started_at and ended and not inferred and ended >= started_at:
             took = f" after {duration((ended - started_at).total_seconds())}"
         line = f"{etype} completed{took}" + (f" ({inferred})" if inferred else "")
         tone = GOOD
-    elif state == "canceled":
+    elif state == Kind.CANCELED:
         line = f"{etype} canceled" + (f" (was due {when_text(not_before, now)})" if not_before else "")
         tone = GOOD
-    elif state == "approved":
+    elif state == Kind.APPROVED:
         line = f"{etype} approved by {approver(_text(data.get('ApprovedBy')))}"
-    elif state == "prepared":
+    elif state == Kind.PREPARED:
         took = _number(data.get("DurationSeconds"))
         line = f"ready for {etype}" + (f" (prepare hook took {duration(took)})" if took is not None else "")
-    elif state == "preparefailed":
+    elif state == Kind.PREPARE_FAILED:
         line = f"prepare hook failed for {etype}" + (f": {reason}" if reason else "")
         tone = ATTENTION
-    elif state == "recoverfailed":
+    elif state == Kind.RECOVER_FAILED:
         line = f"recover hook failed after {etype}" + (f": {reason}" if reason else "")
         tone = ATTENTION
-    elif state == "approvalrejected":
+    elif state == Kind.APPROVAL_REJECTED:
         what = etype if etype != "event" else f"event {_text(event.get('subject')) or 'unknown'}"
         line = f"approval message refused for {what}" + (f": {reason}" if reason else "")
         tone = WARNING

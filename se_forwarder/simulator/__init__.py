@@ -5,7 +5,7 @@
 ``se-forwarder simulate`` CLI; ``python -m se_forwarder.simulator`` runs it too.
 """
 
-from se_forwarder.simulator.engine import ApprovalError, Simulator
+from se_forwarder.simulator.engine import Simulator
 from se_forwarder.simulator.faults import FaultError
 from se_forwarder.simulator.scenarios import (
     Scenario,
@@ -18,6 +18,7 @@ from se_forwarder.simulator.wire import (
     INSTANCE_VERSIONS,
     LATEST_VERSION,
     SCHEDULED_EVENTS_VERSIONS,
+    ApprovalError,
     vm_id_for,
 )
 

@@ -6,126 +6,35 @@ incarnation always carries the same information (until an ``incarnation_reset`` 
 Simulated seconds (NotBeforeInSeconds, StartedSeconds, scenario offsets) are divided by
 ``time_scale``; NotBefore on the wire is the real wall-clock time the event will start.
 
-A scenario's clock starts at the first scheduled-events poll of any VM (``start="first-poll"``,
-the default), so a client started after the simulator still sees the whole story; the HTTP layer
-reports polls with ``note_poll``. ``start="immediately"`` starts it at once.
+Scenarios are played by ``player.py`` against this store; the HTTP layer reports polls with
+``note_poll`` (a scenario's clock may start at the first one).
 """
 
 from __future__ import annotations
 
 import collections
-import datetime as dt
-import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from se_forwarder.simulator.faults import Fault, parse_fault
-from se_forwarder.simulator.scenarios import Scenario, Step, load_scenario, scenario_from_mapping
+from se_forwarder.simulator.player import SCENARIO_STARTS, ScenarioListener, ScenarioPlayer
+from se_forwarder.simulator.scenarios import Scenario, load_scenario, scenario_from_mapping
+from se_forwarder.simulator.store import EventStore
 from se_forwarder.simulator.wire import (
-    DEFAULT_DESCRIPTIONS,
-    DEFAULT_STARTED_SECONDS,
     LATEST_VERSION,
-    MIN_NOTICE_SECONDS,
+    ApprovalError,
     check_event_fields,
-    format_rfc1123,
-    parse_rfc1123,
     render_document,
-    render_event,
 )
 
 log = logging.getLogger("se_forwarder.simulator")
 
 ChangeListener = Callable[[int, list[str]], None]
-ScenarioListener = Callable[[dict[str, Any]], None]
-SCENARIO_STARTS = ("first-poll", "immediately")
-
-
-class ApprovalError(ValueError):
-    """A StartRequests body that IMDS answers with 400 (malformed, or an unknown EventId)."""
-
-
-def utc_now_iso(epoch: float) -> str:
-    """RFC 3339 UTC with milliseconds, for logs and approval records."""
-    stamp = dt.datetime.fromtimestamp(epoch, dt.UTC)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_start_requests(body: bytes) -> list[str]:
-    """The EventIds of a POST body ``{"StartRequests": [{"EventId": ...}, ...]}``.
-
-    ApprovalError (-> 400) when the body is not exactly that shape.
-    """
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApprovalError(f"Bad request. The body is not JSON: {exc}") from None
-    requests_ = data.get("StartRequests") if isinstance(data, dict) else None
-    if not isinstance(requests_, list):
-        raise ApprovalError("Bad request. The body needs a StartRequests list.")
-    ids: list[str] = []
-    for item in requests_:
-        event_id = item.get("EventId") if isinstance(item, dict) else None
-        if not isinstance(event_id, str) or not event_id:
-            raise ApprovalError("Bad request. Every StartRequests entry needs an EventId string.")
-        ids.append(event_id)
-    return ids
-
-
-@dataclass
-class _Event:
-    """One event and the simulator's bookkeeping about it."""
-
-    event_id: str
-    event_type: str
-    resource_type: str
-    resources: list[str]
-    status: str
-    description: str
-    source: str
-    duration: int
-    not_before: float | None  # wall time it starts by itself, while Scheduled
-    started_seconds: float  # simulated seconds it stays Started
-    started_at: float | None = None
-    approved_by: set[str] = field(default_factory=set)
-    origin: str = "control"
-
-    def wire(self) -> dict[str, Any]:
-        """All fields, as the newest api-version shows them."""
-        return {
-            "EventId": self.event_id,
-            "EventType": self.event_type,
-            "ResourceType": self.resource_type,
-            "Resources": list(self.resources),
-            "EventStatus": self.status,
-            "NotBefore": "" if self.not_before is None else format_rfc1123(self.not_before),
-            "Description": self.description,
-            "EventSource": self.source,
-            "DurationInSeconds": self.duration,
-        }
-
-    def label(self) -> str:
-        return f"{self.event_type} {self.event_id}"
-
-
-@dataclass
-class _Run:
-    """A scenario being played."""
-
-    scenario: Scenario
-    steps: list[Step]
-    started: float | None  # None: waiting for the first scheduled-events poll
-    params: dict[str, Any]
-    start: str = "immediately"
-    trigger: str = ""  # what started it, for people
-    index: int = 0
-    refs: dict[str, str] = field(default_factory=dict)
-    created: set[str] = field(default_factory=set)
+__all__ = ["SCENARIO_STARTS", "ApprovalError", "ChangeListener", "ScenarioListener", "Simulator"]
 
 
 class Simulator:
@@ -154,15 +63,13 @@ class Simulator:
         self._clock = clock
         self._tick_interval = tick_interval
         self._lock = threading.RLock()
-        self._events: dict[str, _Event] = {}
+        self._store = EventStore(names, self.real_seconds)
+        self._events = self._store.events
         self._incarnation = 1
-        self._approvals: list[dict[str, Any]] = []
         self._faults: list[Fault] = []
         self._requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=request_log_size)
-        self._run: _Run | None = None
+        self._player = ScenarioPlayer(clock, self.real_seconds)
         self._listeners: list[ChangeListener] = []
-        self._scenario_listeners: list[ScenarioListener] = []
-        self._first_poll: str | None = None  # "vm0 from 127.0.0.1" once a VM has been polled
         self._reset_hooks: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -202,7 +109,7 @@ class Simulator:
 
     def on_scenario_start(self, listener: ScenarioListener) -> None:
         """Call ``listener(scenario_status)`` when a scenario's clock starts (under the lock)."""
-        self._scenario_listeners.append(listener)
+        self._player.on_start(listener)
 
     def on_reset(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` on every reset (the HTTP layer clears its throttling windows)."""
@@ -236,39 +143,15 @@ class Simulator:
     def _advance(self) -> None:
         now = self._clock()
         changes: list[str] = []
-        run = self._run
-        while run is not None and run.started is not None and run.index < len(run.steps):
-            step = run.steps[run.index]
-            due = run.started + self.real_seconds(step.at)
-            if due > now:
-                break
-            run.index += 1
-            self._apply_step(run, step, due, changes)
+        self._player.advance(self._store, self, now, changes)
         for fault in [f for f in self._faults if f.kind == "incarnation_reset"]:
             if fault.armed_at <= now:
                 self._faults.remove(fault)
                 self._commit(changes)
                 changes = []
                 self._set_incarnation(fault.reset_to)
-        for event in list(self._events.values()):
-            if event.not_before is not None and event.not_before <= now:
-                self._start(event, event.not_before)
-                changes.append(f"{event.label()} Started (NotBefore passed)")
-            ends = self._ends_at(event)
-            if ends is not None and ends <= now:
-                del self._events[event.event_id]
-                changes.append(f"{event.label()} removed (completed)")
+        changes += self._store.due(now)
         self._commit(changes)
-
-    def _ends_at(self, event: _Event) -> float | None:
-        if event.started_at is None:
-            return None
-        return event.started_at + self.real_seconds(event.started_seconds)
-
-    def _start(self, event: _Event, when: float) -> None:
-        event.status = "Started"
-        event.not_before = None
-        event.started_at = when
 
     def _set_incarnation(self, value: int) -> None:
         log.info("incarnation reset from %d to %d", self._incarnation, value)
@@ -281,49 +164,6 @@ class Simulator:
 
     # --- events --------------------------------------------------------------------------------
 
-    def _new_event(
-        self,
-        fields: Mapping[str, Any],
-        *,
-        base: float,
-        resources: Sequence[str] | None = None,
-        origin: str = "control",
-    ) -> _Event:
-        f = check_event_fields(fields)
-        event_id = f.get("EventId") or str(uuid.uuid4()).upper()
-        if event_id in self._events:
-            raise ValueError(f"EventId {event_id} already exists")
-        event_type = f.get("EventType", "Freeze")
-        status = f.get("EventStatus", "Scheduled")
-        event = _Event(
-            event_id=event_id,
-            event_type=event_type,
-            resource_type=f.get("ResourceType", "VirtualMachine"),
-            resources=list(f.get("Resources") or resources or self.vm_names),
-            status=status,
-            description=f.get("Description", DEFAULT_DESCRIPTIONS[event_type]),
-            source=f.get("EventSource", "Platform"),
-            duration=f.get("DurationInSeconds", -1),
-            not_before=None,
-            started_seconds=f.get("StartedSeconds", DEFAULT_STARTED_SECONDS),
-            origin=origin,
-        )
-        if status == "Started":
-            if f.get("NotBefore") or "NotBeforeInSeconds" in f:
-                raise ValueError('a Started event has no NotBefore (it is "" once Started)')
-            event.started_at = base
-        else:
-            event.not_before = self._not_before(f, event_type, base)
-        return event
-
-    def _not_before(self, f: Mapping[str, Any], event_type: str, base: float) -> float:
-        if "NotBefore" in f:
-            if not f["NotBefore"]:
-                raise ValueError('a Scheduled event needs a NotBefore; "" is for Started events')
-            return parse_rfc1123(f["NotBefore"])
-        notice = f.get("NotBeforeInSeconds", MIN_NOTICE_SECONDS[event_type])
-        return base + self.real_seconds(notice)
-
     def add_event(self, fields: Mapping[str, Any], *, vm: str | None = None) -> dict[str, Any]:
         """Add an event (all fields optional) and return it as IMDS shows it.
 
@@ -334,72 +174,35 @@ class Simulator:
         with self._lock:
             self._advance()
             self._check_vm(vm)
-            event = self._new_event(fields, base=self._clock(), resources=[vm] if vm else None)
+            event = self._store.new(fields, base=self._clock(), resources=[vm] if vm else None)
             self._events[event.event_id] = event
-            self._commit([self._added_line(event)])
+            self._commit([event.added_line()])
             return event.wire()
-
-    def _added_line(self, event: _Event) -> str:
-        when = "" if event.not_before is None else f", NotBefore {format_rfc1123(event.not_before)}"
-        return (
-            f"{event.label()} added ({event.status}{when}, {event.source}, "
-            f"Resources {','.join(event.resources)})"
-        )
 
     def patch_event(self, event_id: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Change fields of an event (e.g. ``{"EventStatus": "Started"}``); KeyError if unknown."""
         with self._lock:
             self._advance()
-            event = self._get(event_id)
+            event = self._store.get(event_id)
             f = check_event_fields(fields)
             if f.get("EventId", event_id) != event_id:
                 raise ValueError("EventId cannot be changed; delete the event and add another")
             before = event.wire()
-            self._patch(event, f, self._clock())
+            self._store.patch(event, f, self._clock())
             after = event.wire()
             if after != before:
                 changed = sorted(k for k in after if after[k] != before[k])
                 self._commit([f"{event.label()} changed: {', '.join(changed)}"])
             return after
 
-    def _patch(self, event: _Event, f: Mapping[str, Any], now: float) -> None:
-        simple = {
-            "EventType": "event_type",
-            "ResourceType": "resource_type",
-            "Resources": "resources",
-            "Description": "description",
-            "EventSource": "source",
-            "DurationInSeconds": "duration",
-            "StartedSeconds": "started_seconds",
-        }
-        for key, attr in simple.items():
-            if key in f:
-                setattr(event, attr, f[key])
-        status = f.get("EventStatus", event.status)
-        reschedule = "NotBefore" in f or "NotBeforeInSeconds" in f
-        if status == "Started" and event.status == "Scheduled":
-            self._start(event, now)
-        elif status == "Scheduled" and (event.status == "Started" or reschedule):
-            event.status = "Scheduled"
-            event.started_at = None
-            event.not_before = self._not_before(f, event.event_type, now)
-        elif reschedule:
-            raise ValueError("NotBefore only applies to a Scheduled event")
-
     def delete_event(self, event_id: str) -> None:
         """Remove an event (the agent sees it complete, or cancel if it was Scheduled)."""
         with self._lock:
             self._advance()
-            event = self._get(event_id)
+            event = self._store.get(event_id)
             del self._events[event_id]
             how = "completed" if event.status == "Started" else "canceled"
             self._commit([f"{event.label()} removed ({how}, deleted)"])
-
-    def _get(self, event_id: str) -> _Event:
-        try:
-            return self._events[event_id]
-        except KeyError:
-            raise KeyError(f"no event {event_id} in the document") from None
 
     def _check_vm(self, vm: str | None) -> None:
         if vm is not None and vm not in self.vm_names:
@@ -415,7 +218,7 @@ class Simulator:
         """One current event with every field; KeyError when it is not in the document."""
         with self._lock:
             self._advance()
-            return self._get(event_id).wire()
+            return self._store.get(event_id).wire()
 
     def document(self, vm: str | None = None, api_version: str = LATEST_VERSION) -> dict[str, Any]:
         """The document ``vm`` gets for ``api_version`` (every VM sees the same shared list)."""
@@ -443,44 +246,11 @@ class Simulator:
             self._advance()
             voter = vm or self.vm_names[0]
             self._check_vm(voter)
-            now = self._clock()
-            visible = {
-                e.event_id for e in self._events.values() if render_event(e.wire(), api_version) is not None
-            }
-            unknown = [i for i in event_ids if i not in visible]
-            records: list[dict[str, Any]] = []
-            changes: list[str] = []
-            for event_id in event_ids:
-                record: dict[str, Any] = {
-                    "EventId": event_id,
-                    "time": utc_now_iso(now),
-                    "accepted": not unknown,
-                    "vm": voter,
-                    "client": client,
-                    "started": False,
-                    "reason": None,
-                }
-                if unknown:
-                    record["reason"] = (
-                        "unknown EventId"
-                        if event_id in unknown
-                        else f"request also named unknown EventId {unknown[0]}"
-                    )
-                else:
-                    event = self._events[event_id]
-                    event.approved_by.add(voter)
-                    waiting = set(event.resources) - event.approved_by
-                    if event.status == "Scheduled" and not (self.multi_tenant and waiting):
-                        self._start(event, now)
-                        record["started"] = True
-                        changes.append(f"{event.label()} Started (approved by {voter})")
-                    elif event.status == "Scheduled":
-                        record["reason"] = f"waiting for approval by {', '.join(sorted(waiting))}"
-                    else:
-                        record["reason"] = "already Started"
-                records.append(record)
-            self._approvals.extend(records)
+            records, changes = self._store.approve(
+                event_ids, voter=voter, client=client, now=self._clock(),
+                multi_tenant=self.multi_tenant, api_version=api_version)
             self._commit(changes)
+            unknown = [r["EventId"] for r in records if r["reason"] == "unknown EventId"]
             if unknown:
                 raise ApprovalError(f"Bad request. Unknown EventId {unknown[0]}.")
             return records
@@ -488,9 +258,9 @@ class Simulator:
     def approvals(self) -> list[dict[str, Any]]:
         """Every StartRequests EventId received: EventId, time, accepted, vm, client, ..."""
         with self._lock:
-            return [dict(a) for a in self._approvals]
+            return [dict(a) for a in self._store.approvals]
 
-    # --- scenarios -----------------------------------------------------------------------------
+    # --- scenarios (played by player.py) -----------------------------------------------------
 
     def start_scenario(
         self,
@@ -516,105 +286,37 @@ class Simulator:
         steps = scenario.compile(self.vm_names, params)
         with self._lock:
             self._advance()
-            self._run = _Run(scenario, steps, None, dict(params or {}), start=start)
-            if start == "immediately":
-                self._begin(self._run, "asked to start immediately")
-            elif self._first_poll is not None:
-                self._begin(self._run, f"a client polls already ({self._first_poll})")
-            else:
-                log.info("scenario %s waits for the first scheduled-events poll (%d steps)",
-                         scenario.name, len(steps))
+            self._player.load(scenario, steps, params or {}, start)
             self._advance()
-            return self._scenario_status()
+            return self._player.status(set(self._events))
 
     def note_poll(self, vm: str, client: str = "in-process") -> None:
         """A scheduled-events document is about to be served to ``vm``: starts a waiting scenario."""
         with self._lock:
-            if self._first_poll is None:
-                self._first_poll = f"{vm} from {client}"
-            run = self._run
-            if run is not None and run.started is None:
-                self._begin(run, f"first scheduled-events poll: {vm} from {client}")
+            if self._player.note_poll(vm, client):
                 self._advance()
-
-    def _begin(self, run: _Run, trigger: str) -> None:
-        run.started = self._clock()
-        run.trigger = trigger
-        log.info("scenario %s started (%s; %d steps)", run.scenario.name, trigger, len(run.steps))
-        status = self._scenario_status()
-        for listener in self._scenario_listeners:
-            try:
-                listener(dict(status))
-            except Exception:
-                log.exception("simulator scenario listener failed")
-
-    def _apply_step(self, run: _Run, step: Step, due: float, changes: list[str]) -> None:
-        event = self._events.get(run.refs.get(step.ref or "", ""))
-        if step.action == "add":
-            try:
-                new = self._new_event(step.fields, base=due, origin=f"scenario:{run.scenario.name}")
-            except ValueError as exc:
-                log.warning("scenario %s: step at %gs skipped: %s", run.scenario.name, step.at, exc)
-                return
-            self._events[new.event_id] = new
-            run.refs[step.ref or new.event_id] = new.event_id
-            run.created.add(new.event_id)
-            changes.append(self._added_line(new))
-        elif step.action in ("patch", "start") and event is not None:
-            before = event.wire()
-            fields = step.fields if step.action == "patch" else {"EventStatus": "Started"}
-            if step.action == "patch" or event.status == "Scheduled":
-                self._patch(event, fields, due)
-            if event.wire() != before:
-                changes.append(f"{event.label()} changed by scenario ({step.action})")
-        elif step.action in ("delete", "cancel") and event is not None:
-            if step.action == "delete" or event.status == "Scheduled":
-                del self._events[event.event_id]
-                how = "canceled" if event.status == "Scheduled" else "completed"
-                changes.append(f"{event.label()} removed ({how})")
-        elif step.action == "reset":
-            if self._events:
-                self._events.clear()
-            changes.append("all events removed (scenario reset)")
-        elif step.action == "fault":
-            self._faults.append(parse_fault(step.fields, vm_names=self.vm_names, now=due))
-        elif step.action == "incarnation_reset":
-            self._commit(changes)
-            changes.clear()
-            self._set_incarnation(int(step.fields["to"]))
 
     def scenario_done(self) -> bool:
         """True when the scenario played every step and its events are all gone (or none runs)."""
         with self._lock:
             self._advance()
-            run = self._run
-            if run is None:
-                return True
-            return run.index >= len(run.steps) and not (run.created & set(self._events))
+            return self._player.done(set(self._events))
 
     def scenario_status(self) -> dict[str, Any]:
         """Name, progress and whether the playing scenario is done."""
         with self._lock:
             self._advance()
-            return self._scenario_status()
+            return self._player.status(set(self._events))
 
-    def _scenario_status(self) -> dict[str, Any]:
-        run = self._run
-        if run is None:
-            return {"name": None, "done": True}
-        done = run.index >= len(run.steps) and not (run.created & set(self._events))
-        return {
-            "name": run.scenario.name,
-            "params": run.params,
-            "start": run.start,
-            "started": None if run.started is None else utc_now_iso(run.started),
-            "started_by": run.trigger or None,
-            "waiting_for_first_poll": run.started is None,
-            "steps_done": run.index,
-            "steps_total": len(run.steps),
-            "events_remaining": sorted(run.created & set(self._events)),
-            "done": done,
-        }
+    # --- what a scenario step does besides events (player.Engine; under the lock) ------------
+
+    def arm_fault(self, spec: Mapping[str, Any], now: float) -> None:
+        self._faults.append(parse_fault(dict(spec), vm_names=self.vm_names, now=now))
+
+    def reset_incarnation(self, value: int, changes: list[str]) -> None:
+        self._commit(changes)
+        changes.clear()
+        self._set_incarnation(value)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
         """Poll ``predicate`` until it holds or ``timeout`` s pass; whether it held."""
@@ -683,9 +385,9 @@ class Simulator:
         """Empty document (incarnation still goes up), no scenario, faults, approvals or log."""
         with self._lock:
             self._events.clear()
-            self._run = None
+            self._player.clear()
             self._faults.clear()
-            self._approvals.clear()
+            self._store.approvals.clear()
             self._requests.clear()
             self._commit(["reset: all events removed"])
             for hook in self._reset_hooks:

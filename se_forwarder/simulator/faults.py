@@ -27,6 +27,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from se_forwarder.errors import ConfigError
+
 KINDS = ("status", "hang", "body", "truncate", "huge_body", "incarnation_reset")
 ROUTES = ("scheduledevents", "compute", "instance", "any")
 HUGE_DEFAULT = 10 * 1024 * 1024
@@ -46,7 +48,7 @@ _ALLOWED = {
 UNLIMITED = 10**9  # the count of a fault limited by ``seconds`` only
 
 
-class FaultError(ValueError):
+class FaultError(ConfigError, ValueError):
     """A fault spec that cannot be used; the message names the offending key."""
 
 
@@ -182,10 +184,10 @@ def parse_fault_flag(text: str) -> dict[str, Any]:
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
-            spec = json.loads(stripped)
+            parsed: dict[str, Any] = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise FaultError(f"--fault {text!r} is not valid JSON: {exc.msg}") from exc
-        return spec
+        return parsed
     spec: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in stripped.split(","))):
         key, sep, value = part.partition("=")

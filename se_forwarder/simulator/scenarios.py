@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from se_forwarder.errors import ConfigError
 from se_forwarder.simulator.faults import FaultError, parse_fault
 from se_forwarder.simulator.wire import EVENT_INPUT_KEYS, check_event_fields
 
@@ -43,7 +44,7 @@ _ACTION_KEYS = ("at", "do", "event", "ref", "fault", "to", "fields")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ConfigError, ValueError):
     """A scenario that cannot be loaded or played; the message is one line naming the problem."""
 
 

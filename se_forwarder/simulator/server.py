@@ -1,4 +1,4 @@
-"""The simulator over real HTTP: IMDS routes, per-VM URL prefixes, and the ``/control`` API.
+"""The simulator over real HTTP: per-VM URL prefixes, the IMDS routes and the ``/control`` API.
 
 IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
 
@@ -6,21 +6,13 @@ IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
     GET      /metadata/instance/compute?api-version=...
     GET      /metadata/instance?api-version=...
 
-Checks are made in IMDS's order: throttling (429), ``X-Forwarded-For`` (400), ``Metadata: true``
-(400), api-version (400); then the first-call delay, injected faults, and the answer (with an
-``ETag``; ``If-None-Match`` gets 304). See ``design.md`` for the control API.
-
-``instance_endpoint`` imitates stand-ins and failures of the instance metadata routes alone:
-``ok`` (the default), ``missing`` (404, as in IMDS mock servers that only serve scheduled events)
-or ``hang`` (accept the request and never answer).
+What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. This module owns
+the server's life cycle, its sockets (``stop`` cuts hanging requests) and the IMDS behaviour knobs.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import hashlib
-import json
 import logging
 import re
 import select
@@ -29,72 +21,21 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from se_forwarder.simulator.engine import (
-    SCENARIO_STARTS,
-    ApprovalError,
-    Simulator,
-    parse_start_requests,
-    utc_now_iso,
-)
-from se_forwarder.simulator.faults import Fault, FaultError, parse_fault, parse_fault_flag
-from se_forwarder.simulator.scenarios import (
-    Scenario,
-    ScenarioError,
-    builtin_scenarios,
-    load_scenario,
-)
-from se_forwarder.simulator.wire import (
-    INSTANCE_VERSIONS,
-    SCHEDULED_EVENTS_VERSIONS,
-    compute_metadata,
-    network_metadata,
-    newest_versions,
-    version_error,
-)
+from se_forwarder.simulator.control_routes import ControlApi, instance_mode
+from se_forwarder.simulator.engine import SCENARIO_STARTS, Simulator
+from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
+from se_forwarder.simulator.imds_routes import IMDS_ROUTES, ImdsHandler, Throttle
+from se_forwarder.simulator.scenarios import Scenario, load_scenario
 
 log = logging.getLogger("se_forwarder.simulator")
 
 VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-IMDS_ROUTES = {
-    "/metadata/scheduledevents": "scheduledevents",
-    "/metadata/instance/compute": "compute",
-    "/metadata/instance": "instance",
-}
 MAX_BODY = 1024 * 1024
-JSON_TYPE = "application/json; charset=utf-8"
-INSTANCE_MODES = ("ok", "missing", "hang")
-
-
-class _Throttle:
-    """At most ``rps`` requests in any one-second window per key (client address, VM)."""
-
-    def __init__(self, rps: float | None) -> None:
-        self.rps = rps
-        self._hits: dict[tuple[str, str], collections.deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def allow(self, key: tuple[str, str]) -> bool:
-        rps = self.rps
-        if not rps:
-            return True
-        now = time.monotonic()
-        with self._lock:
-            hits = self._hits.setdefault(key, collections.deque())
-            while hits and hits[0] <= now - 1.0:
-                hits.popleft()
-            if len(hits) >= rps:
-                return False
-            hits.append(now)
-            return True
-
-    def clear(self) -> None:
-        with self._lock:
-            self._hits.clear()
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -135,7 +76,7 @@ class _HTTPServer(ThreadingHTTPServer):
                     sock.shutdown(socket.SHUT_RDWR)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ImdsHandler):
     """One HTTP request: routes to the IMDS part or the control API."""
 
     protocol_version = "HTTP/1.1"
@@ -166,10 +107,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("PUT")
 
     # --- plumbing ------------------------------------------------------------------------------
-
-    @property
-    def owner(self) -> SimulatorServer:
-        return self.server.owner
 
     def _dispatch(self, method: str) -> None:
         try:
@@ -207,159 +144,6 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return self.rfile.read(length) if length else b""
 
-    def _send(
-        self,
-        status: int,
-        body: bytes = b"",
-        content_type: str = JSON_TYPE,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        if status != 304:
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body and status != 304:
-            self.wfile.write(body)
-
-    def _json(self, status: int, data: Any, headers: Mapping[str, str] | None = None) -> None:
-        self._send(status, json.dumps(data).encode("utf-8"), JSON_TYPE, headers)
-
-    # --- IMDS ----------------------------------------------------------------------------------
-
-    def _imds(self, method: str, route: str, vm: str, query: dict[str, str], body: bytes) -> None:
-        started = time.monotonic()
-        entry: dict[str, Any] = {
-            "time": utc_now_iso(time.time()),
-            "client": self.client_address[0],
-            "vm": vm,
-            "method": method,
-            "path": self.path,
-            "route": route,
-            "api_version": query.get("api-version"),
-            "status": None,
-            "fault": None,
-        }
-        try:
-            entry["status"], entry["fault"] = self._imds_answer(method, route, vm, query, body)
-        finally:
-            entry["duration_ms"] = round((time.monotonic() - started) * 1000, 1)
-            self.owner.sim.record_request(entry)
-
-    def _imds_answer(
-        self, method: str, route: str, vm: str, query: dict[str, str], body: bytes
-    ) -> tuple[int | None, str | None]:
-        """Answer one IMDS request; returns (status sent or None, fault kind or None)."""
-        owner = self.owner
-        if not owner.throttle.allow((self.client_address[0], vm)):
-            self._send(429, b"Too many requests", "text/plain; charset=utf-8", {"Retry-After": "1"})
-            return 429, "throttled"
-        if route != "scheduledevents" and owner.instance_endpoint != "ok":
-            if owner.instance_endpoint == "missing":
-                self._json(404, {"error": "Not found"})
-                return 404, "instance-missing"
-            owner.hang(self.connection, None)
-            self.close_connection = True
-            return None, "instance-hang"
-        if "X-Forwarded-For" in self.headers:
-            return self._bad("Bad request. X-Forwarded-For header is not allowed.")
-        if (self.headers.get("Metadata") or "").strip().lower() != "true":
-            return self._bad("Bad request. Required metadata header not specified")
-        allowed = ("GET", "POST") if route == "scheduledevents" else ("GET",)
-        if method not in allowed:
-            self._json(405, {"error": "Method not allowed"}, {"Allow": ", ".join(allowed)})
-            return 405, None
-        known = SCHEDULED_EVENTS_VERSIONS if route == "scheduledevents" else INSTANCE_VERSIONS
-        version = query.get("api-version")
-        problem = version_error(version, known)
-        if problem:
-            return self._bad(problem, {"newest-versions": newest_versions(known)})
-        assert version is not None
-        if route == "scheduledevents" and not owner.wait_first_call(vm):
-            self.close_connection = True
-            return None, "stopped"
-        fault = owner.sim.take_fault(route, vm, method)
-        if fault is not None:
-            if fault.delay_seconds and not owner.pause(fault.delay_seconds):
-                self.close_connection = True
-                return None, "stopped"
-            if fault.kind != "delay":
-                return self._fault(fault, route, vm, version), fault.kind
-        if route == "scheduledevents":
-            if method == "POST":
-                return self._approve(vm, version, body), fault and fault.kind
-            owner.sim.note_poll(vm, self.client_address[0])  # a waiting scenario starts now
-            return self._document(vm, version), fault and fault.kind
-        index = owner.sim.vm_names.index(vm)
-        compute = compute_metadata(vm, index, owner.instance_overrides)
-        data = compute if route == "compute" else {"compute": compute, "network": network_metadata(index)}
-        self._send(200, _dumps(data))
-        return 200, fault and fault.kind
-
-    def _bad(self, message: str, extra: Mapping[str, Any] | None = None) -> tuple[int, str | None]:
-        self._json(400, {"error": message, **(extra or {})})
-        return 400, None
-
-    def _document(self, vm: str, version: str) -> int:
-        body = _dumps(self.owner.sim.document(vm, version))
-        etag = '"' + hashlib.sha256(body).hexdigest()[:24] + '"'
-        if _etag_matches(self.headers.get("If-None-Match"), etag):
-            self._send(304, headers={"ETag": etag})
-            return 304
-        self._send(200, body, headers={"ETag": etag})
-        return 200
-
-    def _approve(self, vm: str, version: str, body: bytes) -> int:
-        try:
-            ids = parse_start_requests(body)
-            self.owner.sim.approve(ids, vm=vm, client=self.client_address[0], api_version=version)
-        except ApprovalError as exc:
-            self._json(400, {"error": str(exc)})
-            return 400
-        self._send(200)
-        return 200
-
-    def _fault(self, fault: Fault, route: str, vm: str, version: str) -> int | None:
-        if fault.kind == "status":
-            assert fault.status is not None
-            headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
-            self._json(fault.status, {"error": f"Simulated fault: HTTP {fault.status}"}, headers)
-            return fault.status
-        if fault.kind == "hang":
-            self.owner.hang(self.connection, fault.hang_seconds)
-            self.close_connection = True
-            return None
-        if fault.kind == "body":
-            assert fault.body is not None
-            self._send(200, fault.body.encode("utf-8"))
-            return 200
-        document = _dumps(self.owner.sim.document(vm, version))
-        if fault.kind == "truncate":
-            self.send_response(200)
-            self.send_header("Content-Type", JSON_TYPE)
-            self.send_header("Content-Length", str(len(document)))
-            self.end_headers()
-            self.wfile.write(document[: max(1, len(document) // 2)])
-            self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_WR)
-            return 200
-        # huge_body: the real document, padded with whitespace (still valid JSON)
-        padding = max(0, fault.size - len(document))
-        self.send_response(200)
-        self.send_header("Content-Type", JSON_TYPE)
-        self.send_header("Content-Length", str(len(document) + padding))
-        self.end_headers()
-        self.wfile.write(document)
-        chunk = b" " * (1 << 20)
-        while padding > 0:
-            piece = chunk[: min(padding, len(chunk))]
-            self.wfile.write(piece)
-            padding -= len(piece)
-        return 200
-
     # --- control API ---------------------------------------------------------------------------
 
     def _control(self, method: str, sub: str, query: dict[str, str], body: bytes, vm: str | None) -> None:
@@ -373,30 +157,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(204)
         else:
             self._json(status, data)
-
-
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode("utf-8")
-
-
-def _etag_matches(header: str | None, etag: str) -> bool:
-    if not header:
-        return False
-    if header.strip() == "*":
-        return True
-    tags = [t.strip() for t in header.split(",")]
-    return any((t[2:] if t.startswith("W/") else t) == etag for t in tags)
-
-
-def _json_body(body: bytes, *, default: Any = None) -> Any:
-    if not body.strip():
-        if default is None:
-            raise ValueError("a JSON body is required")
-        return default
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"the body is not JSON: {exc}") from None
 
 
 class SimulatorServer:
@@ -443,11 +203,11 @@ class SimulatorServer:
         self.host = host
         self._port = port
         self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant)
-        self.throttle = _Throttle(throttle_rps)
+        self.throttle = Throttle(throttle_rps)
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})
         self.hang_seconds = hang_seconds
-        self.instance_endpoint = _instance_mode(instance_endpoint)
+        self.instance_endpoint = instance_mode(instance_endpoint)
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
@@ -459,6 +219,7 @@ class SimulatorServer:
         self._faults = [parse_fault_flag(f) if isinstance(f, str) else dict(f) for f in faults]
         for spec in self._faults:  # validate now; armed at start()
             parse_fault(spec, vm_names=self.sim.vm_names)
+        self._control_api = ControlApi(self)
         self._stopping = threading.Event()
         self._started_once = False
         self._httpd: _HTTPServer | None = None
@@ -596,152 +357,18 @@ class SimulatorServer:
         self, method: str, sub: str, query: Mapping[str, str], body: bytes, vm: str | None
     ) -> tuple[int, Any]:
         """Handle ``/control<sub>``; returns (status, JSON data). KeyError -> 404, ValueError -> 400."""
-        sim = self.sim
-        routes: dict[tuple[str, str], Any] = {
-            ("GET", ""): lambda: (200, self.describe()),
-            ("GET", "/events"): lambda: (
-                200,
-                {"DocumentIncarnation": sim.incarnation, "Events": sim.events()},
-            ),
-            ("POST", "/events"): lambda: (201, sim.add_event(_json_body(body, default={}), vm=vm)),
-            ("GET", "/approvals"): lambda: (200, sim.approvals()),
-            ("GET", "/faults"): lambda: (200, sim.faults()),
-            ("POST", "/faults"): lambda: (201, self._add_faults(_json_body(body))),
-            ("DELETE", "/faults"): self._clear_faults,
-            ("GET", "/scenario"): lambda: (200, sim.scenario_status()),
-            ("POST", "/scenario"): lambda: (201, self._start_scenario(_json_body(body))),
-            ("GET", "/scenarios"): lambda: (200, _describe_builtins()),
-            ("POST", "/reset"): lambda: (200, {"DocumentIncarnation": sim.reset()}),
-            ("GET", "/requests"): lambda: (
-                200,
-                sim.requests(query.get("vm"), _limit(query.get("limit"))),
-            ),
-            ("GET", "/settings"): lambda: (200, self.settings()),
-            ("POST", "/settings"): lambda: (200, self.update_settings(_json_body(body))),
-        }
-        handler = routes.get((method, sub))
-        if handler is not None:
-            return handler()
-        if sub.startswith("/events/"):
-            event_id = sub[len("/events/") :]
-            if method == "GET":
-                return 200, sim.event(event_id)
-            if method == "PATCH":
-                return 200, sim.patch_event(event_id, _json_body(body))
-            if method == "DELETE":
-                sim.delete_event(event_id)
-                return 204, None
-            return 405, {"error": f"{method} not allowed on /control/events/<EventId>"}
-        if any(path == sub for _, path in routes):
-            return 405, {"error": f"{method} not allowed on /control{sub}"}
-        raise KeyError(f"no control route /control{sub}")
-
-    def _clear_faults(self) -> tuple[int, None]:
-        self.sim.clear_faults()
-        return 204, None
-
-    def _add_faults(self, spec: Any) -> dict[str, Any] | list[dict[str, Any]]:
-        if not isinstance(spec, list):
-            return self.sim.add_fault(spec) if isinstance(spec, dict) else _bad_fault(spec)
-        return [self.sim.add_fault(s) if isinstance(s, dict) else _bad_fault(s) for s in spec]
-
-    def _start_scenario(self, spec: Any) -> dict[str, Any]:
-        if not isinstance(spec, dict):
-            raise ValueError('the body must be {"name": "<built-in scenario>", "params": {...}}')
-        params = spec.get("params") or {}
-        if not isinstance(params, dict):
-            raise ValueError("params must be an object")
-        start = spec.get("start", "first-poll")  # the engine names a bad value
-        if isinstance(spec.get("scenario"), dict):
-            return self.sim.start_scenario(spec["scenario"], params, start=start)
-        name = spec.get("name")
-        builtin = [s.name for s in builtin_scenarios()]
-        if name not in builtin:
-            raise ScenarioError(
-                f"unknown scenario {name!r} (built-in: {', '.join(builtin)}); "
-                'send {"scenario": {...}} for your own'
-            )
-        return self.sim.start_scenario(name, params, start=start)
+        return self._control_api.handle(method, sub, query, body, vm)
 
     def settings(self) -> dict[str, Any]:
         """The IMDS behaviour knobs, as ``GET /control/settings`` shows them."""
-        return {
-            "vm_names": list(self.sim.vm_names),
-            "time_scale": self.sim.time_scale,
-            "throttle_rps": self.throttle_rps,
-            "first_call_delay": self.first_call_delay,
-            "multi_tenant": self.sim.multi_tenant,
-            "instance_endpoint": self.instance_endpoint,
-        }
+        return self._control_api.settings()
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
         """Change throttle_rps, first_call_delay, multi_tenant or instance_endpoint at run time."""
-        if not isinstance(spec, dict):
-            raise ValueError("the body must be a JSON object")
-        known = ("throttle_rps", "first_call_delay", "multi_tenant", "instance_endpoint")
-        unknown = sorted(set(spec) - set(known))
-        if unknown:
-            raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(known)})")
-        if "instance_endpoint" in spec:
-            mode = _instance_mode(spec["instance_endpoint"])
-        for key in ("throttle_rps", "first_call_delay"):
-            value = spec.get(key)
-            if (
-                key in spec
-                and value is not None
-                and (isinstance(value, bool) or not isinstance(value, int | float))
-            ):
-                raise ValueError(f"{key} must be a number, got {value!r}")
-        if "multi_tenant" in spec and not isinstance(spec["multi_tenant"], bool):
-            raise ValueError("multi_tenant must be true or false")
-        if "throttle_rps" in spec:
-            self.throttle_rps = spec["throttle_rps"]
-        if "first_call_delay" in spec:
-            self.first_call_delay = float(spec["first_call_delay"] or 0)
-        if "multi_tenant" in spec:
-            self.sim.multi_tenant = spec["multi_tenant"]
-        if "instance_endpoint" in spec:
-            self.instance_endpoint = mode
-        return self.settings()
+        return self._control_api.update_settings(spec)
 
     def describe(self) -> dict[str, Any]:
         """``GET /control``: where everything is."""
-        return {
-            "imds": {name: self.vm_url(name) for name in self.sim.vm_names},
-            "url": self.url,
-            "settings": self.settings(),
-            "routes": [
-                "POST /control/events",
-                "GET /control/events",
-                "GET|PATCH|DELETE /control/events/{id}",
-                "GET /control/approvals",
-                "GET|POST|DELETE /control/faults",
-                "GET|POST /control/scenario",
-                "GET /control/scenarios",
-                "POST /control/reset",
-                "GET /control/requests?vm=&limit=",
-                "GET|POST /control/settings",
-            ],
-        }
+        return self._control_api.describe()
 
 
-def _instance_mode(value: Any) -> str:
-    if value not in INSTANCE_MODES:
-        raise ValueError(f"instance_endpoint must be one of {', '.join(INSTANCE_MODES)}, got {value!r}")
-    return value
-
-
-def _bad_fault(spec: Any) -> dict[str, Any]:
-    raise FaultError(f"a fault must be a JSON object, got {spec!r}")
-
-
-def _limit(text: str | None) -> int | None:
-    if text is None or text == "":
-        return None
-    if not text.isdigit():
-        raise ValueError(f"limit must be a positive integer, got {text!r}")
-    return int(text)
-
-
-def _describe_builtins() -> list[dict[str, Any]]:
-    return [{"name": s.name, "description": s.description, "params": s.params} for s in builtin_scenarios()]

@@ -7,6 +7,7 @@ answered in one place (see ``../shared/docs/scheduled-events-contract.md``).
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -299,3 +300,28 @@ def _check_one(key: str, value: Any) -> Any:
     if not _is_number(value) or value < 0:
         raise ValueError(f"{key} must be a number of seconds >= 0, got {value!r}")
     return float(value)
+
+
+class ApprovalError(ValueError):
+    """A StartRequests body that IMDS answers with 400 (malformed, or an unknown EventId)."""
+
+
+def parse_start_requests(body: bytes) -> list[str]:
+    """The EventIds of a POST body ``{"StartRequests": [{"EventId": ...}, ...]}``.
+
+    ApprovalError (IMDS answers 400) when the body is not exactly that shape.
+    """
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApprovalError(f"Bad request. The body is not JSON: {exc}") from None
+    requests_ = data.get("StartRequests") if isinstance(data, dict) else None
+    if not isinstance(requests_, list):
+        raise ApprovalError("Bad request. The body needs a StartRequests list.")
+    ids: list[str] = []
+    for item in requests_:
+        event_id = item.get("EventId") if isinstance(item, dict) else None
+        if not isinstance(event_id, str) or not event_id:
+            raise ApprovalError("Bad request. Every StartRequests entry needs an EventId string.")
+        ids.append(event_id)
+    return ids

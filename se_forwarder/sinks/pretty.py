@@ -13,6 +13,8 @@ import textwrap
 from datetime import datetime
 from typing import Any
 
+from ..model import Kind
+
 WIDTH = 100
 ID_WIDTH = 8
 COLUMNS = ("TIME", "CLOUDEVENT", "EVENT", "EVENT ID", "SOURCE", "INC", "DETAILS")
@@ -30,21 +32,21 @@ RULE_WORDS = {
     "sample-user": "what a user asked for is approved at once",
     "sample-freeze": "Freezes under 9 s are approved at once",
 }
-EXPLAIN = {
-    "scheduled": "scheduled: Azure announced maintenance; it starts at NotBefore, or sooner if approved",
-    "started": "started: the maintenance is under way (approved, or NotBefore passed)",
+EXPLAIN: dict[str, str] = {
+    Kind.SCHEDULED: "scheduled: Azure announced maintenance; it starts at NotBefore, or sooner if approved",
+    Kind.STARTED: "started: the maintenance is under way (approved, or NotBefore passed)",
     "started:no-notice": "hardware failure: Azure starts it without notice",
-    "completed": "completed: the maintenance is over and Azure removed the event",
-    "canceled": "canceled: Azure withdrew it before it started",
+    Kind.COMPLETED: "completed: the maintenance is over and Azure removed the event",
+    Kind.CANCELED: "canceled: Azure withdrew it before it started",
     "inferred": "inferred: the agent never saw it Started; it vanished after {why}, so it ran",
     "approved:hook": "approved by hook: the prepare hook succeeded, then the agent approved it",
     "approved:coordinator": "approved by the fleet coordinator: a signed message from the queue",
     "approved:cli": "approved by hand: `se-forwarder approve`",
-    "approvalrejected": "approval rejected: a remote approval message was refused; nothing approved",
-    "prepared": "prepared: the prepare hook finished",
-    "preparefailed": "prepare failed: the prepare hook failed, so the agent did not approve",
-    "recoverfailed": "recover failed: the recover hook failed after the event",
-    "heartbeat": "heartbeat: the agent says it is alive (not stored, not repeated)",
+    Kind.APPROVAL_REJECTED: "approval rejected: a remote approval message was refused; nothing approved",
+    Kind.PREPARED: "prepared: the prepare hook finished",
+    Kind.PREPARE_FAILED: "prepare failed: the prepare hook failed, so the agent did not approve",
+    Kind.RECOVER_FAILED: "recover failed: the recover hook failed after the event",
+    Kind.HEARTBEAT: "heartbeat: the agent says it is alive (not stored, not repeated)",
     "other-vms": "for other VMs: Azure shows every VM the events of its neighbours too",
 }
 _INFERRED_WHY = {"approved": "its approval", "not-before-passed": "its NotBefore passed"}
@@ -120,25 +122,25 @@ class PrettyFormatter:
         if isinstance(duration, int | float) and duration >= 0 and state in ("scheduled", "started"):
             parts.append(f"pause {duration:g} s" if event.get("eventtype") == "Freeze"
                          else f"lasts {duration:g} s")
-        if state == "scheduled":
+        if state == Kind.SCHEDULED:
             self._scheduled.add(subject)
             notice = _seconds_between(event.get("time"), data.get("NotBeforeUtc"))
             if notice is not None:
                 at = _clock(data.get("NotBeforeUtc"))
                 parts.append(f"NotBefore {at} (in {max(notice, 0):.0f} s)")
-        elif state == "approved":
+        elif state == Kind.APPROVED:
             by = str(data.get("ApprovedBy") or "")
             parts.append(f"by {approved_by_words(by)}" if by else "")
             kinds.append(_approved_kind(by))
-        elif state == "started" and not data.get("Inferred") and self.explain:
+        elif state == Kind.STARTED and not data.get("Inferred") and self.explain:
             if subject not in self._scheduled:
                 parts.append("no notice")
                 kinds.append(("started:no-notice", EXPLAIN["started:no-notice"]))
-        elif state == "heartbeat":
+        elif state == Kind.HEARTBEAT:
             pending = data.get("Events")
             if isinstance(pending, list):
                 parts.append(f"{len(pending)} event(s) pending")
-        elif state == "prepared" and isinstance(data.get("DurationSeconds"), int | float):
+        elif state == Kind.PREPARED and isinstance(data.get("DurationSeconds"), int | float):
             parts.append(f"hook took {data['DurationSeconds']:g} s")
         if data.get("Inferred"):
             why = str(data.get("InferredFrom") or "")

@@ -29,7 +29,7 @@ class LockingSink:
         self.calls += 1
         if self.calls == 1:
             # The worker's own connection (this thread): give up on a lock after 0.1 s, not 10 s.
-            self.worker_box[0]._outbox.connection.execute("PRAGMA busy_timeout=100")
+            self.worker_box[0]._outbox._db.execute("PRAGMA busy_timeout=100")
             self.blocker = sqlite3.connect(db_path(self.state_dir), isolation_level=None,
                                            check_same_thread=False)
             self.blocker.execute("BEGIN IMMEDIATE")

@@ -14,14 +14,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from se_forwarder import config
 from se_forwarder.approvals import signing
 from se_forwarder.approvals.approver import Approver
-from se_forwarder.approvals.hooks import SCHEMA
 from se_forwarder.approvals.messages import APPROVE, REJECT, validate
-from se_forwarder.config import ApprovalsSettings
 from se_forwarder.imds import ImdsClient
 from se_forwarder.model import VmIdentity, parse_document
 from se_forwarder.outbox import Outbox, db_path
+from se_forwarder.outbox.hook_runs import SCHEMA
 from tests.conftest import wait_for
 
 KEY = base64.b64decode(signing.generate_key())
@@ -78,7 +78,7 @@ def test_the_vm_name_in_a_message_matches_case_insensitively():
 
 def _approver(simulator, state, vm: VmIdentity = VM, **settings) -> Approver:
     imds = ImdsClient(simulator.url, timeout=5, first_call_timeout=5)
-    return Approver(imds, state, vm, ApprovalsSettings(**settings))
+    return Approver(imds, state, vm, config.from_dict({"approvals": settings}).approvals)
 
 
 @pytest.mark.parametrize("change", ["started", "canceled"])

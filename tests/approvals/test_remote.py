@@ -347,7 +347,7 @@ def test_refusals_never_stopped_the_consumer(refusing):
 def test_check_reports_missing_queues_then_reachable(azurite, signing_key, unique_queue,
                                                      monkeypatch, tmp_path):
     from se_forwarder import config
-    from se_forwarder.approvals import queue as approval_queue
+    from se_forwarder.approvals.queue import client as approval_queue
 
     monkeypatch.setenv("APPROVALS_CONN", azurite.connection_string)
     monkeypatch.setenv("APPROVALS_KEY", signing_key)

@@ -219,7 +219,7 @@ def test_an_unreachable_checkpoint_store_is_one_error_line():
     from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 
     from se_forwarder.errors import SeForwarderError
-    from se_forwarder.fleet.tail import _ensure_container
+    from se_forwarder.fleet.tail import ensure_container
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -230,5 +230,5 @@ def test_an_unreachable_checkpoint_store_is_one_error_line():
     )
     store = BlobCheckpointStore.from_connection_string(conn, "checkpoints", retry_total=0)
     with pytest.raises(SeForwarderError, match="^checkpoint container: ") as info:
-        _ensure_container(store)
+        ensure_container(store)
     assert "\n" not in str(info.value) and "c2VjcmV0LWtleQ" not in str(info.value)

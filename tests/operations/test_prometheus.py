@@ -36,7 +36,7 @@ def backlog(tmp_path, sink):
 
 @pytest.fixture
 def in_process_agent():
-    """Run an Agent on a thread (for settings the config file cannot express yet)."""
+    """Run an Agent on a thread of the test process (settings changed after loading them)."""
     started = []
 
     def run(settings):

@@ -110,10 +110,10 @@ def test_full_disk_loses_nothing_and_the_agent_catches_up(simulator, control, ag
         first = control.add(EventType="Reboot")["EventId"]
         wait_for(lambda: read_jsonl(out), what="first delivery")
         filler = state / "filler"
-        with open(filler, "wb") as fh, contextlib.suppress(OSError):
+        # Unbuffered: a partial last write leaves nothing for close() to flush into ENOSPC again.
+        with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
             while True:  # until ENOSPC
                 fh.write(b"\0" * 65536)
-                fh.flush()
         added = [control.add(EventType="Reboot", Description="y" * 3000)["EventId"]
                  for _ in range(20)]
         wait_for(lambda: "disk is full" in (tmp_path / "agent.log").read_text(), timeout=20,

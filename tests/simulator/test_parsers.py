@@ -8,10 +8,15 @@ import math
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.simulator.engine import ApprovalError, parse_start_requests
 from se_forwarder.simulator.faults import FaultError, parse_fault, parse_fault_flag
 from se_forwarder.simulator.scenarios import ScenarioError, scenario_from_mapping
-from se_forwarder.simulator.wire import check_event_fields, format_rfc1123, parse_rfc1123
+from se_forwarder.simulator.wire import (
+    ApprovalError,
+    check_event_fields,
+    format_rfc1123,
+    parse_rfc1123,
+    parse_start_requests,
+)
 
 json_values = st.recursive(
     st.none()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from se_forwarder.simulator.command import short_notice_warnings
+from se_forwarder.cli.simulate import short_notice_warnings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADERS = {"Metadata": "true"}

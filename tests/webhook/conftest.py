@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from se_forwarder.agent import new_events
+from se_forwarder.cloudevents import transition_rows
 from se_forwarder.delivery import DeliveryWorker
 from se_forwarder.model import Document, Transition, VmIdentity, parse_event
 from se_forwarder.outbox import Outbox
@@ -45,7 +45,7 @@ def record_events(state_dir: Path, count: int, sink: str = "hook", prefix: str =
         transitions.append(Transition("scheduled", parse_event(raw), i + 1))
     with Outbox(state_dir) as box:
         box.register_sinks([sink])
-        return box.record(Document(count), new_events(transitions, VM, datetime.now(UTC)))
+        return box.record(Document(count), transition_rows(transitions, VM, datetime.now(UTC)))
 
 
 def make_sink(name: str = "hook", **options: Any) -> webhook.WebhookSink:

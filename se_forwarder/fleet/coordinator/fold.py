@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from ...model import MalformedDocument, parse_not_before
+from ...model import TYPE_PREFIX, Kind, MalformedDocument, parse_not_before
 from .state import (
     CANCELED,
     COMPLETED,
@@ -56,12 +56,13 @@ from .state import (
     Vm,
 )
 
-PREFIX = "com.azure.scheduledevents."
+PREFIX = TYPE_PREFIX
 DECISION_PREFIX = PREFIX + "coordinator."
 DECISION_KINDS = ("approve", "defer", "breach", "pause", "resume", "hold", "release")
-_TRANSITIONS = {"scheduled": SCHEDULED, "started": STARTED, "canceled": CANCELED, "completed": COMPLETED}
-_SEEN_SCHEDULED = ("approved", "prepared", "preparefailed")
-AGENT_TYPES = (*_TRANSITIONS, *_SEEN_SCHEDULED, "approvalrejected", "heartbeat")
+_TRANSITIONS = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
+                Kind.COMPLETED: COMPLETED}
+_SEEN_SCHEDULED = (Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED)
+AGENT_TYPES = (*_TRANSITIONS, *_SEEN_SCHEDULED, Kind.APPROVAL_REJECTED, Kind.HEARTBEAT)
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 
 FOLDED, SKIPPED, MALFORMED, LATE = "folded", "skipped", "malformed", "late"
@@ -140,7 +141,7 @@ def _fold(state: FleetState, event: Mapping[str, Any], kind: str) -> str:
     vm = _vm(state, event, data, stamp)
     if vm is None:
         return MALFORMED
-    if suffix == "heartbeat":
+    if suffix == Kind.HEARTBEAT:
         return _heartbeat(state, vm, data, moment)
     event_id = data.get("EventId") or event.get("subject")
     if not _is_event_id(event_id):
@@ -148,20 +149,20 @@ def _fold(state: FleetState, event: Mapping[str, Any], kind: str) -> str:
     if event_id.lower() in state.gone:
         return LATE
     record = _event(state, event_id)
-    if suffix == "approvalrejected":
+    if suffix == Kind.APPROVAL_REJECTED:
         return _rejection(record, vm.key, data)
     _info(record, event, data, stamp)
     _report(state, record, vm.key, _TRANSITIONS.get(suffix, SCHEDULED), moment)
     _terminated(state, record)
-    if suffix == "approved":
+    if suffix == Kind.APPROVED:
         by = data.get("ApprovedBy")
         echo = (moment, by[:200] if isinstance(by, str) else "")
         old = record.echoes.get(vm.key)
         if old is None or echo < old:
             record.echoes[vm.key] = echo
-    elif suffix == "prepared":
+    elif suffix == Kind.PREPARED:
         record.prepared[vm.key] = max(moment, record.prepared.get(vm.key, moment))
-    elif suffix == "preparefailed":
+    elif suffix == Kind.PREPARE_FAILED:
         reason = data.get("Reason")
         failure = (moment, reason[:300] if isinstance(reason, str) else "")
         old_failure = record.prepare_failed.get(vm.key)

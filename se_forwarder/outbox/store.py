@@ -1,4 +1,4 @@
-"""The durable outbox: SQLite in WAL mode in the state directory.
+"""The durable outbox: SQLite in WAL mode in the state directory, and the only owner of its tables.
 
 One transaction holds the new document and the CloudEvents it produced, so a crash at any instant
 neither loses a transition nor records it twice. The dedup key is the CloudEvent id
@@ -7,6 +7,9 @@ sink confirmed it (or it was dead-lettered there, with the reason kept).
 
 Each thread opens its own ``Outbox``; SQLite serialises the writers, so sequence numbers are
 assigned in commit order and a cursor never skips an event.
+
+Other modules never run SQL: they use the typed methods here, ``approval_messages`` (the ledger of
+signed approval messages, ``approval_messages.py``) and ``hook_runs`` (``hook_runs.py``).
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import StateError
-from .model import Document, MalformedDocument, parse_document
-from .sinks.base import StoredEvent
+from ..cloudevents import NewEvent
+from ..errors import StateError
+from ..model import Document, MalformedDocument, parse_document
+from ..sinks.base import StoredEvent
+from . import approval_messages, hook_runs
+from .approval_messages import ApprovalMessages
+from .hook_runs import HookRuns
+from .transaction import Transaction, state_error
 
 DB_NAME = "outbox.sqlite3"
 SCHEMA_VERSION = 1
@@ -56,19 +64,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     at REAL NOT NULL,
     PRIMARY KEY (sink, seq)
 );
-"""
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    """A CloudEvent about to enter the outbox."""
-
-    ce_id: str
-    event_id: str
-    state: str
-    ce_type: str
-    payload: str
-    observed_at: float
+""" + approval_messages.SCHEMA + hook_runs.SCHEMA
 
 
 @dataclass(frozen=True)
@@ -99,6 +95,7 @@ class Outbox:
                 raise StateError(f"no state database at {self.path} (has the agent run here?)")
             uri = f"file:{self.path}?mode=ro"
             self._db = self._connect(uri, uri=True)
+            self._tables()
             return
         try:
             Path(state_dir).mkdir(parents=True, exist_ok=True)
@@ -123,7 +120,12 @@ class Outbox:
                 )
         except sqlite3.DatabaseError as exc:
             self._db.close()
-            raise _state_error(self.path, exc) from exc
+            raise state_error(self.path, exc) from exc
+        self._tables()
+
+    def _tables(self) -> None:
+        self.approval_messages = ApprovalMessages(self._db)
+        self.hook_runs = HookRuns(self._db)
 
     def _connect(self, target: str, uri: bool = False) -> sqlite3.Connection:
         try:
@@ -135,7 +137,7 @@ class Outbox:
             db.execute("PRAGMA busy_timeout=10000")
             row = db.execute("PRAGMA quick_check").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise _state_error(self.path, exc) from exc
+            raise state_error(self.path, exc) from exc
         if row is None or row[0] != "ok":
             db.close()
             raise StateError(
@@ -167,7 +169,7 @@ class Outbox:
                     [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()],
                 )
         except sqlite3.OperationalError as exc:
-            raise _state_error(self.path, exc) from exc
+            raise state_error(self.path, exc) from exc
 
     def previous_document(self) -> Document | None:
         raw = self.get_meta("document")
@@ -205,7 +207,7 @@ class Outbox:
                         (json.dumps(document.to_wire()),),
                     )
         except sqlite3.OperationalError as exc:
-            raise _state_error(self.path, exc) from exc
+            raise state_error(self.path, exc) from exc
         return inserted
 
     def has_event(self, ce_id: str) -> bool:
@@ -215,6 +217,28 @@ class Outbox:
     def events_for(self, event_id: str) -> list[StoredEvent]:
         rows = self._db.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE event_id = ? ORDER BY seq", (event_id,)
+        ).fetchall()
+        return [StoredEvent(*r) for r in rows]
+
+    def seen_in_states(self, event_ids: Sequence[str], states: Sequence[str]) -> bool:
+        """Whether an event with one of ``event_ids`` was recorded in one of ``states``."""
+        if not event_ids or not states:
+            return False
+        ids, marks = ",".join("?" for _ in event_ids), ",".join("?" for _ in states)
+        row = self._db.execute(
+            f"SELECT 1 FROM events WHERE event_id IN ({ids}) AND state IN ({marks}) LIMIT 1",
+            (*event_ids, *states),
+        ).fetchone()
+        return row is not None
+
+    def latest_of_types(self, ce_types: Sequence[str], limit: int) -> list[StoredEvent]:
+        """The last ``limit`` events of the given CloudEvent types, newest first."""
+        if not ce_types:
+            return []
+        marks = ",".join("?" for _ in ce_types)
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE ce_type IN ({marks}) ORDER BY seq DESC LIMIT ?",
+            (*ce_types, limit),
         ).fetchall()
         return [StoredEvent(*r) for r in rows]
 
@@ -331,45 +355,9 @@ class Outbox:
         return cur.rowcount
 
     # -- internals --------------------------------------------------------------------------
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._db)
-
-    @property
-    def connection(self) -> sqlite3.Connection:
-        """For modules that keep their own tables in the same database (approvals, hooks)."""
-        return self._db
+    def _tx(self) -> Transaction:
+        return Transaction(self._db)
 
 
 _EVENT_COLUMNS = "seq, ce_id, event_id, state, ce_type, payload, observed_at"
 
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
-        return self._db
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
-
-
-def _state_error(path: Path, exc: sqlite3.Error) -> StateError:
-    text = str(exc)
-    if "readonly" in text or "read-only" in text:
-        hint = "the state directory is read-only; give the agent a writable --state-dir"
-    elif "disk is full" in text or "database or disk is full" in text:
-        hint = "the disk is full; free space, nothing recorded so far is lost"
-    elif "not a database" in text or "malformed" in text or "corrupt" in text:
-        hint = "the file is corrupt; stop the agent and move it aside to start afresh"
-    elif "unable to open" in text:
-        hint = "the file cannot be opened; check the directory's permissions"
-    else:
-        hint = "check the state directory"
-    return StateError(f"state database {path}: {text} ({hint})")

@@ -1,4 +1,5 @@
-"""``se-forwarder simulate``: the IMDS simulator in the foreground, until Ctrl-C or SIGTERM."""
+"""``se-forwarder simulate`` (also ``python -m se_forwarder.simulator``): the IMDS simulator in the
+foreground, until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,22 +8,18 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from se_forwarder.simulator.engine import SCENARIO_STARTS
-from se_forwarder.simulator.faults import parse_fault_flag
-from se_forwarder.simulator.scenarios import Step, builtin_scenarios, load_scenario
-from se_forwarder.simulator.server import SimulatorServer
-from se_forwarder.simulator.wire import MIN_NOTICE_SECONDS
+from ..errors import ConfigError, SeForwarderError
+from .common import friendly_errors
+
+if TYPE_CHECKING:  # the simulator loads when the command runs, not for --help
+    from ..simulator import SimulatorServer
+    from ..simulator.scenarios import Step
 
 POLLS_PER_NOTICE = 3  # a notice shorter than this many polls may be missed as Scheduled
-
-
-def _fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(code)
 
 
 def _say(text: str) -> None:
@@ -31,6 +28,8 @@ def _say(text: str) -> None:
 
 
 def _list_scenarios() -> None:
+    from ..simulator.scenarios import builtin_scenarios
+
     scenarios = builtin_scenarios()
     width = max(len(s.name) for s in scenarios)
     for s in scenarios:
@@ -44,7 +43,7 @@ def _parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            _fail(f"--param {pair!r} must look like KEY=VALUE")
+            raise ConfigError(f"--param {pair!r} must look like KEY=VALUE")
         params[key.strip()] = value.strip()
     return params
 
@@ -54,8 +53,13 @@ def _vm_names(vm_name: str, vms: str | None) -> tuple[str, ...]:
         return (vm_name,)
     names = tuple(n.strip() for n in vms.split(","))
     if not all(names):
-        _fail(f"--vms {vms!r} must be a comma-separated list of VM names, e.g. vm0,vm1,vm2")
+        raise ConfigError(f"--vms {vms!r} must be a comma-separated list of VM names, e.g. vm0,vm1,vm2")
     return names
+
+
+def _put_all(lines: queue.Queue[str | None], items: list[str]) -> None:
+    for item in items:
+        lines.put(item)
 
 
 def _printer(lines: queue.Queue[str | None]) -> None:
@@ -88,7 +92,7 @@ def _printer(lines: queue.Queue[str | None]) -> None:
 @click.option(
     "--start",
     "scenario_start",
-    type=click.Choice(SCENARIO_STARTS),
+    type=click.Choice(("first-poll", "immediately")),
     default="first-poll",
     show_default=True,
     help="When the scenario's clock starts: at the first scheduled-events poll of any VM, or "
@@ -138,6 +142,7 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     "| a JSON object.",
 )
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
+@friendly_errors
 def simulate_command(
     host: str,
     port: int,
@@ -183,9 +188,9 @@ def simulate_command(
     )
     if not quiet:
         server.sim.subscribe(
-            lambda inc, changes: [
-                lines.put(f"{time.strftime('%H:%M:%S')} incarnation {inc}: {c}") for c in changes
-            ]
+            lambda inc, changes: _put_all(lines, [
+                f"{time.strftime('%H:%M:%S')} incarnation {inc}: {c}" for c in changes
+            ])
         )
     stop = threading.Event()
     previous = _handle_signals(stop)  # before binding: a signal at any point means a clean exit
@@ -194,7 +199,7 @@ def simulate_command(
         try:
             server.start()
         except OSError as exc:
-            _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", code=1)
+            raise SeForwarderError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         _announce(server, scenario)
         printer.start()
         _serve(server, scenario, lines, stop)
@@ -224,6 +229,9 @@ def _build(
     multi_tenant: bool,
     faults: tuple[str, ...],
 ) -> SimulatorServer:
+    from ..simulator import SimulatorServer
+    from ..simulator.faults import parse_fault_flag
+
     names = _vm_names(vm_name, vms)
     try:
         fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
@@ -240,8 +248,10 @@ def _build(
             scenario_start=scenario_start,
             faults=fault_specs,
         )
-    except ValueError as exc:  # ScenarioError, FaultError and bad option values
-        _fail(str(exc))
+    except ConfigError:  # ScenarioError, FaultError: already one line naming the problem
+        raise
+    except ValueError as exc:  # an option value the server refuses (a port out of range)
+        raise ConfigError(str(exc)) from None
 
 
 def _announce(server: SimulatorServer, scenario: str | None) -> None:
@@ -266,6 +276,9 @@ def _notices(
 ) -> list[tuple[str, float]]:
     """(what, notice in simulated seconds) for the scenario's Scheduled events, or the minimum
     notice of every event type when no scenario plays (events added through the control API)."""
+    from ..simulator.scenarios import load_scenario
+    from ..simulator.wire import MIN_NOTICE_SECONDS
+
     if scenario is None:
         return [(f"the minimum notice of a {kind}", notice) for kind, notice in MIN_NOTICE_SECONDS.items()]
     steps = load_scenario(scenario).compile(server.sim.vm_names, _parse_params(params))
@@ -273,6 +286,8 @@ def _notices(
 
 
 def _notice_of(step: Step) -> tuple[str, float]:
+    from ..simulator.wire import MIN_NOTICE_SECONDS
+
     f = step.fields
     if step.action != "add" or f.get("EventStatus", "Scheduled") != "Scheduled" or "NotBefore" in f:
         return "", 0.0

@@ -1,0 +1,190 @@
+"""The Storage queue side of remote approvals: settings resolved at start, clients, ``check``.
+
+``azure-storage-queue`` (and ``azure-identity`` for managed identity) are imported only inside the
+functions, when ``[approvals.queue]`` is configured: ``pip install 'se-forwarder[queue]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError, one_line
+from ...imds import ImdsClient, ImdsError
+from ...model import VmIdentity
+from ...sinks.azure_common import read_connection_string, token_credential
+from .. import signing
+from .config import QueueConfig
+from .names import poison_name, queue_name
+
+log = logging.getLogger("se_forwarder.approvals.queue")
+
+
+class KeySource:
+    """The signing keys; a key file is read again when it changes (rotation without restart)."""
+
+    def __init__(self, env_name: str | None, file: str | None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.env_name = env_name
+        self.file = file
+        self.environ = os.environ if environ is None else environ
+        self._mtime = self._stat()
+        self._keys = signing.load_keys(env_name, file, self.environ)
+
+    def _stat(self) -> float | None:
+        try:
+            return os.stat(self.file).st_mtime if self.file else None
+        except OSError:
+            return None
+
+    def keys(self) -> list[bytes]:
+        mtime = self._stat()
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                self._keys = signing.load_keys(self.env_name, self.file, self.environ)
+                log.info("signing keys reloaded from %s (%d key(s))", self.file, len(self._keys))
+            except ConfigError as exc:
+                log.error("keeping the previous signing keys: %s", exc)
+        return self._keys
+
+
+@dataclass(kw_only=True)
+class QueueSettings:
+    """``[approvals.queue]`` resolved for this VM (secrets read, SDK present)."""
+
+    name: str
+    account_url: str | None = None
+    connection_string: str | None = dataclasses.field(repr=False, default=None)
+    client_id: str | None = None
+    keys: KeySource | None = dataclasses.field(repr=False, default=None)
+    visibility_timeout: int
+    poll_interval: float
+    secret_env: tuple[str, ...] = ()
+
+    @property
+    def poison_name(self) -> str:
+        return poison_name(self.name)
+
+    def credential(self) -> Any:
+        """The managed identity to use when there is no connection string (else None)."""
+        return None if self.connection_string else token_credential("managed-identity", self.client_id)
+
+    def client(self, name: str, credential: Any = None) -> Any:
+        return make_client(name, connection_string=self.connection_string,
+                           account_url=self.account_url, credential=credential)
+
+
+def resolve(raw: QueueConfig, vm: VmIdentity,
+            environ: Mapping[str, str] | None = None) -> QueueSettings:
+    """Everything the consumer needs, or ConfigError in one line (at agent start, not later)."""
+    try:
+        import azure.storage.queue  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "approvals.queue needs azure-storage-queue: pip install 'se-forwarder[queue]'"
+        ) from None
+    environ = os.environ if environ is None else environ
+    try:
+        conn = read_connection_string(raw.connection_string_env, raw.connection_string_file, environ)
+    except ConfigError as exc:
+        raise ConfigError(f"approvals.queue.connection_string_file: {exc}") from None
+    account_url = raw.account_url
+    if conn is None and not account_url:
+        raise ConfigError(
+            f"approvals.queue: environment variable {raw.connection_string_env} is not set "
+            "and no account_url is given (for managed identity)"
+        )
+    if conn is None:
+        try:
+            import azure.identity  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "approvals.queue with managed identity needs azure-identity: "
+                "pip install 'se-forwarder[queue]'"
+            ) from None
+    keys = KeySource(raw.signing_key_env, raw.signing_key_file, environ)
+    return QueueSettings(
+        name=queue_name(raw.queue, vm.name, vm.vm_id),
+        account_url=account_url,
+        connection_string=conn,
+        client_id=raw.client_id,
+        keys=keys,
+        visibility_timeout=raw.visibility_timeout,
+        poll_interval=raw.poll_interval,
+        secret_env=tuple(n for n in (raw.signing_key_env, raw.connection_string_env) if n),
+    )
+
+
+def make_client(name: str, *, connection_string: str | None = None, account_url: str | None = None,
+                credential: Any = None) -> Any:
+    """A ``QueueClient`` with short timeouts and few retries (the caller has its own backoff)."""
+    from azure.storage.queue import LinearRetry, QueueClient
+
+    options: dict[str, Any] = {
+        "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=0),
+        "connection_timeout": 5,
+        "read_timeout": 15,
+    }
+    if connection_string:
+        return QueueClient.from_connection_string(connection_string, name, **options)
+    if not account_url:
+        raise ConfigError("approvals.queue: neither a connection string nor an account_url")
+    return QueueClient(account_url, name, credential=credential, **options)
+
+
+def create_if_missing(client: Any) -> bool:
+    """Create the queue; True if it exists afterwards (False: no right to create it)."""
+    from azure.core.exceptions import HttpResponseError, ResourceExistsError
+
+    try:
+        client.create_queue()
+    except ResourceExistsError:
+        pass
+    except HttpResponseError as exc:
+        if exc.status_code in (401, 403):
+            return False
+        raise
+    return True
+
+
+def check(settings: Any) -> str | None:
+    """For ``se-forwarder check``: the problem with ``[approvals.queue]`` in one line, or None.
+
+    Reads this VM's identity from IMDS (the queue name may contain it), the keys and connection
+    string, then asks the service for both queues' properties.
+    """
+    from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceNotFoundError
+
+    imds = ImdsClient(settings.imds.url, settings.imds.api_version, timeout=settings.imds.timeout,
+                      first_call_timeout=max(settings.imds.timeout, 10.0),
+                      lease_files=settings.imds.lease_files)
+    try:
+        vm = VmIdentity.from_compute(imds.get_compute())
+    except (ImdsError, ValueError) as exc:
+        return f"cannot name the queue without the VM's identity: {exc}"
+    finally:
+        imds.close()
+    try:
+        resolved = resolve(settings.approvals.queue, vm)
+        credential = resolved.credential()
+        for name in (resolved.name, resolved.poison_name):
+            client = resolved.client(name, credential)
+            try:
+                client.get_queue_properties()
+            except ResourceNotFoundError:
+                return (f"queue {name} does not exist (the agent creates it at start when its "
+                        "identity may; otherwise create it)")
+            except ClientAuthenticationError as exc:
+                return f"not allowed to read queue {name}: {one_line(exc)}"
+            except AzureError as exc:
+                return f"queue {name} unreachable: {one_line(exc)}"
+    except ConfigError as exc:
+        return str(exc)
+    except ValueError as exc:  # a connection string the SDK cannot parse
+        return f"the Storage connection string is not valid: {one_line(exc)}"
+    return None

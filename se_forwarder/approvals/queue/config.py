@@ -1,0 +1,74 @@
+"""``[approvals.queue]`` as configured: names of queues, variables and files, never secrets.
+
+Pure (no Azure package): the configuration validates the table here; ``client.resolve`` reads
+the secrets when the agent starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ...errors import ConfigError
+from ...validation import as_number, as_str, no_unknown
+from .names import validate_account_url, validate_template
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueConfig(Mapping[str, Any]):
+    """``[approvals.queue]`` as configured: names, not secrets. It also reads like its table
+    (``queue["queue"]``); a key not given (None) is absent, as it was from the table."""
+
+    queue: str
+    type: str = "storage-queue"
+    account_url: str | None = None
+    connection_string_env: str | None = None
+    connection_string_file: str | None = None
+    client_id: str | None = None
+    signing_key_env: str | None = None
+    signing_key_file: str | None = None
+    visibility_timeout: int = 30  # seconds a received message stays invisible
+    poll_interval: float = 1.0  # seconds between receives from an empty queue
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key) if key in _QUEUE_FIELDS else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in _QUEUE_FIELDS if getattr(self, key) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+_QUEUE_FIELDS = tuple(f.name for f in fields(QueueConfig))
+QUEUE_KEYS = ("type", "account_url", "queue", "connection_string_env", "connection_string_file",
+              "client_id", "signing_key_env", "signing_key_file", "visibility_timeout", "poll_interval")
+
+
+def parse_queue(raw: Mapping[str, Any], where: str) -> QueueConfig:
+    """``[approvals.queue]``: names, not secrets (those are read when the agent starts)."""
+    no_unknown(raw, where, QUEUE_KEYS)
+    if raw.get("type", "storage-queue") != "storage-queue":
+        raise ConfigError(f"{where}.type: only 'storage-queue' is supported")
+    names = {key: as_str(raw[key], f"{where}.{key}") for key in QUEUE_KEYS[1:8] if key in raw}
+    if "queue" not in names:
+        raise ConfigError(f"{where}.queue: missing (e.g. 'se-approvals-{{vm_name}}')")
+    validate_template(names["queue"], f"{where}.queue")
+    if "account_url" in names:
+        names["account_url"] = validate_account_url(names["account_url"], f"{where}.account_url")
+    if not {"account_url", "connection_string_env", "connection_string_file"} & names.keys():
+        raise ConfigError(f"{where}.account_url: missing (or give connection_string_env)")
+    if not {"signing_key_env", "signing_key_file"} & names.keys():
+        raise ConfigError(f"{where}.signing_key_env: missing (approval messages must be signed)")
+    defaults = QueueConfig(queue=names["queue"])
+    return QueueConfig(
+        **names,
+        visibility_timeout=int(as_number(raw.get("visibility_timeout", defaults.visibility_timeout),
+                                         f"{where}.visibility_timeout", 5, 3600)),
+        poll_interval=float(as_number(raw.get("poll_interval", defaults.poll_interval),
+                                      f"{where}.poll_interval", 0.05, 60)),
+    )

@@ -1,0 +1,304 @@
+"""Remote approvals: consume signed approval messages from an Azure Storage queue.
+
+The consumer runs on its own thread (started by the approver) and never touches the polling loop.
+For each message it asks ``messages.validate`` for a verdict, against a document fetched from IMDS
+for the batch (the CURRENT document, not the last one polled):
+
+- approve: POST StartRequests (through the approver, which records the ``approved`` CloudEvent
+  with ``ApprovedBy: coordinator:<source>``), remember the message id, delete the message;
+- wait (the EventId is not in the document yet): keep the message invisible for ``RETRY_SECONDS``
+  and look again, until it expires;
+- reject: record an ``approvalrejected`` audit CloudEvent, remember the id (signed messages only,
+  so forged messages cannot block future ids), copy the message with its reason to
+  ``<queue>-poison`` and delete it. Nothing is retried forever; nothing unreadable stops the loop.
+
+What was done with each signed message is kept in the outbox's approval-message ledger (replays
+are refused); the settings and clients come from ``client.py``, the names from ``names.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from ...errors import one_line
+from ...imds import ImdsClient, ImdsError
+from ...model import Document, VmIdentity
+from ...outbox import Outbox
+from ...telemetry import fields
+from .. import signing
+from ..audit import rejection_event
+from ..messages import APPROVE, REJECT, WAIT, Verdict, validate
+from .client import QueueSettings, create_if_missing
+
+log = logging.getLogger("se_forwarder.approvals.queue")
+
+RETRY_SECONDS = 1  # how long a waiting message stays invisible before it is looked at again
+POST_RETRY_SECONDS = 2  # after a failed approval POST
+MAX_POISON_ATTEMPTS = 5  # a refused message is dropped if the poison queue fails this often
+POISON_ORIGINAL_CHARS = 4096  # keeps the poison message well under the 64 KiB queue limit
+BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class Approving(Protocol):
+    """What the consumer needs of the approver (``approver.Approver``)."""
+
+    dry_run: bool
+    state_dir: Path
+
+    @property
+    def vm(self) -> VmIdentity: ...
+
+    @property
+    def imds(self) -> ImdsClient: ...
+
+    def current(self) -> Document | None: ...
+
+    def try_approve(self, outbox: Outbox, event_id: str, approved_by: str, *,
+                    document: Document | None = None) -> str: ...
+
+    def on_recorded(self) -> None: ...
+
+    def count_rejection(self, code: str) -> None: ...
+
+
+class QueueConsumer:
+    """Receives approval messages and acts on them (see the module docstring)."""
+
+    def __init__(self, approver: Approving, settings: QueueSettings) -> None:
+        self.approver = approver
+        self.settings = settings
+        self._client: Any = None
+        self._poison: Any = None
+        # IMDS has answered the poller long before: no 130 s first-call allowance here.
+        self._imds = ImdsClient(approver.imds.base_url, approver.imds.api_version,
+                                timeout=approver.imds.timeout,
+                                first_call_timeout=approver.imds.timeout)
+        self._waiting_logged: set[str] = set()
+        self._last_problem: str | None = None
+        self._failures = 0
+        self._no_update_logged = False
+
+    @property
+    def vm(self) -> VmIdentity:
+        return self.approver.vm
+
+    # -- loop -----------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        outbox = Outbox(self.approver.state_dir)
+        try:
+            outbox.approval_messages.forget_expired()
+            log.info("listening for approval messages on queue %s", self.settings.name)
+            while not stop.is_set():
+                delay = self._cycle(outbox, stop)
+                if delay > 0:
+                    stop.wait(delay)
+        finally:
+            outbox.close()
+            self._imds.close()
+
+    def _cycle(self, outbox: Outbox, stop: threading.Event) -> float:
+        """One receive and the handling of its messages; the seconds to wait before the next."""
+        try:
+            if self._client is None:
+                self._connect()
+            batch = list(self._client.receive_messages(
+                messages_per_page=32, max_messages=32,
+                visibility_timeout=self.settings.visibility_timeout,
+            ))
+            if self._failures:
+                log.info("approval queue %s reachable again", self.settings.name)
+            self._failures, self._last_problem = 0, None
+        except Exception as exc:  # noqa: BLE001 - any SDK/network error: back off, keep going
+            return self._problem(f"cannot receive from approval queue {self.settings.name}: "
+                                 f"{one_line(exc)}")
+        if not batch:
+            return self.settings.poll_interval
+        document = self._document()
+        for message in batch:
+            if stop.is_set():
+                break  # the rest become visible again after the visibility timeout
+            try:
+                self._handle(outbox, message, document)
+            except Exception as exc:  # noqa: BLE001 - storage/database trouble with one message
+                log.warning("approval message %s not handled (retried later): %s",
+                            getattr(message, "id", "?"), one_line(exc))
+        return 0.0
+
+    def _problem(self, text: str) -> float:
+        self._failures += 1
+        delay = BACKOFF[min(self._failures - 1, len(BACKOFF) - 1)]
+        level = logging.WARNING if text != self._last_problem else logging.DEBUG
+        log.log(level, "%s (retry in %.0f s)", text, delay)
+        self._last_problem = text
+        self._client = None if self._failures >= 3 else self._client
+        return delay
+
+    def _connect(self) -> None:
+        credential = self.settings.credential()
+        client = self.settings.client(self.settings.name, credential)
+        poison = self.settings.client(self.settings.poison_name, credential)
+        for c, name in ((client, self.settings.name), (poison, self.settings.poison_name)):
+            try:
+                if not create_if_missing(c):
+                    log.info("no right to create queue %s; it must exist already", name)
+            except Exception as exc:  # noqa: BLE001 - receive() reports the real problem
+                log.debug("could not create queue %s: %s", name, one_line(exc))
+        self._client, self._poison = client, poison
+
+    def _document(self) -> Document | None:
+        """The current document from IMDS (the last polled one if IMDS does not answer)."""
+        try:
+            return self._imds.get_document()
+        except ImdsError as exc:
+            log.warning("IMDS unavailable for approval messages, using the last polled document: %s",
+                        exc)
+            return self.approver.current()
+
+    # -- one message ----------------------------------------------------------------------
+    def _handle(self, outbox: Outbox, message: Any, document: Document | None) -> None:
+        ledger = outbox.approval_messages
+        body = message.content if message.content is not None else ""
+        try:
+            verdict = validate(
+                body,
+                keys=self.settings.keys.keys() if self.settings.keys else [],
+                now=datetime.now(UTC),
+                document=document,
+                vm_name=self.vm.name,
+                seen_before=lambda mid: ledger.seen_before(mid, message.id),
+                event_was_seen=lambda eid: _event_was_seen(outbox, eid),
+            )
+        except Exception as exc:  # noqa: BLE001 - validate never raises; if it did, do not loop
+            verdict = Verdict(REJECT, "malformed", f"message could not be validated: {one_line(exc)}")
+        if verdict.outcome == APPROVE and self.approver.dry_run:
+            verdict = dataclasses.replace(
+                verdict, outcome=REJECT, code="dry-run",
+                detail=f"dry run: would approve {verdict.event_id} "
+                       f"(coordinator:{verdict.source}); nothing was POSTed")
+        if verdict.outcome == WAIT:
+            self._wait(message, verdict)
+        elif verdict.outcome == APPROVE:
+            self._approve(outbox, message, verdict, document)
+        else:
+            self._reject(outbox, message, verdict, document)
+
+    def _wait(self, message: Any, verdict: Verdict) -> None:
+        if message.id not in self._waiting_logged:
+            self._waiting_logged.add(message.id)
+            log.info("approval message waits: %s (until %s)", verdict.detail,
+                     signing.rfc3339(verdict.expires_at) if verdict.expires_at else "?",
+                     extra=fields(event_id=verdict.event_id))
+        self._hide(message, self._retry_in(verdict, RETRY_SECONDS))
+
+    def _hide(self, message: Any, seconds: int) -> None:
+        """Keep ``message`` invisible ``seconds`` more (it was received for ``visibility_timeout``)."""
+        from azure.core.exceptions import HttpResponseError
+
+        try:
+            self._client.update_message(message, visibility_timeout=seconds)
+        except HttpResponseError as exc:
+            if exc.status_code != 403:
+                raise
+            if not self._no_update_logged:
+                self._no_update_logged = True
+                log.warning("not allowed to update messages on queue %s (Storage Queue Data "
+                            "Contributor grants it): waiting messages are looked at again only "
+                            "every %d s", self.settings.name, self.settings.visibility_timeout)
+
+    def _retry_in(self, verdict: Verdict, seconds: int) -> int:
+        if verdict.expires_at is None:
+            return seconds
+        left = (verdict.expires_at - datetime.now(UTC)).total_seconds()
+        return max(0, min(seconds, int(left) + 1))
+
+    def _approve(self, outbox: Outbox, message: Any, verdict: Verdict,
+                 document: Document | None) -> None:
+        assert verdict.event_id and verdict.message_id and verdict.expires_at
+        approved_by = f"coordinator:{verdict.source}"
+        result = self.approver.try_approve(outbox, verdict.event_id, approved_by, document=document)
+        if result == "retry":
+            self._hide(message, self._retry_in(verdict, POST_RETRY_SECONDS))
+            return
+        if result != "approved":
+            self._reject(outbox, message, dataclasses.replace(
+                verdict, outcome=REJECT, code="not-scheduled",
+                detail=f"EventId {verdict.event_id} is not Scheduled in the current document"),
+                document)
+            return
+        _remember(outbox, verdict, message.id, "approved")
+        self._client.delete_message(message)
+        self._waiting_logged.discard(message.id)
+        log.info("approval message %s acted on", verdict.message_id,
+                 extra=fields(event_id=verdict.event_id, origin=approved_by))
+
+    def _reject(self, outbox: Outbox, message: Any, verdict: Verdict,
+                document: Document | None) -> None:
+        now = datetime.now(UTC)
+        outbox.record(None, [rejection_event(verdict, document=document, vm=self.vm,
+                                             queue_message_id=message.id, queue=self.settings.name,
+                                             observed=now)])
+        self.approver.on_recorded()
+        if verdict.authentic and verdict.message_id and verdict.code != "replayed":
+            _remember(outbox, verdict, message.id, f"rejected:{verdict.code}")
+        try:
+            self._send_poison(message, verdict, now)
+        except Exception as exc:  # noqa: BLE001
+            forbidden = getattr(exc, "status_code", None) == 403  # least privilege: no send right
+            if not forbidden and (getattr(message, "dequeue_count", 0) or 0) < MAX_POISON_ATTEMPTS:
+                raise  # handled again after the visibility timeout
+            log.error("poison queue %s unavailable (%s); dropping the refused message %s after %d "
+                      "attempts (its approvalrejected event is recorded)", self.settings.poison_name,
+                      one_line(exc), message.id, message.dequeue_count)
+        self._client.delete_message(message)
+        self._waiting_logged.discard(message.id)
+        self.approver.count_rejection(verdict.code or "unknown")
+        log.warning("approval message rejected (%s): %s", verdict.code, verdict.detail,
+                    extra=fields(event_id=verdict.event_id, reason=verdict.code))
+
+    def _send_poison(self, message: Any, verdict: Verdict, now: datetime) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        original = message.content if isinstance(message.content, str) else ""
+        raw = original.encode("utf-8", "surrogatepass")
+        body = json.dumps({
+            "reason": verdict.code,
+            "detail": verdict.detail,
+            "rejectedAt": signing.rfc3339(now),
+            "vm": self.vm.name,
+            "queue": self.settings.name,
+            "queueMessageId": message.id,
+            "dequeueCount": getattr(message, "dequeue_count", None),
+            "messageId": verdict.message_id,
+            "eventId": verdict.event_id,
+            "authentic": verdict.authentic,
+            "original": original[:POISON_ORIGINAL_CHARS],
+            "originalTruncated": len(original) > POISON_ORIGINAL_CHARS,
+            "originalBytes": len(raw),
+            "originalSha256": hashlib.sha256(raw).hexdigest(),
+        }, ensure_ascii=True)
+        try:
+            self._poison.send_message(body)
+        except ResourceNotFoundError:
+            create_if_missing(self._poison)
+            self._poison.send_message(body)
+
+
+def _event_was_seen(outbox: Outbox, event_id: str) -> bool:
+    """The EventId was in an earlier document (as given, or in IMDS's upper-case spelling)."""
+    return outbox.seen_in_states((event_id, event_id.upper(), event_id.lower()),
+                                 ("scheduled", "started"))
+
+
+def _remember(outbox: Outbox, verdict: Verdict, queue_message_id: str, outcome: str) -> None:
+    assert verdict.message_id is not None
+    expires = verdict.expires_at.timestamp() if verdict.expires_at else time.time()
+    outbox.approval_messages.remember(verdict.message_id, queue_message_id, verdict.event_id or "",
+                                      outcome, expires)

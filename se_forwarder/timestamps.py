@@ -1,0 +1,16 @@
+"""RFC 3339 timestamps in UTC, the one way this project writes them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def rfc3339(moment: datetime | float, *, milliseconds: bool = False) -> str:
+    """``2024-05-01T12:00:00Z`` (``...:00.123Z`` with ``milliseconds``; sub-second digits as
+    Python prints them otherwise). A number is unix seconds; a naive datetime is taken as UTC."""
+    if not isinstance(moment, datetime):
+        moment = datetime.fromtimestamp(moment, UTC)
+    elif moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    text = moment.astimezone(UTC).isoformat(timespec="milliseconds" if milliseconds else "auto")
+    return text.replace("+00:00", "Z")
