@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -90,12 +90,12 @@ def _walk_secrets(settings: Any) -> tuple[set[str], set[str]]:
     values: set[str] = set()
 
     def walk(obj: Any, key: str = "") -> None:
-        if isinstance(obj, dict):
+        if isinstance(obj, Mapping):
             for k, v in obj.items():
                 walk(v, str(k))
             if key == "headers":
                 values.update(v for v in obj.values() if isinstance(v, str))
-        elif isinstance(obj, list):
+        elif isinstance(obj, list | tuple):
             for item in obj:
                 walk(item, key)
         elif isinstance(obj, str):
