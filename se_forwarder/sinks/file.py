@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from ..validation import as_bool, as_int, as_str, no_unknown
 from .base import Delivered, DeliveryReport, Outcome, Retry, SinkOptions, StoredEvent, sink_name
 
@@ -87,7 +87,7 @@ class FileSink:
             self._write(lines)
         except OSError as exc:
             self._recent = None  # lines of this batch may be in the file: skip them on the retry
-            return DeliveryReport([Retry(f"cannot write {self.path}: {exc.strerror or exc}")])
+            return DeliveryReport([Retry(f"cannot write {self.path}: {one_line(exc)}")])
         return DeliveryReport(outcomes)
 
     def _write(self, lines: list[bytes]) -> None:
@@ -147,7 +147,7 @@ class FileSink:
             with open(self.path, "ab"):
                 pass
         except OSError as exc:
-            return f"cannot write {self.path}: {exc.strerror or exc}"
+            return f"cannot write {self.path}: {one_line(exc)}"
         return None
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, find_cause, one_line
 from ..imds import parse_retry_after
 from ..validation import as_choice, as_number, as_str, check_ca_file, no_unknown, public_url
 from ..validation import is_loopback as _is_loopback
@@ -179,7 +179,7 @@ class LogsIngestionSink:
                                          "install it with: pip install 'se-forwarder[logs-ingestion]'")])
         except Exception as exc:  # noqa: BLE001 - e.g. a credential that cannot be built here
             return DeliveryReport([Retry(f"cannot create the Logs ingestion client: {type(exc).__name__}: "
-                                         f"{_first_line(exc)}")])
+                                         f"{one_line(exc)}")])
         outcomes: list[Outcome] = []
         for run in self._runs(batch):
             result = run if isinstance(run[0], DeadLetter) else self._send(run)
@@ -290,15 +290,15 @@ class LogsIngestionSink:
             return Retry(label + ": unexpected status", after)
         if isinstance(exc, ClientAuthenticationError):  # no HTTP answer: the credential failed
             return Retry(f"cannot get a token for {SCOPE} with credential = "
-                         f"{self._options.credential!r}: {_first_line(exc)}")
+                         f"{self._options.credential!r}: {one_line(exc)}")
         if isinstance(exc, ServiceRequestError | ServiceResponseError):
             return Retry(self._transport_reason(exc))
-        return Retry(f"upload to {self._where} failed: {type(exc).__name__}: {_first_line(exc)}")
+        return Retry(f"upload to {self._where} failed: {type(exc).__name__}: {one_line(exc)}")
 
     def _transport_reason(self, exc: Exception) -> str:
         import ssl
 
-        cause = _innermost(exc, ssl.SSLError)
+        cause = find_cause(exc, ssl.SSLError)
         if isinstance(cause, ssl.SSLCertVerificationError):
             hint = ""
             if cause.verify_code in _UNTRUSTED_ISSUER:
@@ -307,7 +307,7 @@ class LogsIngestionSink:
             return f"TLS verification failed for {self._where}: {cause.verify_message or cause}{hint}"
         if isinstance(cause, ssl.SSLError):
             return f"TLS handshake with {self._where} failed: {cause.reason or cause}"
-        return f"cannot reach {self._where}: {_first_line(_innermost(exc, OSError) or exc)}"
+        return f"cannot reach {self._where}: {one_line(find_cause(exc, OSError) or exc)}"
 
     def _connect(self) -> None:
         if self._client is not None:
@@ -359,23 +359,3 @@ def _retry_after(headers: Any) -> float | None:
         return parse_retry_after(headers.get("Retry-After"))
     except (ValueError, OverflowError):
         return None
-
-
-def _innermost(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """The first ``kind`` under the SDK's and requests' wrappers (inner_exception, reason, args)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind) and current is not exc:
-            return current
-        seen.add(id(current))
-        nxt = getattr(current, "inner_exception", None) or getattr(current, "reason", None)
-        if not isinstance(nxt, BaseException):
-            nxt = next((a for a in current.args if isinstance(a, BaseException)), None)
-        current = nxt or current.__cause__ or current.__context__
-    return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

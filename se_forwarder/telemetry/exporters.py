@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .. import metrics, tracing
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 
 OTLP_TIMEOUT = 5.0  # s per export request
 SHUTDOWN_SECONDS = 1.5  # for the last export: SIGTERM must end the agent within 5 s
@@ -165,7 +165,7 @@ class MetricsServer:
         except OSError as exc:
             raise ConfigError(
                 f"telemetry.prometheus_port: cannot listen on {host}:{port}: "
-                f"{exc.strerror or exc} (is another agent or exporter using it? choose another "
+                f"{one_line(exc)} (is another agent or exporter using it? choose another "
                 "port)") from exc
         self.httpd.timeout = None
         self.httpd.registry = registry  # type: ignore[attr-defined]
