@@ -14,6 +14,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from . import __version__
 from .model import T_CANCELED, T_COMPLETED, T_STARTED, Document, ScheduledEvent, Transition, VmIdentity
+from .timestamps import rfc3339
 
 TYPE_PREFIX = "com.azure.scheduledevents."
 APPROVAL_REJECTED = "approvalrejected"
@@ -32,10 +33,6 @@ def ce_type(state: str) -> str:
 def ce_id(event_id: str, state: str) -> str:
     """Deterministic: the same transition always gets the same id, across restarts and VMs."""
     return f"{event_id}/{state}"
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def event_data(

@@ -51,6 +51,7 @@ from ..model import (
 )
 from ..outbox import NewEvent, Outbox
 from ..telemetry import fields
+from ..timestamps import rfc3339
 from . import hooks as hooks_mod
 from .audit import hook_failure_event, prepared_event
 from .policy import Policy, check_consistency
@@ -325,7 +326,7 @@ class Approver:
                        matched, why)
             return None
         matched = f"rule {rule} matched ({action})" if rule else "no rule matched"
-        starts = (f"it starts at its NotBefore {ce.rfc3339(event.not_before)}" if event.not_before
+        starts = (f"it starts at its NotBefore {rfc3339(event.not_before)}" if event.not_before
                   else "it starts when Azure starts it")
         then = ("no approval and no hooks; " if action == "ignore" else
                 "not approving; ") + starts + (

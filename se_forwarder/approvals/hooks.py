@@ -44,6 +44,7 @@ from typing import IO, Any
 from .. import cloudevents as ce
 from ..model import SCHEDULED, STARTED, ScheduledEvent, VmIdentity, parse_event
 from ..telemetry import fields
+from ..timestamps import rfc3339
 
 log = logging.getLogger("se_forwarder.approvals.hooks")
 
@@ -283,7 +284,7 @@ class HookRunner:
             "SE_EVENT_ID": event.event_id,
             "SE_EVENT_TYPE": event.event_type,
             "SE_EVENT_STATUS": event.status,
-            "SE_NOT_BEFORE": ce.rfc3339(event.not_before) if event.not_before else "",
+            "SE_NOT_BEFORE": rfc3339(event.not_before) if event.not_before else "",
             "SE_VM_NAME": self.vm.name,
         })
         if outcome:
