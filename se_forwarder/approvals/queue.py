@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from ..imds import ImdsClient, ImdsError
 from ..model import Document, VmIdentity
 from ..outbox import Outbox
@@ -302,13 +302,13 @@ def check(settings: Any) -> str | None:
                 return (f"queue {name} does not exist (the agent creates it at start when its "
                         "identity may; otherwise create it)")
             except ClientAuthenticationError as exc:
-                return f"not allowed to read queue {name}: {_short(exc)}"
+                return f"not allowed to read queue {name}: {one_line(exc)}"
             except AzureError as exc:
-                return f"queue {name} unreachable: {_short(exc)}"
+                return f"queue {name} unreachable: {one_line(exc)}"
     except ConfigError as exc:
         return str(exc)
     except ValueError as exc:  # a connection string the SDK cannot parse
-        return f"the Storage connection string is not valid: {_short(exc)}"
+        return f"the Storage connection string is not valid: {one_line(exc)}"
     return None
 
 
@@ -369,7 +369,7 @@ class QueueConsumer:
             self._failures, self._last_problem = 0, None
         except Exception as exc:  # noqa: BLE001 - any SDK/network error: back off, keep going
             return self._problem(f"cannot receive from approval queue {self.settings.name}: "
-                                 f"{_short(exc)}")
+                                 f"{one_line(exc)}")
         if not batch:
             return self.settings.poll_interval
         document = self._document()
@@ -380,7 +380,7 @@ class QueueConsumer:
                 self._handle(outbox, message, document)
             except Exception as exc:  # noqa: BLE001 - storage/database trouble with one message
                 log.warning("approval message %s not handled (retried later): %s",
-                            getattr(message, "id", "?"), _short(exc))
+                            getattr(message, "id", "?"), one_line(exc))
         return 0.0
 
     def _problem(self, text: str) -> float:
@@ -408,7 +408,7 @@ class QueueConsumer:
                 if not create_if_missing(c):
                     log.info("no right to create queue %s; it must exist already", name)
             except Exception as exc:  # noqa: BLE001 - receive() reports the real problem
-                log.debug("could not create queue %s: %s", name, _short(exc))
+                log.debug("could not create queue %s: %s", name, one_line(exc))
         self._client, self._poison = client, poison
 
     def _document(self) -> Document | None:
@@ -435,7 +435,7 @@ class QueueConsumer:
                 event_was_seen=lambda eid: _event_was_seen(db, eid),
             )
         except Exception as exc:  # noqa: BLE001 - validate never raises; if it did, do not loop
-            verdict = Verdict(REJECT, "malformed", f"message could not be validated: {_short(exc)}")
+            verdict = Verdict(REJECT, "malformed", f"message could not be validated: {one_line(exc)}")
         if verdict.outcome == APPROVE and self.approver.dry_run:
             verdict = dataclasses.replace(
                 verdict, outcome=REJECT, code="dry-run",
@@ -514,7 +514,7 @@ class QueueConsumer:
                 raise  # handled again after the visibility timeout
             log.error("poison queue %s unavailable (%s); dropping the refused message %s after %d "
                       "attempts (its approvalrejected event is recorded)", self.settings.poison_name,
-                      _short(exc), message.id, message.dequeue_count)
+                      one_line(exc), message.id, message.dequeue_count)
         self._client.delete_message(message)
         self._waiting_logged.discard(message.id)
         self.approver.count_rejection(verdict.code or "unknown")
@@ -583,8 +583,3 @@ def _remember(db: sqlite3.Connection, verdict: Verdict, queue_message_id: str, o
         "VALUES (?, ?, ?, ?, ?, ?)",
         (verdict.message_id, queue_message_id, verdict.event_id or "", outcome, expires, time.time()),
     )
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:300] + "..."
