@@ -39,6 +39,7 @@ from ..errors import ConfigError, one_line
 from ..imds import ImdsClient, ImdsError
 from ..model import Document, VmIdentity
 from ..outbox import Outbox
+from ..sinks.azure_common import token_credential
 from ..telemetry import fields
 from ..timestamps import rfc3339
 from . import signing
@@ -289,10 +290,7 @@ def check(settings: Any) -> str | None:
         resolved = resolve(settings.approvals.queue, vm)
         credential = None
         if not resolved.connection_string:
-            from azure.identity import ManagedIdentityCredential
-
-            credential = ManagedIdentityCredential(client_id=resolved.client_id) \
-                if resolved.client_id else ManagedIdentityCredential()
+            credential = token_credential("managed-identity", resolved.client_id)
         for name in (resolved.name, resolved.poison_name):
             client = make_client(name, connection_string=resolved.connection_string,
                                  account_url=resolved.account_url, credential=credential)
@@ -395,10 +393,7 @@ class QueueConsumer:
     def _connect(self) -> None:
         credential = None
         if not self.settings.connection_string:
-            from azure.identity import ManagedIdentityCredential
-
-            credential = ManagedIdentityCredential(client_id=self.settings.client_id) \
-                if self.settings.client_id else ManagedIdentityCredential()
+            credential = token_credential("managed-identity", self.settings.client_id)
         make = {"connection_string": self.settings.connection_string,
                 "account_url": self.settings.account_url, "credential": credential}
         client = make_client(self.settings.name, **make)
