@@ -34,7 +34,15 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError, find_cause, one_line
 from ..imds import parse_retry_after
-from ..validation import as_choice, as_number, as_str, check_ca_file, no_unknown, public_url
+from ..validation import (
+    as_choice,
+    as_number,
+    as_str,
+    check_ca_file,
+    no_unknown,
+    public_url,
+    split_http_url,
+)
 from ..validation import is_loopback as _is_loopback
 from . import logs_rows
 from .azure_common import CREDENTIALS, token_credential
@@ -122,13 +130,7 @@ def validate(options: dict[str, Any], where: str) -> LogsIngestionOptions:
 
 def _endpoint(value: Any, where: str) -> str:
     text = as_str(value, where).strip().rstrip("/")
-    parts = urlsplit(text)
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise ConfigError(f"{where}: bad port in {public_url(text)!r}") from exc
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise ConfigError(f"{where}: {public_url(text)!r} is not an https URL")
+    parts = split_http_url(text, where, "an https URL")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise ConfigError(f"{where}: give only scheme, host and port (no credentials, query or fragment)")
     if parts.scheme == "http" and not _is_loopback(parts.hostname):

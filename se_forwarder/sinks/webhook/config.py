@@ -12,10 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ...errors import ConfigError
-from ...validation import as_bool, as_choice, as_number, as_str, is_loopback, no_unknown, public_url
+from ...validation import (
+    as_bool,
+    as_choice,
+    as_number,
+    as_str,
+    is_loopback,
+    no_unknown,
+    split_http_url,
+)
 from .. import chat
 from ..base import SinkOptions, sink_name
 
@@ -99,13 +106,7 @@ class WebhookOptions(SinkOptions):
 
 def _url(value: Any, where: str) -> str:
     text = as_str(value, where)
-    parts = urlsplit(text)
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise ConfigError(f"{where}: bad port in {public_url(text)!r}") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}: {public_url(text)!r} is not an http(s) URL")
+    parts = split_http_url(text, where)
     if parts.username or parts.password:
         raise ConfigError(
             f"{where}: credentials in the URL are not allowed (they would end up in logs); "
