@@ -122,7 +122,7 @@ class ChatFormat:
 
     def _track(self, cloud: dict[str, Any], kind: str) -> datetime | None:
         """Remember when a real ``started`` was seen; the start time for a ``completed``."""
-        data = cloud.get("data") if isinstance(cloud.get("data"), dict) else {}
+        data: dict[str, Any] = cloud["data"] if isinstance(cloud.get("data"), dict) else {}
         key = (str(cloud.get("source", "")), str(cloud.get("subject", "")))
         if kind == _PREFIX + "started" and data.get("Inferred") is not True:
             moment = parse_time(cloud.get("time"))

@@ -133,7 +133,7 @@ def _endpoint(value: Any, where: str) -> str:
     parts = split_http_url(text, where, "an https URL")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise ConfigError(f"{where}: give only scheme, host and port (no credentials, query or fragment)")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
         raise ConfigError(f"{where}: plain http is allowed only to a loopback address; use https "
                           "(give ca_file for a private CA)")
     return text
@@ -281,7 +281,8 @@ class LogsIngestionSink:
         response = getattr(exc, "response", None)
         url = str(getattr(getattr(response, "request", None), "url", ""))
         answered = response is not None and url.startswith(self._endpoint)  # not the token endpoint
-        if isinstance(exc, HttpResponseError) and status is not None and answered:
+        if isinstance(exc, HttpResponseError) and status is not None and response is not None \
+                and answered:
             label = f"HTTP {status} from {self._where}{_service_reason(response)}"
             after = _retry_after(response.headers)
             if status in RETRY_STATUSES or status >= 500:

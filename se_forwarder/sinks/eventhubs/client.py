@@ -80,7 +80,7 @@ class HubClient:
         quiet_sdk_logs()
         if self.credential_kind != "connection-string":
             return EventHubProducerClient(
-                fully_qualified_namespace=self.namespace, eventhub_name=self.eventhub,
+                fully_qualified_namespace=self.namespace or "", eventhub_name=self.eventhub,
                 credential=token_credential(self.credential_kind, self.options.client_id), **common,
             )
         conn = self._connection_string()

@@ -114,7 +114,7 @@ def _url(value: Any, where: str) -> str:
         )
     if parts.fragment:
         raise ConfigError(f"{where}: a URL fragment (#...) is never sent; remove it")
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
         raise ConfigError(
             f"{where}: plain http is allowed only to a loopback address (127.0.0.1, ::1, "
             "localhost); use https (give ca_file for a private CA)"
