@@ -10,7 +10,6 @@ import contextlib
 import errno
 import getpass
 import os
-import re
 import socket
 import tempfile
 from collections.abc import Callable
@@ -21,7 +20,7 @@ import requests
 
 from .config import Settings
 from .enrichment import hostname
-from .errors import StateError
+from .errors import StateError, one_line, root_cause
 from .imds import ImdsClient, ImdsError
 from .model import MalformedDocument, VmIdentity
 from .outbox import Outbox, db_path
@@ -232,8 +231,8 @@ def check_otlp(endpoint: str) -> tuple[bool, str]:
         reply = requests.post(url, data=b"", headers=headers, timeout=HTTP_TIMEOUT,
                               allow_redirects=False)
     except requests.RequestException as exc:
-        return False, (f"cannot reach {url} ({_cause(exc)}); is the OpenTelemetry collector running "
-                       "and telemetry.otlp_endpoint its OTLP/HTTP address (port 4318)?")
+        return False, (f"cannot reach {url} ({one_line(root_cause(exc))}); is the OpenTelemetry "
+                       "collector running and telemetry.otlp_endpoint its OTLP/HTTP address (port 4318)?")
     if 200 <= reply.status_code < 300:
         return True, f"{url} accepts OTLP/HTTP exports"
     hint = {401: "set OTEL_EXPORTER_OTLP_HEADERS with the collector's credentials",
@@ -241,9 +240,3 @@ def check_otlp(endpoint: str) -> tuple[bool, str]:
             404: "is telemetry.otlp_endpoint the collector's OTLP/HTTP base URL (port 4318)?",
             }.get(reply.status_code, "check the collector's logs")
     return False, f"{url} answered {reply.status_code}; {hint}"
-
-
-def _cause(exc: Exception) -> str:
-    """The OS-level reason inside a requests error (``[Errno 111] Connection refused``)."""
-    found = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))
-    return found.group(0) if found else type(exc).__name__

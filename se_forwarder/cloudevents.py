@@ -21,9 +21,10 @@ from cloudevents.core.v1.event import CloudEvent
 
 from . import __version__
 from .model import TYPE_PREFIX, Document, Kind, ScheduledEvent, Transition, VmIdentity
+from .timestamps import rfc3339
 
 __all__ = ["TYPE_PREFIX", "Kind", "NewEvent", "about", "approved", "ce_id", "ce_type", "event_data",
-           "for_outbox", "from_json", "heartbeat", "hook_failed", "prepared", "rfc3339", "to_json",
+           "for_outbox", "from_json", "heartbeat", "hook_failed", "prepared", "to_json",
            "transition", "transition_rows", "unmatched"]
 
 #: The ``eventstatus`` extension says what happened, as Azure's Event Grid feed does; the last
@@ -52,10 +53,6 @@ def ce_type(kind: str) -> str:
 def ce_id(event_id: str, kind: str) -> str:
     """Deterministic: the same transition always gets the same id, across restarts and VMs."""
     return f"{event_id}/{kind}"
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def event_data(

@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .approvals import settings as approvals_settings
 from .approvals.settings import ApprovalsSettings
@@ -27,6 +27,9 @@ from .validation import (
     as_table,
     no_unknown,
 )
+
+if TYPE_CHECKING:
+    from .sinks.base import SinkOptions
 
 ENV_PREFIX = "SE_FORWARDER_"
 KNOWN_API_VERSIONS = (
@@ -62,7 +65,7 @@ class StateSettings:
 class SinkSettings:
     type: str
     name: str
-    options: dict[str, Any] = field(default_factory=dict)
+    options: SinkOptions
     heartbeat_interval: float = 0.0  # seconds between heartbeat CloudEvents; 0 = none
 
 
@@ -247,7 +250,7 @@ def _sinks(items: list[Any]) -> list[SinkSettings]:
             )
         options = {k: v for k, v in item.items() if k not in ("type", "heartbeat_interval")}
         options = sinks.validate(kind, options, where)
-        name = options.pop("name", None) or sinks.default_name(kind, options)
+        name = options.name or sinks.default_name(kind, options)
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is used by another sink; give each a name")
         names.add(name)

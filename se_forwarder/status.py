@@ -15,6 +15,7 @@ from typing import Any
 from .cloudevents import ce_id
 from .model import Kind, MalformedDocument, parse_document
 from .outbox import Outbox
+from .timestamps import rfc3339
 
 APPROVAL_TYPES = (Kind.APPROVED.type, Kind.APPROVAL_REJECTED.type)
 LAST_APPROVALS = 10
@@ -64,7 +65,7 @@ def _pending(box: Outbox, now: float) -> list[dict[str, Any]]:
         left = (e.not_before.timestamp() - now) if e.not_before else None
         out.append({
             "EventId": e.event_id, "EventType": e.event_type, "EventStatus": e.status,
-            "NotBefore": e.not_before.isoformat().replace("+00:00", "Z") if e.not_before else None,
+            "NotBefore": rfc3339(e.not_before) if e.not_before else None,
             "NotBeforeInSeconds": None if left is None else round(left),
             "Resources": list(e.resources),
             "approved": box.has_event(ce_id(e.event_id, Kind.APPROVED)),

@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .redaction import redact
+
 if TYPE_CHECKING:
     from .sinks.base import StoredEvent
 
@@ -98,8 +100,6 @@ def acknowledged(sink: str, batch: Sequence[StoredEvent],
         span = tracer.start_span("deliver", context=parent, start_time=_ns(event.observed_at),
                                  attributes=attributes)
         if reason is not None:
-            from .telemetry import redact
-
             span.set_status(Status(StatusCode.ERROR, redact(reason)))
         span.end(end_time=max(end, _ns(event.observed_at)))
 

@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from .errors import ConfigError
 
@@ -69,6 +69,19 @@ def as_http_url(value: Any, where: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{where}: {text!r} is not an http(s) URL")
     return text.rstrip("/")
+
+
+def split_http_url(text: str, where: str, what: str = "an http(s) URL") -> SplitResult:
+    """``text``'s parts, or ConfigError (showing the URL as ``public_url`` does) for a bad port or
+    a URL that is not http(s) with a host."""
+    parts = urlsplit(text)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ConfigError(f"{where}: bad port in {public_url(text)!r}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: {public_url(text)!r} is not {what}")
+    return parts
 
 
 def public_url(url: str) -> str:

@@ -42,6 +42,7 @@ from ..imds import ImdsClient, ImdsError
 from ..model import SCHEDULED, Document, Kind, ScheduledEvent, Transition, VmIdentity
 from ..outbox import Outbox
 from ..telemetry import fields
+from ..timestamps import rfc3339
 from . import hooks as hooks_mod
 from .policy import Policy
 from .queue.names import STAND_IN_VM_ID, queue_name
@@ -290,7 +291,7 @@ class Approver:
                        matched, why)
             return None
         matched = f"rule {rule} matched ({action})" if rule else "no rule matched"
-        starts = (f"it starts at its NotBefore {ce.rfc3339(event.not_before)}" if event.not_before
+        starts = (f"it starts at its NotBefore {rfc3339(event.not_before)}" if event.not_before
                   else "it starts when Azure starts it")
         then = ("no approval and no hooks; " if action == "ignore" else
                 "not approving; ") + starts + (

@@ -54,6 +54,7 @@ from ..outbox.hook_runs import (
     HookRuns,
 )
 from ..telemetry import fields
+from ..timestamps import rfc3339
 from .settings import HookSettings
 
 log = logging.getLogger("se_forwarder.approvals.hooks")
@@ -240,7 +241,7 @@ class HookRunner:
             "SE_EVENT_ID": event.event_id,
             "SE_EVENT_TYPE": event.event_type,
             "SE_EVENT_STATUS": event.status,
-            "SE_NOT_BEFORE": ce.rfc3339(event.not_before) if event.not_before else "",
+            "SE_NOT_BEFORE": rfc3339(event.not_before) if event.not_before else "",
             "SE_VM_NAME": self.vm.name,
         })
         if outcome:

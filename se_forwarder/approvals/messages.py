@@ -39,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..model import SCHEDULED, Document, ScheduledEvent
+from ..timestamps import rfc3339
 from . import signing
 
 MAX_MESSAGE_BYTES = 8 * 1024  # a real approval message is ~400 bytes
@@ -270,8 +271,8 @@ def validate(
         if event is None and not event_was_seen(f.event_id):
             return Verdict(REJECT, "unknown-event",
                            f"EventId {f.event_id} never appeared in the document before the "
-                           f"message expired at {signing.rfc3339(f.expires_at)}", **known)
-        return Verdict(REJECT, "expired", f"message expired at {signing.rfc3339(f.expires_at)}",
+                           f"message expired at {rfc3339(f.expires_at, milliseconds=True)}", **known)
+        return Verdict(REJECT, "expired", f"message expired at {rfc3339(f.expires_at, milliseconds=True)}",
                        **known)
     if seen_before(f.message_id):
         return Verdict(REJECT, "replayed", f"message id {f.message_id} was processed before", **known)

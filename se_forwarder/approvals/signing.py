@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..timestamps import rfc3339
 
 APPROVE_TYPE = "com.azure.scheduledevents.approve"
 SIGNATURE_ATTRIBUTE = "signature"
@@ -137,10 +138,6 @@ def verify(message: Mapping[str, Any], keys: Iterable[bytes]) -> bool:
     return ok
 
 
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def new_message(
     event_id: str,
     *,
@@ -154,7 +151,7 @@ def new_message(
 ) -> dict[str, Any]:
     """A signed approval message for ``event_id`` (``vm_name`` binds it to one VM)."""
     now = now or datetime.now(UTC)
-    data: dict[str, Any] = {"EventId": event_id, "ExpiresAt": rfc3339(expires_at)}
+    data: dict[str, Any] = {"EventId": event_id, "ExpiresAt": rfc3339(expires_at, milliseconds=True)}
     if reason:
         data["Reason"] = reason
     if vm_name:
@@ -164,7 +161,7 @@ def new_message(
         "type": APPROVE_TYPE,
         "id": message_id or str(uuid.uuid4()),
         "source": source,
-        "time": rfc3339(now),
+        "time": rfc3339(now, milliseconds=True),
         "datacontenttype": "application/json",
         "data": data,
     }

@@ -1,13 +1,14 @@
 """Sinks: where CloudEvents go. Each type lives in its own module, imported only when configured.
 
-A sink module provides ``validate(options, where) -> options`` (cheap, no heavy imports) and
-``create(name, options, ctx) -> Sink``.
+A sink module provides ``validate(table, where) -> options`` (cheap, no heavy imports: the options
+are a frozen ``base.SinkOptions`` dataclass, checked once) and ``create(name, options, ctx) -> Sink``.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -15,7 +16,7 @@ from typing import Any, TextIO
 
 from ..errors import ConfigError
 from ..validation import public_url
-from .base import Sink
+from .base import Sink, SinkOptions
 
 SINK_TYPES = ("stdout", "file", "webhook", "eventhubs", "logs-ingestion")
 
@@ -41,7 +42,7 @@ def _module(kind: str) -> ModuleType:
         ) from exc
 
 
-def validate(kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+def validate(kind: str, options: dict[str, Any], where: str) -> SinkOptions:
     module = _module(kind)
     try:
         return module.validate(dict(options), where)
@@ -49,11 +50,11 @@ def validate(kind: str, options: dict[str, Any], where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
-def create(kind: str, name: str, options: dict[str, Any], ctx: SinkContext) -> Sink:
+def create(kind: str, name: str, options: SinkOptions, ctx: SinkContext) -> Sink:
     return _module(kind).create(name, options, ctx)
 
 
-def default_name(kind: str, options: dict[str, Any]) -> str:
+def default_name(kind: str, options: Mapping[str, Any]) -> str:
     """A stable name (it keys the delivery cursor) that never contains a secret."""
     if kind == "file":
         return f"file:{options['path']}"

@@ -8,9 +8,12 @@ backoff, parking and the cursor; a sink only says what happened.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ConfigError
+from ..validation import as_str
 
 
 @dataclass(frozen=True)
@@ -86,5 +89,38 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-class SinkConfigError(ValueError):
-    """A sink's configuration is unusable; the message names the key."""
+@dataclass(frozen=True, kw_only=True)
+class SinkOptions(Mapping[str, Any]):
+    """Base of each sink type's options: a frozen dataclass built once by the type's ``validate``,
+    with the defaults as its field defaults.
+
+    It also reads like the table it came from (``options["url"]``, ``"ca_file" in options``): an
+    optional key that was not given (None) is absent, as it was from the table.
+    """
+
+    name: str | None = None  # the sink's own name; None: a default one is derived
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key, None) if key in self._keys() else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in self._keys() if getattr(self, key) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def _keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self))
+
+
+def sink_name(table: Mapping[str, Any], where: str) -> str | None:
+    """The ``name`` key of a sink's table: absent (None) or a non-empty string."""
+    if "name" not in table:
+        return None
+    name = as_str(table["name"], f"{where}.name")
+    if not name.strip():
+        raise ConfigError(f"{where}.name: must not be empty")
+    return name

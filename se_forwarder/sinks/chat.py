@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,42 +45,41 @@ _REMEMBERED_STARTS = 10_000
 _PREFIX = "com.azure.scheduledevents."
 
 
-def validate(options: dict[str, Any], where: str) -> None:
-    """``format`` and ``events``; with a chat format, the CloudEvents-only keys are refused."""
-    fmt = as_choice(options.get("format", "cloudevents"), f"{where}.format", ALL_FORMATS)
-    options["format"] = fmt
+def validate(table: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...] | None]:
+    """(``format``, ``events``) of a webhook table; with a chat format, the CloudEvents-only keys
+    are refused."""
+    fmt = as_choice(table.get("format", "cloudevents"), f"{where}.format", ALL_FORMATS)
     if fmt == "cloudevents":
-        if "events" in options:
+        if "events" in table:
             raise ConfigError(f'{where}.events: only applies to format = "teams" or "slack"')
-        return
+        return fmt, None
     for key in ("secret_env", "secret_file"):
-        if key in options:
+        if key in table:
             raise ConfigError(
                 f'{where}.{key}: format = "{fmt}" sends no Standard Webhooks signature '
                 f"({fmt} hooks do not check one; the URL is the secret): remove {key}"
             )
     for key in ("mode", "batch_max_events", "batch_max_bytes"):
-        if key in options:
+        if key in table:
             raise ConfigError(f'{where}.{key}: does not apply to format = "{fmt}" (one message per event)')
-    if options.get("handshake") is True:
+    if table.get("handshake") is True:
         raise ConfigError(f'{where}.handshake: {fmt} hooks do not answer the CloudEvents handshake')
-    if "events" in options:
-        options["events"] = _events(options["events"], f"{where}.events")
+    return fmt, (_events(table["events"], f"{where}.events") if "events" in table else None)
 
 
-def _events(value: Any, where: str) -> list[str]:
+def _events(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise ConfigError(f"{where}: must be a non-empty list, e.g. [\"scheduled\", \"started\"]")
     for i, item in enumerate(value):
         if item not in EVENT_CHOICES:
             raise ConfigError(f"{where}[{i}]: {item!r} is not one of {', '.join(EVENT_CHOICES)}")
-    return list(dict.fromkeys(value))
+    return tuple(dict.fromkeys(value))
 
 
 class ChatFormat:
     """Per-sink state of a chat format: which events go out, and when each event started."""
 
-    def __init__(self, fmt: str, events: list[str] | None = None) -> None:
+    def __init__(self, fmt: str, events: Sequence[str] | None = None) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"not a chat format: {fmt!r}")
         self.format = fmt
@@ -122,7 +122,7 @@ class ChatFormat:
 
     def _track(self, cloud: dict[str, Any], kind: str) -> datetime | None:
         """Remember when a real ``started`` was seen; the start time for a ``completed``."""
-        data = cloud.get("data") if isinstance(cloud.get("data"), dict) else {}
+        data: dict[str, Any] = cloud["data"] if isinstance(cloud.get("data"), dict) else {}
         key = (str(cloud.get("source", "")), str(cloud.get("subject", "")))
         if kind == _PREFIX + "started" and data.get("Inferred") is not True:
             moment = parse_time(cloud.get("time"))

@@ -10,47 +10,56 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError, one_line
 from ..validation import as_bool, as_int, as_str, no_unknown
-from .base import Delivered, DeliveryReport, Outcome, Retry, StoredEvent
+from .base import Delivered, DeliveryReport, Outcome, Retry, SinkOptions, StoredEvent, sink_name
 
 TAIL_BYTES = 512 * 1024
 
 
-def validate(options: dict[str, Any], where: str) -> dict[str, Any]:
-    no_unknown(options, where, ("name", "path", "max_bytes", "keep", "fsync"))
-    if "path" not in options:
-        raise _missing(where, "path")
-    options["path"] = str(Path(as_str(options["path"], f"{where}.path")).expanduser())
-    options["max_bytes"] = as_int(
-        options.get("max_bytes", 100 * 1024 * 1024), f"{where}.max_bytes", 1024, 2**40
-    )
-    options["keep"] = as_int(options.get("keep", 5), f"{where}.keep", 0, 1000)
-    options["fsync"] = as_bool(options.get("fsync", True), f"{where}.fsync")
-    return options
+@dataclass(frozen=True, kw_only=True)
+class FileOptions(SinkOptions):
+    """One ``[[sinks]] type = "file"`` table, checked."""
+
+    path: str
+    max_bytes: int = 100 * 1024 * 1024  # rotate when the file would grow past this
+    keep: int = 5  # rotated files kept
+    fsync: bool = True
+
+    @classmethod
+    def parse(cls, table: Mapping[str, Any], where: str) -> FileOptions:
+        no_unknown(table, where, ("name", "path", "max_bytes", "keep", "fsync"))
+        name = sink_name(table, where)
+        if "path" not in table:
+            raise ConfigError(f"{where}.path: missing (required for this sink type)")
+        return cls(
+            name=name,
+            path=str(Path(as_str(table["path"], f"{where}.path")).expanduser()),
+            max_bytes=as_int(table.get("max_bytes", cls.max_bytes), f"{where}.max_bytes", 1024, 2**40),
+            keep=as_int(table.get("keep", cls.keep), f"{where}.keep", 0, 1000),
+            fsync=as_bool(table.get("fsync", cls.fsync), f"{where}.fsync"),
+        )
 
 
-def _missing(where: str, key: str) -> Exception:
-    from ..errors import ConfigError
-
-    return ConfigError(f"{where}.{key}: missing (required for this sink type)")
+def validate(options: dict[str, Any], where: str) -> FileOptions:
+    return FileOptions.parse(options, where)
 
 
-def create(name: str, options: dict[str, Any], ctx: Any) -> FileSink:
-    return FileSink(
-        name, Path(options["path"]), options["max_bytes"], options["keep"], options["fsync"]
-    )
+def create(name: str, options: FileOptions, ctx: Any) -> FileSink:
+    return FileSink(name, Path(options.path), options.max_bytes, options.keep, options.fsync)
 
 
 class FileSink:
     max_batch = 500
 
     def __init__(
-        self, name: str, path: Path, max_bytes: int = 100 * 1024 * 1024, keep: int = 5,
-        fsync: bool = True,
+        self, name: str, path: Path, max_bytes: int = FileOptions.max_bytes,
+        keep: int = FileOptions.keep, fsync: bool = FileOptions.fsync,
     ) -> None:
         self.name = name
         self.path = path
@@ -78,7 +87,7 @@ class FileSink:
             self._write(lines)
         except OSError as exc:
             self._recent = None  # lines of this batch may be in the file: skip them on the retry
-            return DeliveryReport([Retry(f"cannot write {self.path}: {exc.strerror or exc}")])
+            return DeliveryReport([Retry(f"cannot write {self.path}: {one_line(exc)}")])
         return DeliveryReport(outcomes)
 
     def _write(self, lines: list[bytes]) -> None:
@@ -138,7 +147,7 @@ class FileSink:
             with open(self.path, "ab"):
                 pass
         except OSError as exc:
-            return f"cannot write {self.path}: {exc.strerror or exc}"
+            return f"cannot write {self.path}: {one_line(exc)}"
         return None
 
     def close(self) -> None:

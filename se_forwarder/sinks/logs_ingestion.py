@@ -26,26 +26,31 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, find_cause, one_line
 from ..imds import parse_retry_after
-from ..validation import as_choice, as_number, as_str, check_ca_file, no_unknown, public_url
+from ..validation import (
+    as_choice,
+    as_number,
+    as_str,
+    check_ca_file,
+    no_unknown,
+    public_url,
+    split_http_url,
+)
 from ..validation import is_loopback as _is_loopback
 from . import logs_rows
-from .base import DeadLetter, Delivered, DeliveryReport, Outcome, Retry, StoredEvent
+from .azure_common import CREDENTIALS, token_credential
+from .base import DeadLetter, Delivered, DeliveryReport, Outcome, Retry, SinkOptions, StoredEvent, sink_name
 
-CREDENTIALS = ("managed-identity", "default")
 KNOWN_KEYS = ("name", "endpoint", "rule_id", "stream", "credential", "client_id", "ca_file",
               "batch_max_events", "batch_max_bytes", "connect_timeout", "read_timeout")
 MAX_REQUEST_BYTES = 1_000_000  # the service's "1 MB" a call, counted as the JSON array sent
-DEFAULTS: dict[str, Any] = {
-    "stream": logs_rows.STREAM, "credential": "managed-identity", "batch_max_events": 500,
-    "batch_max_bytes": MAX_REQUEST_BYTES, "connect_timeout": 5.0, "read_timeout": 30.0,
-}
 SCOPE = "https://monitor.azure.com/.default"
 RETRY_STATUSES = frozenset({401, 403, 404, 408, 429})
 _RULE_ID = re.compile(r"^dcr-[0-9a-f]{32}$")
@@ -62,67 +67,86 @@ _UNTRUSTED_ISSUER = frozenset({2, 18, 19, 20, 21})
 # -- configuration ---------------------------------------------------------------------------------
 
 
-def validate(options: dict[str, Any], where: str) -> dict[str, Any]:
-    """Check every key cheaply; defaults filled in. Nothing is read or imported here."""
-    no_unknown(options, where, KNOWN_KEYS)
-    for key, value in DEFAULTS.items():
-        options.setdefault(key, value)
-    if "endpoint" not in options:
-        raise ConfigError(f"{where}.endpoint: missing (the DCE or DCR logs ingestion URL, "
-                          "https://<name>.<region>-1.ingest.monitor.azure.com)")
-    options["endpoint"] = _endpoint(options["endpoint"], f"{where}.endpoint")
-    if "rule_id" not in options:
-        raise ConfigError(f"{where}.rule_id: missing (the DCR's immutable id, dcr-<32 hex digits>)")
-    rule_id = as_str(options["rule_id"], f"{where}.rule_id").strip()
-    if not _RULE_ID.match(rule_id):
-        raise ConfigError(f"{where}.rule_id: {rule_id!r} is not an immutable DCR id (dcr-<32 hex digits>; "
-                          "not the DCR's resource id)")
-    options["rule_id"] = rule_id
-    stream = as_str(options["stream"], f"{where}.stream").strip()
-    if not _STREAM.match(stream):
-        raise ConfigError(f"{where}.stream: {stream!r} is not a DCR stream name (Custom-<name>)")
-    options["stream"] = stream
-    options["credential"] = as_choice(options["credential"], f"{where}.credential", CREDENTIALS)
-    if "client_id" in options:
-        options["client_id"] = as_str(options["client_id"], f"{where}.client_id").strip()
-        if not options["client_id"]:
-            raise ConfigError(f"{where}.client_id: must not be empty")
-    if "ca_file" in options:
-        options["ca_file"] = str(Path(as_str(options["ca_file"], f"{where}.ca_file")).expanduser())
-    options["batch_max_events"] = int(
-        as_number(options["batch_max_events"], f"{where}.batch_max_events", 1, 10_000))
-    options["batch_max_bytes"] = int(
-        as_number(options["batch_max_bytes"], f"{where}.batch_max_bytes", 1024, MAX_REQUEST_BYTES))
-    options["connect_timeout"] = as_number(options["connect_timeout"], f"{where}.connect_timeout", 0.1, 120)
-    options["read_timeout"] = as_number(options["read_timeout"], f"{where}.read_timeout", 0.1, 600)
-    return options
+@dataclass(frozen=True, kw_only=True)
+class LogsIngestionOptions(SinkOptions):
+    """One ``[[sinks]] type = "logs-ingestion"`` table, checked."""
+
+    endpoint: str
+    rule_id: str
+    stream: str = logs_rows.STREAM
+    credential: str = "managed-identity"
+    client_id: str | None = None
+    ca_file: str | None = None
+    batch_max_events: int = 500
+    batch_max_bytes: int = MAX_REQUEST_BYTES
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+
+    @classmethod
+    def parse(cls, table: Mapping[str, Any], where: str) -> LogsIngestionOptions:
+        """Every key checked cheaply; nothing is read or imported here."""
+        no_unknown(table, where, KNOWN_KEYS)
+        name = sink_name(table, where)
+        if "endpoint" not in table:
+            raise ConfigError(f"{where}.endpoint: missing (the DCE or DCR logs ingestion URL, "
+                              "https://<name>.<region>-1.ingest.monitor.azure.com)")
+        endpoint = _endpoint(table["endpoint"], f"{where}.endpoint")
+        if "rule_id" not in table:
+            raise ConfigError(f"{where}.rule_id: missing (the DCR's immutable id, dcr-<32 hex digits>)")
+        rule_id = as_str(table["rule_id"], f"{where}.rule_id").strip()
+        if not _RULE_ID.match(rule_id):
+            raise ConfigError(f"{where}.rule_id: {rule_id!r} is not an immutable DCR id "
+                              "(dcr-<32 hex digits>; not the DCR's resource id)")
+        stream = as_str(table.get("stream", cls.stream), f"{where}.stream").strip()
+        if not _STREAM.match(stream):
+            raise ConfigError(f"{where}.stream: {stream!r} is not a DCR stream name (Custom-<name>)")
+        credential = as_choice(table.get("credential", cls.credential), f"{where}.credential",
+                               CREDENTIALS)
+        client_id = None
+        if "client_id" in table:
+            client_id = as_str(table["client_id"], f"{where}.client_id").strip()
+            if not client_id:
+                raise ConfigError(f"{where}.client_id: must not be empty")
+        ca_file = None
+        if "ca_file" in table:
+            ca_file = str(Path(as_str(table["ca_file"], f"{where}.ca_file")).expanduser())
+        return cls(
+            name=name, endpoint=endpoint, rule_id=rule_id, stream=stream, credential=credential,
+            client_id=client_id, ca_file=ca_file,
+            batch_max_events=int(as_number(table.get("batch_max_events", cls.batch_max_events),
+                                           f"{where}.batch_max_events", 1, 10_000)),
+            batch_max_bytes=int(as_number(table.get("batch_max_bytes", cls.batch_max_bytes),
+                                          f"{where}.batch_max_bytes", 1024, MAX_REQUEST_BYTES)),
+            connect_timeout=as_number(table.get("connect_timeout", cls.connect_timeout),
+                                      f"{where}.connect_timeout", 0.1, 120),
+            read_timeout=as_number(table.get("read_timeout", cls.read_timeout),
+                                   f"{where}.read_timeout", 0.1, 600),
+        )
+
+
+def validate(options: dict[str, Any], where: str) -> LogsIngestionOptions:
+    return LogsIngestionOptions.parse(options, where)
 
 
 def _endpoint(value: Any, where: str) -> str:
     text = as_str(value, where).strip().rstrip("/")
-    parts = urlsplit(text)
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise ConfigError(f"{where}: bad port in {public_url(text)!r}") from exc
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise ConfigError(f"{where}: {public_url(text)!r} is not an https URL")
+    parts = split_http_url(text, where, "an https URL")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise ConfigError(f"{where}: give only scheme, host and port (no credentials, query or fragment)")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
         raise ConfigError(f"{where}: plain http is allowed only to a loopback address; use https "
                           "(give ca_file for a private CA)")
     return text
 
 
-def create(name: str, options: dict[str, Any], ctx: Any) -> LogsIngestionSink:
+def create(name: str, options: LogsIngestionOptions, ctx: Any) -> LogsIngestionSink:
     """Check the CA bundle now; the SDK and the credential come with the first delivery."""
-    if options.get("ca_file"):
-        check_ca_file(options["ca_file"], f"sink {name!r} ca_file")
+    if options.ca_file:
+        check_ca_file(options.ca_file, f"sink {name!r} ca_file")
     return LogsIngestionSink(name, options)
 
 
-def default_name(options: dict[str, Any]) -> str:
+def default_name(options: Mapping[str, Any]) -> str:
     host = urlsplit(str(options.get("endpoint", ""))).hostname or "?"
     return f"logs-ingestion:{host}/{options.get('rule_id', '?')}/{options.get('stream', '?')}"
 
@@ -133,13 +157,13 @@ def default_name(options: dict[str, Any]) -> str:
 class LogsIngestionSink:
     """Uploads rows to one DCR stream; one outcome per event, in outbox order."""
 
-    def __init__(self, name: str, options: dict[str, Any]) -> None:
+    def __init__(self, name: str, options: LogsIngestionOptions) -> None:
         self.name = name
-        self.max_batch = int(options["batch_max_events"])
+        self.max_batch = options.batch_max_events
         self._options = options
-        self._endpoint = options["endpoint"]
+        self._endpoint = options.endpoint
         self._where = public_url(self._endpoint)
-        self._max_bytes = int(options["batch_max_bytes"])
+        self._max_bytes = options.batch_max_bytes
         self._client: Any = None
         self._credential: Any = None
         self._per_request: dict[str, Any] = {}
@@ -157,7 +181,7 @@ class LogsIngestionSink:
                                          "install it with: pip install 'se-forwarder[logs-ingestion]'")])
         except Exception as exc:  # noqa: BLE001 - e.g. a credential that cannot be built here
             return DeliveryReport([Retry(f"cannot create the Logs ingestion client: {type(exc).__name__}: "
-                                         f"{_first_line(exc)}")])
+                                         f"{one_line(exc)}")])
         outcomes: list[Outcome] = []
         for run in self._runs(batch):
             result = run if isinstance(run[0], DeadLetter) else self._send(run)
@@ -239,7 +263,7 @@ class LogsIngestionSink:
 
     def _upload(self, rows: list[dict[str, Any]]) -> Outcome:
         try:
-            self._client.upload(rule_id=self._options["rule_id"], stream_name=self._options["stream"],
+            self._client.upload(rule_id=self._options.rule_id, stream_name=self._options.stream,
                                 logs=rows, **self._per_request)
         except Exception as exc:  # noqa: BLE001 - sorted into outcomes below
             return self._failure(exc)
@@ -257,7 +281,8 @@ class LogsIngestionSink:
         response = getattr(exc, "response", None)
         url = str(getattr(getattr(response, "request", None), "url", ""))
         answered = response is not None and url.startswith(self._endpoint)  # not the token endpoint
-        if isinstance(exc, HttpResponseError) and status is not None and answered:
+        if isinstance(exc, HttpResponseError) and status is not None and response is not None \
+                and answered:
             label = f"HTTP {status} from {self._where}{_service_reason(response)}"
             after = _retry_after(response.headers)
             if status in RETRY_STATUSES or status >= 500:
@@ -268,36 +293,36 @@ class LogsIngestionSink:
             return Retry(label + ": unexpected status", after)
         if isinstance(exc, ClientAuthenticationError):  # no HTTP answer: the credential failed
             return Retry(f"cannot get a token for {SCOPE} with credential = "
-                         f"{self._options['credential']!r}: {_first_line(exc)}")
+                         f"{self._options.credential!r}: {one_line(exc)}")
         if isinstance(exc, ServiceRequestError | ServiceResponseError):
             return Retry(self._transport_reason(exc))
-        return Retry(f"upload to {self._where} failed: {type(exc).__name__}: {_first_line(exc)}")
+        return Retry(f"upload to {self._where} failed: {type(exc).__name__}: {one_line(exc)}")
 
     def _transport_reason(self, exc: Exception) -> str:
         import ssl
 
-        cause = _innermost(exc, ssl.SSLError)
+        cause = find_cause(exc, ssl.SSLError)
         if isinstance(cause, ssl.SSLCertVerificationError):
             hint = ""
             if cause.verify_code in _UNTRUSTED_ISSUER:
-                hint = ("; give ca_file (the endpoint's CA bundle)" if not self._options.get("ca_file")
+                hint = ("; give ca_file (the endpoint's CA bundle)" if not self._options.ca_file
                         else "; ca_file does not hold the CA that issued the endpoint's certificate")
             return f"TLS verification failed for {self._where}: {cause.verify_message or cause}{hint}"
         if isinstance(cause, ssl.SSLError):
             return f"TLS handshake with {self._where} failed: {cause.reason or cause}"
-        return f"cannot reach {self._where}: {_first_line(_innermost(exc, OSError) or exc)}"
+        return f"cannot reach {self._where}: {one_line(find_cause(exc, OSError) or exc)}"
 
     def _connect(self) -> None:
         if self._client is not None:
             return
         from azure.monitor.ingestion import LogsIngestionClient
 
-        credential = self._new_credential()
+        credential = token_credential(self._options.credential, self._options.client_id)
         kwargs: dict[str, Any] = {
             "retry_total": 0, "permit_redirects": False, "use_env_settings": False,
-            "connection_timeout": self._options["connect_timeout"],
-            "read_timeout": self._options["read_timeout"],
-            "connection_verify": self._options.get("ca_file") or True,
+            "connection_timeout": self._options.connect_timeout,
+            "read_timeout": self._options.read_timeout,
+            "connection_verify": self._options.ca_file or True,
         }
         host = urlsplit(self._endpoint).hostname or ""
         if not _is_loopback(host):
@@ -308,19 +333,6 @@ class LogsIngestionSink:
                 kwargs["proxies"] = proxies
         self._client = LogsIngestionClient(self._endpoint, credential, **kwargs)
         self._credential = credential
-
-    def _new_credential(self) -> Any:
-        client_id = self._options.get("client_id")
-        if self._options["credential"] == "managed-identity":
-            from azure.identity import ManagedIdentityCredential
-
-            return ManagedIdentityCredential(client_id=client_id) if client_id \
-                else ManagedIdentityCredential()
-        from azure.identity import DefaultAzureCredential
-
-        if client_id:
-            return DefaultAzureCredential(managed_identity_client_id=client_id)
-        return DefaultAzureCredential()
 
 
 def _service_reason(response: Any) -> str:
@@ -350,23 +362,3 @@ def _retry_after(headers: Any) -> float | None:
         return parse_retry_after(headers.get("Retry-After"))
     except (ValueError, OverflowError):
         return None
-
-
-def _innermost(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """The first ``kind`` under the SDK's and requests' wrappers (inner_exception, reason, args)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind) and current is not exc:
-            return current
-        seen.add(id(current))
-        nxt = getattr(current, "inner_exception", None) or getattr(current, "reason", None)
-        if not isinstance(nxt, BaseException):
-            nxt = next((a for a in current.args if isinstance(a, BaseException)), None)
-        current = nxt or current.__cause__ or current.__context__
-    return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

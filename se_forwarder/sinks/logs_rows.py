@@ -62,8 +62,8 @@ def to_row(event: dict[str, Any]) -> dict[str, Any]:
     """The row for one structured-mode CloudEvent; ValueError when it is not a CloudEvent at all."""
     if not isinstance(event, dict) or not isinstance(event.get("type"), str) or not event.get("id"):
         raise ValueError("not a CloudEvent (no type or id)")
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
-    vm = data.get("Vm") if isinstance(data.get("Vm"), dict) else {}
+    data: dict[str, Any] = event["data"] if isinstance(event.get("data"), dict) else {}
+    vm: dict[str, Any] = data["Vm"] if isinstance(data.get("Vm"), dict) else {}
     kind = event["type"]
     resources = data.get("Resources")
     heartbeat = kind == PREFIX + "heartbeat"  # its subject is the VM, not an event

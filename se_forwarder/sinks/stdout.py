@@ -4,27 +4,40 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ..errors import ConfigError
 from ..validation import as_bool, as_choice, no_unknown
-from .base import Delivered, DeliveryReport, Outcome, Park, StoredEvent
+from .base import Delivered, DeliveryReport, Outcome, Park, SinkOptions, StoredEvent, sink_name
 from .pretty import PrettyFormatter
 
 
-def validate(options: dict[str, Any], where: str) -> dict[str, Any]:
-    no_unknown(options, where, ("name", "format", "explain"))
-    options["format"] = as_choice(options.get("format", "json"), f"{where}.format", ("json", "pretty"))
-    if "explain" in options:
-        options["explain"] = as_bool(options["explain"], f"{where}.explain")
-        if options["explain"] and options["format"] != "pretty":
+@dataclass(frozen=True, kw_only=True)
+class StdoutOptions(SinkOptions):
+    """One ``[[sinks]] type = "stdout"`` table, checked."""
+
+    format: str = "json"  # or "pretty": columns for people
+    explain: bool = False  # pretty only: say why each line was written
+
+    @classmethod
+    def parse(cls, table: Mapping[str, Any], where: str) -> StdoutOptions:
+        no_unknown(table, where, ("name", "format", "explain"))
+        name = sink_name(table, where)
+        fmt = as_choice(table.get("format", cls.format), f"{where}.format", ("json", "pretty"))
+        explain = as_bool(table.get("explain", cls.explain), f"{where}.explain")
+        if explain and fmt != "pretty":
             raise ConfigError(f'{where}.explain: only with format = "pretty"')
-    return options
+        return cls(name=name, format=fmt, explain=explain)
 
 
-def create(name: str, options: dict[str, Any], ctx: Any) -> StdoutSink:
-    return StdoutSink(name, ctx.stdout, options.get("format", "json"), options.get("explain", False))
+def validate(options: dict[str, Any], where: str) -> StdoutOptions:
+    return StdoutOptions.parse(options, where)
+
+
+def create(name: str, options: StdoutOptions, ctx: Any) -> StdoutSink:
+    return StdoutSink(name, ctx.stdout, options.format, options.explain)
 
 
 class StdoutSink:

@@ -20,6 +20,7 @@ import pytest
 from se_forwarder.approvals import signing
 from se_forwarder.approvals.queue import queue_name
 from se_forwarder.simulator import SimulatorServer
+from se_forwarder.timestamps import rfc3339
 from tests.conftest import ROOT, AgentProcess, wait_for
 
 from .conftest import cloudevents, log_records, write_config
@@ -314,8 +315,9 @@ def test_message_for_another_vm_is_refused(refusing):
     remote, coordinator = refusing
     event_id = _scheduled(remote)
     message = coordinator.message(event_id, data={"EventId": event_id, "VmName": "vm7",
-                                                  "ExpiresAt": signing.rfc3339(
-                                                      datetime.now(UTC) + timedelta(minutes=5))})
+                                                  "ExpiresAt": rfc3339(
+                                                      datetime.now(UTC) + timedelta(minutes=5),
+                                                      milliseconds=True)})
     _refused(remote, coordinator, signing.encode(message), event_id, "wrong-vm")
 
 

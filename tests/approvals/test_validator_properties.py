@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from se_forwarder.approvals import signing
 from se_forwarder.approvals.messages import APPROVE, REJECT, validate
 from se_forwarder.model import parse_document
+from se_forwarder.timestamps import rfc3339
 
 KEY = base64.b64decode(signing.generate_key())
 OLD_KEY = base64.b64decode(signing.generate_key())  # still configured (rotation)
@@ -139,7 +140,7 @@ def authentic_but_refused(draw) -> str:
                                  "specversion", "far-future", "no-data", "future-time"]))
     if case == "expired":
         seconds = draw(st.integers(0, 10**6))
-        message["data"]["ExpiresAt"] = signing.rfc3339(NOW - timedelta(seconds=seconds))
+        message["data"]["ExpiresAt"] = rfc3339(NOW - timedelta(seconds=seconds), milliseconds=True)
     elif case == "replayed":
         message["id"] = USED_ID
     elif case == "started":
@@ -153,11 +154,12 @@ def authentic_but_refused(draw) -> str:
     elif case == "specversion":
         message["specversion"] = draw(json_values.filter(lambda v: v != "1.0"))
     elif case == "far-future":
-        message["data"]["ExpiresAt"] = signing.rfc3339(NOW + timedelta(days=draw(st.integers(2, 900))))
+        days = draw(st.integers(2, 900))
+        message["data"]["ExpiresAt"] = rfc3339(NOW + timedelta(days=days), milliseconds=True)
     elif case == "no-data":
         del message["data"]
     else:
-        message["time"] = signing.rfc3339(NOW + timedelta(minutes=draw(st.integers(6, 10**5))))
+        message["time"] = rfc3339(NOW + timedelta(minutes=draw(st.integers(6, 10**5))), milliseconds=True)
     message["signature"] = signing.sign(message, KEY)
     text = signing.encode(message)
     if draw(st.booleans()):

@@ -15,6 +15,7 @@ from se_forwarder.fleet.coordinator import (
     to_cloudevent,
     to_json,
 )
+from se_forwarder.timestamps import rfc3339
 
 from .fleet import SOURCE, T0, iso
 from .test_decide import SET, avset
@@ -39,7 +40,7 @@ def test_an_approve_decision_is_a_cloudevent_with_the_documented_attributes():
     assert (attributes["id"], attributes["source"], attributes["subject"]) == (
         "E1/coordinator/approve/1", SOURCE, "E1")
     assert attributes["datacontenttype"] == "application/json" and attributes["eventtype"] == "Reboot"
-    assert ce.rfc3339(attributes["time"]) == iso(T0 + 1)
+    assert rfc3339(attributes["time"]) == iso(T0 + 1)
 
 
 def test_the_data_has_every_documented_member():

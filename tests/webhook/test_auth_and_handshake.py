@@ -126,4 +126,4 @@ def test_an_absurdly_low_allowed_rate_spaces_requests_by_at_most_a_minute_withou
             closer.join()
 
         assert outcomes == [Delivered(), Retry("sink is closing")]
-        assert sink._min_interval == 60.0
+        assert sink.min_interval == 60.0

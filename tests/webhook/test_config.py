@@ -92,8 +92,8 @@ def test_a_timeout_must_be_a_positive_number():
 
 
 def test_secret_env_takes_a_string_or_a_list():
-    assert check(url="https://h.example/x", secret_env="A")["secret_env"] == ["A"]
-    assert check(url="https://h.example/x", secret_env=["A", "B"])["secret_env"] == ["A", "B"]
+    assert check(url="https://h.example/x", secret_env="A")["secret_env"] == ("A",)
+    assert check(url="https://h.example/x", secret_env=["A", "B"])["secret_env"] == ("A", "B")
     assert refused(url="https://h.example/x", secret_env=[]).startswith("sinks[0].secret_env: must be")
 
 

@@ -33,7 +33,7 @@ from ...imds import ImdsClient, ImdsError
 from ...model import Document, VmIdentity
 from ...outbox import Outbox
 from ...telemetry import fields
-from .. import signing
+from ...timestamps import rfc3339
 from ..audit import rejection_event
 from ..messages import APPROVE, REJECT, WAIT, Verdict, validate
 from .client import QueueSettings, create_if_missing
@@ -194,7 +194,7 @@ class QueueConsumer:
         if message.id not in self._waiting_logged:
             self._waiting_logged.add(message.id)
             log.info("approval message waits: %s (until %s)", verdict.detail,
-                     signing.rfc3339(verdict.expires_at) if verdict.expires_at else "?",
+                     rfc3339(verdict.expires_at, milliseconds=True) if verdict.expires_at else "?",
                      extra=fields(event_id=verdict.event_id))
         self._hide(message, self._retry_in(verdict, RETRY_SECONDS))
 
@@ -271,7 +271,7 @@ class QueueConsumer:
         body = json.dumps({
             "reason": verdict.code,
             "detail": verdict.detail,
-            "rejectedAt": signing.rfc3339(now),
+            "rejectedAt": rfc3339(now, milliseconds=True),
             "vm": self.vm.name,
             "queue": self.settings.name,
             "queueMessageId": message.id,

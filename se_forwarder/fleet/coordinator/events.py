@@ -70,7 +70,7 @@ from typing import Any
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from ...cloudevents import rfc3339
+from ...timestamps import rfc3339
 from .fold import DECISION_PREFIX
 
 COORDINATOR = "coordinator"  # Actor of the coordinator's own decisions
@@ -136,7 +136,7 @@ class Decision:
             "EventId": self.event_id,
             "EventType": self.event_type or None,
             "EventSource": self.event_source or None,
-            "NotBeforeUtc": _utc(self.not_before),
+            "NotBeforeUtc": None if self.not_before is None else rfc3339(self.not_before),
             "Resources": list(self.resources),
             "Affected": [vm.as_data() for vm in self.affected],
             "Target": self.target.as_data() if self.target else None,
@@ -150,10 +150,6 @@ class Decision:
             "Sequence": self.sequence,
             "Overrides": list(self.overrides),
         }
-
-
-def _utc(moment: float | None) -> str | None:
-    return None if moment is None else rfc3339(datetime.fromtimestamp(moment, UTC))
 
 
 def to_cloudevent(decision: Decision, source: str) -> CloudEvent:

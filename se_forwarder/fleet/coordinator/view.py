@@ -32,10 +32,9 @@ name contains it (case-insensitive); groups with no VM left are omitted.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-from ...cloudevents import rfc3339
+from ...timestamps import rfc3339
 from .decide import Evaluation, evaluate
 from .scopes import last_heartbeat, resolve, unwatched
 from .settings import Policy
@@ -43,7 +42,7 @@ from .state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, 
 
 
 def _utc(moment: float | None) -> str | None:
-    return None if moment is None else rfc3339(datetime.fromtimestamp(moment, UTC))
+    return None if moment is None else rfc3339(moment)
 
 
 def _age(now: float, moment: float | None) -> float | None:

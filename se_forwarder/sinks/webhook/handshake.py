@@ -1,0 +1,79 @@
+"""CloudEvents webhook abuse protection (HTTP 1.1 Web Hooks for Event Delivery, section 4).
+
+Before the first delivery, with ``handshake = true``: an OPTIONS request carrying
+``WebHook-Request-Origin``; the receiver must answer 2xx with ``WebHook-Allowed-Origin`` set to that
+origin or ``*``. Its ``WebHook-Allowed-Rate`` (requests per minute) then spaces the POSTs (the
+``Pacer``). A refusal is retried later; 410 parks the sink.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+
+import requests
+
+from ..base import Park, Retry
+from .auth import TokenError
+from .transport import Endpoint, snippet
+
+
+def handshake(endpoint: Endpoint) -> Retry | Park | float:
+    """The seconds to leave between POSTs (0: no limit) when the receiver agrees, else why not."""
+    origin = socket.gethostname() or "se-forwarder"
+    try:
+        response, reply = endpoint.request(
+            "OPTIONS", {**endpoint.headers(), "WebHook-Request-Origin": origin})
+    except TokenError as exc:
+        return Retry(str(exc))
+    except requests.RequestException as exc:
+        return endpoint.failure(exc)
+    prefix = f"abuse-protection handshake with {endpoint.where} refused"
+    if response.status_code == 410:
+        return Park(f"{prefix}: HTTP 410: the endpoint is gone")
+    if not 200 <= response.status_code < 300:
+        return Retry(f"{prefix}: HTTP {response.status_code}{snippet(reply)}")
+    allowed = response.headers.get("WebHook-Allowed-Origin", "").strip()
+    if allowed not in ("*", origin):
+        return Retry(f"{prefix}: WebHook-Allowed-Origin is {allowed or 'missing'!r}, "
+                     f"not {origin!r}")
+    return interval_from_rate(response.headers.get("WebHook-Allowed-Rate"))
+
+
+def interval_from_rate(value: str | None) -> float:
+    """Seconds between requests for a WebHook-Allowed-Rate (requests per minute; * = no limit)."""
+    if not value or value.strip() == "*":
+        return 0.0
+    try:
+        rate = float(value.strip())
+    except ValueError:
+        return 0.0
+    if not math.isfinite(rate) or rate <= 0:
+        return 0.0
+    # The spec's rate is a whole number of requests per minute: never more than 60 s apart.
+    return min(60.0 / rate, 60.0)
+
+
+class Pacer:
+    """Spaces requests by ``interval`` seconds (the allowed rate, or a chat service's pace)."""
+
+    def __init__(self, interval: float = 0.0) -> None:
+        self.interval = interval
+        self._next_slot = 0.0
+        self._closed = threading.Event()
+
+    def wait_for_slot(self) -> bool:
+        """Wait for the next slot; False when closed meanwhile."""
+        if self.interval <= 0:
+            return not self._closed.is_set()
+        now = time.monotonic()
+        wait = self._next_slot - now
+        if wait > 0 and self._closed.wait(wait):
+            return False
+        self._next_slot = max(now, self._next_slot) + self.interval
+        return not self._closed.is_set()
+
+    def close(self) -> None:
+        self._closed.set()
