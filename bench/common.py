@@ -25,6 +25,11 @@ class Row:
     note: str = ""
 
 
+def verdict(met: bool) -> str:
+    """The note next to a figure with a goal."""
+    return "met" if met else "MISSED"
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
