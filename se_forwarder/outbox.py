@@ -11,6 +11,7 @@ assigned in commit order and a cursor never skips an event.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -25,6 +26,7 @@ from .model import Document, MalformedDocument, parse_document
 from .sinks.base import StoredEvent
 
 DB_NAME = "outbox.sqlite3"
+POLL_MARK = "last-poll"  # its mtime: the last poll with the outcome the meta table holds
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -177,6 +179,35 @@ class Outbox:
             return parse_document(raw)
         except MalformedDocument as exc:
             raise StateError(f"the document stored in {self.path} is unreadable: {exc}") from exc
+
+    def mark_poll(self) -> None:
+        """Note "polled again, same outcome" without a database write: the mark's mtime.
+
+        Unchanged documents are the agent's most frequent event by far; a commit (and its fsync)
+        for each would be its largest idle cost. ``last_poll`` reads the mark with the meta table.
+        """
+        mark = self.path.parent / POLL_MARK
+        try:
+            os.utime(mark)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):  # status then shows the last recorded poll
+                mark.touch()
+        except OSError:
+            pass  # as above: an older time, never a wrong one
+
+    def last_poll(self) -> tuple[float | None, float | None]:
+        """(last poll, last successful poll) as unix times, from the meta table and the mark."""
+        at = _as_float(self.get_meta("last_poll_at"))
+        ok_at = _as_float(self.get_meta("last_ok_poll_at"))
+        try:
+            marked = (self.path.parent / POLL_MARK).stat().st_mtime
+        except OSError:
+            marked = None
+        if at is not None and marked is not None and marked > at:
+            at = marked
+            if self.get_meta("last_poll_ok") == "1":
+                ok_at = marked
+        return at, ok_at
 
     # -- writing events ---------------------------------------------------------------------
     def record(self, document: Document | None, events: Iterable[NewEvent]) -> list[StoredEvent]:
@@ -358,6 +389,13 @@ class _Transaction:
             self._db.execute("COMMIT")
         else:
             self._db.execute("ROLLBACK")
+
+
+def _as_float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
 
 
 def _state_error(path: Path, exc: sqlite3.Error) -> StateError:

@@ -34,7 +34,7 @@ from .telemetry import countdown, fields
 
 log = logging.getLogger("se_forwarder.agent")
 
-POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
+POLL_STATUS_EVERY = 10.0  # seconds between poll marks (``Outbox.mark_poll``) when nothing changes
 LOUD_EVERY = 60  # a failing poll is logged once per change of reason, then every this many
 
 
@@ -142,10 +142,12 @@ class Poller:
 
     # -- one poll ---------------------------------------------------------------------------
     def poll_or_raise(self) -> None:
+        """One poll. An unchanged document (the same object from the IMDS client, which does not
+        even parse a reply byte-identical to the last) costs a comparison and no write; a changed
+        one is diffed and recorded with its CloudEvents in one transaction."""
         started = time.monotonic()
         document = self.imds.get_document()
         metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
-        observed = datetime.now(UTC)
         offered = self.current()
         previous = offered or self.outbox.previous_document()
         if previous is not None and previous.incarnation == document.incarnation:
@@ -159,6 +161,7 @@ class Poller:
             log.warning("DocumentIncarnation %d reused with different events; diffing",
                         document.incarnation, extra=fields(incarnation=document.incarnation))
             previous = Document(previous.incarnation - 1, previous.events)
+        observed = datetime.now(UTC)
         if previous is not None and document.incarnation < previous.incarnation:
             log.warning(
                 "DocumentIncarnation went back from %d to %d; diffing normally",
@@ -196,10 +199,13 @@ class Poller:
 
     def note_poll(self, ok: bool, result: str, incarnation: int | None = None,
                   force: bool = False) -> None:
-        """Persist the poll heartbeat for `status`, at most every few seconds unless it changed."""
+        """Record the poll's outcome for `status` when it changed; otherwise only touch the poll
+        mark, at most every few seconds (no database write for an unchanged document)."""
         now = time.time()
-        changed = self._last_status != (ok, result)
-        if not (force or changed or now - self._last_status_write >= POLL_STATUS_EVERY):
+        if not force and self._last_status == (ok, result):
+            if now - self._last_status_write >= POLL_STATUS_EVERY:
+                self.outbox.mark_poll()
+                self._last_status_write = now
             return
         items: dict[str, object] = {"last_poll_at": str(now), "last_poll_ok": str(int(ok)),
                                     "last_poll_result": result}
