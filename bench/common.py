@@ -23,6 +23,7 @@ class Row:
     value: str
     target: str = ""
     note: str = ""
+    ratio: str = ""  # to the baseline measured in the same run, e.g. "0.41x the sample loop"
 
 
 def verdict(met: bool) -> str:
