@@ -16,13 +16,15 @@ fresh one, so a server's keep-alive timeout never surfaces as an error.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 MAX_IDLE = 2  # connections kept open per origin (a poller and at most one more thread at once)
@@ -30,11 +32,13 @@ MAX_IDLE = 2  # connections kept open per origin (a poller and at most one more 
 
 class HttpError(Exception):
     """A request that got no complete reply; ``kind`` is ``timeout``, ``connection`` or
-    ``too-large``."""
+    ``too-large``; ``connecting``: it failed before the connection (TLS included) was up. The
+    low-level error, if any, is the ``__cause__`` (e.g. an ``ssl.SSLCertVerificationError``)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, connecting: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
+        self.connecting = connecting
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ class Origin:
     """
 
     def __init__(self, base_url: str, *, connect_timeout: float,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, ssl_context: ssl.SSLContext | None = None,
+                 proxy: str | None = None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -66,6 +71,8 @@ class Origin:
         self.prefix = parts.path.rstrip("/")  # e.g. /vm/<name> on the simulator
         self.connect_timeout = connect_timeout
         self.headers = dict(headers or {})
+        self.ssl_context = ssl_context  # https: None means the default context (system CAs)
+        self.proxy = urlsplit(proxy) if proxy else None  # an http:// proxy, CONNECT for https
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
@@ -76,19 +83,21 @@ class Origin:
             conn.close()
 
     def request(self, method: str, path: str, *, timeout: float, max_bytes: int,
-                headers: Mapping[str, str] | None = None, body: bytes | None = None) -> Reply:
+                headers: Mapping[str, str] | None = None, body: bytes | None = None,
+                truncate: bool = False) -> Reply:
         """``method`` ``prefix + path`` (path with its query); the whole reply, at most
-        ``max_bytes`` of body. ``timeout`` bounds each read; connecting has its own."""
+        ``max_bytes`` of body: a longer one is an error, or with ``truncate`` cut there (and the
+        connection closed). ``timeout`` bounds each read; connecting has its own."""
         all_headers = {**self.headers, **headers} if headers else self.headers
         conn, reused = self._take()
+        args = (method, path, all_headers, body, timeout, max_bytes, truncate)
         try:
-            return self._exchange(conn, method, path, all_headers, body, timeout, max_bytes)
+            return self._exchange(conn, *args)
         except _Stale:
             if not (reused and method in IDEMPOTENT):
                 raise HttpError("connection", "the connection was closed before the reply") from None
-            conn, _ = self._new(), False
             try:
-                return self._exchange(conn, method, path, all_headers, body, timeout, max_bytes)
+                return self._exchange(self._new(), *args)
             except _Stale:
                 raise HttpError("connection", "the connection was closed before the reply") from None
 
@@ -110,13 +119,31 @@ class Origin:
         conn.close()
 
     def _new(self) -> http.client.HTTPConnection:
-        if self.scheme == "https":  # IMDS is plain HTTP; kept for URLs a user may configure
-            return http.client.HTTPSConnection(self.host, self.port, timeout=self.connect_timeout)
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+        host, port = self.host, self.port
+        if self.proxy is not None and self.scheme == "https":
+            host, port = self.proxy.hostname or "", self.proxy.port or 80
+        if self.scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=self.connect_timeout,
+                context=self.ssl_context or ssl.create_default_context())
+            if self.proxy is not None:
+                conn.set_tunnel(self.host, self.port, headers=_proxy_auth(self.proxy))
+            return conn
+        if self.proxy is not None:
+            host, port = self.proxy.hostname or "", self.proxy.port or 80
+        return http.client.HTTPConnection(host, port, timeout=self.connect_timeout)
+
+    def _target(self, path: str) -> str:
+        """The request target: the path, or the absolute URL through a plain-HTTP proxy."""
+        if self.proxy is not None and self.scheme == "http":
+            port = "" if self.port == 80 else f":{self.port}"
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            return f"http://{host}{port}{self.prefix}{path}"
+        return self.prefix + path
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   headers: Mapping[str, str], body: bytes | None, timeout: float,
-                  max_bytes: int) -> Reply:
+                  max_bytes: int, truncate: bool) -> Reply:
         fresh = conn.sock is None
         connected = not fresh
         try:
@@ -125,22 +152,22 @@ class Origin:
                 connected = True
             assert conn.sock is not None
             conn.sock.settimeout(timeout)
-            conn.request(method, self.prefix + path, body=body, headers=headers)
+            conn.request(method, self._target(path), body=body, headers=headers)
             resp = conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
             conn.close()
             if fresh:
-                raise HttpError("connection", _describe(exc)) from exc
+                raise HttpError("connection", _describe(exc), not connected) from exc
             raise _Stale from exc
         except TimeoutError as exc:
             conn.close()
             raise HttpError("timeout", "no answer in time" if connected else
-                            "timed out connecting") from exc
+                            "timed out connecting", not connected) from exc
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise HttpError("connection", _describe(exc)) from exc
+            raise HttpError("connection", _describe(exc), not connected) from exc
         try:
-            data = _read(resp, max_bytes)
+            data = _read(resp, max_bytes, truncate)
         except TimeoutError as exc:
             conn.close()
             raise HttpError("timeout", "the reply stopped arriving in time") from exc
@@ -150,7 +177,7 @@ class Origin:
         except HttpError:
             conn.close()
             raise
-        if resp.will_close:
+        if resp.will_close or not resp.isclosed():  # the server closes, or a body left unread
             conn.close()
         else:
             self._give_back(conn)
@@ -161,15 +188,40 @@ class _Stale(Exception):
     """A reused connection turned out closed before any reply: safe to retry idempotent ones."""
 
 
-def _read(resp: http.client.HTTPResponse, max_bytes: int) -> bytes:
+def _read(resp: http.client.HTTPResponse, max_bytes: int, truncate: bool) -> bytes:
     if resp.length is not None and resp.length > max_bytes:
+        if truncate:
+            return resp.read(max_bytes)
         raise HttpError("too-large", f"reply larger than {max_bytes} bytes")
     if resp.length is not None:
         return resp.read()  # IncompleteRead if the peer sends less than it announced
     data = resp.read(max_bytes + 1)
     if len(data) > max_bytes:
+        if truncate:
+            return data[:max_bytes]
         raise HttpError("too-large", f"reply larger than {max_bytes} bytes")
     return data
+
+
+def _proxy_auth(proxy: SplitResult) -> dict[str, str] | None:
+    if not proxy.username:
+        return None
+    pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
+    return {"Proxy-Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
+
+
+def environ_proxy(url: str) -> str | None:
+    """The proxy the environment (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``) sets for ``url``;
+    never for loopback, whatever the environment says."""
+    import urllib.request  # only for sinks reaching beyond this machine
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return None
+    if urllib.request.proxy_bypass_environment(parts.netloc):
+        return None
+    return urllib.request.getproxies_environment().get(parts.scheme)
 
 
 def _usable(conn: http.client.HTTPConnection) -> bool:

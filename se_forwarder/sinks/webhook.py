@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.formats.json import JSONFormat
 
 from .. import __version__
 from ..cloudevents import from_json
 from ..errors import ConfigError
+from ..http_client import HttpError, Origin, Reply, environ_proxy
 from ..imds import parse_retry_after
 from ..validation import as_bool, as_choice, as_number, as_str, no_unknown, public_url
 from ..validation import check_ca_file as _check_ca_file
@@ -398,7 +398,6 @@ class WebhookSink:
         self._signer = Signer(secrets) if secrets else None
         self._static = dict(headers or {})
         self._token = token
-        self._verify: str | bool = ca_file or True
         self._has_ca_file = bool(ca_file)
         self._timeout = (connect_timeout, read_timeout)
         self._handshake = handshake
@@ -417,13 +416,17 @@ class WebhookSink:
             self._unacked_file = Path(state_dir) / f"webhook-batch-{digest}.json"
             self._unacked = self._load_unacked()
         self._closed = threading.Event()
-        self._session = requests.Session()
-        # No proxy/netrc/CA-bundle variables behind our back (CURL_CA_BUNDLE="" would even turn
-        # verification off in some requests versions); proxies are taken explicitly instead.
-        self._session.trust_env = False
-        host = urlsplit(url).hostname or ""
-        if not _is_loopback(host):
-            self._session.proxies.update(requests.utils.get_environ_proxies(url))
+        # One kept-open connection (http_client.Origin): no CA-bundle or netrc variables behind
+        # our back, TLS always verified (the system's CAs, or ca_file); the environment's proxy
+        # only for a receiver beyond this machine.
+        parts = urlsplit(url)
+        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host = parts.hostname or ""
+        self._origin = Origin(
+            f"{parts.scheme}://{parts.netloc}", connect_timeout=connect_timeout,
+            ssl_context=ssl.create_default_context(cafile=ca_file) if parts.scheme == "https" else None,
+            proxy=None if _is_loopback(host) else environ_proxy(url),
+        )
 
     # -- Sink interface ------------------------------------------------------------------------
     def deliver(self, batch: Sequence[StoredEvent]) -> DeliveryReport:
@@ -446,28 +449,23 @@ class WebhookSink:
             failure = self._do_handshake()
             return None if failure is None else failure.reason
         try:
-            headers = self._base_headers()
-            response = self._session.options(
-                self._url, headers=headers, timeout=self._timeout, verify=self._verify,
-                allow_redirects=False, stream=True,
-            )
-            _read_some(response)
+            response = self._send("OPTIONS", self._base_headers())
         except TokenError as exc:
             return str(exc)
-        except requests.RequestException as exc:
+        except HttpError as exc:
             return self._transport_failure(exc).reason
-        status = response.status_code
+        status = response.status
         if status == 410:
             return f"{self._where} answers 410 Gone: the endpoint was removed"
         if 300 <= status < 400:
             return (f"{self._where} answers {status} (redirect to "
-                    f"{_display_url(response.headers.get('Location', '?'))}); redirects are never "
+                    f"{_display_url(response.header('Location') or '?')}); redirects are never "
                     "followed: put the final URL in the configuration")
         return None
 
     def close(self) -> None:
         self._closed.set()
-        self._session.close()
+        self._origin.close()
         if self._token is not None:
             self._token.close()
 
@@ -588,24 +586,26 @@ class WebhookSink:
             all_headers = {**self._base_headers(), **headers}
             if self._signer is not None:
                 all_headers.update(self._signer.headers(msg_id, body))
-            response = self._session.post(
-                self._url, data=body, headers=all_headers, timeout=self._timeout,
-                verify=self._verify, allow_redirects=False, stream=True,
-            )
-            reply = _read_some(response)
+            response = self._send("POST", all_headers, body)
         except TokenError as exc:
             return Retry(str(exc))
-        except requests.RequestException as exc:
+        except HttpError as exc:
             return self._transport_failure(exc)
-        return self._classify(response, reply)
+        return self._classify(response, response.body)
 
-    def _classify(self, response: requests.Response, reply: bytes) -> Outcome:
-        status = response.status_code
+    def _send(self, method: str, headers: dict[str, str], body: bytes | None = None) -> Reply:
+        """One request to the URL; at most MAX_REPLY_BYTES of the reply (enough for a reason)."""
+        return self._origin.request(method, self._target, headers=headers, body=body,
+                                    timeout=self._timeout[1], max_bytes=MAX_REPLY_BYTES,
+                                    truncate=True)
+
+    def _classify(self, response: Reply, reply: bytes) -> Outcome:
+        status = response.status
         label = f"HTTP {status}{' ' + response.reason if response.reason else ''} from {self._where}"
         if 200 <= status < 300:
             return Delivered()
         if 300 <= status < 400:
-            where_to = _display_url(response.headers.get("Location", "")) or "nowhere"
+            where_to = _display_url(response.header("Location") or "") or "nowhere"
             return Retry(f"{label}: redirect to {where_to} not followed (redirects never are); "
                          "put the final URL in the configuration")
         refusal = self._chat.refusal(status, reply, label) if self._chat is not None else None
@@ -613,17 +613,17 @@ class WebhookSink:
             return refusal
         if status == 410:
             return Park(f"{label}: the endpoint is gone")
-        after = _retry_after(response.headers.get("Retry-After"))
+        after = _retry_after(response.header("Retry-After"))
         if status in RETRY_STATUSES or status >= 500:
             return Retry(label + _snippet(reply), after)
         if 400 <= status < 500:
             return DeadLetter(label + _snippet(reply))
         return Retry(f"{label}: unexpected status")
 
-    def _transport_failure(self, exc: requests.RequestException) -> Retry:
+    def _transport_failure(self, exc: HttpError) -> Retry:
         """One line, no traceback, no secrets: what went wrong and what to do."""
-        cause = _root_cause(exc)
-        if isinstance(exc, requests.exceptions.SSLError) or isinstance(cause, ssl.SSLError):
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ssl.SSLError):
             if isinstance(cause, ssl.SSLCertVerificationError):
                 detail = cause.verify_message or cause.reason or str(cause)
                 hint = ""
@@ -633,13 +633,13 @@ class WebhookSink:
                 return Retry(f"TLS verification failed for {self._where}: {detail}{hint}")
             reason = getattr(cause, "reason", None) or _short(cause)
             return Retry(f"TLS handshake with {self._where} failed: {reason}")
-        if isinstance(exc, requests.exceptions.ConnectTimeout):
+        if exc.kind == "timeout" and exc.connecting:
             return Retry(f"timeout connecting to {self._where} after {self._timeout[0]:g} s")
-        if isinstance(exc, requests.exceptions.ReadTimeout):
+        if exc.kind == "timeout":
             return Retry(f"no answer from {self._where} within {self._timeout[1]:g} s")
-        if isinstance(exc, requests.exceptions.ConnectionError):
+        if exc.connecting:
             return Retry(f"cannot connect to {self._where}: {_short(cause)}")
-        return Retry(f"request to {self._where} failed: {type(exc).__name__}: {_short(cause)}")
+        return Retry(f"request to {self._where} failed: {_short(cause)}")
 
     def _base_headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"se-forwarder/{__version__}", **self._static}
@@ -661,25 +661,21 @@ class WebhookSink:
         """CloudEvents webhook abuse protection: OPTIONS with WebHook-Request-Origin."""
         origin = socket.gethostname() or "se-forwarder"
         try:
-            response = self._session.options(
-                self._url, headers={**self._base_headers(), "WebHook-Request-Origin": origin},
-                timeout=self._timeout, verify=self._verify, allow_redirects=False, stream=True,
-            )
-            reply = _read_some(response)
+            response = self._send("OPTIONS", {**self._base_headers(), "WebHook-Request-Origin": origin})
         except TokenError as exc:
             return Retry(str(exc))
-        except requests.RequestException as exc:
+        except HttpError as exc:
             return self._transport_failure(exc)
         prefix = f"abuse-protection handshake with {self._where} refused"
-        if response.status_code == 410:
+        if response.status == 410:
             return Park(f"{prefix}: HTTP 410: the endpoint is gone")
-        if not 200 <= response.status_code < 300:
-            return Retry(f"{prefix}: HTTP {response.status_code}{_snippet(reply)}")
-        allowed = response.headers.get("WebHook-Allowed-Origin", "").strip()
+        if not 200 <= response.status < 300:
+            return Retry(f"{prefix}: HTTP {response.status}{_snippet(response.body)}")
+        allowed = (response.header("WebHook-Allowed-Origin") or "").strip()
         if allowed not in ("*", origin):
             return Retry(f"{prefix}: WebHook-Allowed-Origin is {allowed or 'missing'!r}, "
                          f"not {origin!r}")
-        self._min_interval = _interval_from_rate(response.headers.get("WebHook-Allowed-Rate"))
+        self._min_interval = _interval_from_rate(response.header("WebHook-Allowed-Rate"))
         return None
 
     def _wait_for_slot(self) -> bool:
@@ -729,44 +725,12 @@ def _display_url(url: str) -> str:
     return public_url(url)
 
 
-def _read_some(response: requests.Response) -> bytes:
-    """At most MAX_REPLY_BYTES of the reply (enough for a reason); the rest is not downloaded."""
-    data = bytearray()
-    try:
-        for chunk in response.iter_content(8192):
-            data += chunk
-            if len(data) >= MAX_REPLY_BYTES:
-                break
-    except requests.RequestException:
-        pass  # the status line is what counts; a broken body only loses the snippet
-    finally:
-        response.close()
-    return bytes(data)
-
-
 def _snippet(reply: bytes) -> str:
     text = " ".join(reply.decode("utf-8", "replace").split())
     text = "".join(c for c in text if c.isprintable())
     if not text:
         return ""
     return ": " + (text[:SNIPPET_CHARS] + "..." if len(text) > SNIPPET_CHARS else text)
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost error under requests' and urllib3's wrappers (MaxRetryError, ...)."""
-    seen: set[int] = set()
-    current: BaseException = exc
-    while id(current) not in seen:
-        seen.add(id(current))
-        nxt = getattr(current, "reason", None)
-        if not isinstance(nxt, BaseException):
-            nxt = next((a for a in current.args if isinstance(a, BaseException)), None)
-        if nxt is None:
-            nxt = current.__cause__ or current.__context__
-        if nxt is None:
-            break
-        current = nxt
-    return current
 
 
 def _short(exc: BaseException) -> str:
