@@ -170,6 +170,7 @@ class ImdsClient:
         self.connect_timeout = connect_timeout
         self.first_call_timeout = first_call_timeout
         self._answered: set[str] = set()  # paths that answered once (each may be slow first)
+        self.last_request_at = 0.0  # monotonic time the rate limiter let the last request go
         self._etag: str | None = None
         self._cached: Document | None = None
         self._cached_body: bytes | None = None
@@ -201,6 +202,7 @@ class ImdsClient:
     def _request(self, method: str, path: str, *, timeout: float | None = None,
                  headers: dict[str, str] | None = None, body: bytes | None = None) -> Reply:
         self.limiter.acquire()
+        self.last_request_at = time.monotonic()
         url = f"{self.base_url}{path.partition('?')[0]}"
         try:
             reply = self._origin.request(

@@ -8,10 +8,11 @@ previous one), whatever happened:
 - after a success, a 5xx, a timeout, a refused connection or a malformed reply: at the next tick;
 - after a 429: after its ``Retry-After`` (at most 5 s), or about a second (1-1.25 s) without one.
 
-All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER_SECOND``), so the
-longest gap between the starts of two polls is the largest of the poll interval, the 429 wait,
-and ``imds.timeout`` for a request IMDS accepts and never answers (5 s by default), plus at most
-a second of rate limiting when other threads took the slots.
+All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER_SECOND``); a poll
+interval shorter than its spacing (0.25 s) polls at that spacing instead. The longest gap between
+the starts of two polls is the largest of the poll interval, the 429 wait, and ``imds.timeout``
+for a request IMDS accepts and never answers (5 s by default), plus at most a second of rate
+limiting when other threads took the slots.
 """
 
 from __future__ import annotations
@@ -85,7 +86,15 @@ class Poller:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
-        interval = self.settings.imds.poll_interval
+        # No faster than the shared IMDS limiter admits requests (4/s): asked for more, polls
+        # would bunch behind it (0.2 s, 0.2 s, 0.6 s...) and the longest gap, which bounds how
+        # late a change is seen, would grow instead of shrink. Evenly spaced at the limit, it is
+        # 0.25 s.
+        interval = max(self.settings.imds.poll_interval, 1.0 / self.imds.limiter.limit)
+        if interval > self.settings.imds.poll_interval:
+            log.info("polling every %.2f s: IMDS allows 5 requests per second and the agent keeps "
+                     "one of them for approvals (imds.poll_interval is %g s)", interval,
+                     self.settings.imds.poll_interval)
         failures = 0
         last_reason: str | None = None
         next_start = time.monotonic()
@@ -96,7 +105,12 @@ class Poller:
             started = time.monotonic()
             next_start = started + interval
             try:
-                self._first_or_poll()
+                try:
+                    self._first_or_poll()
+                finally:
+                    # From when the limiter let the request go: a poll it held back must not pull
+                    # the next one up behind it.
+                    next_start = max(next_start, self.imds.last_request_at + interval)
                 if failures:
                     log.info("IMDS answers again after %d failed poll(s)", failures)
                 failures, last_reason = 0, None
