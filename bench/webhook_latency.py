@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from se_forwarder.delivery import DeliveryWorker  # noqa: E402
+from se_forwarder.imds import MAX_REQUESTS_PER_SECOND  # noqa: E402
 from se_forwarder.outbox import Outbox  # noqa: E402
 from se_forwarder.simulator import SimulatorServer  # noqa: E402
 from tests.conftest import AgentProcess, wait_for  # noqa: E402
@@ -115,6 +116,7 @@ def throughput(mode: str, count: int, work: Path) -> float:
 
 MODES = {"no-etag": False, "etag": True}
 GOAL_MS = 25  # p99 within the poll interval plus this
+SPACING = 1.0 / MAX_REQUESTS_PER_SECOND  # the shortest interval the agent polls at
 
 
 def main() -> None:
@@ -138,7 +140,11 @@ def main() -> None:
                   f"{len(samples)} changes, structured, signed): "
                   f"p50 {statistics.median(samples) * 1000:.0f} ms, "
                   f"p99 {p99:.0f} ms, max {max(samples) * 1000:.0f} ms; "
-                  f"goal p99 <= {goal:.0f} ms: {'met' if p99 <= goal else 'MISSED'}")
+                  f"goal p99 <= {goal:.0f} ms: {'met' if p99 <= goal else 'MISSED'}"
+                  + (f" (the agent polls at most every {SPACING:g} s, IMDS's 5 requests/s less one "
+                     f"kept for approvals: p99 vs {SPACING * 1000 + GOAL_MS:.0f} ms "
+                     f"{'met' if p99 <= SPACING * 1000 + GOAL_MS else 'MISSED'})"
+                     if args.poll_interval < SPACING else ""))
             print(f"  of which observation -> receiver 200 (outbox commit, worker wake-up, POST): "
                   f"p50 {statistics.median(after_poll) * 1000:.1f} ms, "
                   f"p99 {percentile(after_poll, 99) * 1000:.1f} ms")
