@@ -203,6 +203,19 @@ def _read(resp: http.client.HTTPResponse, max_bytes: int, truncate: bool) -> byt
     return data
 
 
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """Verification always on: against ``ca_file``, else the certifi bundle (what requests used,
+    so the same receivers stay trusted), else the system's CAs."""
+    if ca_file is None:
+        try:
+            import certifi
+
+            ca_file = certifi.where()
+        except ImportError:
+            pass
+    return ssl.create_default_context(cafile=ca_file)
+
+
 def _proxy_auth(proxy: SplitResult) -> dict[str, str] | None:
     if not proxy.username:
         return None

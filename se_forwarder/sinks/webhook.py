@@ -39,7 +39,7 @@ from cloudevents.core.formats.json import JSONFormat
 from .. import __version__
 from ..cloudevents import from_json
 from ..errors import ConfigError
-from ..http_client import HttpError, Origin, Reply, environ_proxy
+from ..http_client import HttpError, Origin, Reply, environ_proxy, tls_context
 from ..imds import parse_retry_after
 from ..validation import as_bool, as_choice, as_number, as_str, no_unknown, public_url
 from ..validation import check_ca_file as _check_ca_file
@@ -417,14 +417,14 @@ class WebhookSink:
             self._unacked = self._load_unacked()
         self._closed = threading.Event()
         # One kept-open connection (http_client.Origin): no CA-bundle or netrc variables behind
-        # our back, TLS always verified (the system's CAs, or ca_file); the environment's proxy
-        # only for a receiver beyond this machine.
+        # our back, TLS always verified (ca_file, else the certifi bundle); the environment's
+        # proxy only for a receiver beyond this machine.
         parts = urlsplit(url)
         self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = parts.hostname or ""
         self._origin = Origin(
             f"{parts.scheme}://{parts.netloc}", connect_timeout=connect_timeout,
-            ssl_context=ssl.create_default_context(cafile=ca_file) if parts.scheme == "https" else None,
+            ssl_context=tls_context(ca_file) if parts.scheme == "https" else None,
             proxy=None if _is_loopback(host) else environ_proxy(url),
         )
 
