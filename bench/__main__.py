@@ -65,7 +65,7 @@ NAMES = tuple(b.name for b in BENCHMARKS)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run the benchmarks (about 12 minutes for all of them on 2 cores) and print "
+        description="Run the benchmarks (about 8 minutes for all of them on 2 cores) and print "
                     "a table of figures, each next to its baseline measured in the same run where "
                     "one exists. Nothing is written unless --write is given.",
         epilog="benchmarks: " + ", ".join(NAMES),
