@@ -30,15 +30,21 @@ class Benchmark:
 
 
 BENCHMARKS = (
-    Benchmark("agent_vs_sample", "idle poll CPU and RSS, agent vs the documented sample's loop",
-              module="bench.agent_vs_sample"),
+    Benchmark("agent_vs_sample", "idle poll CPU and RSS, agent vs the documented sample's loop, "
+              "IMDS without ETag (as documented) and with it", module="bench.agent_vs_sample"),
+    Benchmark("poll_profile", "CPU of one unchanged poll in process, agent's poller vs the "
+              "sample's loop body, and the poll path's profile", module="bench.poll_profile",
+              commands=(("-m", "bench.poll_profile", "--polls", "2000"),)),
     Benchmark("outbox_throughput", "outbox inserts, dedup, reads and fsynced commits per second",
               module="bench.outbox_throughput"),
     Benchmark("burst", "a 1,000-event document to delivered (file and batch webhook)",
               module="bench.burst"),
-    Benchmark("footprint", "agent RSS with a file sink and with a webhook sink",
+    Benchmark("footprint", "agent RSS with a file sink and with a webhook sink, vs the sample loop",
               module="bench.footprint"),
-    Benchmark("webhook_latency", "IMDS change -> webhook 200 latency (poll 1 s and 0.2 s), throughput",
+    Benchmark("imports", "what each import adds to RSS, in the order an agent loads them",
+              commands=(("-m", "bench.import_costs"),)),
+    Benchmark("webhook_latency", "IMDS change -> webhook 200 latency (poll 1 s and 0.2 s, IMDS "
+              "without and with ETag), throughput",
               commands=(
                   ("bench/webhook_latency.py", "--poll-interval", "1.0", "--changes", "40",
                    "--backlog", "3000"),
@@ -49,6 +55,9 @@ BENCHMARKS = (
               commands=(("bench/approval_roundtrip.py",),)),
     Benchmark("eventhubs", "Event Hubs throughput to the local broker, and RSS",
               commands=(("bench/eventhubs_bench.py",),)),
+    Benchmark("fleet_fanin", "50 agent processes (one per simulated VM) -> one Event Hubs broker "
+              "with heartbeats: CPU, RSS, burst events/s, change -> broker p99",
+              module="bench.fleet_fanin"),
 )
 NAMES = tuple(b.name for b in BENCHMARKS)
 
@@ -56,8 +65,9 @@ NAMES = tuple(b.name for b in BENCHMARKS)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run the benchmarks (about 4 minutes for all of them on 2 cores) and print "
-                    "a table of figures. Nothing is written unless --write is given.",
+        description="Run the benchmarks (about 8 minutes for all of them on 2 cores) and print "
+                    "a table of figures, each next to its baseline measured in the same run where "
+                    "one exists. Nothing is written unless --write is given.",
         epilog="benchmarks: " + ", ".join(NAMES),
     )
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=NAMES,
@@ -94,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{bench.name}: {type(exc).__name__}: {exc}")
         for command in bench.commands:
             script = " ".join(command)
-            if not (ROOT / command[0]).exists():
+            if command[0] != "-m" and not (ROOT / command[0]).exists():
                 failures.append(f"{script}: {command[0]} does not exist")
                 continue
             print(f"running {script} ...", file=sys.stderr, flush=True)
@@ -138,9 +148,10 @@ def commit() -> str:
 
 
 def render(rows: list[Row]) -> str:
-    head = "| benchmark | figure | value | target | note |\n|---|---|---|---|---|"
-    body = "\n".join(f"| {r.benchmark} | {r.figure} | {r.value} | {r.target} | {r.note} |"
-                     for r in rows)
+    head = ("| benchmark | figure | value | vs baseline (same run) | target | note |\n"
+            "|---|---|---|---|---|---|")
+    body = "\n".join(f"| {r.benchmark} | {r.figure} | {r.value} | {r.ratio} | {r.target} | {r.note} |"
+                      for r in rows)
     return f"{head}\n{body}"
 
 
@@ -158,6 +169,9 @@ def write_results(table: str, outputs: list[tuple[str, str]], failures: list[str
         parts += ["", f"## {script}", "", "```", text, "```"]
     if failures:
         parts += ["", "## Failed", ""] + [f"- {f}" for f in failures]
+    findings = ROOT / "bench" / "findings.md"
+    if findings.exists():  # the reading of the figures: profile findings, fleet arithmetic
+        parts += ["", findings.read_text().strip()]
     (ROOT / "bench" / "RESULTS.md").write_text("\n".join(parts) + "\n")
 
 

@@ -23,6 +23,12 @@ class Row:
     value: str
     target: str = ""
     note: str = ""
+    ratio: str = ""  # to the baseline measured in the same run, e.g. "0.41x the sample loop"
+
+
+def verdict(met: bool) -> str:
+    """The note next to a figure with a goal."""
+    return "met" if met else "MISSED"
 
 
 def percentile(values: list[float], q: float) -> float:

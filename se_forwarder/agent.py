@@ -34,6 +34,7 @@ log = logging.getLogger("se_forwarder.agent")
 
 RETENTION_SECONDS = 30 * 86400
 SHUTDOWN_GRACE = 4.0  # seconds; SIGTERM must end the process within 5
+STOP_CHECK = 5.0  # seconds; only a safety net, ``stop`` wakes the waiting thread at once
 LOCK_NAME = "agent.lock"
 
 
@@ -147,8 +148,10 @@ class Agent:
 
         thread = threading.Thread(target=work, name="agent", daemon=True)
         thread.start()
-        while thread.is_alive() and not self.stop.is_set():
-            thread.join(0.2)
+        # ``_run`` sets ``stop`` when it ends, and a signal handler when asked to stop: this
+        # thread sleeps until then rather than waking five times a second on an idle agent.
+        while not self.stop.wait(STOP_CHECK) and thread.is_alive():
+            pass
         self.stop.set()
         thread.join(SHUTDOWN_GRACE)
         if not outcome:

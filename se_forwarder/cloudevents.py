@@ -12,11 +12,11 @@ structured-mode JSON text, which every sink derives its wire form from.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from . import __version__
@@ -30,7 +30,17 @@ __all__ = ["TYPE_PREFIX", "Kind", "NewEvent", "about", "approved", "ce_id", "ce_
 #: The ``eventstatus`` extension says what happened, as Azure's Event Grid feed does; the last
 #: status IMDS showed stays in ``data.EventStatus``. Other types carry the IMDS status.
 EVENT_STATUS = {Kind.STARTED: "Started", Kind.COMPLETED: "Completed", Kind.CANCELED: "Canceled"}
-_FORMAT = JSONFormat()
+if TYPE_CHECKING:
+    from cloudevents.core.formats.json import JSONFormat
+
+
+@functools.cache
+def _format() -> JSONFormat:
+    """The SDK's JSON format, loaded with the first event to write: it brings dateutil (~3 MB),
+    which an agent polling an unchanged document never needs."""
+    from cloudevents.core.formats.json import JSONFormat
+
+    return JSONFormat()
 
 
 @dataclass(frozen=True)
@@ -218,8 +228,8 @@ def heartbeat(
 
 
 def to_json(event: CloudEvent) -> str:
-    return _FORMAT.write(event).decode("utf-8")
+    return _format().write(event).decode("utf-8")
 
 
 def from_json(text: str | bytes) -> CloudEvent:
-    return _FORMAT.read(None, text)  # type: ignore[return-value]
+    return _format().read(None, text)  # type: ignore[return-value]

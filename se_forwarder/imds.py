@@ -23,11 +23,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import requests
+from urllib.parse import quote
 
 from . import __version__
-from .errors import SeForwarderError, one_line, root_cause
+from .errors import SeForwarderError
+from .http_client import HttpError, Origin, Reply
 from .model import Document, MalformedDocument, parse_document
 
 log = logging.getLogger("se_forwarder.imds")
@@ -35,6 +35,8 @@ log = logging.getLogger("se_forwarder.imds")
 DEFAULT_URL = "http://169.254.169.254"
 DEFAULT_API_VERSION = "2020-07-01"
 COMPUTE_API_VERSION = "2021-02-01"
+EVENTS_PATH = "/metadata/scheduledevents"
+COMPUTE_PATH = "/metadata/instance/compute"
 MAX_REPLY_BYTES = 4 * 1024 * 1024  # a real document is a few kB; anything this big is garbage
 FIRST_CALL_TIMEOUT = 130.0
 MAX_REQUESTS_PER_SECOND = 4  # IMDS allows 5 per second and VM; one in reserve for clock jitter
@@ -144,7 +146,12 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class ImdsClient:
-    """GET the document, GET the compute metadata, POST StartRequests."""
+    """GET the document, GET the compute metadata, POST StartRequests.
+
+    One kept-open connection serves every poll (``http_client.Origin``): an unchanged document
+    costs one small write and one read, and a reply byte-identical to the last one is not parsed
+    again, whether IMDS sends an ``ETag`` (then a ``304``) or, as documented, does not.
+    """
 
     def __init__(
         self,
@@ -162,82 +169,81 @@ class ImdsClient:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.first_call_timeout = first_call_timeout
-        self._answered: set[str] = set()  # endpoints that answered once (each may be slow first)
+        self._answered: set[str] = set()  # paths that answered once (each may be slow first)
+        self.last_request_at = 0.0  # monotonic time the rate limiter let the last request go
         self._etag: str | None = None
         self._cached: Document | None = None
         self._cached_body: bytes | None = None
-        self._session = requests.Session()
-        self._session.trust_env = False  # ignore HTTP(S)_PROXY, NO_PROXY, netrc
-        self._session.proxies = {}
-        self._session.headers.clear()
-        self._session.headers.update(
-            {"Metadata": "true", "User-Agent": f"se-forwarder/{__version__}", "Accept": "*/*"}
-        )
+        self._events_path = f"{EVENTS_PATH}?api-version={quote(api_version)}"
+        try:
+            self._origin = Origin(self.base_url, connect_timeout=connect_timeout, headers={
+                "Metadata": "true", "User-Agent": f"se-forwarder/{__version__}", "Accept": "*/*",
+            })
+        except ValueError as exc:
+            raise ImdsError("connection", f"IMDS URL {self.base_url!r} is not an http URL") from exc
 
     @property
     def events_url(self) -> str:
-        return f"{self.base_url}/metadata/scheduledevents"
+        return f"{self.base_url}{EVENTS_PATH}"
 
     @property
     def first_call_pending(self) -> bool:
-        return self.events_url not in self._answered
+        return self._events_path not in self._answered
 
     def close(self) -> None:
-        self._session.close()
+        self._origin.close()
 
-    def _timeouts(self, url: str) -> tuple[float, float]:
+    def _read_timeout(self, path: str) -> float:
         # Only scheduledevents' first request switches the service on and may take two minutes;
         # the compute metadata answering says nothing about it, and answers at once itself.
-        slow = url == self.events_url and url not in self._answered
-        return (self.connect_timeout, self.first_call_timeout if slow else self.timeout)
+        slow = path == self._events_path and path not in self._answered
+        return self.first_call_timeout if slow else self.timeout
 
-    def _request(self, method: str, url: str, *, timeout: float | None = None,
-                 **kwargs: Any) -> tuple[requests.Response, bytes]:
+    def _request(self, method: str, path: str, *, timeout: float | None = None,
+                 headers: dict[str, str] | None = None, body: bytes | None = None) -> Reply:
         self.limiter.acquire()
-        timeouts = self._timeouts(url) if timeout is None else (min(self.connect_timeout, timeout),
-                                                                timeout)
+        self.last_request_at = time.monotonic()
+        url = f"{self.base_url}{path.partition('?')[0]}"
         try:
-            resp = self._session.request(
-                method, url, timeout=timeouts, allow_redirects=False, stream=True, **kwargs
+            reply = self._origin.request(
+                method, path, timeout=self._read_timeout(path) if timeout is None else timeout,
+                max_bytes=MAX_REPLY_BYTES, headers=headers, body=body,
             )
-            body = _read_capped(resp)
-        except requests.Timeout as exc:
-            raise ImdsError("timeout", f"IMDS did not answer in time ({url})") from exc
-        except requests.ConnectionError as exc:
-            raise ImdsError("connection", f"IMDS unreachable at {url}: {one_line(root_cause(exc))}") from exc
-        except requests.RequestException as exc:
-            raise ImdsError("connection", f"IMDS request failed: {one_line(root_cause(exc))}") from exc
-        if resp.status_code == 429:
+        except HttpError as exc:
+            if exc.kind == "timeout":
+                raise ImdsError("timeout", f"IMDS did not answer in time ({url}): {exc}") from exc
+            if exc.kind == "too-large":
+                raise ImdsError("malformed", f"IMDS reply larger than {MAX_REPLY_BYTES} bytes") from exc
+            raise ImdsError("connection", f"IMDS unreachable at {url}: {exc}") from exc
+        if reply.status == 429:
             raise ImdsError(
                 "throttled",
                 "IMDS throttled the request (429)",
-                parse_retry_after(resp.headers.get("Retry-After")),
+                parse_retry_after(reply.header("Retry-After")),
             )
-        if resp.status_code >= 500:
+        if reply.status >= 500:
             raise ImdsError(
                 "server",
-                f"IMDS answered {resp.status_code}",
-                parse_retry_after(resp.headers.get("Retry-After")),
+                f"IMDS answered {reply.status}",
+                parse_retry_after(reply.header("Retry-After")),
             )
-        self._answered.add(url)
-        return resp, body
+        self._answered.add(path)
+        return reply
 
     def get_document(self) -> Document:
         """The current document. Raises ImdsError; a malformed reply has reason ``malformed``."""
-        headers = {"If-None-Match": self._etag} if self._etag and self._cached else {}
-        resp, body = self._request(
-            "GET", self.events_url, params={"api-version": self.api_version}, headers=headers
-        )
-        if resp.status_code == 304 and self._cached is not None:
+        headers = {"If-None-Match": self._etag} if self._etag and self._cached else None
+        reply = self._request("GET", self._events_path, headers=headers)
+        if reply.status == 304 and self._cached is not None:
             return self._cached
-        if resp.status_code != 200:
-            raise ImdsError(
-                "client", f"IMDS answered {resp.status_code}: {_snippet(body)}"
-            )
-        etag = resp.headers.get("ETag")
+        if reply.status != 200:
+            raise ImdsError("client", f"IMDS answered {reply.status}: {_snippet(reply.body)}")
+        body = reply.body
         if body == self._cached_body and self._cached is not None:
-            self._etag = etag
-            return self._cached  # byte-identical to the last reply: nothing to parse
+            # Byte-identical to the last reply: nothing to parse, the same Document object.
+            self._etag = reply.header("ETag")
+            return self._cached
+        etag = reply.header("ETag")
         try:
             document = parse_document(body)
         except MalformedDocument as exc:
@@ -248,16 +254,12 @@ class ImdsClient:
 
     def get_compute(self, timeout: float | None = None) -> dict[str, Any]:
         """The instance compute metadata (``timeout``: this call's own, else the client's)."""
-        resp, body = self._request(
-            "GET",
-            f"{self.base_url}/metadata/instance/compute",
-            params={"api-version": COMPUTE_API_VERSION},
-            timeout=timeout,
-        )
-        if resp.status_code != 200:
-            raise ImdsError("client", f"instance metadata answered {resp.status_code}")
+        reply = self._request("GET", f"{COMPUTE_PATH}?api-version={COMPUTE_API_VERSION}",
+                              timeout=timeout)
+        if reply.status != 200:
+            raise ImdsError("client", f"instance metadata answered {reply.status}")
         try:
-            value = json.loads(body)
+            value = json.loads(reply.body)
         except ValueError as exc:
             raise ImdsError("malformed", "instance metadata is not JSON") from exc
         if not isinstance(value, dict):
@@ -267,29 +269,16 @@ class ImdsClient:
     def start_events(self, event_ids: Sequence[str]) -> None:
         """POST StartRequests for ``event_ids`` (approve them); raises ImdsError unless 200."""
         payload = {"StartRequests": [{"EventId": e} for e in event_ids]}
-        resp, body = self._request(
+        reply = self._request(
             "POST",
-            self.events_url,
-            params={"api-version": self.api_version},
-            data=json.dumps(payload),
+            self._events_path,
+            body=json.dumps(payload).encode("utf-8"),
             headers={"Content-Type": "application/json"},
         )
-        if resp.status_code != 200:
+        if reply.status != 200:
             raise ImdsError(
-                "client", f"IMDS refused the approval ({resp.status_code}): {_snippet(body)}"
+                "client", f"IMDS refused the approval ({reply.status}): {_snippet(reply.body)}"
             )
-
-
-def _read_capped(resp: requests.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in resp.iter_content(64 * 1024):
-        size += len(chunk)
-        if size > MAX_REPLY_BYTES:
-            resp.close()
-            raise ImdsError("malformed", f"IMDS reply larger than {MAX_REPLY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _snippet(body: bytes) -> str:

@@ -8,10 +8,11 @@ previous one), whatever happened:
 - after a success, a 5xx, a timeout, a refused connection or a malformed reply: at the next tick;
 - after a 429: after its ``Retry-After`` (at most 5 s), or about a second (1-1.25 s) without one.
 
-All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER_SECOND``), so the
-longest gap between the starts of two polls is the largest of the poll interval, the 429 wait,
-and ``imds.timeout`` for a request IMDS accepts and never answers (5 s by default), plus at most
-a second of rate limiting when other threads took the slots.
+All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER_SECOND``); a poll
+interval shorter than its spacing (0.25 s) polls at that spacing instead. The longest gap between
+the starts of two polls is the largest of the poll interval, the 429 wait, and ``imds.timeout``
+for a request IMDS accepts and never answers (5 s by default), plus at most a second of rate
+limiting when other threads took the slots.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .telemetry import countdown, fields
 
 log = logging.getLogger("se_forwarder.agent")
 
-POLL_STATUS_EVERY = 10.0  # seconds between persisted poll heartbeats when nothing changes
+POLL_STATUS_EVERY = 10.0  # seconds between poll marks (``Outbox.mark_poll``) when nothing changes
 LOUD_EVERY = 60  # a failing poll is logged once per change of reason, then every this many
 
 
@@ -68,7 +69,15 @@ class Poller:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
-        interval = self.settings.imds.poll_interval
+        # No faster than the shared IMDS limiter admits requests (4/s): asked for more, polls
+        # would bunch behind it (0.2 s, 0.2 s, 0.6 s...) and the longest gap, which bounds how
+        # late a change is seen, would grow instead of shrink. Evenly spaced at the limit, it is
+        # 0.25 s.
+        interval = max(self.settings.imds.poll_interval, 1.0 / self.imds.limiter.limit)
+        if interval > self.settings.imds.poll_interval:
+            log.info("polling every %.2f s: IMDS allows 5 requests per second and the agent keeps "
+                     "one of them for approvals (imds.poll_interval is %g s)", interval,
+                     self.settings.imds.poll_interval)
         failures = 0
         last_reason: str | None = None
         next_start = time.monotonic()
@@ -79,7 +88,12 @@ class Poller:
             started = time.monotonic()
             next_start = started + interval
             try:
-                self._first_or_poll()
+                try:
+                    self._first_or_poll()
+                finally:
+                    # From when the limiter let the request go: a poll it held back must not pull
+                    # the next one up behind it.
+                    next_start = max(next_start, self.imds.last_request_at + interval)
                 if failures:
                     log.info("IMDS answers again after %d failed poll(s)", failures)
                 failures, last_reason = 0, None
@@ -125,10 +139,12 @@ class Poller:
 
     # -- one poll ---------------------------------------------------------------------------
     def poll_or_raise(self) -> None:
+        """One poll. An unchanged document (the same object from the IMDS client, which does not
+        even parse a reply byte-identical to the last) costs a comparison and no write; a changed
+        one is diffed and recorded with its CloudEvents in one transaction."""
         started = time.monotonic()
         document = self.imds.get_document()
         metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
-        observed = datetime.now(UTC)
         offered = self.current()
         previous = offered or self.outbox.previous_document()
         if previous is not None and previous.incarnation == document.incarnation:
@@ -142,6 +158,7 @@ class Poller:
             log.warning("DocumentIncarnation %d reused with different events; diffing",
                         document.incarnation, extra=fields(incarnation=document.incarnation))
             previous = Document(previous.incarnation - 1, previous.events)
+        observed = datetime.now(UTC)
         if previous is not None and document.incarnation < previous.incarnation:
             log.warning(
                 "DocumentIncarnation went back from %d to %d; diffing normally",
@@ -180,10 +197,13 @@ class Poller:
 
     def note_poll(self, ok: bool, result: str, incarnation: int | None = None,
                   force: bool = False) -> None:
-        """Persist the poll heartbeat for `status`, at most every few seconds unless it changed."""
+        """Record the poll's outcome for `status` when it changed; otherwise only touch the poll
+        mark, at most every few seconds (no database write for an unchanged document)."""
         now = time.time()
-        changed = self._last_status != (ok, result)
-        if not (force or changed or now - self._last_status_write >= POLL_STATUS_EVERY):
+        if not force and self._last_status == (ok, result):
+            if now - self._last_status_write >= POLL_STATUS_EVERY:
+                self.outbox.mark_poll()
+                self._last_status_write = now
             return
         items: dict[str, object] = {"last_poll_at": str(now), "last_poll_ok": str(int(ok)),
                                     "last_poll_result": result}

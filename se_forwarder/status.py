@@ -29,8 +29,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             "last_poll_at", "last_poll_ok", "last_poll_result", "last_ok_poll_at", "incarnation",
             "vm",
         )}
-        last = _float(meta["last_poll_at"])
-        last_ok = _float(meta["last_ok_poll_at"])
+        last, last_ok = box.last_poll()
         vm = _vm(meta["vm"])
         return {
             "state_dir": str(state_dir),
@@ -109,10 +108,6 @@ def _vm(raw: str | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return vm if isinstance(vm, dict) else None
-
-
-def _float(value: str | None) -> float | None:
-    return float(value) if value else None
 
 
 def _age(now: float, then: float | None) -> float | None:

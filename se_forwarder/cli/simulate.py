@@ -141,6 +141,13 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     "'body=not json' | truncate | huge_body | incarnation_reset,after_seconds=30 "
     "| a JSON object.",
 )
+@click.option(
+    "--etag/--no-etag",
+    default=True,
+    show_default=True,
+    help="Send an ETag with each document and answer If-None-Match with 304; --no-etag serves "
+    "IMDS as the Azure documentation describes it (always 200 with the full document).",
+)
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
 @friendly_errors
 def simulate_command(
@@ -158,6 +165,7 @@ def simulate_command(
     first_call_delay: float,
     multi_tenant: bool,
     faults: tuple[str, ...],
+    etag: bool,
     quiet: bool,
 ) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
@@ -177,6 +185,7 @@ def simulate_command(
         first_call_delay,
         multi_tenant,
         faults,
+        etag,
     )
     for warning in short_notice_warnings(_notices(scenario, params, server), time_scale, poll_interval):
         click.echo(f"warning: {warning}", err=True)
@@ -228,6 +237,7 @@ def _build(
     first_call_delay: float,
     multi_tenant: bool,
     faults: tuple[str, ...],
+    etag: bool = True,
 ) -> SimulatorServer:
     from ..simulator import SimulatorServer
     from ..simulator.faults import parse_fault_flag
@@ -247,6 +257,7 @@ def _build(
             scenario_params=_parse_params(params),
             scenario_start=scenario_start,
             faults=fault_specs,
+            etag=etag,
         )
     except ConfigError:  # ScenarioError, FaultError: already one line naming the problem
         raise

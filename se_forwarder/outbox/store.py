@@ -14,6 +14,7 @@ signed approval messages, ``approval_messages.py``) and ``hook_runs`` (``hook_ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -33,6 +34,7 @@ from .hook_runs import HookRuns
 from .transaction import Transaction, state_error
 
 DB_NAME = "outbox.sqlite3"
+POLL_MARK = "last-poll"  # its mtime: the last poll with the outcome the meta table holds
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -179,6 +181,35 @@ class Outbox:
             return parse_document(raw)
         except MalformedDocument as exc:
             raise StateError(f"the document stored in {self.path} is unreadable: {exc}") from exc
+
+    def mark_poll(self) -> None:
+        """Note "polled again, same outcome" without a database write: the mark's mtime.
+
+        Unchanged documents are the agent's most frequent event by far; a commit (and its fsync)
+        for each would be its largest idle cost. ``last_poll`` reads the mark with the meta table.
+        """
+        mark = self.path.parent / POLL_MARK
+        try:
+            os.utime(mark)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):  # status then shows the last recorded poll
+                mark.touch()
+        except OSError:
+            pass  # as above: an older time, never a wrong one
+
+    def last_poll(self) -> tuple[float | None, float | None]:
+        """(last poll, last successful poll) as unix times, from the meta table and the mark."""
+        at = _as_float(self.get_meta("last_poll_at"))
+        ok_at = _as_float(self.get_meta("last_ok_poll_at"))
+        try:
+            marked = (self.path.parent / POLL_MARK).stat().st_mtime
+        except OSError:
+            marked = None
+        if at is not None and marked is not None and marked > at:
+            at = marked
+            if self.get_meta("last_poll_ok") == "1":
+                ok_at = marked
+        return at, ok_at
 
     # -- writing events ---------------------------------------------------------------------
     def record(self, document: Document | None, events: Iterable[NewEvent]) -> list[StoredEvent]:
@@ -361,3 +392,9 @@ class Outbox:
 
 _EVENT_COLUMNS = "seq, ce_id, event_id, state, ce_type, payload, observed_at"
 
+
+def _as_float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

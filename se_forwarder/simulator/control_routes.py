@@ -11,7 +11,8 @@ Routes (on the IMDS port, under ``/control``; see ``design.md``)::
     GET /control/scenarios             the built-in scenarios
     POST /control/reset                empty document, incarnation still going up
     GET /control/requests?vm=&limit=   the IMDS requests received
-    GET|POST /control/settings         throttle_rps, first_call_delay, multi_tenant, instance_endpoint
+    GET|POST /control/settings         throttle_rps, first_call_delay, multi_tenant, instance_endpoint,
+                                       etag
 
 ``handle`` returns (status, JSON data); KeyError means 404 and ValueError 400 to the HTTP layer.
 """
@@ -117,13 +118,15 @@ class ControlApi:
             "first_call_delay": self.server.first_call_delay,
             "multi_tenant": self.server.sim.multi_tenant,
             "instance_endpoint": self.server.instance_endpoint,
+            "etag": self.server.etag,
         }
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        """Change throttle_rps, first_call_delay, multi_tenant or instance_endpoint at run time."""
+        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint or etag at run
+        time."""
         if not isinstance(spec, dict):
             raise ValueError("the body must be a JSON object")
-        known = ("throttle_rps", "first_call_delay", "multi_tenant", "instance_endpoint")
+        known = ("throttle_rps", "first_call_delay", "multi_tenant", "instance_endpoint", "etag")
         unknown = sorted(set(spec) - set(known))
         if unknown:
             raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(known)})")
@@ -137,8 +140,9 @@ class ControlApi:
                 and (isinstance(value, bool) or not isinstance(value, int | float))
             ):
                 raise ValueError(f"{key} must be a number, got {value!r}")
-        if "multi_tenant" in spec and not isinstance(spec["multi_tenant"], bool):
-            raise ValueError("multi_tenant must be true or false")
+        for key in ("multi_tenant", "etag"):
+            if key in spec and not isinstance(spec[key], bool):
+                raise ValueError(f"{key} must be true or false")
         if "throttle_rps" in spec:
             self.server.throttle_rps = spec["throttle_rps"]
         if "first_call_delay" in spec:
@@ -147,6 +151,8 @@ class ControlApi:
             self.server.sim.multi_tenant = spec["multi_tenant"]
         if "instance_endpoint" in spec:
             self.server.instance_endpoint = mode
+        if "etag" in spec:
+            self.server.etag = spec["etag"]
         return self.settings()
 
     def describe(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Checks are made in IMDS's order: throttling (429), ``X-Forwarded-For`` (400), ``Metadata: true``
 (400), api-version (400); then the first-call delay, injected faults, and the answer (with an
-``ETag``; ``If-None-Match`` gets 304).
+``ETag``, and ``If-None-Match`` gets 304, unless the server runs with ``etag=False``: the Azure
+documentation describes IMDS without either, so clients must not count on them).
 
 ``instance_endpoint`` imitates stand-ins and failures of the instance metadata routes alone:
 ``ok`` (the default), ``missing`` (404, as in IMDS mock servers that only serve scheduled events)
@@ -176,6 +177,9 @@ class ImdsHandler(BaseHTTPRequestHandler):
 
     def _document(self, vm: str, version: str) -> int:
         body = _dumps(self.owner.sim.document(vm, version))
+        if not self.owner.etag:
+            self._send(200, body)
+            return 200
         etag = '"' + hashlib.sha256(body).hexdigest()[:24] + '"'
         if _etag_matches(self.headers.get("If-None-Match"), etag):
             self._send(304, headers={"ETag": etag})

@@ -186,6 +186,7 @@ class SimulatorServer:
         instance_overrides: Mapping[str, Any] | None = None,
         hang_seconds: float = 300.0,
         instance_endpoint: str = "ok",
+        etag: bool = True,
     ) -> None:
         for name in vm_names:
             if not isinstance(name, str) or not VM_NAME.match(name):
@@ -208,6 +209,7 @@ class SimulatorServer:
         self.instance_overrides = dict(instance_overrides or {})
         self.hang_seconds = hang_seconds
         self.instance_endpoint = instance_mode(instance_endpoint)
+        self.etag = etag  # False: no ETag, If-None-Match ignored (IMDS as documented)
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
@@ -364,7 +366,8 @@ class SimulatorServer:
         return self._control_api.settings()
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        """Change throttle_rps, first_call_delay, multi_tenant or instance_endpoint at run time."""
+        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint or etag at run
+        time."""
         return self._control_api.update_settings(spec)
 
     def describe(self) -> dict[str, Any]:

@@ -23,13 +23,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import notify
 from ..errors import ConfigError
-from ..notify.describe import parse_time
 from ..validation import as_choice
 from .base import DeadLetter, Delivered, Park, StoredEvent
 
-FORMATS = notify.FORMATS
+FORMATS = ("teams", "slack")  # notify.FORMATS; notify loads only for a chat sink (about 1 MB)
 ALL_FORMATS = ("cloudevents", *FORMATS)
 CONTENT_TYPE = "application/json"
 AGENT_TYPES = ("scheduled", "started", "completed", "canceled", "approved", "approvalrejected",
@@ -102,6 +100,8 @@ class ChatFormat:
         if self._wanted is not None and kind not in self._wanted:
             return Delivered()
         try:
+            from .. import notify
+
             message = notify.render(self.format, cloud, now or datetime.now(UTC), started_at)
         except Exception as exc:  # noqa: BLE001 - a formatter bug must not stop the sink
             return DeadLetter(f"cannot render a {self.format} message: {type(exc).__name__}: {exc}")
@@ -125,6 +125,8 @@ class ChatFormat:
         data: dict[str, Any] = cloud["data"] if isinstance(cloud.get("data"), dict) else {}
         key = (str(cloud.get("source", "")), str(cloud.get("subject", "")))
         if kind == _PREFIX + "started" and data.get("Inferred") is not True:
+            from ..notify.describe import parse_time
+
             moment = parse_time(cloud.get("time"))
             if moment is not None:
                 self._starts[key] = moment

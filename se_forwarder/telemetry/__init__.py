@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 from ..redaction import OTLP_HEADER_VARIABLES, add_secrets, protect, redact, secret_env_names
-from .exporters import MetricsServer, otlp_base, shutdown, start, unhealthy_after
+from .exporters import otlp_base, shutdown, start, unhealthy_after
 from .logs import FIELDS, JsonFormatter, TextFormatter, choose_format, countdown, fields, setup_logging
 
 __all__ = [
-    "FIELDS", "OTLP_HEADER_VARIABLES", "JsonFormatter", "MetricsServer", "TextFormatter",
+    "FIELDS", "OTLP_HEADER_VARIABLES", "JsonFormatter", "TextFormatter",
     "add_secrets", "choose_format", "countdown", "fields", "otlp_base", "protect", "redact",
     "secret_env_names", "setup_logging", "shutdown", "start", "unhealthy_after",
 ]

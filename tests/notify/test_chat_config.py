@@ -128,3 +128,10 @@ def test_the_readme_section_configs_load_as_copied(tmp_path, heading) -> None:
     [block] = readme_toml(heading)
     settings = load(tmp_path, block)
     assert settings.sinks
+
+
+def test_the_webhook_sink_knows_every_chat_format_notify_renders():
+    from se_forwarder import notify
+    from se_forwarder.sinks import chat
+
+    assert chat.FORMATS == notify.FORMATS

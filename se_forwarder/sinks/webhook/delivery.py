@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.formats.json import JSONFormat
 
 from ...cloudevents import from_json
+from ...http_client import HttpError, Reply
 from ...validation import public_url
 from .. import chat
 from ..base import DeadLetter, Delivered, DeliveryReport, Outcome, Park, Retry, StoredEvent
@@ -106,17 +106,17 @@ class WebhookSink:
             self._pacer.interval = agreed
             return None
         try:
-            response, _ = self._endpoint.request("OPTIONS", self._endpoint.headers())
+            response = self._endpoint.request("OPTIONS", self._endpoint.headers())
         except TokenError as exc:
             return str(exc)
-        except requests.RequestException as exc:
+        except HttpError as exc:
             return self._endpoint.failure(exc).reason
-        status = response.status_code
+        status = response.status
         if status == 410:
             return f"{self._where} answers 410 Gone: the endpoint was removed"
         if 300 <= status < 400:
             return (f"{self._where} answers {status} (redirect to "
-                    f"{public_url(response.headers.get('Location', '?'))}); redirects are never "
+                    f"{public_url(response.header('Location') or '?')}); redirects are never "
                     "followed: put the final URL in the configuration")
         return None
 
@@ -242,20 +242,20 @@ class WebhookSink:
             all_headers = {**self._endpoint.headers(), **headers}
             if self._signer is not None:
                 all_headers.update(self._signer.headers(msg_id, body))
-            response, reply = self._endpoint.request("POST", all_headers, body)
+            response = self._endpoint.request("POST", all_headers, body)
         except TokenError as exc:
             return Retry(str(exc))
-        except requests.RequestException as exc:
+        except HttpError as exc:
             return self._endpoint.failure(exc)
-        return self._classify(response, reply)
+        return self._classify(response, response.body)
 
-    def _classify(self, response: requests.Response, reply: bytes) -> Outcome:
-        status = response.status_code
+    def _classify(self, response: Reply, reply: bytes) -> Outcome:
+        status = response.status
         label = f"HTTP {status}{' ' + response.reason if response.reason else ''} from {self._where}"
         if 200 <= status < 300:
             return Delivered()
         if 300 <= status < 400:
-            where_to = public_url(response.headers.get("Location", "")) or "nowhere"
+            where_to = public_url(response.header("Location") or "") or "nowhere"
             return Retry(f"{label}: redirect to {where_to} not followed (redirects never are); "
                          "put the final URL in the configuration")
         refusal = self._chat.refusal(status, reply, label) if self._chat is not None else None
@@ -263,7 +263,7 @@ class WebhookSink:
             return refusal
         if status == 410:
             return Park(f"{label}: the endpoint is gone")
-        after = retry_after(response.headers.get("Retry-After"))
+        after = retry_after(response.header("Retry-After"))
         if status in RETRY_STATUSES or status >= 500:
             return Retry(label + snippet(reply), after)
         if 400 <= status < 500:

@@ -13,8 +13,7 @@ import socket
 import threading
 import time
 
-import requests
-
+from ...http_client import HttpError
 from ..base import Park, Retry
 from .auth import TokenError
 from .transport import Endpoint, snippet
@@ -24,22 +23,22 @@ def handshake(endpoint: Endpoint) -> Retry | Park | float:
     """The seconds to leave between POSTs (0: no limit) when the receiver agrees, else why not."""
     origin = socket.gethostname() or "se-forwarder"
     try:
-        response, reply = endpoint.request(
+        response = endpoint.request(
             "OPTIONS", {**endpoint.headers(), "WebHook-Request-Origin": origin})
     except TokenError as exc:
         return Retry(str(exc))
-    except requests.RequestException as exc:
+    except HttpError as exc:
         return endpoint.failure(exc)
     prefix = f"abuse-protection handshake with {endpoint.where} refused"
-    if response.status_code == 410:
+    if response.status == 410:
         return Park(f"{prefix}: HTTP 410: the endpoint is gone")
-    if not 200 <= response.status_code < 300:
-        return Retry(f"{prefix}: HTTP {response.status_code}{snippet(reply)}")
-    allowed = response.headers.get("WebHook-Allowed-Origin", "").strip()
+    if not 200 <= response.status < 300:
+        return Retry(f"{prefix}: HTTP {response.status}{snippet(response.body)}")
+    allowed = (response.header("WebHook-Allowed-Origin") or "").strip()
     if allowed not in ("*", origin):
         return Retry(f"{prefix}: WebHook-Allowed-Origin is {allowed or 'missing'!r}, "
                      f"not {origin!r}")
-    return interval_from_rate(response.headers.get("WebHook-Allowed-Rate"))
+    return interval_from_rate(response.header("WebHook-Allowed-Rate"))
 
 
 def interval_from_rate(value: str | None) -> float:

@@ -1,9 +1,10 @@
-"""One webhook endpoint over HTTP(S): its session, its headers, and failures said in one line.
+"""One webhook endpoint over HTTP(S): its kept-open connection, its headers, and failures said in
+one line.
 
-TLS verification is always on (``ca_file`` adds a private CA); redirects are never followed; the
-proxy variables are honoured for a remote host only, and no other environment variable is (a
-``CURL_CA_BUNDLE=""`` would even turn verification off in some requests versions). A reply is read
-only as far as a reason needs.
+TLS verification is always on (``ca_file`` adds a private CA, else the certifi bundle); redirects
+are never followed; the proxy variables are honoured for a remote host only, and no other
+environment variable is (no CA-bundle or netrc variables behind our back). A reply is read only as
+far as a reason needs.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from __future__ import annotations
 import ssl
 from urllib.parse import urlsplit
 
-import requests
-
 from ... import __version__
-from ...errors import one_line, root_cause
+from ...errors import one_line
+from ...http_client import HttpError, Origin, Reply, environ_proxy, tls_context
 from ...imds import parse_retry_after
 from ...validation import is_loopback, public_url
 from ..base import Retry
@@ -27,7 +27,8 @@ _UNTRUSTED_ISSUER = frozenset({2, 18, 19, 20, 21})
 
 
 class Endpoint:
-    """The receiver's URL with the session, timeouts, TLS settings and headers every request uses."""
+    """The receiver's URL with the connection, timeouts, TLS settings and headers every request
+    uses."""
 
     def __init__(self, url: str, *, headers: dict[str, str] | None = None,
                  token: EntraToken | None = None, ca_file: str | None = None,
@@ -37,13 +38,15 @@ class Endpoint:
         self.timeout = (connect_timeout, read_timeout)
         self._static = dict(headers or {})
         self._token = token
-        self._verify: str | bool = ca_file or True
         self._has_ca_file = bool(ca_file)
-        self._session = requests.Session()
-        self._session.trust_env = False
-        host = urlsplit(url).hostname or ""
-        if not is_loopback(host):
-            self._session.proxies.update(requests.utils.get_environ_proxies(url))
+        parts = urlsplit(url)
+        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host = parts.hostname or ""
+        self._origin = Origin(
+            f"{parts.scheme}://{parts.netloc}", connect_timeout=connect_timeout,
+            ssl_context=tls_context(ca_file) if parts.scheme == "https" else None,
+            proxy=None if is_loopback(host) else environ_proxy(url),
+        )
 
     def headers(self) -> dict[str, str]:
         """What every request carries; raises ``auth.TokenError`` when no token can be had."""
@@ -52,19 +55,16 @@ class Endpoint:
             headers["Authorization"] = self._token.header()
         return headers
 
-    def request(self, method: str, headers: dict[str, str],
-                body: bytes | None = None) -> tuple[requests.Response, bytes]:
-        """(response, at most MAX_REPLY_BYTES of its body); requests' errors propagate."""
-        response = self._session.request(
-            method, self.url, data=body, headers=headers, timeout=self.timeout,
-            verify=self._verify, allow_redirects=False, stream=True,
-        )
-        return response, read_some(response)
+    def request(self, method: str, headers: dict[str, str], body: bytes | None = None) -> Reply:
+        """The reply with at most MAX_REPLY_BYTES of its body; ``HttpError`` when none came."""
+        return self._origin.request(method, self._target, headers=headers, body=body,
+                                    timeout=self.timeout[1], max_bytes=MAX_REPLY_BYTES,
+                                    truncate=True)
 
-    def failure(self, exc: requests.RequestException) -> Retry:
+    def failure(self, exc: HttpError) -> Retry:
         """One line, no traceback, no secrets: what went wrong and what to do."""
-        cause = root_cause(exc)
-        if isinstance(exc, requests.exceptions.SSLError) or isinstance(cause, ssl.SSLError):
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ssl.SSLError):
             if isinstance(cause, ssl.SSLCertVerificationError):
                 detail = cause.verify_message or cause.reason or str(cause)
                 hint = ""
@@ -74,33 +74,18 @@ class Endpoint:
                 return Retry(f"TLS verification failed for {self.where}: {detail}{hint}")
             reason = getattr(cause, "reason", None) or one_line(cause)
             return Retry(f"TLS handshake with {self.where} failed: {reason}")
-        if isinstance(exc, requests.exceptions.ConnectTimeout):
+        if exc.kind == "timeout" and exc.connecting:
             return Retry(f"timeout connecting to {self.where} after {self.timeout[0]:g} s")
-        if isinstance(exc, requests.exceptions.ReadTimeout):
+        if exc.kind == "timeout":
             return Retry(f"no answer from {self.where} within {self.timeout[1]:g} s")
-        if isinstance(exc, requests.exceptions.ConnectionError):
+        if exc.connecting:
             return Retry(f"cannot connect to {self.where}: {one_line(cause)}")
-        return Retry(f"request to {self.where} failed: {type(exc).__name__}: {one_line(cause)}")
+        return Retry(f"request to {self.where} failed: {one_line(cause)}")
 
     def close(self) -> None:
-        self._session.close()
+        self._origin.close()
         if self._token is not None:
             self._token.close()
-
-
-def read_some(response: requests.Response) -> bytes:
-    """At most MAX_REPLY_BYTES of the reply (enough for a reason); the rest is not downloaded."""
-    data = bytearray()
-    try:
-        for chunk in response.iter_content(8192):
-            data += chunk
-            if len(data) >= MAX_REPLY_BYTES:
-                break
-    except requests.RequestException:
-        pass  # the status line is what counts; a broken body only loses the snippet
-    finally:
-        response.close()
-    return bytes(data)
 
 
 def snippet(reply: bytes) -> str:
