@@ -10,8 +10,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from se_forwarder.simulator import builtin_names
 from se_forwarder.cli.simulate import simulate_command
+from se_forwarder.simulator import builtin_names
 
 BAD_SCENARIOS = {
     "invalid.toml": ("[[events]\nat = 0\n", "invalid TOML"),
