@@ -76,9 +76,11 @@ class MetricsServer:
 
         async def stop() -> None:
             self._server.close()
-            for task in list(self._open):
+            # every connection, also those evicted and not finished yet
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._open, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             self._loop.stop()
 
         if self._thread.is_alive():

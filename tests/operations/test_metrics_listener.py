@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -25,8 +26,9 @@ def open_idle(port: int, count: int) -> list[socket.socket]:
     conns = []
     for _ in range(count):
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        s.sendall(HALF_SENT)
         conns.append(s)
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):  # already evicted
+            s.sendall(HALF_SENT)
     return conns
 
 
@@ -62,12 +64,10 @@ def test_500_idle_connections_starve_neither_a_prepare_hook_nor_metrics(simulato
     agent = AgentProcess(["--config", str(cfg)], log_path=tmp_path / "agent.log").start()
     agents.append(agent)
     wait_for(lambda: healthz(port)[0] == 200, what="the endpoint")
-    process = psutil.Process(agent.proc.pid)
-    threads_before = process.num_threads()
     conns = open_idle(port, 500)
     try:
         time.sleep(0.5)  # every connection accepted (or evicted) by now
-        assert process.num_threads() <= threads_before + 1  # none per connection
+        assert psutil.Process(agent.proc.pid).num_threads() < 30  # not one per connection
         control.add(EventType="Reboot")
         wait_for(lambda: marker.exists(), timeout=15, what="the prepare hook to run")
         wait_for(lambda: cloudevents(out, "prepared"), timeout=15, what="the prepared CloudEvent")
