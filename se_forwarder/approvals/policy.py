@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..model import SCHEDULED, ScheduledEvent
 from ..validation import as_bool, as_number, as_str, no_unknown
+from .hook_process import validate_settings as validate_hook_process
 
 ACTIONS = ("approve", "prepare-then-approve", "wait", "ignore")
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
@@ -183,9 +184,9 @@ def validate_hooks(raw: dict[str, Any], where: str) -> dict[str, Any]:
     no_unknown(
         raw, where,
         ("prepare", "prepare_timeout", "approve_after_prepare", "recover", "recover_timeout",
-         "prepare_lead"),
+         "prepare_lead", "env", "stop_grace"),
     )
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = validate_hook_process(raw, where)
     for key in ("prepare", "recover"):
         if key in raw:
             value = raw[key]
