@@ -139,6 +139,7 @@ resource linuxInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01
       fileUris: [
         '${installerBaseUri}/linux/install.sh'
         '${installerBaseUri}/linux/se-forwarder.service'
+        '${installerBaseUri}/linux/10-restart-backoff.conf'
       ]
       script: base64(linuxScript)
     }

@@ -7,9 +7,9 @@
 #   az vm extension set -g RG --vm-name VM --name CustomScript \
 #       --publisher Microsoft.Azure.Extensions --version 2.1 --protected-settings protected.json
 #
-# Linux: install.sh and se-forwarder.service are downloaded from BASE/linux/, and the script (this
-# folder's linux-extension.sh, filled in) runs as root from a root-only folder, so the secrets never
-# appear on a command line. Windows: install.ps1 is downloaded from BASE/windows/ and run with the
+# Linux: install.sh, se-forwarder.service and 10-restart-backoff.conf are downloaded from
+# BASE/linux/, and the script (this folder's linux-extension.sh, filled in) runs as root from a
+# root-only folder, so the secrets never appear on a command line. Windows: install.ps1 is downloaded from BASE/windows/ and run with the
 # config and environment base64-encoded on its command line (visible to administrators only).
 # Protected settings are encrypted for the VM; keep protected.json itself out of version control.
 set -euo pipefail
@@ -49,8 +49,8 @@ if [ "$os" = linux ]; then
     [ -r "$template" ] || die "$template not found"
     script="$(sed -e "s|@@CONFIG_B64@@|$config_b64|" -e "s|@@ENV_B64@@|$env_b64|" \
         -e "s|@@PACKAGE_SPEC@@|$package|" "$template" | base64 | tr -d '\n')"
-    printf '{\n  "fileUris": [\n    "%s/linux/install.sh",\n    "%s/linux/se-forwarder.service"\n  ],\n  "script": "%s"\n}\n' \
-        "$base" "$base" "$script"
+    printf '{\n  "fileUris": [\n    "%s/linux/install.sh",\n    "%s/linux/se-forwarder.service",\n    "%s/linux/10-restart-backoff.conf"\n  ],\n  "script": "%s"\n}\n' \
+        "$base" "$base" "$base" "$script"
 else
     command="powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1"
     command="$command -PackageSpec $package -ConfigBase64 $config_b64"

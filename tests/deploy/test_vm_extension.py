@@ -38,7 +38,8 @@ def test_linux_settings_carry_config_and_secrets_inside_a_valid_script(tmp_path:
     proc = make_settings("--os", "linux", "--base-uri", BASE, "--config", str(cfg), "--env", str(env))
     assert proc.returncode == 0, proc.stderr
     settings = json.loads(proc.stdout)
-    assert settings["fileUris"] == [f"{BASE}/linux/install.sh", f"{BASE}/linux/se-forwarder.service"]
+    assert settings["fileUris"] == [f"{BASE}/linux/install.sh", f"{BASE}/linux/se-forwarder.service",
+                                    f"{BASE}/linux/10-restart-backoff.conf"]
     assert "commandToExecute" not in settings  # secrets stay off every command line
     script = base64.b64decode(settings["script"]).decode()
     assert not re.search(r"@@\w+@@", script)
