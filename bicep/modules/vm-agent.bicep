@@ -2,9 +2,10 @@
 // configuration pointing at the fleet's hub and at this VM's own approval queue.
 //
 // Attaching an identity means a PUT of the VM with only its identity block: the Compute resource
-// provider keeps every other property, but the identity block is replaced as a whole. Hence
-// identityType (keep 'SystemAssigned, UserAssigned' for VMs that use a system-assigned identity)
-// and extraUserAssignedIdentities (the user-assigned identities the VM already has).
+// provider keeps every other property, but the identity block is replaced as a whole. So the block
+// is the VM's identities as they are now (read by vm-identity.bicep, in a deployment of its own)
+// plus the agent's: a system-assigned identity stays (with its principal ID and role assignments),
+// and so do the user-assigned identities the VM already has.
 
 @description('Name of the existing VM.')
 param vmName string
@@ -15,16 +16,6 @@ param vmName string
   'Windows'
 ])
 param osType string
-
-@description('Identity types the VM ends up with.')
-@allowed([
-  'UserAssigned'
-  'SystemAssigned, UserAssigned'
-])
-param identityType string = 'UserAssigned'
-
-@description('User-assigned identities the VM already has and keeps, as { \'<resource id>\': {} }.')
-param extraUserAssignedIdentities object = {}
 
 @description('Attach the agent identity here (false: it is attached by other means, e.g. the VM\'s own template).')
 param attachIdentity bool = true
@@ -102,6 +93,18 @@ resource existingVm 'Microsoft.Compute/virtualMachines@2024-03-01' existing = {
   name: vmName
 }
 
+module current 'vm-identity.bicep' = if (attachIdentity) {
+  name: take('se-forwarder-identity-${vmName}', 64)
+  params: {
+    vmName: vmName
+  }
+}
+
+// The merge: the system-assigned identity kept if the VM has one, the agent's identity added to
+// the user-assigned ones it has.
+var keepsSystemAssigned = attachIdentity && contains(current.outputs.identityType, 'SystemAssigned')
+var mergedIdentityType = keepsSystemAssigned ? 'SystemAssigned, UserAssigned' : 'UserAssigned'
+
 resource vm 'Microsoft.Compute/virtualMachines@2024-03-01' = if (attachIdentity) {
   // This PUT of an existing VM carries only its identity; the Compute resource provider keeps the
   // VM's other properties, which this template neither sets nor weakens. Checks about those:
@@ -114,8 +117,8 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-03-01' = if (attachIdentity)
   name: vmName
   location: existingVm.location
   identity: {
-    type: identityType
-    userAssignedIdentities: union(extraUserAssignedIdentities, {
+    type: mergedIdentityType
+    userAssignedIdentities: union(current.outputs.userAssignedIdentities, {
       '${agentIdentityId}': {}
     })
   }
