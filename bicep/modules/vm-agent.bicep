@@ -79,13 +79,15 @@ var logs1 = replace(logsTemplate, '@@LOGS_ENDPOINT@@', logsIngestionEndpoint)
 var logs2 = replace(logs1, '@@LOGS_RULE_ID@@', logsRuleId)
 var logsConfig = empty(logsIngestionEndpoint) ? '' : replace(logs2, '@@LOGS_STREAM@@', logsStream)
 var config = replace('${config7}${logsConfig}', '@@CLIENT_ID@@', agentClientId)
-// The secret reaches the agent as its environment (a file only root or SYSTEM can read on the VM).
+// The secret reaches the agent as its environment (a file only root or SYSTEM can read on the VM),
+// never on a command line: on Linux inside the script, on Windows as the protected setting
+// seForwarderEnv, which install.ps1 decrypts itself (-EnvFromExtension).
 var agentEnvironment = 'APPROVALS_KEY=${approvalSigningKey}\n'
 var scriptTemplate = loadTextContent('../../deploy/vm-extension/linux-extension.sh')
 var script1 = replace(scriptTemplate, '@@CONFIG_B64@@', base64(config))
 var script2 = replace(script1, '@@ENV_B64@@', base64(agentEnvironment))
 var linuxScript = replace(script2, '@@PACKAGE_SPEC@@', packageSpec)
-var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1 -PackageSpec "${packageSpec}" -ConfigBase64 ${base64(config)} -EnvBase64 ${base64(agentEnvironment)}'
+var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1 -PackageSpec "${packageSpec}" -ConfigBase64 ${base64(config)} -EnvFromExtension'
 // Re-run the extension whenever what it installs changes (protected settings alone do not trigger it).
 var updateTag = uniqueString(config, packageSpec, installerBaseUri, runTag)
 
@@ -168,6 +170,7 @@ resource windowsInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-
         '${installerBaseUri}/windows/install.ps1'
       ]
       commandToExecute: windowsCommand
+      seForwarderEnv: base64(agentEnvironment)
     }
   }
 }

@@ -9,8 +9,10 @@
 #
 # Linux: install.sh, se-forwarder.service and 10-restart-backoff.conf are downloaded from
 # BASE/linux/, and the script (this folder's linux-extension.sh, filled in) runs as root from a
-# root-only folder, so the secrets never appear on a command line. Windows: install.ps1 is downloaded from BASE/windows/ and run with the
-# config and environment base64-encoded on its command line (visible to administrators only).
+# root-only folder, so the secrets never appear on a command line. Windows: install.ps1 is
+# downloaded from BASE/windows/ and run with the config base64-encoded on its command line (it holds
+# no secrets); the environment is the protected setting seForwarderEnv, which install.ps1
+# -EnvFromExtension decrypts on the VM.
 # Protected settings are encrypted for the VM; keep protected.json itself out of version control.
 set -euo pipefail
 
@@ -24,7 +26,7 @@ while [ "$#" -gt 0 ]; do
         --config) config="${2:-}"; shift 2 ;;
         --env) envfile="${2:-}"; shift 2 ;;
         --package) package="${2:-}"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;;
         *) die "unknown option: $1 (see --help)" ;;
     esac
 done
@@ -54,7 +56,11 @@ if [ "$os" = linux ]; then
 else
     command="powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1"
     command="$command -PackageSpec $package -ConfigBase64 $config_b64"
-    [ -z "$env_b64" ] || command="$command -EnvBase64 $env_b64"
-    printf '{\n  "fileUris": [\n    "%s/windows/install.ps1"\n  ],\n  "commandToExecute": "%s"\n}\n' \
-        "$base" "$command"
+    env_setting=""
+    if [ -n "$env_b64" ]; then
+        command="$command -EnvFromExtension"
+        env_setting="$(printf ',\n  "seForwarderEnv": "%s"' "$env_b64")"
+    fi
+    printf '{\n  "fileUris": [\n    "%s/windows/install.ps1"\n  ],\n  "commandToExecute": "%s"%s\n}\n' \
+        "$base" "$command" "$env_setting"
 fi
