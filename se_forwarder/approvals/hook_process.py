@@ -184,6 +184,10 @@ def run(processes: Processes, command: Sequence[str], stdin: IO[bytes], env: Map
             if not processes.stopping:
                 return Outcome(TIMED_OUT, None, f"timed out after {timeout:g} s (killed)", spool)
         code = proc.wait()
+    except BaseException:
+        _signal(proc, signal.SIGKILL)  # never leave a hook running unwatched
+        proc.wait()
+        raise
     finally:
         processes.forget(proc)
         if proc.stdout is not None:
