@@ -38,18 +38,8 @@ param vmResourceGroupName string = resourceGroup().name
 ])
 param vmOsType string = 'Linux'
 
-@description('Identity types the VMs end up with: use \'SystemAssigned, UserAssigned\' if they use a system-assigned identity, which \'UserAssigned\' would remove.')
-@allowed([
-  'UserAssigned'
-  'SystemAssigned, UserAssigned'
-])
-param vmIdentityType string = 'UserAssigned'
-
-@description('Attach the agent identities to the VMs (a PUT of each VM with only its identity block). false: attach them by other means (the VMs\' own templates, Azure Policy); the output agentIdentities lists them.')
+@description('Attach the agent identities to the VMs (a PUT of each VM with only its identity block, which keeps the system-assigned and user-assigned identities each VM has). false: attach them by other means (the VMs\' own templates, Azure Policy); the output agentIdentities lists them.')
 param attachIdentityToVms bool = true
-
-@description('User-assigned identities the VMs already have and must keep, as { \'<resource id>\': {} }.')
-param vmExtraUserAssignedIdentities object = {}
 
 @description('Base URL of the deploy/ folder of a se-forwarder release: linux/install.sh, linux/se-forwarder.service and windows/install.ps1 are downloaded from it.')
 param installerBaseUri string
@@ -193,8 +183,6 @@ module agents 'modules/vm-agent.bicep' = [for (vm, i) in vmNames: {
     vmName: vm
     osType: vmOsType
     attachIdentity: attachIdentityToVms
-    identityType: vmIdentityType
-    extraUserAssignedIdentities: vmExtraUserAssignedIdentities
     agentIdentityId: identities.outputs.agentIds[i]
     agentClientId: identities.outputs.agentClientIds[i]
     eventHubsNamespace: eventHubs.outputs.fullyQualifiedNamespace

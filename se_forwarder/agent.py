@@ -136,7 +136,8 @@ class Agent:
 
         The work happens on a daemon thread so that a stop request is honoured within seconds even
         while a request to IMDS is blocked (the first one may take two minutes): whatever is cut
-        short is the same as a crash, which the outbox is built to survive.
+        short is the same as a crash, which the outbox is built to survive. Running hooks get
+        SIGTERM at once and their stop grace before SIGKILL (the shutdown runs meanwhile).
         """
         outcome: list[BaseException | int] = []
 
@@ -153,7 +154,15 @@ class Agent:
         while not self.stop.wait(STOP_CHECK) and thread.is_alive():
             pass
         self.stop.set()
+        hooks = self.approver.hooks if self.approver is not None else None
+        hooks_end = time.monotonic() + (hooks.stop_grace if hooks is not None else 0.0)
+        if hooks is not None and hooks.terminate():
+            log.info("stopping: SIGTERM sent to the running hooks; they have %g s (stop_grace)",
+                     hooks.stop_grace)
         thread.join(SHUTDOWN_GRACE)
+        if hooks is not None and (killed := hooks.kill_after(hooks_end)):
+            log.warning("hook processes %s did not exit within the %g s stop grace; killed",
+                        ", ".join(map(str, killed)), hooks.stop_grace)
         if not outcome:
             log.warning("stopped while IMDS had not answered yet")
             return 0

@@ -21,8 +21,11 @@ OTLP_HEADER_VARIABLES = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRI
                          "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
 _PATTERNS = (
     (re.compile(r"whsec_[A-Za-z0-9+/=_-]+"), "whsec_***"),
-    (re.compile(r"(?i)\b(SharedAccessKey|SharedAccessSignature|AccountKey|AccessKey|Password|Pwd|"
-                r"sig|client_secret|access_token|refresh_token)=([^;&\s\"',]+)"), r"\1=***"),
+    # NAME=value where NAME ends in a secret word (AZURE_CLIENT_SECRET, DB_PASSWORD, SIGNING_KEY;
+    # not only at a word boundary: ``_`` is a word character, so ``\b`` missed AZURE_CLIENT_SECRET).
+    (re.compile(r"(?i)(?<![A-Za-z0-9_])((?:[A-Za-z0-9]+_)*(?:[A-Za-z0-9]*(?:SharedAccessKey|"
+                r"SharedAccessSignature|AccountKey|AccessKey|Password|Passwd|Pwd|Secret|Token|"
+                r"Credential)s?|sig|[A-Za-z0-9]+_key|apikey))=([^;&\s\"',]+)"), r"\1=***"),
     (re.compile(r"(?i)\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
 )
 _SECRET_KEY = re.compile(r"(?i)key|signature|secret|password|token|sig$")

@@ -2,9 +2,10 @@
 // configuration pointing at the fleet's hub and at this VM's own approval queue.
 //
 // Attaching an identity means a PUT of the VM with only its identity block: the Compute resource
-// provider keeps every other property, but the identity block is replaced as a whole. Hence
-// identityType (keep 'SystemAssigned, UserAssigned' for VMs that use a system-assigned identity)
-// and extraUserAssignedIdentities (the user-assigned identities the VM already has).
+// provider keeps every other property, but the identity block is replaced as a whole. So the block
+// is the VM's identities as they are now (read by vm-identity.bicep, in a deployment of its own)
+// plus the agent's: a system-assigned identity stays (with its principal ID and role assignments),
+// and so do the user-assigned identities the VM already has.
 
 @description('Name of the existing VM.')
 param vmName string
@@ -15,16 +16,6 @@ param vmName string
   'Windows'
 ])
 param osType string
-
-@description('Identity types the VM ends up with.')
-@allowed([
-  'UserAssigned'
-  'SystemAssigned, UserAssigned'
-])
-param identityType string = 'UserAssigned'
-
-@description('User-assigned identities the VM already has and keeps, as { \'<resource id>\': {} }.')
-param extraUserAssignedIdentities object = {}
 
 @description('Attach the agent identity here (false: it is attached by other means, e.g. the VM\'s own template).')
 param attachIdentity bool = true
@@ -88,19 +79,33 @@ var logs1 = replace(logsTemplate, '@@LOGS_ENDPOINT@@', logsIngestionEndpoint)
 var logs2 = replace(logs1, '@@LOGS_RULE_ID@@', logsRuleId)
 var logsConfig = empty(logsIngestionEndpoint) ? '' : replace(logs2, '@@LOGS_STREAM@@', logsStream)
 var config = replace('${config7}${logsConfig}', '@@CLIENT_ID@@', agentClientId)
-// The secret reaches the agent as its environment (a file only root or SYSTEM can read on the VM).
+// The secret reaches the agent as its environment (a file only root or SYSTEM can read on the VM),
+// never on a command line: on Linux inside the script, on Windows as the protected setting
+// seForwarderEnv, which install.ps1 decrypts itself (-EnvFromExtension).
 var agentEnvironment = 'APPROVALS_KEY=${approvalSigningKey}\n'
 var scriptTemplate = loadTextContent('../../deploy/vm-extension/linux-extension.sh')
 var script1 = replace(scriptTemplate, '@@CONFIG_B64@@', base64(config))
 var script2 = replace(script1, '@@ENV_B64@@', base64(agentEnvironment))
 var linuxScript = replace(script2, '@@PACKAGE_SPEC@@', packageSpec)
-var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1 -PackageSpec "${packageSpec}" -ConfigBase64 ${base64(config)} -EnvBase64 ${base64(agentEnvironment)}'
+var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1 -PackageSpec "${packageSpec}" -ConfigBase64 ${base64(config)} -EnvFromExtension'
 // Re-run the extension whenever what it installs changes (protected settings alone do not trigger it).
 var updateTag = uniqueString(config, packageSpec, installerBaseUri, runTag)
 
 resource existingVm 'Microsoft.Compute/virtualMachines@2024-03-01' existing = {
   name: vmName
 }
+
+module current 'vm-identity.bicep' = if (attachIdentity) {
+  name: take('se-forwarder-identity-${vmName}', 64)
+  params: {
+    vmName: vmName
+  }
+}
+
+// The merge: the system-assigned identity kept if the VM has one, the agent's identity added to
+// the user-assigned ones it has.
+var keepsSystemAssigned = attachIdentity && contains(current.outputs.identityType, 'SystemAssigned')
+var mergedIdentityType = keepsSystemAssigned ? 'SystemAssigned, UserAssigned' : 'UserAssigned'
 
 resource vm 'Microsoft.Compute/virtualMachines@2024-03-01' = if (attachIdentity) {
   // This PUT of an existing VM carries only its identity; the Compute resource provider keeps the
@@ -114,8 +119,8 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-03-01' = if (attachIdentity)
   name: vmName
   location: existingVm.location
   identity: {
-    type: identityType
-    userAssignedIdentities: union(extraUserAssignedIdentities, {
+    type: mergedIdentityType
+    userAssignedIdentities: union(current.outputs.userAssignedIdentities, {
       '${agentIdentityId}': {}
     })
   }
@@ -139,6 +144,7 @@ resource linuxInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01
       fileUris: [
         '${installerBaseUri}/linux/install.sh'
         '${installerBaseUri}/linux/se-forwarder.service'
+        '${installerBaseUri}/linux/10-restart-backoff.conf'
       ]
       script: base64(linuxScript)
     }
@@ -164,6 +170,7 @@ resource windowsInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-
         '${installerBaseUri}/windows/install.ps1'
       ]
       commandToExecute: windowsCommand
+      seForwarderEnv: base64(agentEnvironment)
     }
   }
 }

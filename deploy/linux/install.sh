@@ -6,6 +6,7 @@
 #   /etc/se-forwarder/se-forwarder.env     secrets as KEY=VALUE (root 0600), read by systemd
 #   /etc/se-forwarder/credentials/         secret files for LoadCredential= (root 0700)
 #   /etc/systemd/system/se-forwarder.service
+#   /etc/systemd/system/se-forwarder.service.d/10-restart-backoff.conf   (systemd >= 254 only)
 #   /var/lib/se-forwarder                  state (made by systemd: StateDirectory=)
 #
 # Idempotent: a second run with the same arguments changes nothing and restarts nothing. With
@@ -29,6 +30,8 @@ usage: install.sh [options]
   --config-file FILE  install FILE as config.toml (a different existing one is kept as .bak)
   --env-file FILE     install FILE as se-forwarder.env (secrets, root 0600)
   --no-start          install and enable the service, but do not (re)start it
+  --systemd-version N the target's systemd version, for images built elsewhere (default: this
+                      host's); 254 and later get the growing restart delay
   --uninstall         remove the service and the venv; keep config, state and logs
   --purge             with --uninstall: remove config, state, logs and the user too
   -h, --help          this text
@@ -53,6 +56,7 @@ env_src=""
 start=1
 mode="install"
 purge=0
+systemd_version=""
 
 need_arg() { if [ "$#" -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ "$#" -gt 0 ]; do
@@ -68,6 +72,7 @@ while [ "$#" -gt 0 ]; do
         --config-file) need_arg "$@"; config_src="$2"; shift 2 ;;
         --env-file) need_arg "$@"; env_src="$2"; shift 2 ;;
         --no-start) start=0; shift ;;
+        --systemd-version) need_arg "$@"; systemd_version="$2"; shift 2 ;;
         --uninstall) mode="uninstall"; shift ;;
         --purge) purge=1; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -75,6 +80,13 @@ while [ "$#" -gt 0 ]; do
     esac
 done
 [ "$purge" -eq 0 ] || [ "$mode" = "uninstall" ] || die "--purge only goes with --uninstall"
+if [ -z "$systemd_version" ]; then  # "systemd 252 (252.39-1~deb12u2)"; 0 when there is none
+    systemd_version="$(systemctl --version 2>/dev/null | awk 'NR == 1 { print $2 }')" || true
+    case "$systemd_version" in ''|*[!0-9]*) systemd_version=0 ;; esac
+fi
+case "$systemd_version" in
+    ''|*[!0-9]*) die "--systemd-version needs a number such as 255, not $systemd_version" ;;
+esac
 if [ -n "$prefix" ]; then
     case "$prefix" in /*) ;; *) prefix="$(pwd)/$prefix" ;; esac
 fi
@@ -91,6 +103,8 @@ venv="$prefix$OPT/venv"
 etc="$prefix$ETC"
 unit_path="$prefix$UNIT_DIR/$UNIT"
 unit_src="$script_dir/$UNIT"
+readonly BACKOFF=10-restart-backoff.conf BACKOFF_SINCE=254  # RestartSteps, RestartMaxDelaySec
+backoff_path="$prefix$UNIT_DIR/$UNIT.d/$BACKOFF"
 changed=0
 
 live_system() { [ -z "$prefix" ]; }
@@ -287,6 +301,14 @@ install_unit() {
     make_dir "$prefix$UNIT_DIR" 0755
     local before="$changed"
     put_file "$unit_src" "$unit_path" 0644
+    if [ "$systemd_version" -ge "$BACKOFF_SINCE" ] && [ ! -f "$script_dir/$BACKOFF" ]; then
+        say "$BACKOFF not found next to install.sh: restarts after a failure stay RestartSec (5 s) apart"
+    elif [ "$systemd_version" -ge "$BACKOFF_SINCE" ]; then
+        make_dir "$prefix$UNIT_DIR/$UNIT.d" 0755
+        put_file "$script_dir/$BACKOFF" "$backoff_path" 0644
+    else
+        say "systemd $systemd_version < $BACKOFF_SINCE: restarts after a failure stay RestartSec (5 s) apart"
+    fi
     if [ "$changed" -ne "$before" ] && live_system && systemd_running; then
         act "reload systemd" systemctl daemon-reload
     fi
@@ -331,6 +353,7 @@ uninstall() {
     fi
     remove_path "$prefix$UNIT_DIR/multi-user.target.wants/$UNIT"
     remove_path "$unit_path"
+    remove_path "$backoff_path"
     remove_path "$prefix$OPT"
     if live_system && systemd_running && [ "$changed" -eq 1 ]; then
         act "reload systemd" systemctl daemon-reload

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run as root by the Azure Custom Script Extension for Linux (protectedSettings.script), in the
-# extension's download folder, next to install.sh and se-forwarder.service (protectedSettings.fileUris).
+# extension's download folder, next to install.sh, se-forwarder.service and 10-restart-backoff.conf
+# (protectedSettings.fileUris).
 # The @@...@@ fields are filled in by bicep/modules/vm-agent.bicep or deploy/vm-extension/make-settings.sh.
 # Config and environment travel base64-encoded so that no quoting can break them; the environment
 # holds secrets and is written only to a root-only temporary folder, then installed root 0600.

@@ -7,10 +7,12 @@
 #   az vm extension set -g RG --vm-name VM --name CustomScript \
 #       --publisher Microsoft.Azure.Extensions --version 2.1 --protected-settings protected.json
 #
-# Linux: install.sh and se-forwarder.service are downloaded from BASE/linux/, and the script (this
-# folder's linux-extension.sh, filled in) runs as root from a root-only folder, so the secrets never
-# appear on a command line. Windows: install.ps1 is downloaded from BASE/windows/ and run with the
-# config and environment base64-encoded on its command line (visible to administrators only).
+# Linux: install.sh, se-forwarder.service and 10-restart-backoff.conf are downloaded from
+# BASE/linux/, and the script (this folder's linux-extension.sh, filled in) runs as root from a
+# root-only folder, so the secrets never appear on a command line. Windows: install.ps1 is
+# downloaded from BASE/windows/ and run with the config base64-encoded on its command line (it holds
+# no secrets); the environment is the protected setting seForwarderEnv, which install.ps1
+# -EnvFromExtension decrypts on the VM.
 # Protected settings are encrypted for the VM; keep protected.json itself out of version control.
 set -euo pipefail
 
@@ -24,7 +26,7 @@ while [ "$#" -gt 0 ]; do
         --config) config="${2:-}"; shift 2 ;;
         --env) envfile="${2:-}"; shift 2 ;;
         --package) package="${2:-}"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;;
         *) die "unknown option: $1 (see --help)" ;;
     esac
 done
@@ -49,12 +51,16 @@ if [ "$os" = linux ]; then
     [ -r "$template" ] || die "$template not found"
     script="$(sed -e "s|@@CONFIG_B64@@|$config_b64|" -e "s|@@ENV_B64@@|$env_b64|" \
         -e "s|@@PACKAGE_SPEC@@|$package|" "$template" | base64 | tr -d '\n')"
-    printf '{\n  "fileUris": [\n    "%s/linux/install.sh",\n    "%s/linux/se-forwarder.service"\n  ],\n  "script": "%s"\n}\n' \
-        "$base" "$base" "$script"
+    printf '{\n  "fileUris": [\n    "%s/linux/install.sh",\n    "%s/linux/se-forwarder.service",\n    "%s/linux/10-restart-backoff.conf"\n  ],\n  "script": "%s"\n}\n' \
+        "$base" "$base" "$base" "$script"
 else
     command="powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1"
     command="$command -PackageSpec $package -ConfigBase64 $config_b64"
-    [ -z "$env_b64" ] || command="$command -EnvBase64 $env_b64"
-    printf '{\n  "fileUris": [\n    "%s/windows/install.ps1"\n  ],\n  "commandToExecute": "%s"\n}\n' \
-        "$base" "$command"
+    env_setting=""
+    if [ -n "$env_b64" ]; then
+        command="$command -EnvFromExtension"
+        env_setting="$(printf ',\n  "seForwarderEnv": "%s"' "$env_b64")"
+    fi
+    printf '{\n  "fileUris": [\n    "%s/windows/install.ps1"\n  ],\n  "commandToExecute": "%s"%s\n}\n' \
+        "$base" "$command" "$env_setting"
 fi

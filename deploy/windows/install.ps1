@@ -9,6 +9,10 @@
       $DataDir\config.toml        configuration (written only if absent, or from -ConfigFile/-ConfigBase64)
       $DataDir\se-forwarder.env   secrets as KEY=VALUE lines, readable only by SYSTEM, Administrators
                                   and the agent's account
+    Secrets never travel on a command line (which process listings, process-creation auditing and
+    the extension's own logs record): -EnvFile names a file, and -EnvFromExtension reads them from
+    the protected settings of the Custom Script Extension that runs this script (the key
+    seForwarderEnv, base64 of the environment file), which only this machine can decrypt.
       $DataDir\state              the agent's state (outbox, cursors); $DataDir\logs its log
     and registers the scheduled task "se-forwarder".
 
@@ -51,9 +55,10 @@ param(
     # Configuration to install (replaces a different existing one, which is kept as config.toml.bak).
     [string] $ConfigFile = '',
     [string] $ConfigBase64 = '',
-    # Environment file (secrets) to install.
+    # Environment file (secrets) to install; or, when the Custom Script Extension runs this script,
+    # -EnvFromExtension: from its protected settings (seForwarderEnv). Never on the command line.
     [string] $EnvFile = '',
-    [string] $EnvBase64 = '',
+    [switch] $EnvFromExtension,
     [string] $InstallDir = (Join-Path $env:ProgramFiles 'se-forwarder'),
     [string] $DataDir = (Join-Path $env:ProgramData 'se-forwarder'),
     # Install and register, but do not start the agent.
@@ -389,6 +394,40 @@ while ($true) {
 '@
 }
 
+# The environment file's bytes from the protected settings of the Custom Script Extension running
+# this script. The extension runs it from ...\<handler>\Downloads\<n> and leaves its settings in
+# ...\<handler>\RuntimeSettings\<n>.settings, the protected part encrypted (CMS) to a certificate in
+# the machine's store that only SYSTEM and Administrators can use.
+function Get-ExtensionEnvironment {
+    $sequence = Split-Path -Leaf $PSScriptRoot
+    $handler = Split-Path -Parent (Split-Path -Parent $PSScriptRoot)
+    $settingsFile = Join-Path $handler "RuntimeSettings\$sequence.settings"
+    if (-not (Test-Path -LiteralPath $settingsFile -PathType Leaf)) {
+        Fail "-EnvFromExtension: $settingsFile not found (only the Custom Script Extension can run install.ps1 with it; use -EnvFile)"
+    }
+    $handlerSettings = (Get-Content -LiteralPath $settingsFile -Raw | ConvertFrom-Json).runtimeSettings[0].handlerSettings
+    $names = @($handlerSettings.PSObject.Properties.Name)
+    if ($names -notcontains 'protectedSettings' -or -not $handlerSettings.protectedSettings) {
+        Fail "-EnvFromExtension: the extension has no protected settings"
+    }
+    Add-Type -AssemblyName System.Security
+    $store = New-Object Security.Cryptography.X509Certificates.X509Store('My', 'LocalMachine')
+    $store.Open('ReadOnly')
+    try {
+        $certificates = $store.Certificates.Find('FindByThumbprint', $handlerSettings.protectedSettingsCertThumbprint, $false)
+        $cms = New-Object Security.Cryptography.Pkcs.EnvelopedCms
+        $cms.Decode([Convert]::FromBase64String($handlerSettings.protectedSettings))
+        $cms.Decrypt($certificates)
+    } finally {
+        $store.Close()
+    }
+    $protected = [Text.Encoding]::UTF8.GetString($cms.ContentInfo.Content) | ConvertFrom-Json
+    if (@($protected.PSObject.Properties.Name) -notcontains 'seForwarderEnv') {
+        Fail "-EnvFromExtension: the protected settings have no seForwarderEnv"
+    }
+    return [Convert]::FromBase64String($protected.seForwarderEnv)
+}
+
 function Install-Config {
     New-Directory $DataDir
     New-Directory $StateDir
@@ -405,8 +444,8 @@ function Install-Config {
     } elseif (-not (Test-Path -LiteralPath $ConfigPath)) {
         Set-FileContent $ConfigPath ($utf8.GetBytes((Get-DefaultConfig) -replace "`r`n", "`n"))
     }
-    if ($EnvBase64) {
-        Set-FileContent $EnvPath ([Convert]::FromBase64String($EnvBase64))
+    if ($EnvFromExtension) {
+        Set-FileContent $EnvPath (Get-ExtensionEnvironment)
     } elseif ($EnvFile) {
         if (-not (Test-Path -LiteralPath $EnvFile -PathType Leaf)) { Fail "environment file $EnvFile does not exist" }
         Set-FileContent $EnvPath ([IO.File]::ReadAllBytes((Resolve-Path -LiteralPath $EnvFile).Path))

@@ -12,33 +12,30 @@ Each command gets the event JSON on stdin (the CloudEvent ``data`` shape: the IM
 ``SE_EVENT_ID``, ``SE_EVENT_TYPE``, ``SE_EVENT_STATUS`` (the last status seen),
 ``SE_NOT_BEFORE`` (RFC 3339, empty once Started), ``SE_VM_NAME`` and, for recover,
 ``SE_EVENT_OUTCOME`` (``completed`` or ``canceled``: ``completed`` also when the agent inferred
-that a vanished Scheduled event ran, see ``differ.py``) in its environment. The agent's own secrets
-(the signing key and connection string variables) are removed from that environment.
+that a vanished Scheduled event ran, see ``differ.py``) in its environment, which is an allow-list
+(see ``hook_process.py``): never the agent's secrets.
 
 At most once per event and hook, even across restarts: the run is recorded as ``running`` in the
 state database before the command starts. A run found ``running`` at start-up was interrupted by an
 agent stop or crash; it is marked ``interrupted`` and not run again (a half-drained node is better
 handled by a person than by a second drain). Hooks run on their own threads, in their own process
-group (so a timeout kills the command's children too), and never delay polling. Their output goes
-to the log (the last ``OUTPUT_LINES`` lines).
+group (so a timeout kills the command's children too), and never delay polling. A stopping agent
+gives them their grace (``terminate``, then ``kill_after``). Their output goes to the log (the last
+``OUTPUT_LINES`` lines of a bounded spool).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import queue
-import signal
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO
 
 from .. import cloudevents as ce
 from ..model import SCHEDULED, STARTED, ScheduledEvent, VmIdentity, parse_event
@@ -55,16 +52,15 @@ from ..outbox.hook_runs import (
 )
 from ..telemetry import fields
 from ..timestamps import rfc3339
+from . import hook_process
 from .settings import HookSettings
 
 log = logging.getLogger("se_forwarder.approvals.hooks")
 
 __all__ = ["FAILED", "INTERRUPTED", "NONE", "PREPARE", "RECOVER", "RUNNING", "SUCCEEDED", "TIMED_OUT",
            "HookResult", "HookRunner"]
-
-KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of a timed-out hook
 OUTPUT_LINES = 50
-OUTPUT_BYTES = 16 * 1024
+THREAD_START_TRIES = 5  # a hook's thread may fail to start while the unit is at TasksMax
 RETENTION_SECONDS = 30 * 86400
 
 @dataclass(frozen=True)
@@ -118,6 +114,9 @@ class HookRunner:
         self.prepare_lead = config.prepare_lead
         self._vm = vm if callable(vm) else (lambda: vm)
         self.secret_env = {name for name in secret_env if name}
+        self.env_names: list[str] = list(config.env)
+        self.stop_grace = config.stop_grace
+        self.processes = hook_process.Processes()
         self.wake = wake
         self._done: queue.SimpleQueue[HookResult] = queue.SimpleQueue()
         self._threads: dict[tuple[str, str], threading.Thread] = {}
@@ -218,6 +217,8 @@ class HookRunner:
     def _begin(self, runs: HookRuns, hook: str, event: ScheduledEvent, incarnation: int,
                outcome: str | None) -> None:
         command = self.commands[hook]
+        if self.processes.stopping:
+            return  # the agent is stopping: the next start runs it
         state = RUNNING if command else NONE
         # Recorded (and committed: autocommit) before the command starts: at most once.
         runs.begin(event.event_id, hook, state, _stored(event, incarnation))
@@ -232,21 +233,45 @@ class HookRunner:
             name=f"hook-{hook}-{event.event_id[:8]}", daemon=True,
         )
         self._threads[(event.event_id, hook)] = thread
-        thread.start()
+        self._start(thread, hook, event, incarnation)
+
+    def _start(self, thread: threading.Thread, hook: str, event: ScheduledEvent,
+               incarnation: int) -> None:
+        """Start the hook's thread; if none can be had, the run fails (recorded, never stuck
+        ``running``): its command has not started."""
+        for attempt in range(THREAD_START_TRIES):
+            try:
+                thread.start()
+                return
+            except RuntimeError as exc:  # "can't start new thread"
+                if attempt + 1 == THREAD_START_TRIES:
+                    self._done.put(HookResult(event.event_id, hook, FAILED, None, 0.0,
+                                              f"could not start: {exc} (too many threads)", event,
+                                              incarnation))
+                    self.wake()
+                    return
+                time.sleep(0.2 * (attempt + 1))
+
+    def terminate(self) -> int:
+        """The agent stops: no new hook starts, SIGTERM to the running ones' process groups."""
+        return self.processes.terminate()
+
+    def kill_after(self, deadline: float) -> list[int]:
+        """After ``terminate``: wait for the hooks until ``deadline`` (monotonic), then SIGKILL."""
+        return self.processes.kill_after(deadline)
 
     def _environment(self, hook: str, event: ScheduledEvent, outcome: str | None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in self.secret_env}
-        env.update({
+        own = {
             "SE_HOOK": hook,
             "SE_EVENT_ID": event.event_id,
             "SE_EVENT_TYPE": event.event_type,
             "SE_EVENT_STATUS": event.status,
             "SE_NOT_BEFORE": rfc3339(event.not_before) if event.not_before else "",
             "SE_VM_NAME": self.vm.name,
-        })
+        }
         if outcome:
-            env["SE_EVENT_OUTCOME"] = outcome
-        return env
+            own["SE_EVENT_OUTCOME"] = outcome
+        return hook_process.environment(os.environ, self.env_names, self.secret_env, own)
 
     def _execute(self, hook: str, command: list[str], payload: bytes, env: dict[str, str],
                  event: ScheduledEvent, incarnation: int) -> None:
@@ -261,52 +286,18 @@ class HookRunner:
 
     def _run_command(self, hook: str, command: list[str], payload: bytes, env: dict[str, str],
                      event_id: str) -> tuple[str, int | None, str]:
-        timeout = self.timeouts[hook]
-        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as output:
+        with tempfile.TemporaryFile() as stdin:
             stdin.write(payload)
             stdin.seek(0)
-            try:
-                proc = subprocess.Popen(
-                    command, stdin=stdin, stdout=output, stderr=subprocess.STDOUT, env=env,
-                    start_new_session=os.name == "posix", close_fds=True,
-                )
-            except OSError as exc:
-                return FAILED, None, f"cannot run {command[0]}: {exc.strerror or exc}"
-            try:
-                code = proc.wait(timeout)
-                state = SUCCEEDED if code == 0 else FAILED
-                detail = "exit code 0" if code == 0 else f"exit code {code}"
-            except subprocess.TimeoutExpired:
-                _stop(proc)
-                code = None
-                state, detail = TIMED_OUT, f"timed out after {timeout:g} s (killed)"
-            self._log_output(output, hook, event_id, state)
-        return state, code, detail
+            outcome = hook_process.run(self.processes, command, stdin, env, self.timeouts[hook])
+        self._log_output(outcome.spool, hook, event_id, outcome.state)
+        return outcome.state, outcome.exit_code, outcome.detail + outcome.spool.note()
 
-    def _log_output(self, output: IO[bytes], hook: str, event_id: str, state: str) -> None:
-        size = output.seek(0, os.SEEK_END)
-        output.seek(max(0, size - OUTPUT_BYTES))
-        lines = output.read().decode("utf-8", "replace").splitlines()[-OUTPUT_LINES:]
+    def _log_output(self, spool: hook_process.Spool, hook: str, event_id: str, state: str) -> None:
         level = logging.INFO if state == SUCCEEDED else logging.WARNING
-        for line in lines:
+        if spool.dropped:
+            log.warning("%s hook: output over %d bytes; the first %d bytes were dropped", hook,
+                        spool.limit, spool.dropped, extra=fields(event_id=event_id, origin=hook))
+        for line in spool.text().splitlines()[-OUTPUT_LINES:]:
             log.log(level, "%s hook: %s", hook, line[:500],
                     extra=fields(event_id=event_id, origin=hook))
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the hook's process group, SIGKILL it after ``KILL_GRACE`` seconds."""
-    if os.name != "posix":
-        proc.kill()
-        proc.wait()
-        return
-    _signal_group(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(KILL_GRACE)
-    # Whether or not the leader obeyed, nothing of its group may outlive the timeout.
-    _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)

@@ -15,6 +15,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..validation import as_bool, as_number, as_str, no_unknown
+from .hook_process import DEFAULT_STOP_GRACE
+from .hook_process import validate_settings as validate_hook_process
 from .policy import ACTIONS, EVENT_TYPES, WHEN_KEYS, Rule, as_list
 from .queue.config import QueueConfig, parse_queue
 
@@ -32,6 +34,8 @@ class HookSettings:
     recover_timeout: float = HOOK_TIMEOUT
     prepare_lead: float | None = None
     approve_after_prepare: bool = True
+    env: tuple[str, ...] = ()  # variables passed to hooks besides hook_process.ALWAYS
+    stop_grace: float = DEFAULT_STOP_GRACE  # seconds a running hook gets when the agent stops
 
 
 @dataclass
@@ -126,8 +130,9 @@ def parse_hooks(raw: Mapping[str, Any], where: str) -> HookSettings:
     no_unknown(
         raw, where,
         ("prepare", "prepare_timeout", "approve_after_prepare", "recover", "recover_timeout",
-         "prepare_lead"),
+         "prepare_lead", "env", "stop_grace"),
     )
+    process = validate_hook_process(raw, where)
     commands: dict[str, tuple[str, ...] | None] = {}
     for key in ("prepare", "recover"):
         value = raw.get(key)
@@ -146,6 +151,8 @@ def parse_hooks(raw: Mapping[str, Any], where: str) -> HookSettings:
         prepare_lead=None if lead is None else as_number(lead, f"{where}.prepare_lead", 0, 30 * 86400),
         approve_after_prepare=as_bool(raw.get("approve_after_prepare", True),
                                       f"{where}.approve_after_prepare"),
+        env=tuple(process.get("env", ())),
+        stop_grace=process.get("stop_grace", DEFAULT_STOP_GRACE),
     )
 
 

@@ -14,6 +14,7 @@ from .conftest import UNIT_SRC, run_install
 
 UNIT_REL = Path("etc/systemd/system/se-forwarder.service")
 WANTS_REL = Path("etc/systemd/system/multi-user.target.wants/se-forwarder.service")
+BACKOFF_REL = Path("etc/systemd/system/se-forwarder.service.d/10-restart-backoff.conf")
 CONFIG_REL = Path("etc/se-forwarder/config.toml")
 VENV_REL = Path("opt/se-forwarder/venv")
 
@@ -142,3 +143,35 @@ def test_bad_arguments_end_with_one_clear_line(tmp_path: Path) -> None:
         proc = run_install(*args)
         assert proc.returncode != 0
         assert proc.stderr.strip().splitlines()[-1] == message
+
+
+def test_restart_backoff_drop_in_is_installed_for_systemd_254_and_later(
+    prefix_copy: Path, wheel: Path
+) -> None:
+    proc = run_install("--prefix", prefix_copy, "--wheel", wheel, "--no-deps",
+                       "--systemd-version", "255")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    installed = prefix_copy / BACKOFF_REL
+    assert installed.read_bytes() == (UNIT_SRC.parent / BACKOFF_REL.name).read_bytes()
+    assert mode(installed) == 0o644
+    again = run_install("--prefix", prefix_copy, "--wheel", wheel, "--no-deps",
+                        "--systemd-version", "255")
+    assert "nothing to change" in again.stdout
+    proc = run_install("--prefix", prefix_copy, "--uninstall")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not installed.exists()
+
+
+def test_older_systemd_gets_no_drop_in_and_is_told_the_delay_stays_fixed(
+    tmp_path: Path, wheel: Path
+) -> None:
+    prefix = tmp_path / "root"
+    proc = run_install("--prefix", prefix, "--wheel", wheel, "--no-deps", "--systemd-version", "252")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (prefix / BACKOFF_REL).exists()
+    assert ("install.sh: systemd 252 < 254: restarts after a failure stay RestartSec (5 s) apart"
+            in proc.stdout.splitlines())
+    bad = run_install("--prefix", prefix, "--systemd-version", "v255")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "install.sh: error: --systemd-version needs a number such as 255, not v255")

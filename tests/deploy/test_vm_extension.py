@@ -15,6 +15,7 @@ from .conftest import REPO, tool
 MAKE_SETTINGS = REPO / "deploy/vm-extension/make-settings.sh"
 LINUX_SCRIPT = REPO / "deploy/vm-extension/linux-extension.sh"
 USER_DATA = REPO / "deploy/cloud-init/user-data.yaml"
+INSTALL_PS1 = REPO / "deploy/windows/install.ps1"
 BASE = "https://downloads.example.invalid/se-forwarder/v0.1.0/deploy"
 CONFIG = '[imds]\nurl = "http://169.254.169.254"\n\n[approvals]\ndry_run = true\n'
 SECRETS = "APPROVALS_KEY=a2V5LWZvci10ZXN0cw==\n"
@@ -24,6 +25,13 @@ def make_settings(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(MAKE_SETTINGS), *args], capture_output=True, text=True, timeout=30, check=False
     )
+
+
+def function_body(script: str, name: str) -> str:
+    """A PowerShell function's text, up to the next top-level function."""
+    start = script.index(f"\nfunction {name}")
+    end = script.find("\nfunction ", start + 1)
+    return script[start:end if end > 0 else len(script)]
 
 
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
@@ -38,7 +46,8 @@ def test_linux_settings_carry_config_and_secrets_inside_a_valid_script(tmp_path:
     proc = make_settings("--os", "linux", "--base-uri", BASE, "--config", str(cfg), "--env", str(env))
     assert proc.returncode == 0, proc.stderr
     settings = json.loads(proc.stdout)
-    assert settings["fileUris"] == [f"{BASE}/linux/install.sh", f"{BASE}/linux/se-forwarder.service"]
+    assert settings["fileUris"] == [f"{BASE}/linux/install.sh", f"{BASE}/linux/se-forwarder.service",
+                                    f"{BASE}/linux/10-restart-backoff.conf"]
     assert "commandToExecute" not in settings  # secrets stay off every command line
     script = base64.b64decode(settings["script"]).decode()
     assert not re.search(r"@@\w+@@", script)
@@ -50,7 +59,7 @@ def test_linux_settings_carry_config_and_secrets_inside_a_valid_script(tmp_path:
     assert "APPROVALS_KEY" not in script
 
 
-def test_windows_settings_run_install_ps1_with_config_and_environment(tmp_path: Path) -> None:
+def test_windows_settings_keep_the_key_material_off_the_command_line(tmp_path: Path) -> None:
     cfg, env = inputs(tmp_path)
     proc = make_settings("--os", "windows", "--base-uri", BASE, "--config", str(cfg), "--env", str(env))
     assert proc.returncode == 0, proc.stderr
@@ -58,9 +67,55 @@ def test_windows_settings_run_install_ps1_with_config_and_environment(tmp_path: 
     assert settings["fileUris"] == [f"{BASE}/windows/install.ps1"]
     command = settings["commandToExecute"]
     assert command.startswith("powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass ")
-    args = dict(re.findall(r"-(ConfigBase64|EnvBase64) (\S+)", command))
+    args = dict(re.findall(r"-(ConfigBase64) (\S+)", command))
     assert base64.b64decode(args["ConfigBase64"]).decode() == CONFIG
-    assert base64.b64decode(args["EnvBase64"]).decode() == SECRETS
+    assert command.endswith(" -EnvFromExtension")
+    # the environment (the key material) only as a protected setting of its own, in no form on the
+    # command line
+    assert base64.b64decode(settings["seForwarderEnv"]).decode() == SECRETS
+    key = SECRETS.split("=", 1)[1].strip()
+    for form in (SECRETS.strip(), key, settings["seForwarderEnv"], base64.b64decode(key).decode()):
+        assert form not in command
+    assert "EnvBase64" not in command
+
+
+def test_windows_settings_without_an_environment_keep_the_installed_one(tmp_path: Path) -> None:
+    cfg, _ = inputs(tmp_path)
+    proc = make_settings("--os", "windows", "--base-uri", BASE, "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads(proc.stdout)
+    assert "seForwarderEnv" not in settings and "-EnvFromExtension" not in settings["commandToExecute"]
+
+
+def test_install_ps1_takes_secrets_only_from_a_file_or_the_protected_settings() -> None:
+    script = INSTALL_PS1.read_text()
+    params = script[script.index("param("):script.index("Set-StrictMode")]
+    assert "[switch] $EnvFromExtension" in params and "[string] $EnvFile" in params
+    assert "Base64" not in params.replace("$ConfigBase64", "")  # no secret as an argument value
+    reader = function_body(script, "Get-ExtensionEnvironment")
+    # the extension's own settings for this run, decrypted with the machine's certificate
+    assert 'Join-Path $handler "RuntimeSettings\\$sequence.settings"' in reader
+    assert "protectedSettingsCertThumbprint" in reader
+    assert "New-Object Security.Cryptography.Pkcs.EnvelopedCms" in reader and "$cms.Decrypt(" in reader
+    assert "$protected.seForwarderEnv" in reader
+    assert not re.search(r"Write-Host|Say |Out-File|Set-Content", reader)  # never printed nor saved
+
+
+def test_install_ps1_writes_the_environment_readable_only_by_the_service_account() -> None:
+    script = INSTALL_PS1.read_text()
+    install = function_body(script, "Install-Config")
+    assert "Set-FileContent $EnvPath (Get-ExtensionEnvironment)" in install
+    written = install.index("Set-FileContent $EnvPath (Get-ExtensionEnvironment)")
+    assert "Set-PrivateAcl $EnvPath 'Read'" in install[written:]
+    # its folder is private before the file is written, so it is never readable by others
+    assert install.index("Set-PrivateAcl $DataDir") < written
+    acl = function_body(script, "Set-PrivateAcl")
+    assert "$acl.SetAccessRuleProtection($true, $false)" in acl  # no inherited access
+    rules = re.search(r"\$rights = \[ordered\] @\{(.*?)\}", acl).group(1)
+    assert re.findall(r"\$(\w+Sid) =", rules) == ["SystemSid", "AdministratorsSid", "LocalServiceSid"]
+    sids = dict(re.findall(r"^\$(\w+Sid) = '([^']+)'", script, re.M))
+    assert sids == {"SystemSid": "S-1-5-18", "AdministratorsSid": "S-1-5-32-544",
+                    "LocalServiceSid": "S-1-5-19"}
 
 
 def test_make_settings_rejects_bad_input_with_one_line(tmp_path: Path) -> None:
@@ -111,3 +166,45 @@ def test_cloud_init_user_data_is_valid_and_its_files_are_a_valid_config(tmp_path
                             timeout=10)
     assert syntax.returncode == 0, syntax.stderr
     assert 'install.sh" --package' in command[2]
+
+
+def references(node: object, doc: dict) -> set[str]:
+    """Every parameter and variable an expression uses, through the variables it uses."""
+    names = set(doc.get("parameters") or {}) | set(doc.get("variables") or {})
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(key)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str):
+            used = {value} if value in names else set()
+            for inner in re.findall(r"\$\{([^}]*)\}", value):
+                used |= set(re.findall(r"[A-Za-z_]\w*", inner)) & names
+            for name in used - found:
+                found.add(name)
+                if name in (doc.get("variables") or {}):
+                    walk(doc["variables"][name]["value"])
+
+    walk(node)
+    return found
+
+
+def test_bicep_passes_the_key_material_only_through_protected_settings(bicep_docs) -> None:
+    doc = bicep_docs["modules/vm-agent.bicep"]
+    secret = "approvalSigningKey"
+    assert any(d["type"] == "secure" for d in doc["parameters"][secret]["decorators"])
+    windows = doc["resources"]["windowsInstaller"]["config"]["config"]["properties"]
+    linux = doc["resources"]["linuxInstaller"]["config"]["config"]["properties"]
+    for installer in (windows, linux):
+        assert installer["settings"] == {}  # public settings are returned by the API: nothing there
+    assert secret not in references(windows["protectedSettings"]["commandToExecute"], doc)
+    assert secret in references(windows["protectedSettings"]["seForwarderEnv"], doc)
+    assert windows["protectedSettings"]["commandToExecute"] == "windowsCommand"
+    assert doc["variables"]["windowsCommand"]["value"].endswith(" -EnvFromExtension")
+    assert "commandToExecute" not in linux["protectedSettings"]  # Linux: inside the script
+    assert secret in references(linux["protectedSettings"]["script"], doc)
