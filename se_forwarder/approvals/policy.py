@@ -207,12 +207,20 @@ DEFAULT_VISIBILITY_TIMEOUT = 30  # seconds a received approval message stays inv
 DEFAULT_POLL_INTERVAL = 1.0  # seconds between receives from an empty queue
 QUEUE_KEYS = (
     "type", "account_url", "queue", "connection_string_env", "connection_string_file",
-    "client_id", "signing_key_env", "signing_key_file", "visibility_timeout", "poll_interval",
+    "client_id", "verify_keys_env", "verify_keys_file", "visibility_timeout", "poll_interval",
 )
+# The shared HMAC key of earlier versions: refused, so no VM holds a key that can sign approvals.
+REMOVED_QUEUE_KEYS = ("signing_key_env", "signing_key_file")
 
 
 def validate_queue(raw: dict[str, Any], where: str) -> dict[str, Any]:
     """``[approvals.queue]``: names, not secrets (those are read when the agent starts)."""
+    for key in REMOVED_QUEUE_KEYS:
+        if key in raw:
+            raise ConfigError(
+                f"{where}.{key}: agents no longer hold a signing key (it would let this VM sign "
+                "approvals for every VM); configure verify_keys_env or verify_keys_file with the "
+                "coordinator's public key (the .pub file of 'se-forwarder fleet keygen')")
     no_unknown(raw, where, QUEUE_KEYS)
     out = dict(raw)
     if out.get("type", "storage-queue") != "storage-queue":
@@ -230,8 +238,9 @@ def validate_queue(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "connection_string_file" not in out
     ):
         raise ConfigError(f"{where}.account_url: missing (or give connection_string_env)")
-    if "signing_key_env" not in out and "signing_key_file" not in out:
-        raise ConfigError(f"{where}.signing_key_env: missing (approval messages must be signed)")
+    if "verify_keys_env" not in out and "verify_keys_file" not in out:
+        raise ConfigError(f"{where}.verify_keys_env: missing (the coordinator's public key(s): "
+                          "approval messages must be signed)")
     out["visibility_timeout"] = as_number(
         out.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT), f"{where}.visibility_timeout", 5, 3600
     )

@@ -6,7 +6,6 @@ The approver runs in-process here, against the simulator over real HTTP and a re
 
 from __future__ import annotations
 
-import base64
 import logging
 import sqlite3
 import threading
@@ -24,7 +23,7 @@ from se_forwarder.outbox import Outbox, db_path
 from se_forwarder.outbox.hook_runs import SCHEMA
 from tests.conftest import wait_for
 
-KEY = base64.b64decode(signing.generate_key())
+KEY = signing.generate_private_key()
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SCHEDULED_ID = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
 DOCUMENT = parse_document({
@@ -43,9 +42,9 @@ def verdict(event_id: str = SCHEDULED_ID, *, vm_name: str | None = "vm0", **data
                                   now=NOW - timedelta(seconds=1), message_id="m-1")
     if data:
         message["data"].update(data)
-        message["signature"] = signing.sign(message, KEY)
-    return validate(signing.encode(message), keys=[KEY], now=NOW, document=DOCUMENT, vm_name="vm0",
-                    seen_before=lambda mid: False, event_was_seen=lambda eid: False)
+        message = signing.sign(message, KEY)
+    return validate(signing.encode(message), keys=[KEY.public_key()], now=NOW, document=DOCUMENT,
+                    vm_name="vm0", seen_before=lambda mid: False, event_was_seen=lambda eid: False)
 
 
 # -- the validator ------------------------------------------------------------------------------
