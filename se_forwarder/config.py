@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
 from .imds import DEFAULT_API_VERSION, DEFAULT_URL
@@ -24,6 +25,7 @@ from .validation import (
     as_number,
     as_str,
     as_table,
+    is_loopback,
     no_unknown,
 )
 
@@ -230,6 +232,11 @@ def _telemetry(t: dict[str, Any]) -> TelemetrySettings:
     if "otlp_endpoint" in t:
         value = as_str(t["otlp_endpoint"], "telemetry.otlp_endpoint")
         s.otlp_endpoint = as_http_url(value, "telemetry.otlp_endpoint") if value else ""
+        host = urlsplit(s.otlp_endpoint).hostname or ""
+        if s.otlp_endpoint.lower().startswith("http://") and not is_loopback(host):
+            raise ConfigError(f"telemetry.otlp_endpoint: {s.otlp_endpoint!r} is plain http to "
+                              f"{host}, which is not loopback; use https (or a collector on "
+                              "127.0.0.1)")
     if "prometheus_port" in t:
         s.prometheus_port = as_int(t["prometheus_port"], "telemetry.prometheus_port", 0, 65535)
     if "prometheus_host" in t:

@@ -21,7 +21,7 @@ from ..approvals.messages import EVENT_ID, MAX_LIFETIME
 from ..approvals.queue.client import make_client
 from ..approvals.queue.names import queue_name, validate_account_url, vm_for_queue
 from ..errors import ConfigError, SeForwarderError, one_line
-from ..sinks.azure_common import read_connection_string, token_credential
+from ..sinks.azure_common import check_plaintext, read_connection_string, token_credential
 
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -112,6 +112,7 @@ def _client(name: str, account_url: str | None, conn_env: str, conn_file: str | 
     except ConfigError as exc:
         raise ConfigError(f"--connection-string-file: {exc}") from None
     if conn:
+        check_plaintext(conn, f"the connection string in {conn_file or conn_env}")
         try:
             return make_client(name, connection_string=conn)
         except ValueError:

@@ -147,8 +147,20 @@ def _namespace(value: Any, where: str) -> str:
 
 
 def create(name: str, options: dict[str, Any], ctx: Any) -> EventHubsSink:
-    """The sink for validated ``options``; connects lazily, on the first delivery or check."""
-    return EventHubsSink(name, options)
+    """The sink for validated ``options``; connects lazily, on the first delivery or check.
+
+    A connection string that can be read now is checked now: plaintext (the emulator's) to a host
+    that is not loopback stops the agent at start (ConfigError)."""
+    sink = EventHubsSink(name, options)
+    if sink.credential_kind == "connection-string":
+        try:
+            conn = sink._read_connection_string()
+        except CredentialProblem:
+            return sink  # missing now: retried at delivery, where it is checked again
+        from .azure_common import check_plaintext
+
+        check_plaintext(conn, f"sink {name}")
+    return sink
 
 
 # --------------------------------------------------------------------------------------------------
@@ -243,6 +255,10 @@ class EventHubsSink:
         if self.credential_kind == "connection-string":
             conn = self._read_connection_string()
             self._secret = conn
+            from .azure_common import plaintext_problem
+
+            if plaintext_problem(conn):
+                raise CredentialProblem(str(plaintext_problem(conn)))
             settings = _connection_settings(conn)
             endpoint = settings.get("endpoint", "")
             if not endpoint.lower().startswith("sb://") or not settings.get("sharedaccesskeyname"):

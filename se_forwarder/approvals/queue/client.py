@@ -16,7 +16,7 @@ from typing import Any
 from ...errors import ConfigError, one_line
 from ...imds import ImdsClient, ImdsError
 from ...model import VmIdentity
-from ...sinks.azure_common import read_connection_string, token_credential
+from ...sinks.azure_common import check_plaintext, read_connection_string, token_credential
 from .. import signing
 from .names import poison_name, queue_name
 
@@ -100,6 +100,8 @@ def resolve(raw: Mapping[str, Any], vm: VmIdentity,
                                       raw.get("connection_string_file"), environ)
     except ConfigError as exc:
         raise ConfigError(f"approvals.queue.connection_string_file: {exc}") from None
+    if conn is not None:
+        check_plaintext(conn, "approvals.queue connection string")
     account_url = raw.get("account_url")
     if conn is None and not account_url:
         raise ConfigError(
