@@ -57,6 +57,9 @@ class VmSettings:
 @dataclass
 class StateSettings:
     dir: Path = Path(DEFAULT_STATE_DIR)
+    # Delivered events, dead letters and finished hook runs are kept this long (seconds), then
+    # pruned while the agent runs (hourly) and their space reclaimed.
+    retention: float = 30 * 86400.0
 
 
 @dataclass
@@ -209,10 +212,13 @@ def _string_list(value: Any, where: str) -> list[str]:
 
 
 def _state(t: dict[str, Any]) -> StateSettings:
-    no_unknown(t, "state", ("dir",))
+    no_unknown(t, "state", ("dir", "retention_days"))
     s = StateSettings()
     if "dir" in t:
         s.dir = Path(as_str(t["dir"], "state.dir")).expanduser()
+    if "retention_days" in t:
+        # At least 2 days: a prepare hook's record must outlive any event still Scheduled.
+        s.retention = as_number(t["retention_days"], "state.retention_days", 2, 3650) * 86400.0
     return s
 
 
