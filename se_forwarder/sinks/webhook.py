@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+import urllib3
 from cloudevents.core.bindings import http as ce_http
 from cloudevents.core.formats.json import JSONFormat
 
@@ -447,11 +448,12 @@ class WebhookSink:
             return None if failure is None else failure.reason
         try:
             headers = self._base_headers()
+            deadline = self._deadline()
             response = self._session.options(
                 self._url, headers=headers, timeout=self._timeout, verify=self._verify,
                 allow_redirects=False, stream=True,
             )
-            _read_some(response)
+            _read_some(response, deadline)
         except TokenError as exc:
             return str(exc)
         except requests.RequestException as exc:
@@ -588,11 +590,12 @@ class WebhookSink:
             all_headers = {**self._base_headers(), **headers}
             if self._signer is not None:
                 all_headers.update(self._signer.headers(msg_id, body))
+            deadline = self._deadline()
             response = self._session.post(
                 self._url, data=body, headers=all_headers, timeout=self._timeout,
                 verify=self._verify, allow_redirects=False, stream=True,
             )
-            reply = _read_some(response)
+            reply = _read_some(response, deadline)
         except TokenError as exc:
             return Retry(str(exc))
         except requests.RequestException as exc:
@@ -641,6 +644,10 @@ class WebhookSink:
             return Retry(f"cannot connect to {self._where}: {_short(cause)}")
         return Retry(f"request to {self._where} failed: {type(exc).__name__}: {_short(cause)}")
 
+    def _deadline(self) -> float:
+        """When a request must be over: connect_timeout + read_timeout from now, in total."""
+        return time.monotonic() + self._timeout[0] + self._timeout[1]
+
     def _base_headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"se-forwarder/{__version__}", **self._static}
         if self._token is not None:
@@ -661,11 +668,12 @@ class WebhookSink:
         """CloudEvents webhook abuse protection: OPTIONS with WebHook-Request-Origin."""
         origin = socket.gethostname() or "se-forwarder"
         try:
+            deadline = self._deadline()
             response = self._session.options(
                 self._url, headers={**self._base_headers(), "WebHook-Request-Origin": origin},
                 timeout=self._timeout, verify=self._verify, allow_redirects=False, stream=True,
             )
-            reply = _read_some(response)
+            reply = _read_some(response, deadline)
         except TokenError as exc:
             return Retry(str(exc))
         except requests.RequestException as exc:
@@ -729,16 +737,26 @@ def _display_url(url: str) -> str:
     return public_url(url)
 
 
-def _read_some(response: requests.Response) -> bytes:
-    """At most MAX_REPLY_BYTES of the reply (enough for a reason); the rest is not downloaded."""
+def _read_some(response: requests.Response, deadline: float) -> bytes:
+    """At most MAX_REPLY_BYTES of the reply (enough for a reason), read until ``deadline``
+    (``time.monotonic()``) at the latest: a body that trickles in a byte at a time cannot hold the
+    sink longer than its total timeout (requests' read timeout applies to each read). The rest is
+    not downloaded; the status line is what counts."""
     data = bytearray()
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
     try:
-        for chunk in response.iter_content(8192):
-            data += chunk
-            if len(data) >= MAX_REPLY_BYTES:
+        while len(data) < MAX_REPLY_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
-    except requests.RequestException:
-        pass  # the status line is what counts; a broken body only loses the snippet
+            if sock is not None:
+                sock.settimeout(left)  # one read waits at most until the deadline
+            chunk = response.raw.read1(min(8192, MAX_REPLY_BYTES - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
+        pass  # a broken or slow body only loses the snippet
     finally:
         response.close()
     return bytes(data)
