@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -144,3 +145,30 @@ def test_a_thread_that_fails_unexpectedly_is_restarted(tmp_path, simulator):
 
     approver._guard(flaky, stop)
     assert len(calls) == 2
+
+
+def test_the_approval_lock_is_free_while_the_fresh_document_is_read(simulator, control, tmp_path):
+    """The document read right before a POST may be slow (up to the IMDS timeout); it runs outside
+    the approval lock, which is held only around the POST, so other approvals never wait on it."""
+    event_id = control.add(EventType="Reboot")["EventId"]
+    imds = ImdsClient(simulator.url, timeout=5, first_call_timeout=5)
+    approver = Approver(lambda: ImdsClient(simulator.url, timeout=5, first_call_timeout=5),
+                        tmp_path, VM, ApprovalsSettings())
+    stale = imds.get_document()
+    control.faults(delay_seconds=1.5, method="GET", count=1)
+    results: list[str] = []
+    with Outbox(tmp_path) as box:
+        worker = threading.Thread(
+            target=lambda: results.append(approver.try_approve(box, event_id, "cli", document=stale)))
+        worker.start()
+        try:
+            time.sleep(0.5)  # the worker is inside its slow read now
+            assert worker.is_alive()
+            assert approver._approve_lock.acquire(timeout=0.2), "the read held the approval lock"
+            approver._approve_lock.release()
+        finally:
+            worker.join(10)
+    assert results == ["approved"]
+    assert [a["EventId"] for a in control.approvals()] == [event_id]
+    approver.close()
+    imds.close()
