@@ -72,8 +72,7 @@ def vm_for_queue(template: str, queue: str) -> str | None:
     """The VM whose queue ``queue`` is under ``template`` (lowercased), or None when the name does
     not tell: no ``{vm_name}`` in the template, another prefix or suffix, or a hashed name
     (the VM name was changed or cut to make it, so it cannot be read back)."""
-    if template.count("{vm_name}") != 1 or "{vm_id}" in template or PLACEHOLDER.sub(
-            "", template.replace("{vm_name}", "")) != template.replace("{vm_name}", ""):
+    if template.count("{vm_name}") != 1 or len(PLACEHOLDER.findall(template)) != 1:
         return None
     head, tail = (_legal(t) for t in template.split("{vm_name}"))
     head = head + "-" if head else ""
