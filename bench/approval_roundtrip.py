@@ -68,8 +68,8 @@ def main() -> int:
         print("azurite-queue not found: npm install --prefix .cache/azurite azurite@3.37.0",
               file=sys.stderr)
         return 2
-    key_text = signing.generate_key()
-    key = signing.parse_keys(key_text, "generated")[0]
+    key = signing.generate_private_key()
+    public_line = signing.public_key_line(key)
     template = "bench-{vm_name}"
     with tempfile.TemporaryDirectory(prefix="se-bench-") as tmp, Azurite(workdir=Path(tmp)) as az, \
             SimulatorServer() as server:
@@ -82,9 +82,10 @@ def main() -> int:
             f'[[sinks]]\ntype = "file"\npath = "{sink}"\n'
             '[telemetry]\nlog_format = "json"\nlog_level = "warning"\n'
             f'[approvals.queue]\nqueue = "{template}"\nconnection_string_env = "APPROVALS_CONN"\n'
-            f'signing_key_env = "APPROVALS_KEY"\npoll_interval = {args.queue_poll}\n'
+            f'verify_keys_env = "APPROVALS_PUBLIC_KEYS"\npoll_interval = {args.queue_poll}\n'
         )
-        env = {**os.environ, "APPROVALS_CONN": az.connection_string, "APPROVALS_KEY": key_text}
+        env = {**os.environ, "APPROVALS_CONN": az.connection_string,
+               "APPROVALS_PUBLIC_KEYS": public_line}
         log = open(base / "agent.log", "wb")  # noqa: SIM115 - closed below
         agent = subprocess.Popen([sys.executable, "-m", "se_forwarder", "run", "--config", str(config)],
                                  env=env, cwd=ROOT, stdout=log, stderr=log)

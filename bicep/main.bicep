@@ -13,7 +13,7 @@
 //     identity, and a logs-ingestion sink in every agent's configuration.
 //
 //   az deployment group create -g RG -f bicep/main.bicep -p vmNames='["vm-a","vm-b"]' \
-//     -p installerBaseUri=https://.../deploy -p approvalSigningKey=@key.txt
+//     -p installerBaseUri=https://.../deploy -p approvalVerifyKeys=@approvals.key.pub
 targetScope = 'resourceGroup'
 
 @description('Region of the new resources. The VMs keep their own region.')
@@ -47,12 +47,11 @@ param installerBaseUri string
 @description('pip requirement installed on the VMs (with deployLogsIngestion, the default gains the logs-ingestion extra; a custom one must name it).')
 param packageSpec string = 'se-forwarder[eventhubs,queue]'
 
-@description('Shared key that signs the coordinator\'s approval messages (base64 or hex, no spaces or quotes). Reaches the VMs only in the extension\'s protected settings.')
-@secure()
-@minLength(32)
-param approvalSigningKey string
+@description('The coordinator\'s Ed25519 public key(s) that approval messages must be signed with: base64 of the raw 32 bytes (the .pub file of se-forwarder fleet keygen), several separated by commas for rotation. Public: the private key never goes to a VM.')
+@minLength(44)
+param approvalVerifyKeys string
 
-@description('Change to re-run the installer on every VM, e.g. after rotating approvalSigningKey (a change of the key alone does not).')
+@description('Change to re-run the installer on every VM, e.g. after changing approvalVerifyKeys (a change of the keys alone does not).')
 param installerRunTag string = ''
 
 @description('true: the agents only report and never approve an event early.')
@@ -99,8 +98,19 @@ param tags object = {}
 
 var prefix = toLower(namePrefix)
 var suffix = uniqueString(resourceGroup().id, prefix)
-// Queue names: 3-63 lowercase letters, digits and single hyphens; VM names may have '_' and '.'.
-var queueNames = [for vm in vmNames: take('se-approvals-${toLower(replace(replace(vm, '_', '-'), '.', '-'))}', 63)]
+// Queue names: the agent's rule (se_forwarder/approvals/queue/names.py; a test evaluates these
+// lines against it). The VM name lowercased, each run of '_', '.' and '-' one '-', none at either
+// end; when that changed the name (scale-set instances: vmss_3) or it is too long, the name is cut
+// and '-' + uniqueString(lowercased name) appended, so no two VMs share a queue. At most 56
+// characters: the agent's poison queue adds '-poison' (63 is the limit).
+var queueLowered = [for vm in vmNames: toLower(vm)]
+var queueDashed = [for name in queueLowered: replace(replace(name, '_', '-'), '.', '-')]
+var queueCollapsed = [for name in queueDashed: replace(replace(replace(replace(replace(replace(replace(name, '--', '-'), '--', '-'), '--', '-'), '--', '-'), '--', '-'), '--', '-'), '--', '-')]
+var queueNoLead = [for name in queueCollapsed: startsWith(name, '-') ? skip(name, 1) : name]
+var queueLegal = [for name in queueNoLead: endsWith(name, '-') ? take(name, length(name) - 1) : name]
+var queueShort = [for name in queueLegal: endsWith(take(name, 29), '-') ? take(name, 28) : take(name, 29)]
+var queueHashes = [for name in queueLowered: uniqueString(name)]
+var queueNames = [for (name, i) in queueLegal: ((name != queueLowered[i]) || (length(name) > 43)) ? 'se-approvals-${queueShort[i]}-${queueHashes[i]}' : 'se-approvals-${name}']
 // The workspace's subscription, resource group and name, from its resource ID (a placeholder
 // without one, so that nothing is indexed out of range when Logs are off).
 var workspaceParts = split(empty(logAnalyticsWorkspaceId) ? '/subscriptions/none/resourceGroups/none/providers/Microsoft.OperationalInsights/workspaces/none' : logAnalyticsWorkspaceId, '/')
@@ -189,7 +199,7 @@ module agents 'modules/vm-agent.bicep' = [for (vm, i) in vmNames: {
     eventHubName: eventHubs.outputs.eventHubName
     queueEndpoint: approvalQueues.outputs.queueEndpoint
     queueName: queueNames[i]
-    approvalSigningKey: approvalSigningKey
+    approvalVerifyKeys: approvalVerifyKeys
     approvalsDryRun: approvalsDryRun
     installerBaseUri: installerBaseUri
     packageSpec: agentPackageSpec

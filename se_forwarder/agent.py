@@ -32,9 +32,9 @@ __all__ = ["Agent", "lock_state_dir"]
 
 log = logging.getLogger("se_forwarder.agent")
 
-RETENTION_SECONDS = 30 * 86400
 SHUTDOWN_GRACE = 4.0  # seconds; SIGTERM must end the process within 5
 STOP_CHECK = 5.0  # seconds; only a safety net, ``stop`` wakes the waiting thread at once
+HOUSEKEEPING_SECONDS = 3600.0  # pruning and space reclaimed this often while running
 LOCK_NAME = "agent.lock"
 
 
@@ -112,6 +112,7 @@ class Agent:
         self.approver: Approver | None = None
         self.poller: Poller | None = None
         self._lock_fd: int | None = None
+        self._threads: list[threading.Thread] = []
 
     def _client(self, first_call_timeout: float) -> ImdsClient:
         imds = self.settings.imds
@@ -201,11 +202,14 @@ class Agent:
                                  current=self.approver.current, offer=self.approver.offer,
                                  on_recorded=self._wake_sinks, on_document=self.on_document,
                                  stop=self.stop)
-            self.outbox.prune([w.sink.name for w in self.workers], time.time() - RETENTION_SECONDS)
+            self._housekeep(self.outbox)
             if self.once:
                 return self._run_once()
             for worker in self.workers:
                 worker.start()
+            self._threads.append(threading.Thread(target=self._housekeeping, name="housekeeping",
+                                                  daemon=True))
+            self._threads[-1].start()
             self.approver.start(self.stop)
             if not self.enricher.answered.is_set():
                 self.enricher.start(self.stop)  # retries in the background
@@ -227,6 +231,29 @@ class Agent:
             log.warning("instance metadata unavailable (%s); %s until it answers",
                         self.enricher.last_error, self.enricher.describe_failure())
 
+    def _housekeep(self, outbox: Outbox) -> None:
+        """Prune what only history needs and reclaim its space (``outbox/housekeeping.py``)."""
+        pruned = outbox.housekeep([w.sink.name for w in self.workers],
+                                  time.time() - self.settings.state.retention)
+        if pruned.rows:
+            log.info("state pruned: %d delivered events, %d dead letters, %d hook runs, %d "
+                     "approval message ids; %d pages reclaimed", pruned.events,
+                     pruned.dead_letters, pruned.hook_runs, pruned.approval_messages,
+                     pruned.pages_freed)
+
+    def _housekeeping(self) -> None:
+        """Every ``HOUSEKEEPING_SECONDS`` while running (not only at start); never stops the agent."""
+        outbox: Outbox | None = None
+        while not self.stop.wait(HOUSEKEEPING_SECONDS):
+            try:
+                outbox = outbox or Outbox(self.state_dir)
+                self._housekeep(outbox)
+            except Exception as exc:  # noqa: BLE001 - a full disk or a locked file: next time
+                log.warning("state housekeeping failed (retried in %.0f s): %s",
+                            HOUSEKEEPING_SECONDS, exc)
+        if outbox is not None:
+            outbox.close()
+
     def _shutdown(self) -> None:
         deadline = time.monotonic() + SHUTDOWN_GRACE - 1.0
         for worker in self.workers:
@@ -237,6 +264,8 @@ class Agent:
             self.approver.close()
         if self.enricher is not None:
             self.enricher.join(max(0.0, deadline - time.monotonic()))
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.imds.close()
         self.outbox.close()
         telemetry.shutdown()

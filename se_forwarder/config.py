@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .approvals import settings as approvals_settings
 from .approvals.settings import ApprovalsSettings
@@ -25,6 +26,7 @@ from .validation import (
     as_number,
     as_str,
     as_table,
+    is_loopback,
     no_unknown,
 )
 
@@ -59,6 +61,9 @@ class VmSettings:
 @dataclass
 class StateSettings:
     dir: Path = Path(DEFAULT_STATE_DIR)
+    # Delivered events, dead letters and finished hook runs are kept this long (seconds), then
+    # pruned while the agent runs (hourly) and their space reclaimed.
+    retention: float = 30 * 86400.0
 
 
 @dataclass
@@ -202,10 +207,13 @@ def _string_list(value: Any, where: str) -> list[str]:
 
 
 def _state(t: dict[str, Any]) -> StateSettings:
-    no_unknown(t, "state", ("dir",))
+    no_unknown(t, "state", ("dir", "retention_days"))
     s = StateSettings()
     if "dir" in t:
         s.dir = Path(as_str(t["dir"], "state.dir")).expanduser()
+    if "retention_days" in t:
+        # At least 2 days: a prepare hook's record must outlive any event still Scheduled.
+        s.retention = as_number(t["retention_days"], "state.retention_days", 2, 3650) * 86400.0
     return s
 
 
@@ -225,6 +233,11 @@ def _telemetry(t: dict[str, Any]) -> TelemetrySettings:
     if "otlp_endpoint" in t:
         value = as_str(t["otlp_endpoint"], "telemetry.otlp_endpoint")
         s.otlp_endpoint = as_http_url(value, "telemetry.otlp_endpoint") if value else ""
+        host = urlsplit(s.otlp_endpoint).hostname or ""
+        if s.otlp_endpoint.lower().startswith("http://") and not is_loopback(host):
+            raise ConfigError(f"telemetry.otlp_endpoint: {s.otlp_endpoint!r} is plain http to "
+                              f"{host}, which is not loopback; use https (or a collector on "
+                              "127.0.0.1)")
     if "prometheus_port" in t:
         s.prometheus_port = as_int(t["prometheus_port"], "telemetry.prometheus_port", 0, 65535)
     if "prometheus_host" in t:

@@ -7,6 +7,9 @@ checks) was nearly all of an idle poll's CPU (see bench/RESULTS.md). This client
 work once: the origin is parsed when it is made, connections are reused, and a request is one
 write and one read on an open socket.
 
+Every request has a total deadline (``total``, else its read ``timeout``): a server that answers
+a byte at a time, each inside the read timeout, cannot hold the caller longer.
+
 What it never does: use proxies from the environment (``http.client`` knows none), follow
 redirects, or read more of a reply than the caller allows. A connection the peer closed while
 idle is noticed before it is reused (a zero-timeout readiness check, as urllib3 does), and an
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -84,13 +89,16 @@ class Origin:
 
     def request(self, method: str, path: str, *, timeout: float, max_bytes: int,
                 headers: Mapping[str, str] | None = None, body: bytes | None = None,
-                truncate: bool = False) -> Reply:
+                truncate: bool = False, total: float | None = None) -> Reply:
         """``method`` ``prefix + path`` (path with its query); the whole reply, at most
         ``max_bytes`` of body: a longer one is an error, or with ``truncate`` cut there (and the
-        connection closed). ``timeout`` bounds each read; connecting has its own."""
+        connection closed). ``timeout`` bounds each read and ``total`` (default ``timeout``) the
+        whole request from now; connecting has its own timeout. With ``truncate``, a body still
+        arriving at the deadline is cut there too: the status line is what counts."""
         all_headers = {**self.headers, **headers} if headers else self.headers
+        deadline = time.monotonic() + (timeout if total is None else total)
         conn, reused = self._take()
-        args = (method, path, all_headers, body, timeout, max_bytes, truncate)
+        args = (method, path, all_headers, body, timeout, max_bytes, truncate, deadline)
         try:
             return self._exchange(conn, *args)
         except _Stale:
@@ -143,7 +151,7 @@ class Origin:
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
                   headers: Mapping[str, str], body: bytes | None, timeout: float,
-                  max_bytes: int, truncate: bool) -> Reply:
+                  max_bytes: int, truncate: bool, deadline: float) -> Reply:
         fresh = conn.sock is None
         connected = not fresh
         try:
@@ -152,6 +160,7 @@ class Origin:
                 connected = True
             assert conn.sock is not None
             conn.sock.settimeout(timeout)
+            conn.response_class = _deadline_response(deadline, timeout)  # type: ignore[assignment]
             conn.request(method, self._target(path), body=body, headers=headers)
             resp = conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
@@ -167,7 +176,7 @@ class Origin:
             conn.close()
             raise HttpError("connection", _describe(exc), not connected) from exc
         try:
-            data = _read(resp, max_bytes, truncate)
+            data = _read_until_deadline(resp, max_bytes) if truncate else _read(resp, max_bytes, False)
         except TimeoutError as exc:
             conn.close()
             raise HttpError("timeout", "the reply stopped arriving in time") from exc
@@ -182,6 +191,64 @@ class Origin:
         else:
             self._give_back(conn)
         return Reply(resp.status, resp.reason, resp.headers, data)
+
+
+def _deadline_response(deadline: float, timeout: float) -> type[http.client.HTTPResponse]:
+    """An ``HTTPResponse`` whose every socket read waits at most ``timeout`` and never past
+    ``deadline`` (then ``TimeoutError``)."""
+
+    class Response(http.client.HTTPResponse):
+        def __init__(self, sock: socket.socket, *args: object, **kwargs: object) -> None:
+            super().__init__(_DeadlineSocket(sock, deadline, timeout), *args, **kwargs)  # type: ignore[arg-type]
+
+    return Response
+
+
+class _DeadlineSocket:
+    """What ``HTTPResponse`` asks of its socket (``makefile``), reading through ``_DeadlineIO``."""
+
+    def __init__(self, sock: socket.socket, deadline: float, timeout: float) -> None:
+        self._raw = _DeadlineIO(sock, deadline, timeout)
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(self._raw)
+
+
+class _DeadlineIO(io.RawIOBase):
+    """The socket's own reader (which keeps the socket open while the reply is read, even once its
+    connection is closed), with each read's timeout cut to what is left before the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float, timeout: float) -> None:
+        self._sock, self._deadline, self._timeout = sock, deadline, timeout
+        self._raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int | None:  # type: ignore[override]
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's total time is up")
+        self._sock.settimeout(min(self._timeout, left))
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _read_until_deadline(resp: http.client.HTTPResponse, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of the body, whatever had arrived when the deadline passed."""
+    data = bytearray()
+    try:
+        while len(data) < max_bytes:
+            chunk = resp.read1(min(65536, max_bytes - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        pass  # the rest is not waited for; the reply stays unfinished, so its connection is closed
+    return bytes(data)
 
 
 class _Stale(Exception):

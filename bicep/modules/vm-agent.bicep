@@ -38,9 +38,8 @@ param queueEndpoint string
 @description('This VM\'s approval queue.')
 param queueName string
 
-@description('Key that signs the coordinator\'s approval messages.')
-@secure()
-param approvalSigningKey string
+@description('The coordinator\'s Ed25519 public key(s) (base64, comma-separated) that approval messages must verify with.')
+param approvalVerifyKeys string
 
 @description('true: the agent never approves, it only reports.')
 param approvalsDryRun bool = false
@@ -51,7 +50,7 @@ param installerBaseUri string
 @description('pip requirement the installers install.')
 param packageSpec string
 
-@description('Any new value re-runs the installer (e.g. after rotating the signing key, which it cannot see).')
+@description('Any new value re-runs the installer (e.g. after changing the verify keys, which it cannot see).')
 param runTag string = ''
 
 @description('Logs ingestion URL of the data collection endpoint; empty: no Azure Monitor Logs sink.')
@@ -79,10 +78,10 @@ var logs1 = replace(logsTemplate, '@@LOGS_ENDPOINT@@', logsIngestionEndpoint)
 var logs2 = replace(logs1, '@@LOGS_RULE_ID@@', logsRuleId)
 var logsConfig = empty(logsIngestionEndpoint) ? '' : replace(logs2, '@@LOGS_STREAM@@', logsStream)
 var config = replace('${config7}${logsConfig}', '@@CLIENT_ID@@', agentClientId)
-// The secret reaches the agent as its environment (a file only root or SYSTEM can read on the VM),
-// never on a command line: on Linux inside the script, on Windows as the protected setting
+// The agent's environment (the verify keys; any secret added later) reaches it as a file only root or
+// SYSTEM can read on the VM, never on a command line: on Linux inside the script, on Windows as the protected setting
 // seForwarderEnv, which install.ps1 decrypts itself (-EnvFromExtension).
-var agentEnvironment = 'APPROVALS_KEY=${approvalSigningKey}\n'
+var agentEnvironment = 'APPROVALS_PUBLIC_KEYS=${approvalVerifyKeys}\n'
 var scriptTemplate = loadTextContent('../../deploy/vm-extension/linux-extension.sh')
 var script1 = replace(scriptTemplate, '@@CONFIG_B64@@', base64(config))
 var script2 = replace(script1, '@@ENV_B64@@', base64(agentEnvironment))

@@ -98,7 +98,11 @@ class Approver:
                                           wake=self._wake)
         self._doc: Document | None = None
         self._lock = threading.Lock()
+        # POSTs are serialised under the approval lock, on a client used only there; the fresh
+        # document before each POST is read outside it, one reader at a time.
         self._approve_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._post_imds: ImdsClient | None = None
         self._changed = threading.Event()
         self._decided: dict[str, str] = {}  # event_id -> what was decided and logged
         self._failures: dict[str, tuple[int, float]] = {}  # event_id -> (attempts, next time)
@@ -117,10 +121,21 @@ class Approver:
                 self._imds = self._make_imds()
             return self._imds
 
+    @property
+    def _poster(self) -> ImdsClient:
+        """The client for StartRequests (its own, when the approver makes its clients)."""
+        with self._lock:
+            if self._post_imds is None:
+                # A client handed in (not a factory) is shared: the read lock is not held here,
+                # and a given client is one the caller uses from one thread.
+                self._post_imds = self._make_imds() if self._make_imds is not None else self._imds
+            assert self._post_imds is not None
+            return self._post_imds
+
     def close(self) -> None:
-        """Close the IMDS client, if one was made."""
-        if self._imds is not None:
-            self._imds.close()
+        """Close the IMDS clients that were made."""
+        for client in {id(c): c for c in (self._imds, self._post_imds) if c is not None}.values():
+            client.close()
 
     # -- wiring ---------------------------------------------------------------------------
     def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
@@ -327,26 +342,33 @@ class Approver:
                     metrics.approval(approved_by, "dry_run")
                 self._note(event_id, "dry-run", "dry run: would approve (%s)", approved_by)
                 return DRY_RUN
-            try:
-                # ``doc`` may be seconds old (a batch of queue messages, a long prepare hook, a
-                # POST queued behind another): read the document again right before the POST.
+        try:
+            # ``doc`` may be seconds old (a batch of queue messages, a long prepare hook, a POST
+            # queued behind another): read the document again right before the POST. Outside the
+            # approval lock, so that the lock is held for one IMDS call at most (the POST).
+            with self._read_lock:
                 doc = self.imds.get_document()
-                event = doc.by_id().get(event_id)
-                if event is None or event.status != SCHEDULED:
-                    log.warning("not approving: event is no longer Scheduled in the current document",
-                                extra=fields(event_id=event_id, origin=approved_by))
-                    return NOT_SCHEDULED
-                self.imds.start_events([event_id])
-            except ImdsError as exc:
-                wait = RETRY_SECONDS[min(attempts, len(RETRY_SECONDS) - 1)]
-                self._failures[event_id] = (attempts + 1, time.monotonic() + wait)
-                log.warning("approval failed (retry in %.0f s): %s", wait, exc,
-                            extra=fields(event_id=event_id, origin=approved_by))
-                metrics.approval(approved_by, "failed")
+        except ImdsError as exc:
+            with self._approve_lock:
+                return self._failed(event_id, approved_by, attempts, exc)
+        event = doc.by_id().get(event_id)
+        if event is None or event.status != SCHEDULED:
+            log.warning("not approving: event is no longer Scheduled in the current document",
+                        extra=fields(event_id=event_id, origin=approved_by))
+            return NOT_SCHEDULED
+        with self._approve_lock:
+            if outbox.has_event(ce.ce_id(event_id, Kind.APPROVED)):
+                return APPROVED  # another thread approved it meanwhile
+            attempts, not_before = self._failures.get(event_id, (0, 0.0))
+            if time.monotonic() < not_before:
                 return RETRY
+            try:
+                self._poster.start_events([event_id])  # the only IMDS call under this lock
+            except ImdsError as exc:
+                return self._failed(event_id, approved_by, attempts, exc)
             self._failures.pop(event_id, None)
-        stored = outbox.record(None, [ce.for_outbox(ce.approved(event, doc.incarnation, self.vm,
-                                                                approved_by, datetime.now(UTC)))])
+            stored = outbox.record(None, [ce.for_outbox(ce.approved(
+                event, doc.incarnation, self.vm, approved_by, datetime.now(UTC)))])
         log.info("approved", extra=fields(event_id=event_id, origin=approved_by,
                                           incarnation=doc.incarnation))
         metrics.approval(approved_by, "approved")
@@ -354,6 +376,15 @@ class Approver:
         tracing.recorded(stored)
         self.on_recorded()
         return APPROVED
+
+    def _failed(self, event_id: str, approved_by: str, attempts: int, exc: ImdsError) -> str:
+        """Back off from ``event_id`` after a failed read or POST (call with the approval lock)."""
+        wait = RETRY_SECONDS[min(attempts, len(RETRY_SECONDS) - 1)]
+        self._failures[event_id] = (attempts + 1, time.monotonic() + wait)
+        log.warning("approval failed (retry in %.0f s): %s", wait, exc,
+                    extra=fields(event_id=event_id, origin=approved_by))
+        metrics.approval(approved_by, "failed")
+        return RETRY
 
     def count_rejection(self, code: str) -> None:
         """A refused approval message (the reason is in the log and the audit event)."""

@@ -7,10 +7,14 @@ The checks, in this order; the first that fails decides the reason:
 ================  ==============================================================================
 ``oversized``     the message is larger than ``MAX_MESSAGE_BYTES``
 ``malformed``     not UTF-8 JSON text (or base64 of it), not an object, a duplicated member, NaN
-``bad-signature`` no ``signature``, or it verifies with none of the configured keys
+``bad-signature`` no ``signature``, no ``keyid``, a ``keyid`` that names no configured verify key,
+                  or an Ed25519 signature that does not verify under that key
 ``malformed``     (signed, but) not an approval CloudEvent: ``specversion`` 1.0, ``type``
                   ``com.azure.scheduledevents.approve``, ``id``, ``source``, ``time``, ``data``
-                  with ``EventId`` and ``ExpiresAt`` (RFC 3339, at most 24 h ahead)
+                  with ``EventId`` and ``ExpiresAt`` (RFC 3339)
+``future``        ``time`` is more than ``CLOCK_SKEW`` (5 min) ahead of this VM's clock
+``stale``         ``time`` is older than ``MAX_AGE`` (24 h)
+``too-long``      ``ExpiresAt - time`` exceeds ``MAX_LIFETIME`` (24 h)
 ``wrong-vm``      ``data.VmName`` is given and is not this VM
 ``expired``       ``ExpiresAt`` has passed (``unknown-event`` instead when that EventId never
                   appeared in the document while the message waited)
@@ -18,6 +22,10 @@ The checks, in this order; the first that fails decides the reason:
 ``unknown-event`` the EventId was in an earlier document and is gone (completed or canceled)
 ``not-scheduled`` the EventId is in the current document but not Scheduled (e.g. Started)
 ================  ==============================================================================
+
+The three bounds on a message's life mean a signed message is usable for at most 24 h after it
+was made, wherever it is replayed, and the ledger of processed ids only needs to keep an id until
+its ``ExpiresAt``.
 
 EventIds are GUIDs and compared case-insensitively (``find_event``); an accepted verdict carries
 the EventId as the document spells it, which is what is POSTed and recorded.
@@ -36,23 +44,27 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import SCHEDULED, Document, ScheduledEvent
 from ..timestamps import rfc3339
 from . import signing
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 MAX_MESSAGE_BYTES = 8 * 1024  # a real approval message is ~400 bytes
-MAX_LIFETIME = timedelta(hours=24)  # ExpiresAt further ahead is refused: nothing waits forever
-CLOCK_SKEW = timedelta(minutes=5)
+MAX_LIFETIME = timedelta(hours=24)  # ExpiresAt - time longer than this is refused
+MAX_AGE = timedelta(hours=24)  # a message made longer ago than this is refused
+CLOCK_SKEW = timedelta(minutes=5)  # a message made further ahead of this VM's clock is refused
 # \Z, not $: "$" also matches before a trailing newline.
 EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 MAX_TEXT = 1000
 
 APPROVE, REJECT, WAIT = "approve", "reject", "wait"
 REASON_CODES = (
-    "oversized", "malformed", "bad-signature", "wrong-vm", "expired", "replayed", "unknown-event",
-    "not-scheduled", "dry-run",
+    "oversized", "malformed", "bad-signature", "future", "stale", "too-long", "wrong-vm", "expired",
+    "replayed", "unknown-event", "not-scheduled", "dry-run",
 )
 
 
@@ -74,6 +86,14 @@ class Verdict:
     @property
     def accepted(self) -> bool:
         return self.outcome == APPROVE
+
+
+class _Refused(ValueError):
+    """A signed approval outside its allowed life: ``code`` is the reason."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
 
 
 class _Duplicate(ValueError):
@@ -133,7 +153,7 @@ def _clip(value: Any) -> Any:
 def _summary(message: dict[str, Any], data: Any) -> dict[str, Any]:
     """Message fields for the audit event: short, scalar, and only the ones that exist."""
     out: dict[str, Any] = {}
-    for name, key in (("Id", "id"), ("Source", "source"), ("Time", "time")):
+    for name, key in (("Id", "id"), ("Source", "source"), ("Time", "time"), ("KeyId", "keyid")):
         if key in message:
             out[name] = _clip(message[key])
     if isinstance(data, dict):
@@ -175,6 +195,7 @@ class _Fields:
     message_id: str
     source: str
     event_id: str
+    sent: datetime
     expires_at: datetime
     vm_name: str | None
 
@@ -187,8 +208,6 @@ def _fields(message: dict[str, Any], now: datetime) -> _Fields:
     message_id = _text(message.get("id"), "id")
     source = _text(message.get("source"), "source")
     sent = _timestamp(message.get("time"), "time")
-    if sent > now + CLOCK_SKEW:
-        raise ValueError("time is in the future")
     if message.get("datacontenttype", "application/json") != "application/json":
         raise ValueError("datacontenttype is not application/json")
     data = message.get("data")
@@ -198,13 +217,23 @@ def _fields(message: dict[str, Any], now: datetime) -> _Fields:
     if not isinstance(event_id, str) or not EVENT_ID.match(event_id):
         raise ValueError("data.EventId is missing or not an EventId")
     expires_at = _timestamp(data.get("ExpiresAt"), "data.ExpiresAt")
-    if expires_at > now + MAX_LIFETIME + CLOCK_SKEW:
-        raise ValueError("data.ExpiresAt is more than 24 h ahead")
     if data.get("Reason", "") != "":
         _text(data["Reason"], "data.Reason", MAX_TEXT)
     vm_name = _text(data.get("VmName"), "data.VmName", required=False)
     assert message_id is not None and source is not None
-    return _Fields(message_id, source, event_id, expires_at, vm_name)
+    return _Fields(message_id, source, event_id, sent, expires_at, vm_name)
+
+
+def _life(f: _Fields, now: datetime) -> None:
+    """The bounds on a message's life (``future``, ``stale``, ``too-long``), as _Refused."""
+    if f.sent > now + CLOCK_SKEW:
+        raise _Refused("future", f"time {signing.rfc3339(f.sent)} is more than "
+                                 f"{CLOCK_SKEW.seconds // 60} min ahead of this VM's clock")
+    if f.sent < now - MAX_AGE:
+        raise _Refused("stale", f"time {signing.rfc3339(f.sent)} is more than 24 h ago")
+    if f.expires_at - f.sent > MAX_LIFETIME:
+        raise _Refused("too-long", f"ExpiresAt {signing.rfc3339(f.expires_at)} is more than 24 h "
+                                   f"after time {signing.rfc3339(f.sent)}")
 
 
 def find_event(document: Document | None, event_id: str) -> ScheduledEvent | None:
@@ -225,7 +254,7 @@ def find_event(document: Document | None, event_id: str) -> ScheduledEvent | Non
 def validate(
     body: str | bytes,
     *,
-    keys: Iterable[bytes],
+    keys: signing.VerifyKeys | Iterable[Ed25519PublicKey],
     now: datetime,
     document: Document | None,
     vm_name: str,
@@ -250,10 +279,9 @@ def validate(
     claimed = claimed if isinstance(claimed, str) and EVENT_ID.match(claimed) else None
     summary = _summary(message, data)
     base = {"event_id": claimed, "summary": summary}
-    if not signing.verify(message, keys):
-        what = ("message has no signature" if "signature" not in message
-                else "signature does not verify with any configured key")
-        return Verdict(REJECT, "bad-signature", what, **base)
+    unverified = signing.problem(message, keys)
+    if unverified is not None:
+        return Verdict(REJECT, "bad-signature", unverified, **base)
     try:
         f = _fields(message, now)
     except ValueError as exc:
@@ -264,6 +292,10 @@ def validate(
         f = dataclasses.replace(f, event_id=event.event_id)
     known = {"authentic": True, "message_id": f.message_id, "event_id": f.event_id,
              "source": f.source, "expires_at": f.expires_at, "summary": summary}
+    try:
+        _life(f, now)
+    except _Refused as exc:
+        return Verdict(REJECT, exc.code, str(exc), **known)
     # Azure VM names are case-insensitive (as in ScheduledEvent.affects).
     if f.vm_name is not None and f.vm_name.casefold() != vm_name.casefold():
         return Verdict(REJECT, "wrong-vm", f"message is for VM {f.vm_name}, this is {vm_name}", **known)

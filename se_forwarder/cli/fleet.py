@@ -131,9 +131,10 @@ def tail_command(
 @click.option("--connection-string-file", type=click.Path(dir_okay=False),
               help="File holding a Storage connection string.")
 @click.option("--key-env", default="APPROVALS_KEY", show_default=True,
-              help="Environment variable holding the signing key(s); the first one signs.")
+              help="Environment variable holding the Ed25519 private key (PKCS#8 PEM text).")
 @click.option("--key-file", type=click.Path(dir_okay=False),
-              help="File holding the signing key(s), one per line; the first one signs.")
+              help="File holding the Ed25519 private key (PKCS#8 PEM, from 'fleet keygen' or "
+              "'openssl genpkey -algorithm ed25519').")
 @click.option("--print-only", is_flag=True, help="Print the signed message instead of sending it.")
 @friendly_errors
 def approve_command(event_id: str, vm_name: str | None, queue: str | None, queue_template: str,
@@ -146,6 +147,8 @@ def approve_command(event_id: str, vm_name: str | None, queue: str | None, queue
     approval = sign_approval(event_id, vm_name=vm_name, queue=queue, queue_template=queue_template,
                              expires_in=expires_in, reason=reason, source=source, key_env=key_env,
                              key_file=key_file)
+    if approval.note:
+        click.echo(f"approval {approval.note}", err=True)
     if print_only:
         click.echo(approval.text)
         return
@@ -155,21 +158,20 @@ def approve_command(event_id: str, vm_name: str | None, queue: str | None, queue
 
 
 @fleet.command("keygen")
-@click.option("--out", "out", type=click.Path(dir_okay=False),
-              help="Write the key to this new file (mode 0600) instead of printing it.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="New file for the private key (PKCS#8 PEM, mode 0600); the public key goes to "
+              "FILE.pub.")
 @friendly_errors
-def keygen_command(out: str | None) -> None:
-    """Make a new signing key for approval messages (base64 of 32 random bytes).
+def keygen_command(out: str) -> None:
+    """Make an Ed25519 key pair for approval messages and print the public key.
 
-    Give the same key to the coordinator (APPROVALS_KEY or --key-file) and to the agents
-    (approvals.queue.signing_key_env or signing_key_file). To rotate, list the new key first and
-    keep the old one on the agents until every coordinator signs with the new one.
+    The private key (FILE) stays with the coordinator (--key-file). The public key (FILE.pub, the
+    line printed) goes to the agents (approvals.queue.verify_keys_env or verify_keys_file). To
+    rotate, add the new public key to the agents, then sign with the new private key, then remove
+    the old public key.
     """
-    if not out:
-        from ..approvals.signing import generate_key
-
-        click.echo(generate_key())
-        return
     from ..fleet.approve import write_key
 
-    click.echo(f"wrote a new signing key to {write_key(out)}")
+    line = write_key(out)
+    click.echo(f"wrote the private key to {out} and the public key to {out}.pub", err=True)
+    click.echo(line)

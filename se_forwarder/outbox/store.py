@@ -28,7 +28,7 @@ from ..cloudevents import NewEvent
 from ..errors import StateError
 from ..model import Document, MalformedDocument, parse_document
 from ..sinks.base import StoredEvent
-from . import approval_messages, hook_runs
+from . import approval_messages, hook_runs, housekeeping
 from .approval_messages import ApprovalMessages
 from .hook_runs import HookRuns
 from .transaction import Transaction, state_error
@@ -112,6 +112,7 @@ class Outbox:
             )
         self._db = self._connect(str(self.path))
         try:
+            housekeeping.prepare(self._db, str(self.path))
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             with self._db:
@@ -371,19 +372,16 @@ class Outbox:
 
     def prune(self, active_sinks: Sequence[str], older_than: float) -> int:
         """Drop events every active sink has passed and that were observed before ``older_than``."""
-        if not active_sinks:
-            return 0
-        marks = ",".join("?" for _ in active_sinks)
-        with self._tx():
-            low = self._db.execute(
-                f"SELECT MIN(cursor) FROM sinks WHERE name IN ({marks})", list(active_sinks)
-            ).fetchone()[0]
-            if low is None:
-                return 0
-            cur = self._db.execute(
-                "DELETE FROM events WHERE seq <= ? AND observed_at < ?", (low, older_than)
-            )
-        return cur.rowcount
+        return self.housekeep(active_sinks, older_than).events
+
+    def housekeep(self, active_sinks: Sequence[str], older_than: float,
+                  now: float | None = None) -> housekeeping.Pruned:
+        """Prune delivered events, dead letters and finished hook runs older than ``older_than``
+        and expired approval-message ids, then reclaim the space (``housekeeping.py``)."""
+        try:
+            return housekeeping.run(self._db, active_sinks, older_than, now)
+        except sqlite3.DatabaseError as exc:
+            raise state_error(self.path, exc) from exc
 
     # -- internals --------------------------------------------------------------------------
     def _tx(self) -> Transaction:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..validation import is_loopback
 
 CREDENTIALS = ("managed-identity", "default")
 MALFORMED_EVENTHUBS = ("connection string is malformed (needs Endpoint=sb://...;"
@@ -84,6 +85,46 @@ def eventhubs_target(conn: str, *, key_name_required: bool = True) -> tuple[str,
             key_name_required and not settings.get("sharedaccesskeyname")):
         raise ConfigError(f"the {MALFORMED_EVENTHUBS}")
     return endpoint[len("sb://"):].strip("/"), settings.get("entitypath") or None
+
+
+def _host(url: str) -> str:
+    """The host of ``scheme://host[:port]/...`` (``[::1]`` without its brackets)."""
+    rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+
+
+def plaintext_problem(conn: str) -> str | None:
+    """Why ``conn`` would send in plaintext to a host that is not loopback (one line, nothing
+    secret), or None. Plaintext is for local emulators only: an Event Hubs connection string with
+    ``UseDevelopmentEmulator=true``, a Storage one with ``DefaultEndpointsProtocol=http`` or an
+    ``http://`` endpoint."""
+    settings = connection_settings(conn)
+    if settings.get("usedevelopmentemulator", "").lower() == "true":
+        host = _host(settings.get("endpoint", ""))
+        if not is_loopback(host):
+            return (f"the Event Hubs connection string has UseDevelopmentEmulator=true (no TLS) "
+                    f"for {host or 'no host'}, which is not loopback; emulators run on 127.0.0.1")
+    plain = settings.get("defaultendpointsprotocol", "").lower() == "http"
+    endpoints = {k: v for k, v in settings.items() if k.endswith("endpoint") and k != "endpoint"}
+    for key, url in endpoints.items():
+        if url.lower().startswith("http://") and not is_loopback(_host(url)):
+            return (f"the Storage connection string's {key} is http:// (no TLS) to {_host(url)}, "
+                    "which is not loopback; use https")
+    if plain and not any(k in endpoints for k in ("queueendpoint", "blobendpoint")) and (
+            settings.get("usedevelopmentstorage", "").lower() != "true"):
+        account = settings.get("accountname", "")
+        return (f"the Storage connection string has DefaultEndpointsProtocol=http (no TLS) for "
+                f"account {account or '?'}, which is not loopback; use https")
+    return None
+
+
+def check_plaintext(conn: str, where: str) -> None:
+    """ConfigError naming ``where`` when ``conn`` would send in plaintext to a remote host."""
+    problem = plaintext_problem(conn)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
 
 
 def scrub(text: str, secret: str | None = None) -> str:

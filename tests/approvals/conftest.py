@@ -1,4 +1,4 @@
-"""Fixtures for the approval tests: Azurite (session), signing keys, agent configs with approvals.
+"""Fixtures for the approval tests: Azurite (session), key pairs, agent configs with approvals.
 
 ``azurite``: the queue emulator, started once for the session on a free loopback port (skipped
 with a reason only when the ``azurite-queue`` binary is missing). Tests keep apart by giving each
@@ -12,6 +12,7 @@ import json
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,23 @@ def azurite() -> Iterator[Azurite]:
         yield server
 
 
+@dataclass(frozen=True)
+class KeyPair:
+    """The coordinator's private key (object and PEM text) and the public line agents take."""
+
+    private: signing.Ed25519PrivateKey
+    pem: str
+    public: str
+
+    @classmethod
+    def new(cls) -> KeyPair:
+        key = signing.generate_private_key()
+        return cls(key, signing.private_key_pem(key).decode("ascii"), signing.public_key_line(key))
+
+
 @pytest.fixture
-def signing_key() -> str:
-    return signing.generate_key()
+def signing_key() -> KeyPair:
+    return KeyPair.new()
 
 
 @pytest.fixture

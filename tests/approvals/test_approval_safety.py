@@ -6,10 +6,10 @@ The approver runs in-process here, against the simulator over real HTTP and a re
 
 from __future__ import annotations
 
-import base64
 import logging
 import sqlite3
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,13 +18,14 @@ from se_forwarder import config
 from se_forwarder.approvals import signing
 from se_forwarder.approvals.approver import Approver
 from se_forwarder.approvals.messages import APPROVE, REJECT, validate
+from se_forwarder.approvals.settings import ApprovalsSettings
 from se_forwarder.imds import ImdsClient
 from se_forwarder.model import VmIdentity, parse_document
 from se_forwarder.outbox import Outbox, db_path
 from se_forwarder.outbox.hook_runs import SCHEMA
 from tests.conftest import wait_for
 
-KEY = base64.b64decode(signing.generate_key())
+KEY = signing.generate_private_key()
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SCHEDULED_ID = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
 DOCUMENT = parse_document({
@@ -43,9 +44,9 @@ def verdict(event_id: str = SCHEDULED_ID, *, vm_name: str | None = "vm0", **data
                                   now=NOW - timedelta(seconds=1), message_id="m-1")
     if data:
         message["data"].update(data)
-        message["signature"] = signing.sign(message, KEY)
-    return validate(signing.encode(message), keys=[KEY], now=NOW, document=DOCUMENT, vm_name="vm0",
-                    seen_before=lambda mid: False, event_was_seen=lambda eid: False)
+        message = signing.sign(message, KEY)
+    return validate(signing.encode(message), keys=[KEY.public_key()], now=NOW, document=DOCUMENT,
+                    vm_name="vm0", seen_before=lambda mid: False, event_was_seen=lambda eid: False)
 
 
 # -- the validator ------------------------------------------------------------------------------
@@ -145,3 +146,30 @@ def test_a_thread_that_fails_unexpectedly_is_restarted(tmp_path, simulator):
 
     approver._guard(flaky, stop)
     assert len(calls) == 2
+
+
+def test_the_approval_lock_is_free_while_the_fresh_document_is_read(simulator, control, tmp_path):
+    """The document read right before a POST may be slow (up to the IMDS timeout); it runs outside
+    the approval lock, which is held only around the POST, so other approvals never wait on it."""
+    event_id = control.add(EventType="Reboot")["EventId"]
+    imds = ImdsClient(simulator.url, timeout=5, first_call_timeout=5)
+    approver = Approver(lambda: ImdsClient(simulator.url, timeout=5, first_call_timeout=5),
+                        tmp_path, VM, ApprovalsSettings())
+    stale = imds.get_document()
+    control.faults(delay_seconds=1.5, method="GET", count=1)
+    results: list[str] = []
+    with Outbox(tmp_path) as box:
+        worker = threading.Thread(
+            target=lambda: results.append(approver.try_approve(box, event_id, "cli", document=stale)))
+        worker.start()
+        try:
+            time.sleep(0.5)  # the worker is inside its slow read now
+            assert worker.is_alive()
+            assert approver._approve_lock.acquire(timeout=0.2), "the read held the approval lock"
+            approver._approve_lock.release()
+        finally:
+            worker.join(10)
+    assert results == ["approved"]
+    assert [a["EventId"] for a in control.approvals()] == [event_id]
+    approver.close()
+    imds.close()

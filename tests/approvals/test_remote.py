@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import subprocess
 import sys
@@ -23,7 +26,7 @@ from se_forwarder.simulator import SimulatorServer
 from se_forwarder.timestamps import rfc3339
 from tests.conftest import ROOT, AgentProcess, wait_for
 
-from .conftest import cloudevents, log_records, write_config
+from .conftest import KeyPair, cloudevents, log_records, write_config
 
 SOURCE = "urn:test:coordinator"
 
@@ -31,7 +34,7 @@ SOURCE = "urn:test:coordinator"
 class Coordinator:
     """The sending side, with the azure-storage-queue SDK against Azurite."""
 
-    def __init__(self, azurite, template: str, key: str, vm: str = "vm0") -> None:
+    def __init__(self, azurite, template: str, key: KeyPair, vm: str = "vm0") -> None:
         self.azurite = azurite
         self.key = key
         self.template = template
@@ -39,15 +42,16 @@ class Coordinator:
         self.queue = azurite.client(self.name)
         self.poison = azurite.client(self.name + "-poison")
 
-    def message(self, event_id: str, *, key: str | None = None, expires_in: float = 600,
-                **overrides: Any) -> dict[str, Any]:
-        now = datetime.now(UTC)
-        msg = signing.new_message(event_id, source=SOURCE, key=signing.parse_keys(key or self.key, "k")[0],
+    def message(self, event_id: str, *, key: KeyPair | None = None, expires_in: float = 600,
+                now: datetime | None = None, **overrides: Any) -> dict[str, Any]:
+        private = (key or self.key).private
+        now = now or datetime.now(UTC)
+        msg = signing.new_message(event_id, source=SOURCE, key=private,
                                   expires_at=now + timedelta(seconds=expires_in), now=now,
                                   reason="test")
         if overrides:
             msg.update(overrides)
-            msg["signature"] = signing.sign(msg, signing.parse_keys(key or self.key, "k")[0])
+            msg = signing.sign(msg, private)
         return msg
 
     def send(self, text: str) -> str:
@@ -85,12 +89,12 @@ class RemoteAgent:
         self.sink = base / "out.jsonl"
         self.log = base / "agent.log"
         queue = {"queue": coordinator.template, "connection_string_env": "APPROVALS_CONN",
-                 "signing_key_env": "APPROVALS_KEY"}
+                 "verify_keys_env": "APPROVALS_PUBLIC_KEYS"}
         self.config = write_config(base / "agent.toml", imds_url=server.url, state_dir=base / "state",
                                    sink_path=self.sink, poll_interval=poll_interval, queue=queue,
                                    **approvals)
         self.env = {"APPROVALS_CONN": coordinator.azurite.connection_string,
-                    "APPROVALS_KEY": coordinator.key}
+                    "APPROVALS_PUBLIC_KEYS": coordinator.key.public}
 
     def start(self, agents: list[AgentProcess]) -> AgentProcess:
         agent = AgentProcess(["--config", str(self.config)], env=self.env, log_path=self.log).start()
@@ -127,7 +131,8 @@ def test_fleet_approve_reaches_the_simulator_in_under_3_seconds(azurite, signing
              "--vm", "vm0", "--queue-template", unique_queue, "--source", SOURCE,
              "--reason", "rolling upgrade", "--expires-in", "5m"],
             env={"PATH": "/usr/bin:/bin", "APPROVALS_CONN": azurite.connection_string,
-                 "APPROVALS_KEY": signing_key}, cwd=ROOT, capture_output=True, text=True, timeout=30)
+                 "APPROVALS_KEY": signing_key.pem}, cwd=ROOT, capture_output=True, text=True,
+            timeout=30)
         sent = time.time()
         assert cli.returncode == 0, cli.stderr
         assert f"for {event_id} to queue {coordinator.name}" in cli.stdout
@@ -189,7 +194,7 @@ def test_hooks_do_not_see_the_agents_secrets(azurite, signing_key, unique_queue,
         names = wait_for(lambda: record.exists() and record.read_text() and
                          json.loads(record.read_text()), timeout=15, what="the hook")
     assert "SE_EVENT_ID" in names
-    assert "APPROVALS_KEY" not in names and "APPROVALS_CONN" not in names
+    assert "APPROVALS_CONN" not in names
 
 
 # -- every kind of refusal, against one agent ------------------------------------------------
@@ -198,7 +203,7 @@ def test_hooks_do_not_see_the_agents_secrets(azurite, signing_key, unique_queue,
 @pytest.fixture(scope="module")
 def refusing(azurite, tmp_path_factory) -> Iterator[tuple[RemoteAgent, Coordinator]]:
     base = tmp_path_factory.mktemp("refusing")
-    key = signing.generate_key()
+    key = KeyPair.new()
     started: list[AgentProcess] = []
     with SimulatorServer() as server:
         coordinator = Coordinator(azurite, f"refuse-{uuid.uuid4().hex[:8]}-{{vm_name}}", key)
@@ -243,7 +248,7 @@ def _scheduled(remote: RemoteAgent, **fields: Any) -> str:
 def test_wrong_signature_is_refused(refusing):
     remote, coordinator = refusing
     event_id = _scheduled(remote)
-    text = signing.encode(coordinator.message(event_id, key=signing.generate_key()))
+    text = signing.encode(coordinator.message(event_id, key=KeyPair.new()))
     audit = _refused(remote, coordinator, text, event_id, "bad-signature")
     assert audit["data"]["Message"]["Authentic"] is False
     assert audit["data"]["InDocument"] is True and audit["data"]["EventType"] == "Reboot"
@@ -321,6 +326,30 @@ def test_message_for_another_vm_is_refused(refusing):
     _refused(remote, coordinator, signing.encode(message), event_id, "wrong-vm")
 
 
+def test_hmac_signed_message_as_earlier_versions_made_is_refused(refusing):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    message = coordinator.message(event_id)
+    del message["signature"], message["keyid"]
+    secret = base64.b64decode(coordinator.key.public)  # all an agent holds
+    message["signature"] = base64.b64encode(
+        hmac.new(secret, signing.canonical(message), hashlib.sha256).digest()).decode()
+    audit = _refused(remote, coordinator, signing.encode(message), event_id, "bad-signature")
+    assert "no keyid" in audit["data"]["Reason"]
+
+
+@pytest.mark.parametrize("made, lifetime, reason", [
+    (timedelta(minutes=10), 600, "future"),
+    (-timedelta(hours=25), 26 * 3600, "stale"),
+    (-timedelta(minutes=1), 24 * 3600 + 120, "too-long"),
+])
+def test_message_outside_its_allowed_life_is_refused(refusing, made, lifetime, reason):
+    remote, coordinator = refusing
+    event_id = _scheduled(remote)
+    message = coordinator.message(event_id, now=datetime.now(UTC) + made, expires_in=lifetime)
+    _refused(remote, coordinator, signing.encode(message), event_id, reason)
+
+
 def test_malformed_json_is_refused(refusing):
     remote, coordinator = refusing
     _refused(remote, coordinator, '{"specversion": "1.0", "data": {"EventId": ', None, "malformed")
@@ -352,12 +381,12 @@ def test_check_reports_missing_queues_then_reachable(azurite, signing_key, uniqu
     from se_forwarder.approvals.queue import client as approval_queue
 
     monkeypatch.setenv("APPROVALS_CONN", azurite.connection_string)
-    monkeypatch.setenv("APPROVALS_KEY", signing_key)
+    monkeypatch.setenv("APPROVALS_PUBLIC_KEYS", signing_key.public)
     with SimulatorServer() as server:
         path = write_config(tmp_path / "agent.toml", imds_url=server.url, state_dir=tmp_path / "s",
                             sink_path=tmp_path / "out.jsonl", queue={
                                 "queue": unique_queue, "connection_string_env": "APPROVALS_CONN",
-                                "signing_key_env": "APPROVALS_KEY"})
+                                "verify_keys_env": "APPROVALS_PUBLIC_KEYS"})
         settings = config.load(path)
         coordinator = Coordinator(azurite, unique_queue, signing_key)
         assert approval_queue.check(settings) == (
@@ -366,8 +395,8 @@ def test_check_reports_missing_queues_then_reachable(azurite, signing_key, uniqu
         coordinator.queue.create_queue()
         coordinator.poison.create_queue()
         assert approval_queue.check(settings) is None
-        monkeypatch.setenv("APPROVALS_KEY", "tooshort")
-        assert "environment variable APPROVALS_KEY: key #1" in approval_queue.check(settings)
+        monkeypatch.setenv("APPROVALS_PUBLIC_KEYS", "tooshort")
+        assert "environment variable APPROVALS_PUBLIC_KEYS: key #1" in approval_queue.check(settings)
 
 
 def test_lower_case_event_id_is_approved_as_imds_spells_it(refusing):
@@ -403,3 +432,49 @@ def test_a_queue_named_after_the_vm_waits_for_the_instance_metadata_events_do_no
         (approved,) = cloudevents(remote.sink, "approved")
         assert approved["data"]["ApprovedBy"] == f"coordinator:{SOURCE}"
         assert approved["data"]["Vm"]["name"] == "vm0" and approved["data"]["Vm"]["complete"] is True
+
+
+# -- a signer written from the README alone ------------------------------------------------------
+
+
+def _independent_signer(key_pem: Path, message: dict[str, Any], workdir: Path) -> str:
+    """Signs as the README says, with openssl doing the Ed25519 (no se_forwarder code): keyid from
+    the raw public key (the last 32 bytes of its DER SubjectPublicKeyInfo), canonical bytes = the
+    message without signature, keys sorted, no spaces, non-ASCII escaped; signature = base64."""
+    der = subprocess.run(["openssl", "pkey", "-in", str(key_pem), "-pubout", "-outform", "DER"],
+                         capture_output=True, check=True).stdout
+    message = {**message, "keyid": hashlib.sha256(der[-32:]).hexdigest()[:16]}
+    body = workdir / "canonical.json"
+    body.write_bytes(json.dumps(message, sort_keys=True, separators=(",", ":"),
+                                ensure_ascii=True).encode("ascii"))
+    signature = subprocess.run(["openssl", "pkeyutl", "-sign", "-inkey", str(key_pem), "-rawin",
+                                "-in", str(body)], capture_output=True, check=True).stdout
+    message["signature"] = base64.b64encode(signature).decode("ascii")
+    return json.dumps(message)
+
+
+def test_a_message_signed_by_openssl_as_the_readme_describes_is_approved(azurite, unique_queue,
+                                                                        agents, tmp_path):
+    key_pem, public_pem = tmp_path / "coordinator.pem", tmp_path / "coordinator.pub.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key_pem)], check=True)
+    subprocess.run(["openssl", "pkey", "-in", str(key_pem), "-pubout", "-out", str(public_pem)],
+                   check=True)
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, KeyPair.new())
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2)
+        remote.env["APPROVALS_PUBLIC_KEYS"] = public_pem.read_text()  # PEM, as openssl wrote it
+        remote.start(agents)
+        event_id = server.sim.add_event({"EventType": "Reboot"})["EventId"]
+        remote.knows(event_id)
+        now = datetime.now(UTC)
+        stamp = "%Y-%m-%dT%H:%M:%SZ"
+        message = {"specversion": "1.0", "type": "com.azure.scheduledevents.approve",
+                   "id": str(uuid.uuid4()), "source": "urn:independent:signer",
+                   "time": now.strftime(stamp), "datacontenttype": "application/json",
+                   "data": {"EventId": event_id, "VmName": "vm0", "Reason": "caf\u00e9 drained",
+                            "ExpiresAt": (now + timedelta(minutes=5)).strftime(stamp)}}
+        coordinator.send(_independent_signer(key_pem, message, tmp_path))
+        (post,) = wait_for(lambda: remote.posts(event_id), timeout=15, what="the approval POST")
+        assert post["started"]
+        (approved,) = wait_for(lambda: cloudevents(remote.sink, "approved"), what="approved")
+        assert approved["data"]["ApprovedBy"] == "coordinator:urn:independent:signer"

@@ -194,10 +194,10 @@ def references(node: object, doc: dict) -> set[str]:
     return found
 
 
-def test_bicep_passes_the_key_material_only_through_protected_settings(bicep_docs) -> None:
+def test_bicep_passes_the_agent_environment_only_through_protected_settings(bicep_docs) -> None:
+    # The environment file carries the verify keys today and any secret a user adds tomorrow.
     doc = bicep_docs["modules/vm-agent.bicep"]
-    secret = "approvalSigningKey"
-    assert any(d["type"] == "secure" for d in doc["parameters"][secret]["decorators"])
+    secret = "approvalVerifyKeys"
     windows = doc["resources"]["windowsInstaller"]["config"]["config"]["properties"]
     linux = doc["resources"]["linuxInstaller"]["config"]["config"]["properties"]
     for installer in (windows, linux):

@@ -16,7 +16,7 @@ from typing import Any
 from ...errors import ConfigError, one_line
 from ...imds import ImdsClient, ImdsError
 from ...model import VmIdentity
-from ...sinks.azure_common import read_connection_string, token_credential
+from ...sinks.azure_common import check_plaintext, read_connection_string, token_credential
 from .. import signing
 from .config import QueueConfig
 from .names import poison_name, queue_name
@@ -25,7 +25,8 @@ log = logging.getLogger("se_forwarder.approvals.queue")
 
 
 class KeySource:
-    """The signing keys; a key file is read again when it changes (rotation without restart)."""
+    """The coordinator's public keys; a key file is read again when it changes (rotation without
+    restart)."""
 
     def __init__(self, env_name: str | None, file: str | None,
                  environ: Mapping[str, str] | None = None) -> None:
@@ -33,7 +34,10 @@ class KeySource:
         self.file = file
         self.environ = os.environ if environ is None else environ
         self._mtime = self._stat()
-        self._keys = signing.load_keys(env_name, file, self.environ)
+        self._keys = self._load()
+
+    def _load(self) -> signing.VerifyKeys:
+        return signing.VerifyKeys(signing.load_public_keys(self.env_name, self.file, self.environ))
 
     def _stat(self) -> float | None:
         try:
@@ -41,15 +45,16 @@ class KeySource:
         except OSError:
             return None
 
-    def keys(self) -> list[bytes]:
+    def keys(self) -> signing.VerifyKeys:
         mtime = self._stat()
         if mtime != self._mtime:
             self._mtime = mtime
             try:
-                self._keys = signing.load_keys(self.env_name, self.file, self.environ)
-                log.info("signing keys reloaded from %s (%d key(s))", self.file, len(self._keys))
+                self._keys = self._load()
+                log.info("verify keys reloaded from %s (keyids %s)", self.file,
+                         ", ".join(self._keys.ids))
             except ConfigError as exc:
-                log.error("keeping the previous signing keys: %s", exc)
+                log.error("keeping the previous verify keys: %s", exc)
         return self._keys
 
 
@@ -93,6 +98,8 @@ def resolve(raw: QueueConfig, vm: VmIdentity,
         conn = read_connection_string(raw.connection_string_env, raw.connection_string_file, environ)
     except ConfigError as exc:
         raise ConfigError(f"approvals.queue.connection_string_file: {exc}") from None
+    if conn is not None:
+        check_plaintext(conn, "approvals.queue connection string")
     account_url = raw.account_url
     if conn is None and not account_url:
         raise ConfigError(
@@ -107,7 +114,7 @@ def resolve(raw: QueueConfig, vm: VmIdentity,
                 "approvals.queue with managed identity needs azure-identity: "
                 "pip install 'se-forwarder[queue]'"
             ) from None
-    keys = KeySource(raw.signing_key_env, raw.signing_key_file, environ)
+    keys = KeySource(raw.verify_keys_env, raw.verify_keys_file, environ)
     return QueueSettings(
         name=queue_name(raw.queue, vm.name, vm.vm_id),
         account_url=account_url,
@@ -116,7 +123,7 @@ def resolve(raw: QueueConfig, vm: VmIdentity,
         keys=keys,
         visibility_timeout=raw.visibility_timeout,
         poll_interval=raw.poll_interval,
-        secret_env=tuple(n for n in (raw.signing_key_env, raw.connection_string_env) if n),
+        secret_env=tuple(n for n in (raw.connection_string_env,) if n),
     )
 
 

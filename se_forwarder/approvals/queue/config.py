@@ -26,8 +26,8 @@ class QueueConfig(Mapping[str, Any]):
     connection_string_env: str | None = None
     connection_string_file: str | None = None
     client_id: str | None = None
-    signing_key_env: str | None = None
-    signing_key_file: str | None = None
+    verify_keys_env: str | None = None  # the coordinator's public key(s), never a private key
+    verify_keys_file: str | None = None
     visibility_timeout: int = 30  # seconds a received message stays invisible
     poll_interval: float = 1.0  # seconds between receives from an empty queue
 
@@ -46,11 +46,19 @@ class QueueConfig(Mapping[str, Any]):
 
 _QUEUE_FIELDS = tuple(f.name for f in fields(QueueConfig))
 QUEUE_KEYS = ("type", "account_url", "queue", "connection_string_env", "connection_string_file",
-              "client_id", "signing_key_env", "signing_key_file", "visibility_timeout", "poll_interval")
+              "client_id", "verify_keys_env", "verify_keys_file", "visibility_timeout", "poll_interval")
+# The shared HMAC key of earlier versions: refused, so no VM holds a key that can sign approvals.
+REMOVED_QUEUE_KEYS = ("signing_key_env", "signing_key_file")
 
 
 def parse_queue(raw: Mapping[str, Any], where: str) -> QueueConfig:
     """``[approvals.queue]``: names, not secrets (those are read when the agent starts)."""
+    for key in REMOVED_QUEUE_KEYS:
+        if key in raw:
+            raise ConfigError(
+                f"{where}.{key}: agents no longer hold a signing key (it would let this VM sign "
+                "approvals for every VM); configure verify_keys_env or verify_keys_file with the "
+                "coordinator's public key (the .pub file of 'se-forwarder fleet keygen')")
     no_unknown(raw, where, QUEUE_KEYS)
     if raw.get("type", "storage-queue") != "storage-queue":
         raise ConfigError(f"{where}.type: only 'storage-queue' is supported")
@@ -62,8 +70,9 @@ def parse_queue(raw: Mapping[str, Any], where: str) -> QueueConfig:
         names["account_url"] = validate_account_url(names["account_url"], f"{where}.account_url")
     if not {"account_url", "connection_string_env", "connection_string_file"} & names.keys():
         raise ConfigError(f"{where}.account_url: missing (or give connection_string_env)")
-    if not {"signing_key_env", "signing_key_file"} & names.keys():
-        raise ConfigError(f"{where}.signing_key_env: missing (approval messages must be signed)")
+    if not {"verify_keys_env", "verify_keys_file"} & names.keys():
+        raise ConfigError(f"{where}.verify_keys_env: missing (the coordinator's public key(s): "
+                          "approval messages must be signed)")
     defaults = QueueConfig(queue=names["queue"])
     return QueueConfig(
         **names,

@@ -95,7 +95,9 @@ class QueueConsumer:
         outbox = Outbox(self.approver.state_dir)
         try:
             outbox.approval_messages.forget_expired()
-            log.info("listening for approval messages on queue %s", self.settings.name)
+            keys = self.settings.keys.keys().ids if self.settings.keys else []
+            log.info("listening for approval messages on queue %s (verify keys: %s)",
+                     self.settings.name, ", ".join(keys) or "none")
             while not stop.is_set():
                 delay = self._cycle(outbox, stop)
                 if delay > 0:

@@ -17,6 +17,7 @@ from typing import Any
 from ...errors import ConfigError, SeForwarderError, one_line
 from ...sinks.azure_common import (
     MALFORMED_EVENTHUBS,
+    check_plaintext,
     eventhubs_target,
     read_connection_string,
     scrub,
@@ -117,6 +118,7 @@ def hub_source(namespace: str | None, eventhub: str | None, credential: str, cli
         host, entity = eventhubs_target(conn, key_name_required=False)
     except ConfigError:
         raise ConfigError(f"the Event Hubs {MALFORMED_EVENTHUBS}") from None
+    check_plaintext(conn, f"the connection string in {conn_file or conn_env}")
     if entity and eventhub and entity != eventhub:
         raise ConfigError(f"--eventhub {eventhub!r}: the connection string is for hub {entity!r}")
     return HubSource(eventhub or entity or DEFAULT_EVENTHUB, connection_string=conn, namespace=host)
@@ -129,6 +131,8 @@ def checkpoint_store(account_url: str | None, conn_env: str | None, container: s
         raise ConfigError(f"--checkpoint-connection-string-env: environment variable {conn_env} is not set")
     if not conn and not account_url:
         return None
+    if conn:
+        check_plaintext(conn, f"--checkpoint-connection-string-env {conn_env}")
     try:
         from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
     except ImportError:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...errors import ConfigError
+from ..azure_common import check_plaintext, read_connection_string
 from .client import CredentialProblem
 from .config import EventHubsOptions
 from .delivery import EventHubsSink, to_binary_amqp
@@ -30,5 +32,16 @@ def validate(options: dict[str, Any], where: str) -> EventHubsOptions:
 
 
 def create(name: str, options: EventHubsOptions, ctx: Any) -> EventHubsSink:
-    """The sink for validated ``options``; connects lazily, on the first delivery or check."""
+    """The sink for validated ``options``; connects lazily, on the first delivery or check.
+
+    A connection string that can be read now is checked now: plaintext (the emulator's) to a host
+    that is not loopback stops the agent at start (ConfigError)."""
+    if options.credential == "connection-string":
+        try:
+            conn = read_connection_string(options.connection_string_env,
+                                          options.connection_string_file)
+        except ConfigError:
+            conn = None  # missing now: retried at delivery, where it is checked again
+        if conn:
+            check_plaintext(conn, f"sink {name}")
     return EventHubsSink(name, options)

@@ -18,6 +18,7 @@ from ... import __version__
 from ...errors import ConfigError, find_cause, one_line
 from ..azure_common import (
     eventhubs_target,
+    plaintext_problem,
     quiet_sdk_logs,
     read_connection_string,
     scrub,
@@ -85,6 +86,9 @@ class HubClient:
             )
         conn = self._connection_string()
         self._secret = conn
+        problem = plaintext_problem(conn)
+        if problem:
+            raise CredentialProblem(problem)
         try:
             host, entity = eventhubs_target(conn)
         except ConfigError as exc:

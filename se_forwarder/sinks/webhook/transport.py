@@ -56,10 +56,11 @@ class Endpoint:
         return headers
 
     def request(self, method: str, headers: dict[str, str], body: bytes | None = None) -> Reply:
-        """The reply with at most MAX_REPLY_BYTES of its body; ``HttpError`` when none came."""
+        """The reply with at most MAX_REPLY_BYTES of its body; ``HttpError`` when none came.
+        ``connect_timeout + read_timeout`` bound the whole request, however slowly it trickles."""
         return self._origin.request(method, self._target, headers=headers, body=body,
                                     timeout=self.timeout[1], max_bytes=MAX_REPLY_BYTES,
-                                    truncate=True)
+                                    truncate=True, total=sum(self.timeout))
 
     def failure(self, exc: HttpError) -> Retry:
         """One line, no traceback, no secrets: what went wrong and what to do."""
