@@ -15,6 +15,7 @@ from se_forwarder.simulator.engine import SCENARIO_STARTS
 from se_forwarder.simulator.faults import parse_fault_flag
 from se_forwarder.simulator.scenarios import Step, builtin_scenarios, load_scenario
 from se_forwarder.simulator.server import SimulatorServer
+from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import MIN_NOTICE_SECONDS
 
 POLLS_PER_NOTICE = 3  # a notice shorter than this many polls may be missed as Scheduled
@@ -108,6 +109,12 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     metavar="NAME,NAME,...",
     help="Several VMs sharing one event list, each under /vm/<name> (first also at /).",
 )
+@click.option(
+    "--topology",
+    type=click.Path(dir_okay=False),
+    help="Availability sets and scale sets (TOML/JSON, see simulator/topology.py); replaces "
+    "--vms: each group sees only its own events, each VM has its own instance metadata.",
+)
 @click.option("--list-scenarios", is_flag=True, help="Describe the built-in scenarios and exit.")
 @click.option(
     "--throttle-rps",
@@ -154,6 +161,7 @@ def simulate_command(
     multi_tenant: bool,
     faults: tuple[str, ...],
     quiet: bool,
+    topology: str | None = None,
 ) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
     if list_scenarios:
@@ -172,6 +180,7 @@ def simulate_command(
         first_call_delay,
         multi_tenant,
         faults,
+        topology,
     )
     for warning in short_notice_warnings(_notices(scenario, params, server), time_scale, poll_interval):
         click.echo(f"warning: {warning}", err=True)
@@ -223,9 +232,13 @@ def _build(
     first_call_delay: float,
     multi_tenant: bool,
     faults: tuple[str, ...],
+    topology: str | None = None,
 ) -> SimulatorServer:
     names = _vm_names(vm_name, vms)
+    if topology and vms:
+        _fail("give --vms or --topology, not both (the topology names the VMs)")
     try:
+        placement = Topology.load(topology) if topology else None
         fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
         return SimulatorServer(
             host,
@@ -239,6 +252,7 @@ def _build(
             scenario_params=_parse_params(params),
             scenario_start=scenario_start,
             faults=fault_specs,
+            topology=placement,
         )
     except ValueError as exc:  # ScenarioError, FaultError and bad option values
         _fail(str(exc))

@@ -27,6 +27,7 @@ from typing import Any
 
 from se_forwarder.simulator.faults import Fault, parse_fault
 from se_forwarder.simulator.scenarios import Scenario, Step, load_scenario, scenario_from_mapping
+from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import (
     DEFAULT_DESCRIPTIONS,
     DEFAULT_STARTED_SECONDS,
@@ -140,6 +141,7 @@ class Simulator:
         clock: Callable[[], float] = time.time,
         tick_interval: float = 0.05,
         request_log_size: int = 10_000,
+        topology: Topology | None = None,
     ) -> None:
         names = tuple(vm_names)
         if not names:
@@ -149,6 +151,7 @@ class Simulator:
         if not (time_scale > 0):
             raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
         self.vm_names = names
+        self.topology = topology  # None: every VM sees the one shared list (topology.py)
         self.time_scale = float(time_scale)
         self.multi_tenant = multi_tenant
         self._clock = clock
@@ -418,11 +421,14 @@ class Simulator:
             return self._get(event_id).wire()
 
     def document(self, vm: str | None = None, api_version: str = LATEST_VERSION) -> dict[str, Any]:
-        """The document ``vm`` gets for ``api_version`` (every VM sees the same shared list)."""
+        """The document ``vm`` gets for ``api_version`` (the shared list, or its group's part)."""
         with self._lock:
             self._advance()
             self._check_vm(vm)
-            return render_document(self._incarnation, (e.wire() for e in self._events.values()), api_version)
+            events, incarnation = [e.wire() for e in self._events.values()], self._incarnation
+            if self.topology is not None:
+                events, incarnation = self.topology.view(vm or self.vm_names[0], events)
+            return render_document(incarnation, events, api_version)
 
     # --- approvals -----------------------------------------------------------------------------
 
@@ -446,6 +452,7 @@ class Simulator:
             now = self._clock()
             visible = {
                 e.event_id for e in self._events.values() if render_event(e.wire(), api_version) is not None
+                and (self.topology is None or self.topology.sees(voter, e.resources))
             }
             unknown = [i for i in event_ids if i not in visible]
             records: list[dict[str, Any]] = []

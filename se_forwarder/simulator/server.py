@@ -48,6 +48,7 @@ from se_forwarder.simulator.scenarios import (
     builtin_scenarios,
     load_scenario,
 )
+from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import (
     INSTANCE_VERSIONS,
     SCHEDULED_EVENTS_VERSIONS,
@@ -293,7 +294,10 @@ class _Handler(BaseHTTPRequestHandler):
             owner.sim.note_poll(vm, self.client_address[0])  # a waiting scenario starts now
             return self._document(vm, version), fault and fault.kind
         index = owner.sim.vm_names.index(vm)
-        compute = compute_metadata(vm, index, owner.instance_overrides)
+        topology = owner.sim.topology
+        overrides = owner.instance_overrides if topology is None else \
+            {**owner.instance_overrides, **topology.compute_overrides(vm)}
+        compute = compute_metadata(vm, index, overrides)
         data = compute if route == "compute" else {"compute": compute, "network": network_metadata(index)}
         self._send(200, _dumps(data))
         return 200, fault and fault.kind
@@ -426,7 +430,9 @@ class SimulatorServer:
         instance_overrides: Mapping[str, Any] | None = None,
         hang_seconds: float = 300.0,
         instance_endpoint: str = "ok",
+        topology: Topology | None = None,
     ) -> None:
+        vm_names = topology.vm_names if topology is not None else vm_names
         for name in vm_names:
             if not isinstance(name, str) or not VM_NAME.match(name):
                 raise ValueError(f"bad VM name {name!r}: use letters, digits, '-', '_' and '.'")
@@ -442,7 +448,7 @@ class SimulatorServer:
             )
         self.host = host
         self._port = port
-        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant)
+        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology)
         self.throttle = _Throttle(throttle_rps)
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})
@@ -617,6 +623,7 @@ class SimulatorServer:
                 sim.requests(query.get("vm"), _limit(query.get("limit"))),
             ),
             ("GET", "/settings"): lambda: (200, self.settings()),
+            ("GET", "/topology"): lambda: (200, sim.topology.describe() if sim.topology else None),
             ("POST", "/settings"): lambda: (200, self.update_settings(_json_body(body))),
         }
         handler = routes.get((method, sub))
@@ -721,6 +728,7 @@ class SimulatorServer:
                 "POST /control/reset",
                 "GET /control/requests?vm=&limit=",
                 "GET|POST /control/settings",
+                "GET /control/topology",
             ],
         }
 
