@@ -109,6 +109,9 @@ class LazyGroup(click.Group):
     lazy={
         "simulate": ("se_forwarder.simulator.command", "simulate_command",
                      "Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."),
+        "coordinator": ("se_forwarder.fleet.coordinator.command", "coordinator",
+                        "The fleet coordinator: rolling maintenance within budgets (run, check, "
+                        "status, pause, resume, hold, release, approve)."),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=EXIT_STATUSES,
