@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -156,7 +155,8 @@ class Fleet:
             "[imds]", f"url = {toml_value(self.server.vm_url(name))}", "poll_interval = 0.3",
             "[state]", f"dir = {toml_value(str(folder / 'state'))}",
             "[approvals]", "rules = []",
-            "[approvals.queue]", 'queue = "se-approvals-{vm_name}"', 'connection_string_env = "APPROVALS_CONN"',
+            "[approvals.queue]", 'queue = "se-approvals-{vm_name}"',
+            'connection_string_env = "APPROVALS_CONN"',
             f"signing_key_file = {toml_value(str(self.key_file))}", "poll_interval = 0.3",
             "[[sinks]]", 'type = "eventhubs"', 'eventhub = "scheduled-events"',
             'credential = "connection-string"', 'connection_string_env = "EH_CONN"', "heartbeat_interval = 1",
@@ -198,7 +198,8 @@ class Fleet:
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
         ]) + "\n")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
-               "COORD_BLOB_CONN": self.blob.connection_string, "COORD_QUEUE_CONN": self.queue.connection_string}
+               "COORD_BLOB_CONN": self.blob.connection_string,
+               "COORD_QUEUE_CONN": self.queue.connection_string}
         return Coordinator(name, instance, config, folder / "coordinator.log", port, self.token_file, env)
 
     # -- what the tests read --------------------------------------------------------------------
