@@ -246,7 +246,8 @@ def test_shadow_mode_publishes_the_decisions_the_live_coordinator_then_makes(rol
     shadow = approvals(rollout["shadow_decisions"])
     assert shadow and all(d["data"]["Shadow"] is True for d in shadow)
     assert {d["data"]["EventId"] for d in shadow} == {ids["web-0"], ids["api_0"]}
-    live_first = {d["data"]["EventId"]: d["data"]["Target"]["name"] for d in approvals(rollout["live_decisions"])
+    live_first = {d["data"]["EventId"]: d["data"]["Target"]["name"]
+                  for d in approvals(rollout["live_decisions"])
                   if d["data"]["EventId"] in (ids["web-0"], ids["api_0"])}
     assert {d["data"]["EventId"]: d["data"]["Target"]["name"] for d in shadow} == live_first
 
