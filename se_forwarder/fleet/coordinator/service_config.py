@@ -214,7 +214,8 @@ def _access(t: dict[str, Any], where: str) -> Access:
         raise ConfigError(f"{where}.{sources[0]}: only for credential = connection-string")
     env = as_str(t.get("connection_string_env", ""), f"{where}.connection_string_env").strip()
     if env and not _ENV.match(env):
-        raise ConfigError(f"{where}.connection_string_env: {env!r} is not an environment variable name "
+        shown = "a connection string" if "=" in env or ";" in env else repr(env)  # never echo a secret
+        raise ConfigError(f"{where}.connection_string_env: {shown} is not an environment variable name "
                           "(give the variable's name, not the connection string)")
     file = _path(t["connection_string_file"], f"{where}.connection_string_file") \
         if t.get("connection_string_file") else ""
