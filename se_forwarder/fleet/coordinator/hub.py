@@ -1,16 +1,17 @@
 """The Event Hub at both ends: every partition read into the fold, and decisions published back.
 
-``HubReader`` reads ALL partitions with one ``EventHubConsumerClient`` in the coordinator's own
-consumer group, from given sequence numbers (or the start of retention), without a shared
-checkpoint store: every instance reads everything into its own fold, and no two instances split
-the partitions between them. Its position lives in the coordinator's snapshot blob, written with
-the fold it belongs to (snapshots.py); the SDK's in-memory checkpoint only lets a partition that
-failed resume where it was. Each received event is decoded to a structured CloudEvent dict (or
-None: not a CloudEvent) on the SDK's thread and handed on as a ``Batch``.
+``HubReader`` reads ALL partitions in the coordinator's own consumer group, from given sequence
+numbers (or the start of retention), without the SDK's shared checkpoint store: every instance
+reads everything into its own fold, and no two instances split the partitions between them. Its
+checkpoint is the snapshot blob (blobs.py): the partition positions written together with the
+fold they belong to, since a position alone says where to resume but not what was known. The
+SDK's in-memory checkpoint only lets a partition that failed resume where it was. Each received
+event is decoded to a structured CloudEvent dict (or None: not a CloudEvent) on the SDK's thread
+and handed on as a ``Batch``.
 
 ``HubPublisher`` publishes decisions as structured-mode CloudEvents (``application/cloudevents+json``,
 the form AMQP and Kafka consumers read alike) in as few ``send_batch`` calls as fit, with a timeout:
-the lease margin counts on a publish that either lands within it or fails (lease.py).
+the lease margin counts on a publish that either lands within it or fails (blobs.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ log = logging.getLogger("se_forwarder.coordinator.hub")
 CONTENT_TYPE = "application/cloudevents+json"
 PUBLISH_TIMEOUT = 5.0  # seconds for one send_batch; lease.MARGIN is larger
 MAX_BATCH = 300
+# The SDK hands events on once it has read PREFETCH frames or its socket was idle SOCKET_TIMEOUT s.
+# Under a steady trickle (a fleet's heartbeats: gaps shorter than the SDK's default 0.2 s) only the
+# frame count ends a read, so these two bound the time an event waits in the SDK before the fold.
+PREFETCH = 50
+SOCKET_TIMEOUT = 0.05
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,12 @@ def decode(event_data: Any) -> dict[str, Any] | None:
 
 
 class HubReader:
-    """Reads every partition from ``start`` (partition -> Position; others from the beginning)."""
+    """Reads every partition from ``start`` (partition -> Position; others from the beginning).
+
+    One ``EventHubConsumerClient`` per partition, each receiving on its own thread: the SDK's own
+    all-partitions loop visits the partitions in turn and waits up to its socket timeout on each
+    idle one, which would add up to ``timeout x partitions`` to every decision's latency.
+    """
 
     def __init__(self, settings: EventHubSettings, start: dict[str, Position],
                  deliver: Callable[[Batch], None]) -> None:
@@ -87,24 +98,49 @@ class HubReader:
         self.start_at = dict(start)
         self.deliver = deliver
         self.health = ReaderHealth()
-        self._client: Any = None
-        self._thread: threading.Thread | None = None
+        self._clients: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._starter: threading.Thread | None = None
 
     def start(self) -> None:
-        self._client = consumer(self.settings, load_balancing_interval=2.0)
-        position: dict[str, Any] = {pid: pos.sequence for pid, pos in self.start_at.items()}
-        default = "-1"  # the start of retention for a partition without a position
-        try:
-            for pid in self._client.get_partition_ids():
-                position.setdefault(pid, default)
-        except Exception as exc:  # noqa: BLE001 - the receive loop retries; say it once here
-            self._error(None, exc)
-        self._thread = threading.Thread(
-            target=self._client.receive_batch, name="coordinator-hub-reader", daemon=True,
-            kwargs={"on_event_batch": self._on_batch, "on_error": self._error, "max_batch_size": MAX_BATCH,
-                    "max_wait_time": None, "starting_position": position or default,
-                    "starting_position_inclusive": False, "prefetch": 1000})
-        self._thread.start()
+        self._starter = threading.Thread(target=self._start_partitions, name="coordinator-hub-start",
+                                         daemon=True)
+        self._starter.start()
+
+    def _start_partitions(self) -> None:
+        delay = 1.0
+        while not self._closing.is_set():
+            probe = None
+            try:
+                probe = consumer(self.settings)
+                ids = probe.get_partition_ids()
+                break
+            except Exception as exc:  # noqa: BLE001 - said once per attempt; tried again
+                self._error(None, exc)
+            finally:
+                if probe is not None:
+                    _close_quietly(probe)
+            self._closing.wait(delay)
+            delay = min(delay * 2, 30.0)
+        else:
+            return
+        for pid in ids:
+            with self._lock:
+                if self._closing.is_set():
+                    return
+                client = consumer(self.settings, load_balancing_interval=2.0, socket_timeout=SOCKET_TIMEOUT)
+                self._clients[pid] = client
+            start = self.start_at.get(pid)
+            thread = threading.Thread(
+                target=client.receive_batch, name=f"coordinator-hub-{pid}", daemon=True,
+                kwargs={"on_event_batch": self._on_batch, "on_error": self._error, "partition_id": pid,
+                        "max_batch_size": MAX_BATCH, "max_wait_time": None,
+                        "starting_position": start.sequence if start is not None else "-1",
+                        "starting_position_inclusive": False, "prefetch": PREFETCH})
+            self._threads.append(thread)
+            thread.start()
 
     def _on_batch(self, context: Any, events: list[Any]) -> None:
         if not events:
@@ -127,12 +163,23 @@ class HubReader:
         log.warning("%s", text)
 
     def close(self) -> None:
-        if self._client is not None:
-            closer = threading.Thread(target=self._client.close, daemon=True)
+        with self._lock:
+            self._closing.set()
+            clients = list(self._clients.values())
+        closers = [threading.Thread(target=_close_quietly, args=(c,), daemon=True) for c in clients]
+        for closer in closers:
             closer.start()
+        for closer in closers:
             closer.join(10)
-        if self._thread is not None:
-            self._thread.join(10)
+        for thread in self._threads:
+            thread.join(10)
+
+
+def _close_quietly(client: Any) -> None:
+    try:
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - closing a broken client must not stop the others
+        log.debug("closing an Event Hubs client failed: %s", exc)
 
 
 def partition_ends(settings: EventHubSettings) -> dict[str, int]:
@@ -151,6 +198,18 @@ class HubPublisher:
     def __init__(self, settings: EventHubSettings) -> None:
         self.settings = settings
         self._producer: Any = None
+
+    def warm(self) -> None:
+        """Open the producer's link now (the first send on a new link takes about half a second)."""
+        from azure.eventhub.exceptions import EventHubError
+
+        try:
+            if self._producer is None:
+                self._producer = producer(self.settings)
+            self._producer.create_batch()
+        except (EventHubError, OSError, ValueError) as exc:
+            log.debug("the producer is not open yet: %s", scrub(one_line(str(exc))))
+            self.drop()
 
     def publish(self, texts: Sequence[str]) -> None:
         """Publish every text, in order, or raise ``PublishError`` (nothing is retried here)."""

@@ -101,6 +101,7 @@ class Output:
         return items
 
     def _run(self) -> None:
+        self.publisher.warm()
         while (items := self._take()) is not None:
             try:
                 self._handle(items)
@@ -155,6 +156,7 @@ class Output:
         for attempt in range(1_000_000):
             if not self.may_act(term):
                 return False
+            began = time.monotonic()
             try:
                 self.publisher.publish(texts)
             except PublishError as exc:
@@ -167,6 +169,7 @@ class Output:
                 continue
             self.stats.published += len(texts)
             self.stats.failing_since = None
+            log.debug("published %d decision(s) in %.3f s", len(texts), time.monotonic() - began)
             return True
         return False
 
