@@ -49,6 +49,10 @@ BENCHMARKS = (
               commands=(("bench/approval_roundtrip.py",),)),
     Benchmark("eventhubs", "Event Hubs throughput to the local broker, and RSS",
               commands=(("bench/eventhubs_bench.py",),)),
+    Benchmark("coordinator_fold", "coordinator core at 10,000 VMs: fold rate, decision pass, snapshot, RSS",
+              commands=(("bench/coordinator_fold.py",),)),
+    Benchmark("coordinator_e2e", "coordinator service, 10,000 VMs through the broker: ingest, "
+              "hub -> queue latency, RSS", commands=(("bench/coordinator_e2e.py",),)),
 )
 NAMES = tuple(b.name for b in BENCHMARKS)
 
@@ -56,7 +60,7 @@ NAMES = tuple(b.name for b in BENCHMARKS)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run the benchmarks (about 4 minutes for all of them on 2 cores) and print "
+        description="Run the benchmarks (about 5 minutes for all of them on 2 cores) and print "
                     "a table of figures. Nothing is written unless --write is given.",
         epilog="benchmarks: " + ", ".join(NAMES),
     )

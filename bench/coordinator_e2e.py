@@ -7,8 +7,10 @@ as a subprocess. This script plays the fleet: it publishes structured CloudEvent
 ``EventHubProducerClient``, as 10,000 agents would.
 
 1. Ingest. Before the coordinator starts, the hub holds ``--minutes`` rounds of heartbeats from
-   every VM (10,000 a round). The coordinator reads the backlog from the start of retention; the
-   figure is events folded per second from its first event to its last (from ``/v1/state``).
+   every VM (10,000 a round) and an earlier Freeze (not managed) reported by every VM of each
+   availability set, from which the fold learns the sets. The coordinator reads the backlog from
+   the start of retention; the figure is events folded per second from its first event to its
+   last (from ``/v1/state``).
 2. Decision latency. With the fleet watched, ``--events`` maintenance events are published, each
    reported by every VM of its availability set (10 VMs), one event per set, heartbeats going on.
    Every event fits its budget at once, so each is approved and its signed message sent to the
@@ -94,12 +96,13 @@ def heartbeat(v: dict[str, Any], t: float) -> str:
     })
 
 
-def scheduled(v: dict[str, Any], event_id: str, names: list[str], t: float, not_before: float) -> str:
+def scheduled(v: dict[str, Any], event_id: str, names: list[str], t: float, not_before: float,
+              kind: str = "Reboot") -> str:
     return json.dumps({
         "specversion": "1.0", "type": "com.azure.scheduledevents.scheduled", "id": f"{event_id}/scheduled",
         "source": v["resourceId"], "subject": event_id, "time": iso(t), "datacontenttype": "application/json",
-        "eventtype": "Reboot", "eventstatus": "Scheduled", "incarnation": 4, "vmid": v["vmId"],
-        "data": {"EventId": event_id, "EventType": "Reboot", "ResourceType": "VirtualMachine",
+        "eventtype": kind, "eventstatus": "Scheduled", "incarnation": 4, "vmid": v["vmId"],
+        "data": {"EventId": event_id, "EventType": kind, "ResourceType": "VirtualMachine",
                  "Resources": names, "EventStatus": "Scheduled", "NotBefore": "", "Description": "bench",
                  "EventSource": "Platform", "DurationInSeconds": 9, "NotBeforeUtc": iso(not_before),
                  "DocumentIncarnation": 4, "AffectsThisVm": v["name"] in names, "Vm": v},
@@ -236,9 +239,16 @@ def main() -> int:
         for minute in range(args.minutes):
             publisher.send([(i, heartbeat(v, t0 - (args.minutes - minute) * 60 + i % 60))
                             for i, v in enumerate(vms)])
-        backlog = args.minutes * len(vms)
-        rows.append(("backlog published", f"{backlog:,} heartbeats in {time.monotonic() - began:.1f} s "
-                     "(this script into the Python broker)"))
+        # earlier maintenance (a Freeze, not managed) seen by every availability set: the fold has
+        # learned the sets, as a coordinator running for a while has
+        index = {v["vmId"]: i for i, v in enumerate(vms)}  # a VM's events stay on one partition
+        earlier = [(index[v["vmId"]], scheduled(v, f"FREEZE-{g:05d}", [members[0]["name"]], t0 - 60,
+                                                t0 + 3 * 3600, "Freeze"))
+                   for g, members in enumerate(groups) if len(members) == 10 for v in members]
+        publisher.send(earlier)
+        backlog = args.minutes * len(vms) + len(earlier)
+        rows.append(("backlog published", f"{backlog:,} events ({args.minutes} heartbeats per VM, a Freeze "
+                     f"reported by every availability set) in {time.monotonic() - began:.1f} s"))
         targets = [g[0] for g in sets]
         for v in targets:  # the agents create their queues; here the bench does
             queue.client(f"se-approvals-{v['name']}").create_queue()
@@ -286,7 +296,6 @@ def main() -> int:
             time.sleep(0.2)
 
         published: dict[str, float] = {}
-        index = {v["vmId"]: i for i, v in enumerate(vms)}  # a VM's events stay on one partition
         now = time.time()
         beat = 0
         for k, members in enumerate(sets):
