@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from ...approvals import signing
 from ...approvals.messages import MAX_TEXT
@@ -25,7 +25,22 @@ from .events import Decision
 log = logging.getLogger("se_forwarder.coordinator.sender")
 
 
-class Signer:
+class Signer(Protocol):
+    """What the sender needs from a signing scheme: the queue message text of an approval.
+
+    The only place a scheme is chosen is ``make_signer``; the sender and the service know nothing
+    else about keys or algorithms.
+    """
+
+    def message(self, decision: Decision, now: float, ttl: float) -> str: ...
+
+
+def make_signer(key_file: str, source: str) -> Signer:
+    """The signer for ``[signing] key_file``: the agents' shared-key scheme (approvals/signing.py)."""
+    return SharedKeySigner(key_file, source)
+
+
+class SharedKeySigner:
     """Signs approval messages with the first key of ``[signing] key_file`` (re-read when it changes)."""
 
     def __init__(self, key_file: str, source: str) -> None:

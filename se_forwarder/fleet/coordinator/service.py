@@ -41,7 +41,7 @@ from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
 from .leader import Leadership
 from .output import Outgoing, Output
 from .retention import prune
-from .sender import Sender, Signer
+from .sender import Sender, make_signer
 from .service_config import ServiceSettings
 from .snapshot import restore, snapshot
 from .state import FleetState
@@ -87,7 +87,7 @@ class Service:
         self.leadership = Leadership(
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             lambda: partition_ends(settings.eventhub))
-        self.sender = Sender(access.Queues(settings.queues), Signer(settings.key_file, self.source),
+        self.sender = Sender(access.Queues(settings.queues), make_signer(settings.key_file, self.source),
                              settings.queues.template, settings.queues.message_ttl)
         self.output = Output(HubPublisher(settings.eventhub), self.sender, self.source,
                              self.leadership.may_act, self._lost)
