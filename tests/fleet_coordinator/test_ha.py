@@ -82,6 +82,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         wait(lambda: {role(a), role(b)} == {"leader", "standby"}, 60, "one leader and one standby")
         leader, standby = (a, b) if role(a) == "leader" else (b, a)
         record["first_leader"] = leader.instance
+        record["standby_refusal"] = standby.cli("pause", "--reason", "sent to the wrong instance")
+        record["leader_url"] = leader.url
 
         # groups are learned from co-reception: an unmanaged Freeze of web-5 shows the web set
         record["freeze"] = fleet.add(SILENT, "Freeze")
@@ -179,3 +181,10 @@ def test_a_restart_from_the_snapshot_rebuilds_the_same_fold(faults: dict[str, An
 
 def test_a_restart_without_a_snapshot_rebuilds_the_same_fold_from_the_hub(faults: dict[str, Any]) -> None:
     assert faults["digest_from_hub"] == faults["digest_before"]
+
+
+def test_a_standby_refuses_control_requests_and_names_the_leader(faults: dict[str, Any]) -> None:
+    refusal = faults["standby_refusal"]
+    assert refusal.returncode != 0
+    line = refusal.stderr.strip()
+    assert len(line.splitlines()) == 1 and "is a standby" in line and faults["leader_url"] in line

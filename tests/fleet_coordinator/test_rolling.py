@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.azurite import find_binary
 
@@ -98,6 +99,8 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         fleet.start()
         live = fleet.coordinator("live").start()
         wait(live.ready, 60, "the live coordinator to lead")
+        record["check"] = live.cli("check")
+        record["healthz"] = requests.get(f"{live.url}/healthz", timeout=10, proxies={"http": ""})
         cli_ok(live, "pause", "--reason", "change freeze until the shadow run is reviewed")
 
         ids: dict[str, str] = {}
@@ -131,6 +134,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         record["status_text"] = cli_ok(live, "status")
         record["status"] = live.get("/v1/status")
         record["held_started_before_release"] = ids[HELD] in timeline.started
+        record["metrics"] = requests.get(f"{live.url}/metrics", timeout=10, proxies={"http": ""}).text
 
         cli_ok(live, "resume", "--scope", API_GROUP, "--reason", "api release done")
         record["resumed_api_at"] = time.time()
@@ -260,3 +264,20 @@ def test_status_prints_budgets_waiting_reasons_and_unwatched_vms(rollout: dict[s
     assert "paused" in text and API_GROUP in text
     assert json.dumps(rollout["status"]["fleet"])  # the API's document behind it
     assert rollout["status"]["fleet"]["vms"] == 10
+
+
+def test_check_reaches_every_part_of_a_running_coordinator(rollout: dict[str, Any]) -> None:
+    check = rollout["check"]
+    assert check.returncode == 0, check.stdout + check.stderr
+    lines = check.stdout.splitlines()
+    for part in ("config", "signing key", "api token", "event hub", "storage", "queues",
+                 "running coordinator"):
+        assert any(line.startswith("ok") and f" {part}: " in line for line in lines), (part, lines)
+
+
+def test_healthz_and_metrics_follow_the_agent_conventions(rollout: dict[str, Any]) -> None:
+    assert rollout["healthz"].status_code == 200 and rollout["healthz"].text.startswith("ok: leader")
+    metrics = rollout["metrics"]
+    assert 'se_forwarder_coordinator_folded_total{type="heartbeat"}' in metrics
+    assert "se_forwarder_coordinator_sent_total 3.0" in metrics  # web-0, web-1, web-2 so far
+    assert "se_forwarder_coordinator_acting 1.0" in metrics
