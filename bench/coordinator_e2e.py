@@ -61,11 +61,11 @@ MEANING = """\
 What runs here: broker, Azurite, coordinator and this publisher share one machine's cores; the
 broker is Python and single-threaded. Against a real hub, the publisher and the broker are off
 the coordinator's machine and the hub is not the bottleneck: ingest is then bounded by the
-coordinator's own decoding and folding (bench/coordinator_fold.py folds ~20,000 events/s on one
-core), and the latency adds the network round trips to the hub and to Storage (a few ms each in
+coordinator's own decoding and folding (bench/coordinator_fold.py: 20,000-55,000 events/s on one
+core, by machine), and the latency adds the network round trips to the hub and to Storage (a few ms each in
 one region) to the figures above. 10,000 VMs with a heartbeat a minute are about 170 events/s.
 The fleet here has already learned its availability sets; the first event seen from a set not
-yet known rebuilds the scope index once (about 0.5-0.8 s at 10,000 VMs)."""
+yet known rebuilds the scope index once (0.3-0.8 s at 10,000 VMs)."""
 
 
 def iso(t: float) -> str:
