@@ -58,6 +58,10 @@ BENCHMARKS = (
     Benchmark("fleet_fanin", "50 agent processes (one per simulated VM) -> one Event Hubs broker "
               "with heartbeats: CPU, RSS, burst events/s, change -> broker p99",
               module="bench.fleet_fanin"),
+    Benchmark("coordinator_fold", "coordinator core at 10,000 VMs: fold rate, decision pass, snapshot, RSS",
+              commands=(("bench/coordinator_fold.py",),)),
+    Benchmark("coordinator_e2e", "coordinator service, 10,000 VMs through the broker: ingest, "
+              "hub -> queue latency, RSS", commands=(("bench/coordinator_e2e.py",),)),
 )
 NAMES = tuple(b.name for b in BENCHMARKS)
 
@@ -65,7 +69,7 @@ NAMES = tuple(b.name for b in BENCHMARKS)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run the benchmarks (about 8 minutes for all of them on 2 cores) and print "
+        description="Run the benchmarks (about 10 minutes for all of them on 2 cores) and print "
                     "a table of figures, each next to its baseline measured in the same run where "
                     "one exists. Nothing is written unless --write is given.",
         epilog="benchmarks: " + ", ".join(NAMES),

@@ -6,8 +6,10 @@
 //     VM's own queue;
 //   - the agent on each VM, installed by the Custom Script Extension with a config that points at
 //     these resources;
-//   - optionally the coordinator's identity: "Azure Event Hubs Data Receiver" on the hub and
-//     "Storage Queue Data Message Sender" on the queues;
+//   - optionally the coordinator's identity: "Azure Event Hubs Data Receiver" and "Azure Event Hubs
+//     Data Sender" on the hub (it reads the agents' events and publishes its decisions there),
+//     "Storage Queue Data Message Sender" on the queues, and "Storage Blob Data Contributor" on its
+//     own blob container (leader lease and snapshots);
 //   - optionally (deployLogsIngestion) Azure Monitor Logs: a custom table in logAnalyticsWorkspaceId,
 //     a data collection endpoint and rule, "Monitoring Metrics Publisher" on that rule for each agent
 //     identity, and a logs-ingestion sink in every agent's configuration.
@@ -76,7 +78,7 @@ param allowedSubnetIds array = []
 @description('Public IP ranges (CIDR) allowed to reach Event Hubs and Storage, e.g. the coordinator\'s egress.')
 param allowedIpRanges array = []
 
-@description('Also create the coordinator\'s identity with receive rights on the hub and send rights on the queues.')
+@description('Also create the coordinator\'s identity with receive and send rights on the hub, send rights on the queues, and its blob container.')
 param deployCoordinator bool = false
 
 @description('Log Analytics workspace for the queues\' and the namespace\'s audit logs; empty for none.')
@@ -247,3 +249,9 @@ output logsRuleId string = deployLogsIngestion ? logsIngestion.outputs.ruleImmut
 
 @description('Resource ID of the coordinator\'s identity, to attach to where the coordinator runs, or empty.')
 output coordinatorIdentityId string = identities.outputs.coordinatorId
+
+@description('Blob endpoint and container of the coordinator (storage.account_url and storage.container), or empty.')
+output coordinatorStorage object = {
+  accountUrl: deployCoordinator ? approvalQueues.outputs.blobEndpoint : ''
+  container: approvalQueues.outputs.coordinatorContainer
+}

@@ -152,14 +152,22 @@ def test_every_toml_example_is_valid_toml(path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["README.md", "docs/configuration.md", "docs/webhook.md",
                                   "docs/teams-slack.md", "docs/eventhubs.md",
-                                  "docs/azure-monitor-logs.md", "docs/monitoring.md"])
+                                  "docs/azure-monitor-logs.md", "docs/monitoring.md",
+                                  "docs/coordinator.md"])
 def test_the_configuration_examples_load_as_copied(tmp_path: Path, name: str) -> None:
+    """An agent's example loads as the agent's configuration; a coordinator's (it has a
+    ``[coordinator]`` table) as the coordinator's."""
+    from se_forwarder.fleet.coordinator.service_config import load as load_coordinator
+
     blocks = toml_blocks(ROOT / name)
     assert blocks
     for number, block in enumerate(blocks):
         path = tmp_path / f"example-{number}.toml"
         path.write_text(block)
-        config.load(path, env={})
+        if "coordinator" in tomllib.loads(block):
+            load_coordinator(path)
+        else:
+            config.load(path, env={})
 
 
 def test_the_metrics_table_lists_every_metric_with_its_type_and_labels() -> None:

@@ -1,7 +1,9 @@
 // Storage account with one approval queue per VM, for approvals sent by the fleet coordinator.
 // Entra ID only (shared-key access off), HTTPS only, TLS 1.2. Role assignments, each scoped to a
 // single queue: Storage Queue Data Message Processor (peek, receive, delete) for that VM's own
-// agent identity, and (optional) Storage Queue Data Message Sender for the coordinator.
+// agent identity, and (optional) Storage Queue Data Message Sender for the coordinator. With a
+// coordinator, also a private blob container for its leader lease and fold snapshots, where it is
+// Storage Blob Data Contributor (scoped to that container only).
 
 @description('Azure region of the storage account.')
 param location string
@@ -19,6 +21,9 @@ param processorPrincipalIds array
 
 @description('Principal ID of the coordinator\'s identity (send to every queue), or empty for none.')
 param senderPrincipalId string = ''
+
+@description('Blob container of the coordinator (leader lease and snapshots), created with a coordinator.')
+param coordinatorContainerName string = 'se-coordinator'
 
 @description('Redundancy of the account: geo- and zone-redundant by default; Standard_ZRS for regions without GZRS.')
 @allowed([
@@ -45,6 +50,7 @@ param tags object = {}
 // Built-in data-plane roles (IDs are the same in every tenant).
 var queueDataMessageProcessor = '8a0f0c08-91a1-4084-bc3d-661d67233fed'
 var queueDataMessageSender = 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
+var blobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
 var restrictNetwork = !empty(allowedSubnetIds) || !empty(allowedIpRanges)
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
@@ -133,6 +139,33 @@ resource coordinatorSends 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   }
 }]
 
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = if (!empty(senderPrincipalId)) {
+  parent: account
+  name: 'default'
+}
+
+resource coordinatorContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = if (!empty(senderPrincipalId)) {
+  parent: blobService
+  name: coordinatorContainerName
+  properties: {
+    publicAccess: 'None'
+    metadata: {
+      purpose: 'se-forwarder coordinator: leader lease and fold snapshots'
+    }
+  }
+}
+
+resource coordinatorKeepsState 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(senderPrincipalId)) {
+  name: guid(coordinatorContainer.id, senderPrincipalId, blobDataContributor)
+  scope: coordinatorContainer
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', blobDataContributor)
+    principalId: senderPrincipalId
+    principalType: 'ServicePrincipal'
+    description: 'se-forwarder coordinator: its leader lease and snapshots in this container only'
+  }
+}
+
 resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (!empty(logAnalyticsWorkspaceId)) {
   name: 'se-forwarder-audit'
   scope: queueService
@@ -163,3 +196,9 @@ output storageAccountName string = account.name
 
 @description('Queue URLs, in the order of queueNames.')
 output queueUrls array = [for (name, i) in queueNames: 'https://${account.name}.queue.${environment().suffixes.storage}/${queues[i].name}']
+
+@description('Blob service endpoint, e.g. https://acct.blob.core.windows.net (the coordinator\'s storage.account_url).')
+output blobEndpoint string = 'https://${account.name}.blob.${environment().suffixes.storage}'
+
+@description('The coordinator\'s blob container (storage.container), or empty without a coordinator.')
+output coordinatorContainer string = empty(senderPrincipalId) ? '' : coordinatorContainerName

@@ -132,6 +132,19 @@ resource coordinatorReceives 'Microsoft.Authorization/roleAssignments@2022-04-01
   }
 }
 
+// The coordinator publishes its decisions (approve, defer, pause, ...) to the same hub, so that a
+// standby or a restarted instance rebuilds the same state from it.
+resource coordinatorSends 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(receiverPrincipalId)) {
+  name: guid(hub.id, receiverPrincipalId, eventHubsDataSender)
+  scope: hub
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', eventHubsDataSender)
+    principalId: receiverPrincipalId
+    principalType: 'ServicePrincipal'
+    description: 'se-forwarder coordinator: publish its decisions to this hub only'
+  }
+}
+
 resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = if (!empty(logAnalyticsWorkspaceId)) {
   name: 'se-forwarder-audit'
   scope: namespace

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import agent, fleet, simulate
+from . import agent, coordinator, fleet, simulate
 from .common import Commands
 
 EXIT_STATUSES = """\b
@@ -26,5 +26,5 @@ def main() -> None:
     """Forward Azure Scheduled Events as CloudEvents, durably, and approve them by policy."""
 
 
-for command in (*agent.COMMANDS, fleet.fleet, simulate.simulate_command):
+for command in (*agent.COMMANDS, fleet.fleet, coordinator.coordinator, simulate.simulate_command):
     main.add_command(command)

@@ -112,6 +112,12 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     metavar="NAME,NAME,...",
     help="Several VMs sharing one event list, each under /vm/<name> (first also at /).",
 )
+@click.option(
+    "--topology",
+    type=click.Path(dir_okay=False),
+    help="Availability sets and scale sets (TOML/JSON, see simulator/topology.py); replaces "
+    "--vms: each group sees only its own events, each VM has its own instance metadata.",
+)
 @click.option("--list-scenarios", is_flag=True, help="Describe the built-in scenarios and exit.")
 @click.option(
     "--throttle-rps",
@@ -167,6 +173,7 @@ def simulate_command(
     faults: tuple[str, ...],
     etag: bool,
     quiet: bool,
+    topology: str | None = None,
 ) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
     if list_scenarios:
@@ -186,6 +193,7 @@ def simulate_command(
         multi_tenant,
         faults,
         etag,
+        topology,
     )
     for warning in short_notice_warnings(_notices(scenario, params, server), time_scale, poll_interval):
         click.echo(f"warning: {warning}", err=True)
@@ -238,12 +246,17 @@ def _build(
     multi_tenant: bool,
     faults: tuple[str, ...],
     etag: bool = True,
+    topology: str | None = None,
 ) -> SimulatorServer:
     from ..simulator import SimulatorServer
     from ..simulator.faults import parse_fault_flag
+    from ..simulator.topology import Topology
 
     names = _vm_names(vm_name, vms)
+    if topology and vms:
+        raise ConfigError("give --vms or --topology, not both (the topology names the VMs)")
     try:
+        placement = Topology.load(topology) if topology else None
         fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
         return SimulatorServer(
             host,
@@ -258,6 +271,7 @@ def _build(
             scenario_start=scenario_start,
             faults=fault_specs,
             etag=etag,
+            topology=placement,
         )
     except ConfigError:  # ScenarioError, FaultError: already one line naming the problem
         raise

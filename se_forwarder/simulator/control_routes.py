@@ -63,6 +63,7 @@ class ControlApi:
                 sim.requests(query.get("vm"), _limit(query.get("limit"))),
             ),
             ("GET", "/settings"): lambda: (200, self.settings()),
+            ("GET", "/topology"): lambda: (200, sim.topology.describe() if sim.topology else None),
             ("POST", "/settings"): lambda: (200, self.update_settings(_json_body(body))),
         }
         handler = routes.get((method, sub))
@@ -172,6 +173,7 @@ class ControlApi:
                 "POST /control/reset",
                 "GET /control/requests?vm=&limit=",
                 "GET|POST /control/settings",
+                "GET /control/topology",
             ],
         }
 

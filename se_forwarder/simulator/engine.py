@@ -24,6 +24,7 @@ from se_forwarder.simulator.faults import Fault, parse_fault
 from se_forwarder.simulator.player import SCENARIO_STARTS, ScenarioListener, ScenarioPlayer
 from se_forwarder.simulator.scenarios import Scenario, load_scenario, scenario_from_mapping
 from se_forwarder.simulator.store import EventStore
+from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import (
     LATEST_VERSION,
     ApprovalError,
@@ -49,6 +50,7 @@ class Simulator:
         clock: Callable[[], float] = time.time,
         tick_interval: float = 0.05,
         request_log_size: int = 10_000,
+        topology: Topology | None = None,
     ) -> None:
         names = tuple(vm_names)
         if not names:
@@ -58,6 +60,7 @@ class Simulator:
         if not (time_scale > 0):
             raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
         self.vm_names = names
+        self.topology = topology  # None: every VM sees the one shared list (topology.py)
         self.time_scale = float(time_scale)
         self.multi_tenant = multi_tenant
         self._clock = clock
@@ -221,11 +224,14 @@ class Simulator:
             return self._store.get(event_id).wire()
 
     def document(self, vm: str | None = None, api_version: str = LATEST_VERSION) -> dict[str, Any]:
-        """The document ``vm`` gets for ``api_version`` (every VM sees the same shared list)."""
+        """The document ``vm`` gets for ``api_version`` (the shared list, or its group's part)."""
         with self._lock:
             self._advance()
             self._check_vm(vm)
-            return render_document(self._incarnation, (e.wire() for e in self._events.values()), api_version)
+            events, incarnation = [e.wire() for e in self._events.values()], self._incarnation
+            if self.topology is not None:
+                events, incarnation = self.topology.view(vm or self.vm_names[0], events)
+            return render_document(incarnation, events, api_version)
 
     # --- approvals -----------------------------------------------------------------------------
 
@@ -248,7 +254,8 @@ class Simulator:
             self._check_vm(voter)
             records, changes = self._store.approve(
                 event_ids, voter=voter, client=client, now=self._clock(),
-                multi_tenant=self.multi_tenant, api_version=api_version)
+                multi_tenant=self.multi_tenant, api_version=api_version,
+                sees=None if self.topology is None else self.topology.sees)
             self._commit(changes)
             unknown = [r["EventId"] for r in records if r["reason"] == "unknown EventId"]
             if unknown:

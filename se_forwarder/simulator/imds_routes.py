@@ -166,7 +166,10 @@ class ImdsHandler(BaseHTTPRequestHandler):
             owner.sim.note_poll(vm, self.client_address[0])  # a waiting scenario starts now
             return self._document(vm, version), (fault.kind if fault else None)
         index = owner.sim.vm_names.index(vm)
-        compute = compute_metadata(vm, index, owner.instance_overrides)
+        topology = owner.sim.topology
+        overrides = owner.instance_overrides if topology is None else \
+            {**owner.instance_overrides, **topology.compute_overrides(vm)}
+        compute = compute_metadata(vm, index, overrides)
         data = compute if route == "compute" else {"compute": compute, "network": network_metadata(index)}
         self._send(200, _dumps(data))
         return 200, (fault.kind if fault else None)

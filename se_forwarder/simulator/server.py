@@ -31,6 +31,7 @@ from se_forwarder.simulator.engine import SCENARIO_STARTS, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
 from se_forwarder.simulator.imds_routes import IMDS_ROUTES, ImdsHandler, Throttle
 from se_forwarder.simulator.scenarios import Scenario, load_scenario
+from se_forwarder.simulator.topology import Topology
 
 log = logging.getLogger("se_forwarder.simulator")
 
@@ -187,7 +188,9 @@ class SimulatorServer:
         hang_seconds: float = 300.0,
         instance_endpoint: str = "ok",
         etag: bool = True,
+        topology: Topology | None = None,
     ) -> None:
+        vm_names = topology.vm_names if topology is not None else vm_names
         for name in vm_names:
             if not isinstance(name, str) or not VM_NAME.match(name):
                 raise ValueError(f"bad VM name {name!r}: use letters, digits, '-', '_' and '.'")
@@ -203,7 +206,7 @@ class SimulatorServer:
             )
         self.host = host
         self._port = port
-        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant)
+        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology)
         self.throttle = Throttle(throttle_rps)
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})

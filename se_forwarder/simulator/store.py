@@ -160,14 +160,18 @@ class EventStore:
         return changes
 
     def approve(self, event_ids: Sequence[str], *, voter: str, client: str, now: float,
-                multi_tenant: bool, api_version: str) -> tuple[list[dict[str, Any]], list[str]]:
+                multi_tenant: bool, api_version: str,
+                sees: Callable[[str, Sequence[str]], bool] | None = None,
+                ) -> tuple[list[dict[str, Any]], list[str]]:
         """Record StartRequests from ``voter`` and start what they allow: (records, changes).
 
         All-or-nothing: with an EventId unknown to ``api_version`` nothing starts (the caller
-        raises ApprovalError); every EventId is recorded either way.
+        raises ApprovalError); every EventId is recorded either way. ``sees(voter, resources)``:
+        whether the voter's document shows an event (a topology's groups), else every one does.
         """
         visible = {e.event_id for e in self.events.values()
-                   if render_event(e.wire(), api_version) is not None}
+                   if render_event(e.wire(), api_version) is not None
+                   and (sees is None or sees(voter, e.resources))}
         unknown = [i for i in event_ids if i not in visible]
         records: list[dict[str, Any]] = []
         changes: list[str] = []

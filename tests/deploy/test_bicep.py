@@ -18,6 +18,8 @@ EVENT_HUBS_DATA_RECEIVER = "a638d3c7-ab3a-418d-83e6-5f17a39d4fde"
 QUEUE_DATA_MESSAGE_PROCESSOR = "8a0f0c08-91a1-4084-bc3d-661d67233fed"
 QUEUE_DATA_MESSAGE_SENDER = "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
+BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+CONTAINER = "Microsoft.Storage/storageAccounts/blobServices/containers"
 DCR = "Microsoft.Insights/dataCollectionRules"
 HUB = "Microsoft.EventHub/namespaces/eventhubs"
 QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
@@ -132,21 +134,25 @@ def test_each_agent_may_only_send_to_the_hub_process_its_own_queue_and_publish_l
     ]
 
 
-def test_coordinator_may_only_receive_from_the_hub_and_send_to_the_queues(
+def test_coordinator_may_only_use_the_hub_send_to_the_queues_and_keep_its_container(
     bicep_docs: dict[str, dict],
 ) -> None:
     coordinator = [a for a in role_assignments(bicep_docs)
                    if a["principal"] in ("receiverPrincipalId", "senderPrincipalId")]
     assert sorted((a["role"], a["scope_type"], a["scope"], a["condition"]) for a in coordinator) == [
+        # reads the agents' events and publishes its decisions, on the hub itself
+        (EVENT_HUBS_DATA_SENDER, HUB, "hub", "!empty(receiverPrincipalId)"),
         (EVENT_HUBS_DATA_RECEIVER, HUB, "hub", "!empty(receiverPrincipalId)"),
+        # its leader lease and snapshots, in its own container (not the account)
+        (BLOB_DATA_CONTRIBUTOR, CONTAINER, "coordinatorContainer", "!empty(senderPrincipalId)"),
         (QUEUE_DATA_MESSAGE_SENDER, QUEUE, "queues[i]", "!empty(senderPrincipalId)"),
     ]
 
 
 def test_no_other_role_assignment_exists(bicep_docs: dict[str, dict]) -> None:
     assignments = role_assignments(bicep_docs)
-    assert len(assignments) == 5, [a["where"] for a in assignments]
-    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR}
+    assert len(assignments) == 7, [a["where"] for a in assignments]
+    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR, CONTAINER}
 
 
 def test_main_gives_each_vm_its_own_identity_and_queue(bicep_docs: dict[str, dict]) -> None:
@@ -173,7 +179,7 @@ def test_main_gives_each_vm_its_own_identity_and_queue(bicep_docs: dict[str, dic
 def test_outputs_give_the_coordinator_the_hub_and_the_queue_urls(bicep_docs: dict[str, dict]) -> None:
     outputs = bicep_docs["main.bicep"]["outputs"]
     assert {"eventHubsNamespace", "eventHubName", "dashboardsConsumerGroup", "approvalQueues",
-            "coordinatorClientId"} <= set(outputs)
+            "coordinatorClientId", "coordinatorStorage"} <= set(outputs)
     for name, output in outputs.items():
         described = [d for d in output["decorators"] if d["type"] == "description"]
         assert described, f"output {name} has no @description"

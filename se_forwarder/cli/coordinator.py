@@ -1,0 +1,202 @@
+"""``se-forwarder coordinator ...``: the click wiring (run, check, and the control commands) of
+``se_forwarder.fleet.coordinator``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import ConfigError
+from .common import friendly_errors
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_CONFIG = "/etc/se-forwarder/coordinator.toml"
+
+
+
+config_option = click.option(
+    "--config", "config", type=click.Path(dir_okay=False), envvar="SE_FORWARDER_COORDINATOR_CONFIG",
+    help=f"coordinator.toml (default {DEFAULT_CONFIG}).")
+
+
+def _settings(config: str | None) -> Any:
+    from ..fleet.coordinator.service_config import load
+
+    path = config or DEFAULT_CONFIG
+    if not config and not Path(path).exists():
+        raise ConfigError(f"no configuration: give --config FILE (or set SE_FORWARDER_COORDINATOR_CONFIG; "
+                          f"{DEFAULT_CONFIG} does not exist)")
+    return load(path)
+
+
+@click.group("coordinator")
+def coordinator() -> None:
+    """The fleet coordinator: rolling maintenance within budgets (run it, check it, control it)."""
+
+
+@coordinator.command("run")
+@config_option
+@friendly_errors
+def run(config: str | None) -> None:
+    """Run the coordinator (until SIGTERM or Ctrl-C)."""
+    import logging
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    from ..fleet.coordinator.api import ApiServer, read_tokens
+    from ..fleet.coordinator.service import Service
+    from ..sinks.azure_common import quiet_sdk_logs
+    from ..telemetry import setup_logging
+
+    settings = _settings(config)
+    setup_logging(settings.log_format, settings.log_level)
+    quiet_sdk_logs()
+    logging.getLogger("azure.storage").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    tokens = read_tokens(settings.api.token_file)
+    service = Service(settings, stop)
+    api = ApiServer(service, settings.api.host, settings.api.port, tokens)
+    api.start()
+    log = logging.getLogger("se_forwarder.coordinator")
+    log.info("coordinator %s (instance %s) started: API on http://%s:%d, reading %s%s", settings.name,
+             settings.instance, settings.api.host, api.port, settings.eventhub.eventhub,
+             " in SHADOW mode (nothing is sent)" if settings.policy.shadow else "")
+    try:
+        code = service.run()
+    finally:
+        api.stop()
+    log.info("coordinator stopped")
+    sys.exit(code)
+
+
+@coordinator.command("check")
+@config_option
+@friendly_errors
+def check(config: str | None) -> None:
+    """Validate the configuration; reach the hub, storage and queues."""
+    from ..fleet.coordinator.check import run_checks
+    from ..sinks.azure_common import quiet_sdk_logs
+
+    settings = _settings(config)
+    quiet_sdk_logs()
+    click.echo(f"ok    config: {settings.source_file}")
+    sys.exit(1 if run_checks(settings, click.echo) else 0)
+
+
+def _client(config: str | None, url: str | None, token_file: str | None) -> Any:
+    from ..fleet.coordinator.client import Client
+
+    if url and token_file:
+        return Client(url, token_file)
+    settings = _settings(config)
+    return Client(url or settings.api.advertise or settings.api.url, token_file or settings.api.token_file)
+
+
+def _api_options(func: F) -> F:
+    func = click.option("--token-file", type=click.Path(dir_okay=False),
+                        help="File holding the API's bearer token (default: the config's "
+                             "api.token_file).")(func)
+    func = click.option("--url", help="The coordinator's API (default: from the config's [api]).")(func)
+    return config_option(func)  # type: ignore[no-any-return]
+
+
+@coordinator.command("status")
+@_api_options
+@click.option("--all", "all_scopes", is_flag=True, help="List every scope, not only those in use.")
+@click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
+@friendly_errors
+def status(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
+           as_json: bool) -> None:
+    """Budget use, pending events and why each waits, VMs not watched."""
+    from ..fleet.coordinator.client import render_status
+
+    result = _client(config, url, token_file).status(all_scopes)
+    click.echo(json.dumps(result, indent=2) if as_json else render_status(result))
+
+
+reason_option = click.option("--reason", required=True, help="Why (kept in the audit trail, one line).")
+
+
+def _act(kind: str, config: str | None, url: str | None, token_file: str | None,
+         body: dict[str, Any]) -> None:
+    from ..fleet.coordinator.client import actor
+
+    result = _client(config, url, token_file).act(kind, {**body, "actor": actor()})
+    d = result.get("decision", {})
+    data = d.get("data", {})
+    target = data.get("Target") or {}
+    extra = f" -> approval to {target.get('name')}" if kind == "approve" and target else ""
+    click.echo(f"{kind}: {d.get('subject')} ({d.get('id')}, published){extra}")
+
+
+@coordinator.command("pause")
+@_api_options
+@click.option("--scope", default="fleet", show_default=True,
+              help="fleet, group:..., zone:..., fault_domain:..., scale_set:..., tag:<name>=<value> "
+                   "(as status shows them).")
+@reason_option
+@friendly_errors
+def pause(config: str | None, url: str | None, token_file: str | None, scope: str, reason: str) -> None:
+    """Stop early approvals in a scope.
+
+    Approvals already sent stand; their retries stop."""
+    _act("pause", config, url, token_file, {"scope": scope, "reason": reason})
+
+
+@coordinator.command("resume")
+@_api_options
+@click.option("--scope", default="fleet", show_default=True, help="The scope that was paused.")
+@reason_option
+@friendly_errors
+def resume(config: str | None, url: str | None, token_file: str | None, scope: str, reason: str) -> None:
+    """Undo a pause."""
+    _act("resume", config, url, token_file, {"scope": scope, "reason": reason})
+
+
+@coordinator.command("hold")
+@click.argument("event_id")
+@_api_options
+@reason_option
+@friendly_errors
+def hold(event_id: str, config: str | None, url: str | None, token_file: str | None, reason: str) -> None:
+    """Approve nothing early for EVENT_ID.
+
+    It still starts at its NotBefore: Azure's deadline cannot be held."""
+    _act("hold", config, url, token_file, {"eventId": event_id, "reason": reason})
+
+
+@coordinator.command("release")
+@click.argument("event_id")
+@_api_options
+@reason_option
+@friendly_errors
+def release(event_id: str, config: str | None, url: str | None, token_file: str | None,
+            reason: str) -> None:
+    """Undo a hold."""
+    _act("release", config, url, token_file, {"eventId": event_id, "reason": reason})
+
+
+@coordinator.command("approve")
+@click.argument("event_id")
+@_api_options
+@click.option("--scope", "scopes", multiple=True,
+              help="A budget to exceed for this approval (a scope, a kind such as zone, or all); "
+                   "repeatable. Without it every budget must fit.")
+@reason_option
+@friendly_errors
+def approve(event_id: str, config: str | None, url: str | None, token_file: str | None,
+            scopes: tuple[str, ...], reason: str) -> None:
+    """Approve EVENT_ID now, on your word (within the budgets).
+
+    Budgets still count unless --scope names those you choose to exceed."""
+    _act("approve", config, url, token_file, {"eventId": event_id, "scopes": list(scopes),
+                                              "reason": reason})
+

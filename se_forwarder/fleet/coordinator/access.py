@@ -1,0 +1,161 @@
+"""Clients for the Azure services the coordinator uses, signed in as its configuration says.
+
+Token credentials (managed identity, or DefaultAzureCredential) or a connection string read from an
+environment variable or a file at start. Connection strings are registered with the log scrubber
+and never appear in a message. The Azure SDKs are imported here, only when the service runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ...errors import ConfigError
+from ...telemetry import add_secrets
+from .service_config import Access, EventHubSettings, QueueSettings, StorageSettings
+
+# Few, short SDK retries: the service has its own loops, and a down service must fail fast.
+EVENTHUB_RETRY: dict[str, Any] = {"retry_total": 2, "retry_backoff_factor": 0.2, "retry_backoff_max": 2}
+
+
+def connection_string(access: Access, where: str) -> str | None:
+    """The connection string ``access`` names (None for a token credential); ConfigError if unset."""
+    if access.credential != "connection-string":
+        return None
+    if access.connection_string_file:
+        try:
+            value = Path(access.connection_string_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}.connection_string_file: {access.connection_string_file} cannot be "
+                              f"read ({getattr(exc, 'strerror', None) or exc})") from None
+        if not value:
+            raise ConfigError(f"{where}.connection_string_file: {access.connection_string_file} is empty")
+    else:
+        value = os.environ.get(access.connection_string_env, "").strip()
+        if not value:
+            raise ConfigError(f"{where}.connection_string_env: environment variable "
+                              f"{access.connection_string_env} is not set")
+    add_secrets([value])
+    return value
+
+
+def token_credential(access: Access) -> Any:
+    """ManagedIdentityCredential or DefaultAzureCredential (with a user-assigned client id if given)."""
+    try:
+        from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
+    except ImportError:
+        raise ConfigError("the coordinator needs azure-identity: pip install 'se-forwarder[fleet]'") from None
+    if access.credential == "managed-identity":
+        return ManagedIdentityCredential(client_id=access.client_id) if access.client_id \
+            else ManagedIdentityCredential()
+    if access.client_id:
+        return DefaultAzureCredential(managed_identity_client_id=access.client_id)
+    return DefaultAzureCredential()
+
+
+def _hub_connection(settings: EventHubSettings) -> str | None:
+    conn = connection_string(settings.access, "eventhub")
+    if conn is None:
+        return None
+    parts = {}
+    for part in conn.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep:
+            parts[key.strip().lower()] = value.strip()
+    if not parts.get("endpoint", "").lower().startswith("sb://"):
+        raise ConfigError("eventhub: the connection string is malformed (needs Endpoint=sb://...;"
+                          "SharedAccessKeyName=...;SharedAccessKey=...)")
+    entity = parts.get("entitypath")
+    if entity and entity != settings.eventhub:
+        raise ConfigError(f"eventhub.eventhub: the connection string is for Event Hub {entity!r}, "
+                          f"not {settings.eventhub!r}")
+    return conn
+
+
+def consumer(settings: EventHubSettings, **kwargs: Any) -> Any:
+    """An ``EventHubConsumerClient`` for the coordinator's consumer group."""
+    from azure.eventhub import EventHubConsumerClient
+
+    from ... import __version__
+
+    common: dict[str, Any] = {"user_agent": f"se-forwarder-coordinator/{__version__}",
+                              **EVENTHUB_RETRY, **kwargs}
+    conn = _hub_connection(settings)
+    if conn is not None:
+        return EventHubConsumerClient.from_connection_string(
+            conn, consumer_group=settings.consumer_group, eventhub_name=settings.eventhub, **common)
+    return EventHubConsumerClient(
+        fully_qualified_namespace=settings.namespace, eventhub_name=settings.eventhub,
+        consumer_group=settings.consumer_group, credential=token_credential(settings.access), **common)
+
+
+def producer(settings: EventHubSettings) -> Any:
+    """An ``EventHubProducerClient`` for publishing decisions (one, kept for the service's life)."""
+    from azure.eventhub import EventHubProducerClient
+
+    from ... import __version__
+
+    common: dict[str, Any] = {"user_agent": f"se-forwarder-coordinator/{__version__}", **EVENTHUB_RETRY}
+    conn = _hub_connection(settings)
+    if conn is not None:
+        return EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.eventhub, **common)
+    return EventHubProducerClient(fully_qualified_namespace=settings.namespace,
+                                  eventhub_name=settings.eventhub,
+                                  credential=token_credential(settings.access), **common)
+
+
+def container(settings: StorageSettings) -> Any:
+    """A ``ContainerClient`` for the lease and snapshot blobs (not created here)."""
+    try:
+        from azure.storage.blob import ContainerClient
+    except ImportError:
+        raise ConfigError("the coordinator needs azure-storage-blob: pip install 'se-forwarder[fleet]'") \
+            from None
+    options: dict[str, Any] = {"connection_timeout": 5, "read_timeout": 20, "retry_total": 1}
+    conn = connection_string(settings.access, "storage")
+    try:
+        if conn is not None:
+            return ContainerClient.from_connection_string(conn, settings.container, **options)
+        return ContainerClient(settings.account_url, settings.container,
+                               credential=token_credential(settings.access), **options)
+    except ValueError:
+        raise ConfigError("storage: the Storage connection string is not valid") from None
+
+
+class Queues:
+    """``QueueClient``s for the agents' queues, made once per queue and kept (bounded)."""
+
+    MAX_CLIENTS = 2048
+
+    def __init__(self, settings: QueueSettings) -> None:
+        try:
+            import azure.storage.queue  # noqa: F401
+        except ImportError:
+            raise ConfigError("the coordinator needs azure-storage-queue: "
+                              "pip install 'se-forwarder[fleet]'") from None
+        from ...approvals.queue.client import make_client
+
+        self.settings = settings
+        self._make = make_client
+        self._conn = connection_string(settings.access, "queues")
+        self._credential = None if self._conn else token_credential(settings.access)
+        self._clients: dict[str, Any] = {}
+
+    def client(self, name: str) -> Any:
+        found = self._clients.get(name)
+        if found is None:
+            if len(self._clients) >= self.MAX_CLIENTS:
+                self._clients.pop(next(iter(self._clients))).close()
+            try:
+                found = self._make(name, connection_string=self._conn, account_url=self.settings.account_url,
+                                   credential=self._credential)
+            except ValueError:
+                raise ConfigError("queues: the Storage connection string is not valid") from None
+            self._clients[name] = found
+        return found
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()

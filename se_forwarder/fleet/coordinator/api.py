@@ -1,0 +1,237 @@
+"""The coordinator's HTTP API (Starlette on uvicorn, in a thread of the service).
+
+=============================  ===========================================================  =======
+route                          what                                                          auth
+=============================  ===========================================================  =======
+``GET /healthz``               200/503 and one line (observe.health)                         no
+``GET /metrics``               Prometheus text                                               no
+``GET /v1/status``             view.status plus ``service`` (role, leader, positions);       bearer
+                               ``?all=1`` every scope, ``?decisions=N`` the log's length
+``GET /v1/groups``             view.groups (``?group=``, ``?search=``)                       bearer
+``GET /v1/state``              the fold's digest and positions (two instances compare)       bearer
+``POST /v1/pause|resume``      ``{"scope", "reason", "actor"}``                              bearer
+``POST /v1/hold|release``      ``{"eventId", "reason", "actor"}``                            bearer
+``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason", "actor"}``           bearer
+=============================  ===========================================================  =======
+
+A control request answers 200 with the decision once it is published, 409 ``{"error", "code"}``
+when the core refuses it (control.py), 503 ``{"error", "leader"}`` on a standby (with the
+leader's advertised address) or while a new leader catches up, 401 without the right token,
+400 for a malformed body. The token file holds one token per line (several while rotating).
+The server binds ``[api] listen``, 127.0.0.1:8470 by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import ConfigError
+from . import control, observe
+from .control import ControlRefused
+from .events import to_dict
+from .view import groups
+
+if TYPE_CHECKING:
+    from .service import Service
+
+log = logging.getLogger("se_forwarder.coordinator.api")
+
+REQUEST_TIMEOUT = 10.0  # s a request waits for the service thread, and for its decision's publication
+MIN_TOKEN = 16
+MAX_BODY = 64 * 1024
+
+
+def read_tokens(path: str) -> list[str]:
+    """The bearer tokens in ``path`` (one per line, ``#`` comments); ConfigError naming the problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"api.token_file: {path} cannot be read ({why})") from None
+    tokens = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    tokens = [t for t in tokens if t]
+    if not tokens:
+        raise ConfigError(f"api.token_file: {path} holds no token")
+    if any(len(t) < MIN_TOKEN or any(c.isspace() for c in t) for t in tokens):
+        raise ConfigError(f"api.token_file: {path}: a token must be at least {MIN_TOKEN} characters "
+                          "without spaces (e.g. head -c 32 /dev/urandom | base64)")
+    return tokens
+
+
+def make_app(service: Service, tokens: list[str]) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.routing import Route
+
+    from .service import NotLeading
+
+    def authorised(request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return False
+        ok = False
+        for token in tokens:
+            ok |= hmac.compare_digest(token.encode(), given.strip().encode())
+        return ok
+
+    async def on_service(func: Callable[[], Any]) -> Any:
+        return await asyncio.wait_for(asyncio.wrap_future(service.submit(func)), REQUEST_TIMEOUT)
+
+    Handler = Callable[[Request], Awaitable[Response]]
+
+    def guarded(handler: Handler) -> Handler:
+        async def wrapper(request: Request) -> Response:
+            if not authorised(request):
+                return JSONResponse({"error": "a valid bearer token is required (api.token_file)"},
+                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            try:
+                return await handler(request)
+            except ControlRefused as exc:
+                return JSONResponse({"error": str(exc), "code": exc.code}, status_code=409)
+            except NotLeading as exc:
+                return JSONResponse({"error": str(exc), "leader": exc.leader or None}, status_code=503)
+            except BadRequest as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            except TimeoutError:
+                return JSONResponse({"error": "the coordinator did not answer in time (busy reading the "
+                                     "hub?); a control request may still be published"}, status_code=504)
+        return wrapper
+
+    async def healthz(_request: Request) -> Response:
+        ok, line = observe.health(service)
+        return PlainTextResponse(line + "\n", status_code=200 if ok else 503,
+                                 headers={"Cache-Control": "no-store"})
+
+    async def metrics(_request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        data = await on_service(lambda: observe.values(service))
+        return Response(observe.render(data), media_type=CONTENT_TYPE_LATEST)
+
+    async def status(request: Request) -> Response:
+        everything = request.query_params.get("all") in ("1", "true")
+        limit = _int(request.query_params.get("decisions", "50"), "decisions", 0, 10_000)
+        return JSONResponse(await on_service(lambda: service.status(everything, limit)))
+
+    async def fleet_groups(request: Request) -> Response:
+        import time
+
+        group, search = request.query_params.get("group"), request.query_params.get("search")
+        return JSONResponse(await on_service(
+            lambda: groups(service.state, service.policy, time.time(), group=group, search=search)))
+
+    async def state(_request: Request) -> Response:
+        return JSONResponse(await on_service(lambda: {"digest": service.digest(), **service.describe()}))
+
+    def action(kind: str) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            body = await _json(request)
+            actor, reason = _field(body, "actor"), _field(body, "reason")
+            make = _maker(kind, body, actor, reason, service)
+            published = await on_service(lambda: service.control(make))
+            decision = await asyncio.wait_for(asyncio.wrap_future(published), REQUEST_TIMEOUT)
+            return JSONResponse({"decision": to_dict(decision, service.source)})
+        return handler
+
+    routes = [
+        Route("/healthz", healthz), Route("/metrics", metrics),
+        Route("/v1/status", guarded(status)), Route("/v1/groups", guarded(fleet_groups)),
+        Route("/v1/state", guarded(state)),
+        *[Route(f"/v1/{kind}", guarded(action(kind)), methods=["POST"])
+          for kind in ("pause", "resume", "hold", "release", "approve")],
+    ]
+    return Starlette(routes=routes)
+
+
+class BadRequest(Exception):
+    pass
+
+
+async def _json(request: Any) -> dict[str, Any]:
+    import json
+
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise BadRequest("the body is too large")
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise BadRequest("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+def _field(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{key} is required")
+    return value
+
+
+def _int(text: str, name: str, low: int, high: int) -> int:
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise BadRequest(f"{name} must be a whole number from {low} to {high}")
+    return int(text)
+
+
+def _maker(kind: str, body: dict[str, Any], actor: str, reason: str, service: Service) -> Callable[..., Any]:
+    policy = service.policy
+    if kind in ("pause", "resume"):
+        scope = body.get("scope")
+        if scope is not None and not isinstance(scope, str):
+            raise BadRequest("scope must be a string")
+        switch = control.pause if kind == "pause" else control.resume
+        return lambda state, now: switch(state, policy, now, scope, actor, reason)
+    event_id = body.get("eventId")
+    if not isinstance(event_id, str):
+        raise BadRequest("eventId is required")
+    if kind == "approve":
+        scopes = body.get("scopes", [])
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise BadRequest("scopes must be a list of scopes")
+        return lambda state, now: control.approve_now(state, policy, now, event_id, actor, reason, scopes)
+    if kind == "hold":
+        return lambda state, now: control.hold(state, policy, now, event_id, actor, reason)
+    return lambda state, now: control.release(state, policy, now, event_id, actor, reason)
+
+
+class ApiServer:
+    """uvicorn serving the app on a socket bound here (so a taken port is one clear error)."""
+
+    def __init__(self, service: Service, host: str, port: int, tokens: list[str]) -> None:
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"api.listen: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        sock.listen(64)
+        self.sock = sock
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(make_app(service, tokens), log_config=None, access_log=False,
+                                lifespan="off", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
+                                       name="coordinator-api", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+        self.sock.close()

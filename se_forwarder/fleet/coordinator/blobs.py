@@ -1,0 +1,176 @@
+"""The coordinator's blobs: the leader's lease and the snapshot of the fold (its checkpoint).
+
+One container (``[storage] container``) holds, per coordinator name:
+
+- ``<name>/leader``: an empty blob whose lease is the leadership. Its holder writes its instance
+  name and API address into the blob's metadata, so a standby can tell who leads.
+- ``<name>/snapshot.json.gz``: the fold (``snapshot.snapshot``) with the partition positions it
+  covers, gzipped JSON, written by the leader every ``snapshot_interval`` and when it stops. A
+  restarted instance loads it and reads the hub on from those positions; without one (or with one
+  for another hub) it reads the hub from the start of its retention.
+
+Lease timing (the numbers that keep two leaders from acting at once): the lease lasts
+``lease_duration`` (15-60 s) from the moment a renewal is *sent*; the leader renews every
+``lease_duration / 5`` and stops acting ``MARGIN`` seconds before the lease could expire since its
+last successful renewal, so a publish started in time (at most ``hub.PUBLISH_TIMEOUT``) lands
+before any other instance can hold the lease. A standby tries to take the lease every
+``lease_duration / 5``; it gets it at most ``lease_duration`` after the leader's last renewal.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import StateError
+from .hub import PUBLISH_TIMEOUT, Position
+
+log = logging.getLogger("se_forwarder.coordinator.blobs")
+
+MARGIN = PUBLISH_TIMEOUT + 3.0
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Holder:
+    instance: str
+    api: str
+    locked: bool
+
+
+class Lease:
+    """The leadership lease on ``<name>/leader``; all calls raise Azure errors for the caller."""
+
+    def __init__(self, container: Any, name: str, instance: str, api: str, duration: float) -> None:
+        self.blob = container.get_blob_client(f"{name}/leader")
+        self.instance, self.api, self.duration = instance, api, int(duration)
+        self._lease: Any = None
+        self.valid_until = 0.0  # monotonic: act only before this
+
+    @property
+    def held(self) -> bool:
+        return self._lease is not None
+
+    def acting(self) -> bool:
+        """Held, and renewed recently enough to act (module docstring)."""
+        return self._lease is not None and time.monotonic() < self.valid_until
+
+    def try_acquire(self) -> bool:
+        """Take the lease if nobody holds it; True when this instance now leads."""
+        from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+
+        sent = time.monotonic()
+        try:
+            lease = self.blob.acquire_lease(lease_duration=self.duration)
+        except ResourceNotFoundError:
+            try:
+                self.blob.upload_blob(b"", overwrite=False)
+            except ResourceExistsError:
+                pass
+            except HttpResponseError as exc:
+                if exc.status_code != 412:  # leased meanwhile by another instance
+                    raise
+            return False
+        except HttpResponseError as exc:
+            if exc.status_code == 409:  # LeaseAlreadyPresent
+                return False
+            raise
+        self._lease = lease
+        self.valid_until = sent + self.duration - MARGIN
+        try:
+            self.blob.set_blob_metadata({"instance": self.instance, "api": self.api}, lease=lease)
+        except HttpResponseError as exc:  # only the standby's hint is lost
+            log.warning("could not record this instance on the lease blob: %s", exc.message)
+        return True
+
+    def renew(self) -> bool:
+        """Renew the held lease; False (and no longer held) when it was lost to another instance."""
+        from azure.core.exceptions import HttpResponseError
+
+        if self._lease is None:
+            return False
+        sent = time.monotonic()
+        try:
+            self._lease.renew()
+        except HttpResponseError as exc:
+            if exc.status_code in (409, 412):  # another instance holds it now, or it was broken
+                self._lease = None
+                self.valid_until = 0.0
+                return False
+            raise
+        self.valid_until = sent + self.duration - MARGIN
+        return True
+
+    def give_up(self, release: bool) -> None:
+        """Stop leading now; ``release`` frees the lease at once (a clean stop)."""
+        lease, self._lease = self._lease, None
+        self.valid_until = 0.0
+        if release and lease is not None:
+            try:
+                lease.release()
+            except Exception as exc:  # noqa: BLE001 - it then expires by itself
+                log.warning("could not release the leader lease (it expires by itself): %s", exc)
+
+    def holder(self) -> Holder | None:
+        """Who holds the lease, from the blob's metadata; None when nobody does (or unknown)."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            props = self.blob.get_blob_properties()
+        except AzureError:
+            return None
+        locked = getattr(props.lease, "status", "") == "locked"
+        meta = props.metadata or {}
+        return Holder(meta.get("instance", ""), meta.get("api", ""), locked) if locked else None
+
+
+@dataclass
+class Snapshot:
+    state: dict[str, Any]
+    positions: dict[str, Position]
+    written_at: float
+    instance: str
+
+
+class Snapshots:
+    """``<name>/snapshot.json.gz``: the fold and the positions it covers."""
+
+    def __init__(self, container: Any, name: str, hub: str) -> None:
+        self.blob = container.get_blob_client(f"{name}/snapshot.json.gz")
+        self.hub = hub
+
+    def save(self, state: dict[str, Any], positions: dict[str, Position], instance: str) -> int:
+        """Write the snapshot; its size in bytes (compressed)."""
+        data = {"format": FORMAT, "hub": self.hub, "instance": instance, "writtenAt": time.time(),
+                "positions": {pid: pos.as_data() for pid, pos in sorted(positions.items())},
+                "state": state}
+        body = gzip.compress(json.dumps(data, separators=(",", ":")).encode("utf-8"), compresslevel=5)
+        self.blob.upload_blob(body, overwrite=True)
+        return len(body)
+
+    def load(self) -> Snapshot | None:
+        """The last snapshot, None when there is none; StateError when it is not usable."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            body = self.blob.download_blob().readall()
+        except ResourceNotFoundError:
+            return None
+        try:
+            data = json.loads(gzip.decompress(body))
+            if data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format')!r}")
+            if data.get("hub") != self.hub:
+                raise StateError(f"the snapshot is of Event Hub {data.get('hub')!r}, not {self.hub!r}")
+            positions = {str(pid): Position(int(p["sequence"]), str(p["offset"]))
+                         for pid, p in data["positions"].items()}
+            return Snapshot(data["state"], positions, float(data["writtenAt"]), str(data.get("instance")))
+        except StateError:
+            raise
+        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StateError(f"the snapshot blob is damaged ({type(exc).__name__}: {str(exc)[:100]})") \
+                from None

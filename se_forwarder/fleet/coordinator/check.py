@@ -1,0 +1,114 @@
+"""``se-forwarder coordinator check``: one ``ok``/``FAIL``/``warn``/``skip`` line per part, as the agent's.
+
+Parts: the signing key, the API token file, the Event Hub (partitions readable in the consumer
+group), the storage container (the lease and the snapshot), the approval queues' account, and a
+running coordinator's ``/healthz``. Nothing is changed: no lease is taken, no message sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...approvals import signing
+from ...telemetry import redact
+from . import access
+from .api import read_tokens
+from .service_config import ServiceSettings
+
+WARN = "warn"
+
+
+def run_checks(settings: ServiceSettings, echo: Callable[[str], None]) -> int:
+    """Print one line per check; the number of failures."""
+    checks: list[tuple[str, Callable[[], tuple[bool | str | None, str]]]] = [
+        ("signing key", lambda: _key(settings)),
+        ("api token", lambda: _token(settings)),
+        ("event hub", lambda: _hub(settings)),
+        ("storage", lambda: _storage(settings)),
+        ("queues", lambda: _queues(settings)),
+        ("running coordinator", lambda: _running(settings)),
+    ]
+    failures = 0
+    for label, check in checks:
+        try:
+            ok, text = check()
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+            lines = str(exc).strip().splitlines()
+            ok, text = False, f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+        prefix = {True: "ok   ", False: "FAIL ", None: "skip ", WARN: "warn "}[ok]
+        echo(redact(f"{prefix} {label}: {text}"))
+        failures += ok is False
+    return failures
+
+
+def _key(settings: ServiceSettings) -> tuple[bool, str]:
+    key = signing.load_signing_key(file=settings.key_file)
+    return True, (f"{settings.key_file} (Ed25519, key id {signing.keyid(key)}; the agents verify "
+                  f"with its public key {signing.public_key_line(key)})")
+
+
+def _token(settings: ServiceSettings) -> tuple[bool, str]:
+    tokens = read_tokens(settings.api.token_file)
+    return True, f"{settings.api.token_file} ({len(tokens)} token(s))"
+
+
+def _hub(settings: ServiceSettings) -> tuple[bool, str]:
+    hub = settings.eventhub
+    client = access.consumer(hub)
+    try:
+        ids = client.get_partition_ids()
+    finally:
+        client.close()
+    return True, f"{hub.eventhub}: {len(ids)} partition(s), consumer group {hub.consumer_group}"
+
+
+def _storage(settings: ServiceSettings) -> tuple[bool | str, str]:
+    from azure.core.exceptions import ResourceNotFoundError
+
+    container = access.container(settings.storage)
+    try:
+        container.get_container_properties()
+    except ResourceNotFoundError:
+        return WARN, (f"container {settings.storage.container} does not exist yet (the coordinator "
+                      "creates it when its identity may)")
+    blob = container.get_blob_client(f"{settings.name}/leader")
+    try:
+        props = blob.get_blob_properties()
+        lease = props.lease.status if props.lease else "unlocked"
+        who = (props.metadata or {}).get("instance", "?")
+        leader = f"leader: {who}" if lease == "locked" else "no leader now"
+    except ResourceNotFoundError:
+        leader = "no coordinator has run yet"
+    return True, f"container {settings.storage.container} reachable; {leader}"
+
+
+def _queues(settings: ServiceSettings) -> tuple[bool | str, str]:
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
+
+    queues = access.Queues(settings.queues)
+    probe = "se-forwarder-check"
+    try:
+        queues.client(probe).get_queue_properties()
+    except ResourceNotFoundError:
+        pass  # reachable and signed in
+    except ClientAuthenticationError as exc:
+        return False, f"the queue account refused the credential: {exc.message}"
+    except HttpResponseError as exc:
+        if exc.status_code != 403:
+            raise
+        return True, ("queue account reachable (sending rights are used at the first approval: "
+                      "Storage Queue Data Message Sender cannot read queue properties)")
+    finally:
+        queues.close()
+    return True, f"queue account reachable; queues named {settings.queues.template!r}"
+
+
+def _running(settings: ServiceSettings) -> tuple[bool | None, str]:
+    import requests
+
+    url = f"{settings.api.url}/healthz"
+    try:
+        response = requests.get(url, timeout=2, proxies={"http": "", "https": ""})
+    except requests.RequestException:
+        return None, f"none answers at {url}"
+    return response.status_code == 200, f"{url}: {response.text.strip()[:300]}"

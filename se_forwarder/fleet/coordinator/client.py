@@ -1,0 +1,125 @@
+"""The control commands' side of the API: requests to a running coordinator, and ``status`` as text.
+
+The base URL and the token come from ``coordinator.toml`` (``[api] listen`` or ``advertise``, and
+``token_file``), or from ``--url`` and ``--token-file``. The token is only ever read from a file.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from typing import Any
+
+import requests
+
+from ...errors import ConfigError, SeForwarderError
+from .api import read_tokens
+
+TIMEOUT = 20.0
+
+
+class Refused(SeForwarderError):
+    """The coordinator answered with an error; the message is its one line."""
+
+
+def actor() -> str:
+    """Who acts, as the audit records it: ``person:<login>@<host>``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"person:{user}@{socket.gethostname() or 'localhost'}"
+
+
+class Client:
+    def __init__(self, base_url: str, token_file: str) -> None:
+        self.base = base_url.rstrip("/")
+        self.token = read_tokens(token_file)[0]
+        self.http = requests.Session()
+        self.http.trust_env = False  # the API is local or on the private network: no proxy
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, f"{self.base}{path}", timeout=TIMEOUT,
+                                         headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+        except requests.RequestException as exc:
+            raise SeForwarderError(f"cannot reach the coordinator at {self.base} ({type(exc).__name__}): "
+                                   "is it running, and is this [api] listen?") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        if response.status_code == 401:
+            raise ConfigError(f"the coordinator at {self.base} refused the token (api.token_file)")
+        if response.status_code >= 400:
+            text = body.get("error") if isinstance(body, dict) else None
+            code = body.get("code") if isinstance(body, dict) else None
+            prefix = f"refused ({code}): " if code else ""
+            raise Refused(f"{prefix}{text or f'HTTP {response.status_code}'}")
+        return body
+
+    def status(self, all_scopes: bool = False, decisions: int = 20) -> dict[str, Any]:
+        params = {"decisions": str(decisions), **({"all": "1"} if all_scopes else {})}
+        result: dict[str, Any] = self._call("GET", "/v1/status", params=params)
+        return result
+
+    def act(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/{kind}", json=body)
+        return result
+
+
+def render_status(s: dict[str, Any]) -> str:
+    """``coordinator status`` for people: who leads, scopes with budget use, what waits and why, and
+    the VMs not watched."""
+    svc = s.get("service", {})
+    leader = svc.get("leader") or {}
+    lines = [f"coordinator {svc.get('name')}: this instance {svc.get('instance')} is {svc.get('role')}"
+             + (f"; leader {leader.get('instance')} at {leader.get('api')}" if svc.get("role") == "standby"
+                and leader else "")
+             + ("; SHADOW MODE (nothing is sent)" if s.get("shadow") else "")
+             + (f"; inside blackout {s['blackout']!r}" if s.get("blackout") else "")]
+    fleet = s.get("fleet", {})
+    lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
+                 f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
+                 f"{fleet.get('openEvents', 0)} open events")
+    for p in s.get("paused", []):
+        lines.append(f"paused: {p['scope']} since {p['since']} by {p['actor']}: {p['reason']}")
+    for h in s.get("held", []):
+        lines.append(f"held: {h['eventId']} since {h['since']} by {h['actor']}: {h['reason']}")
+    lines += ["", "SCOPES (budget use)"]
+    scopes = s.get("scopes", [])
+    if scopes:
+        width = max(len(x["scope"]) for x in scopes)
+        lines.append(f"  {'SCOPE':<{width}}  USED/MAX  SIZE  PAUSED")
+        for x in scopes:
+            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {x['size']:>4}  "
+                         f"{'yes' if x['paused'] else ''}")
+    else:
+        lines.append("  none in use")
+    totals = s.get("scopeTotals", {})
+    if totals:
+        lines.append("  " + ", ".join(f"{kind}: {t['full']} of {t['scopes']} full" for kind, t in
+                                      sorted(totals.items())))
+    lines += ["", "PENDING EVENTS (earliest NotBefore first)"]
+    pending = s.get("pending", [])
+    for p in pending:
+        affected = ", ".join(p.get("affected") or p.get("resources") or []) or "-"
+        lines.append(f"  {p['eventId']}  {p.get('eventType') or '?':<8}  NotBefore "
+                     f"{p.get('notBeforeUtc') or '-'}  {affected}")
+        lines.append(f"      {p['reasonCode']}: {p['reason']}")
+    if not pending:
+        lines.append("  none")
+    started = s.get("started", [])
+    if started:
+        lines += ["", "STARTED"]
+        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
+                  f"{', '.join(x.get('affected') or [])}" for x in started]
+    lines += ["", "VMS NOT WATCHED (no heartbeat within heartbeat_timeout)"]
+    unwatched = s.get("unwatched", [])
+    for u in unwatched:
+        age = u.get("heartbeatAgeSeconds")
+        last = f"last heartbeat {age:.0f} s ago" if age is not None else "no heartbeat yet"
+        lines.append(f"  {u['name']}  {u.get('group') or '-'}  {last}")
+    if not unwatched:
+        lines.append("  none")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""The coordinator's ``/metrics`` (Prometheus text) and ``/healthz`` (200 or 503, one line), as the agent has.
+
+Metric values are read on the service's own thread (``Service.submit``), so a scrape never sees a
+half-updated fold. ``/healthz`` is 503 when the hub has not been readable, the storage account not
+reachable, or decisions not publishable for ``UNHEALTHY_AFTER`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .service import Service
+
+UNHEALTHY_AFTER = 60.0
+PREFIX = "se_forwarder_coordinator_"
+
+
+def values(service: Service) -> dict[str, Any]:
+    """Everything ``/metrics`` shows, read on the service thread."""
+    out = service.output.stats
+    state = service.state
+    skipped = dict(service.stats.skipped)
+    return {
+        "folded": dict(service.stats.folded),
+        "skipped": {"not-cloudevent": service.not_cloudevents, "other-coordinator": service.foreign,
+                    "malformed": service.stats.malformed, "late": service.stats.late,
+                    "other-type": sum(skipped.values())},
+        "decisions": service.decisions_made, "published": out.published,
+        "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
+        "dropped": out.dropped, "leader": int(service.leadership.term is not None),
+        "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
+        "latencies": list(out.latencies),
+        "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
+    }
+
+
+def render(v: dict[str, Any]) -> bytes:
+    """Prometheus text exposition of ``values`` (plus the process's CPU and memory)."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+    class Collector:
+        def collect(self) -> Iterator[Any]:
+            folded = CounterMetricFamily(PREFIX + "folded", "Hub events folded, by CloudEvent type "
+                                         "(com.azure.scheduledevents. left out).", labels=["type"])
+            for kind, count in sorted(v["folded"].items()):
+                folded.add_metric([kind], count)
+            yield folded
+            skipped = CounterMetricFamily(PREFIX + "skipped", "Hub events counted and skipped, by why.",
+                                          labels=["reason"])
+            for reason, count in v["skipped"].items():
+                skipped.add_metric([reason], count)
+            yield skipped
+            for name, help_text in (
+                ("decisions", "Decisions made by this instance."),
+                ("published", "Decisions published to the hub by this instance."),
+                ("publish_failures", "Failed attempts to publish decisions (retried)."),
+                ("sent", "Approval messages sent to the agents' queues."),
+                ("send_failures", "Approval messages that could not be sent."),
+                ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
+            ):
+                yield CounterMetricFamily(PREFIX + name, help_text, value=v[name])
+            for name, help_text in (
+                ("leader", "1 while this instance holds the leader lease."),
+                ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
+                ("vms", "VMs in the fold."),
+                ("open_events", "Events not completed or canceled."),
+            ):
+                yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
+            if v["last_input_age"] is not None:
+                yield GaugeMetricFamily(PREFIX + "last_input_age_seconds",
+                                        "Seconds since the last event arrived from the hub.",
+                                        value=round(v["last_input_age"], 3))
+            latencies = v["latencies"]
+            yield SummaryMetricFamily(PREFIX + "approval_latency_seconds",
+                                      "From the hub input that made an approval possible to its queue "
+                                      "message (recent approvals).", count_value=len(latencies),
+                                      sum_value=round(sum(latencies), 6))
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())  # type: ignore[arg-type]
+    ProcessCollector(registry=registry)
+    return generate_latest(registry)
+
+
+def health(service: Service) -> tuple[bool, str]:
+    """(healthy, one line)."""
+    now = time.monotonic()
+    reader = service.reader.health if service.reader is not None else None
+    if reader is not None and reader.last_error_at is not None:
+        since = reader.last_batch if reader.last_batch is not None else service.started
+        if reader.last_error_at > since and now - since > UNHEALTHY_AFTER:
+            return False, f"the Event Hub has not been readable for {now - since:.0f} s: {reader.errors[-1]}"
+    failing = service.leadership.failing_since
+    if failing is not None and now - failing > UNHEALTHY_AFTER:
+        return False, (f"the storage account has failed for {now - failing:.0f} s (leader lease): "
+                       f"{service.leadership.last_error}")
+    out = service.output.stats
+    if out.failing_since is not None and now - out.failing_since > UNHEALTHY_AFTER:
+        return False, f"decisions have not been publishable for {now - out.failing_since:.0f} s: " \
+                      f"{out.last_publish_error}"
+    where = ", ".join(f"{p}:{s.sequence}" for p, s in sorted(service.positions.items())) or "nothing yet"
+    return True, f"ok: {service.role}, {len(service.state.vms)} VMs, read up to {where}"

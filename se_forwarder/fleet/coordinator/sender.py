@@ -1,0 +1,106 @@
+"""Approval messages: an ``approve`` decision signed (``Signer``) and put in its target VM's queue.
+
+The message is the agents' Ed25519-signed CloudEvent (``approvals/signing.py``) with ``id`` = the
+decision id, so an agent carries out one decision once however often it arrives, and ``VmName`` =
+the target, so no other VM can use it. The queue is the target's, named by the agents' template
+(``approvals.queue.queue_name``). A failed send is logged and counted, never retried here: the
+decision stays, and the core sends the approval to another affected VM when no ``approved`` echo
+comes within ``echo_timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...approvals import signing
+from ...approvals.messages import MAX_TEXT
+from ...approvals.queue import queue_name
+from ...errors import ConfigError
+from .access import Queues
+from .events import Decision
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+log = logging.getLogger("se_forwarder.coordinator.sender")
+
+
+class Signer:
+    """Signs approval messages with the Ed25519 private key of ``[signing] key_file`` (made by
+    ``se-forwarder fleet keygen``; re-read when the file changes, so a rotated key takes over
+    without a restart). The agents verify with its public key and can sign nothing themselves."""
+
+    def __init__(self, key_file: str, source: str) -> None:
+        self.source, self.key_file = source, Path(key_file)
+        self._stamp: tuple[int, int] | None = None
+        self._key: Ed25519PrivateKey | None = None
+
+    def key(self) -> Ed25519PrivateKey:
+        """The private key; ConfigError (one line, what to do) when it cannot be read."""
+        try:
+            info = self.key_file.stat()
+        except OSError as exc:
+            raise ConfigError(f"signing.key_file {self.key_file} cannot be read: "
+                              f"{exc.strerror or exc}") from None
+        stamp = (info.st_mtime_ns, info.st_size)
+        if self._key is None or stamp != self._stamp:
+            self._key = signing.load_signing_key(file=self.key_file)
+            self._stamp = stamp
+        return self._key
+
+    def message(self, decision: Decision, now: float, ttl: float) -> str:
+        """The queue message text for ``decision`` (an approve with a target), valid ``ttl`` s."""
+        assert decision.event_id is not None and decision.target is not None
+        moment = datetime.fromtimestamp(now, UTC)
+        message = signing.new_message(
+            decision.event_id, source=self.source, key=self.key(),
+            expires_at=moment + timedelta(seconds=ttl), reason=decision.reason[:MAX_TEXT],
+            vm_name=decision.target.name, now=moment, message_id=decision.id,
+        )
+        return signing.encode(message)
+
+
+@dataclass(frozen=True)
+class Sent:
+    queue: str
+    ok: bool
+    problem: str = ""
+
+
+class Sender:
+    """Puts signed approval messages in the agents' queues."""
+
+    def __init__(self, queues: Queues, signer: Signer, template: str, ttl: float) -> None:
+        self.queues, self.signer, self.template, self.ttl = queues, signer, template, ttl
+
+    def queue_for(self, decision: Decision) -> str:
+        assert decision.target is not None
+        return queue_name(self.template, decision.target.name, decision.target.vm_id)
+
+    def send(self, decision: Decision, now: float) -> Sent:
+        """Send the approval of ``decision``; what happened (never raises for a service failure)."""
+        from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+        try:
+            name = self.queue_for(decision)
+            text = self.signer.message(decision, now, self.ttl)
+        except ConfigError as exc:
+            return Sent("", False, str(exc))
+        try:
+            self.queues.client(name).send_message(text, time_to_live=int(self.ttl))
+        except ResourceNotFoundError:
+            return Sent(name, False, f"queue {name} does not exist (is the agent on "
+                                     f"{decision.target.name if decision.target else '?'} configured "
+                                     "with [approvals.queue] and running?)")
+        except (AzureError, ConfigError, OSError) as exc:
+            return Sent(name, False, f"cannot send to queue {name}: {_first_line(exc)}")
+        return Sent(name, True)
+
+
+def _first_line(exc: BaseException) -> Any:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__

@@ -1,0 +1,240 @@
+"""A whole fleet on loopback, real parts only: the simulator with an availability set and a scale
+set, one agent subprocess per VM (Event Hubs sink with heartbeats, approvals from its queue), the
+Event Hubs broker, Azurite blob and queue, and coordinators as subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from se_forwarder.approvals import signing
+from se_forwarder.simulator import SimulatorServer
+from se_forwarder.simulator.topology import Topology
+from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
+from tests.azurite import Azurite
+from tests.conftest import ROOT, AgentProcess, toml_value
+from tests.eventhubs.broker import EventHubsBroker
+from tests.operations.helpers import free_port
+
+TIME_SCALE = 10.0  # simulated seconds per real second
+STARTED_REAL = 2.0  # real seconds an event stays Started
+STARTED = STARTED_REAL * TIME_SCALE
+NOTICE = 1800 * TIME_SCALE  # 30 min of real time ahead: long notice, inside approve_within
+MIN_HEALTHY = 3.0
+HEARTBEAT_TIMEOUT = 6.0
+ECHO_TIMEOUT = 8.0
+TOPOLOGY = Topology.build(
+    availability_sets=[{"name": "web", "vms": 6, "fault_domains": 3}],
+    scale_sets=[{"name": "api", "vms": 4, "zones": ["1", "2"]}],
+)
+WEB = [f"web-{i}" for i in range(6)]
+API = [f"api_{i}" for i in range(4)]
+API_GROUP = f"group:vmss/{DEFAULT_SUBSCRIPTION_ID}/{DEFAULT_RESOURCE_GROUP}/api".lower()
+DECISION = "com.azure.scheduledevents.coordinator."
+COORDINATOR_ENV = "COORD_EH_CONN"
+
+
+def utc(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class Coordinator:
+    """``se-forwarder coordinator run`` as a subprocess."""
+
+    name: str
+    instance: str
+    config: Path
+    log: Path
+    port: int
+    token_file: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    _log: Any = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Coordinator:
+        self._log = open(self.log, "ab")  # noqa: SIM115 - closed in stop/kill
+        self.proc = subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run",
+                                      "--config", str(self.config)], env=self.env, cwd=ROOT,
+                                     stdout=self._log, stderr=self._log)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()
+
+    def stop(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self._log.close()
+        return code
+
+    def get(self, path: str, **params: Any) -> Any:
+        token = self.token_file.read_text().strip()
+        r = requests.get(f"{self.url}{path}", params=params, timeout=10,
+                         headers={"Authorization": f"Bearer {token}"}, proxies={"http": ""})
+        r.raise_for_status()
+        return r.json()
+
+    def ready(self) -> bool:
+        try:
+            return bool(self.get("/v1/state")["acting"])
+        except requests.RequestException:
+            return False
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "se_forwarder", "coordinator", *args, "--config",
+                               str(self.config)], env=self.env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+
+    def logged(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+
+class Fleet:
+    """Everything but the coordinators, started once for a test module."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.broker = EventHubsBroker()
+        self.blob = Azurite("blob", workdir=base)
+        self.queue = Azurite("queue", workdir=base)
+        self.server = SimulatorServer(topology=TOPOLOGY, time_scale=TIME_SCALE)
+        self.agents: dict[str, AgentProcess] = {}
+        self.key_file = base / "signing.key"  # the coordinator's Ed25519 private key
+        key = signing.generate_private_key()
+        self.key_file.write_bytes(signing.private_key_pem(key))
+        self.public_key_file = base / "signing.pub"  # what the agents verify with
+        self.public_key_file.write_text(signing.public_key_line(key) + "\n")
+        self.token_file = base / "api.token"
+        self.token_file.write_text("test-token-" + os.urandom(12).hex() + "\n")
+        self.token_file.chmod(0o600)
+
+    def start(self) -> Fleet:
+        self.broker.start()
+        self.blob.start()
+        self.queue.start()
+        self.server.start()
+        for name in TOPOLOGY.vm_names:
+            self.start_agent(name)
+        return self
+
+    def agent_env(self) -> dict[str, str]:
+        return {"EH_CONN": self.broker.connection_string(), "APPROVALS_CONN": self.queue.connection_string}
+
+    def start_agent(self, name: str) -> AgentProcess:
+        folder = self.base / "agents" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "agent.toml"
+        config.write_text("\n".join([
+            "[imds]", f"url = {toml_value(self.server.vm_url(name))}", "poll_interval = 0.3",
+            "[state]", f"dir = {toml_value(str(folder / 'state'))}",
+            "[approvals]", "rules = []",
+            "[approvals.queue]", 'queue = "se-approvals-{vm_name}"',
+            'connection_string_env = "APPROVALS_CONN"',
+            f"verify_keys_file = {toml_value(str(self.public_key_file))}", "poll_interval = 0.3",
+            "[[sinks]]", 'type = "eventhubs"', 'eventhub = "scheduled-events"',
+            'credential = "connection-string"', 'connection_string_env = "EH_CONN"', "heartbeat_interval = 1",
+            "[telemetry]", 'log_format = "json"',
+        ]) + "\n")
+        agent = AgentProcess(["--config", str(config)], env=self.agent_env(), log_path=folder / "agent.log")
+        self.agents[name] = agent.start()
+        return agent
+
+    def stop(self) -> None:
+        for agent in self.agents.values():
+            if agent.alive():
+                agent.kill()
+        self.server.stop()
+        self.queue.stop()
+        self.blob.stop()
+        self.broker.stop()
+
+    def coordinator(self, name: str, instance: str = "a", **policy: Any) -> Coordinator:
+        folder = self.base / "coordinators" / f"{name}-{instance}"
+        folder.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        config = folder / "coordinator.toml"
+        settings = {"min_healthy": MIN_HEALTHY, "heartbeat_timeout": HEARTBEAT_TIMEOUT,
+                    "echo_timeout": ECHO_TIMEOUT, "approve_within": "1h", **policy}
+        config.write_text("\n".join([
+            "[coordinator]", f"name = {toml_value(name)}", f"instance = {toml_value(instance)}",
+            "[eventhub]", 'eventhub = "scheduled-events"', 'consumer_group = "coordinator"',
+            'credential = "connection-string"', f'connection_string_env = "{COORDINATOR_ENV}"',
+            "[storage]", 'credential = "connection-string"', 'connection_string_env = "COORD_BLOB_CONN"',
+            'container = "coordinator"', 'lease_duration = "15s"', 'snapshot_interval = "5s"',
+            "[queues]", 'credential = "connection-string"', 'connection_string_env = "COORD_QUEUE_CONN"',
+            'queue = "se-approvals-{vm_name}"',
+            "[signing]", f"key_file = {toml_value(str(self.key_file))}",
+            "[api]", f'listen = "127.0.0.1:{port}"', f"token_file = {toml_value(str(self.token_file))}",
+            "[telemetry]", 'log_format = "json"',
+            "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
+            "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
+            "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
+        ]) + "\n")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
+               "COORD_BLOB_CONN": self.blob.connection_string,
+               "COORD_QUEUE_CONN": self.queue.connection_string}
+        return Coordinator(name, instance, config, folder / "coordinator.log", port, self.token_file, env)
+
+    # -- what the tests read --------------------------------------------------------------------
+
+    def hub(self, prefix: str = "") -> list[dict[str, Any]]:
+        """Every structured CloudEvent on the hub (of types starting with ``prefix``)."""
+        out = []
+        for stored in self.broker.all_messages():
+            body = stored.message().body
+            try:
+                event = json.loads(body)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(event, dict) and str(event.get("type", "")).startswith(prefix):
+                out.append(event)
+        return out
+
+    def decisions(self, source_name: str) -> list[dict[str, Any]]:
+        source = f"urn:se-forwarder:coordinator:{source_name}"
+        return [e for e in self.hub(DECISION) if e["source"] == source]
+
+    def add(self, vm: str, event_type: str = "Reboot", **fields: Any) -> str:
+        body = {"EventType": event_type, "Resources": [vm], "NotBeforeInSeconds": NOTICE,
+                "StartedSeconds": STARTED, **fields}
+        return str(self.server.sim.add_event(body)["EventId"])
+
+    def starts(self) -> dict[str, float]:
+        """EventId -> when an approval started it, from the simulator's own record."""
+        return {a["EventId"]: utc(a["time"]) for a in self.server.sim.approvals() if a["started"]}
+
+    def requests_for(self, event_id: str) -> list[dict[str, Any]]:
+        return [a for a in self.server.sim.approvals() if a["EventId"] == event_id]
+
+    def pending(self) -> set[str]:
+        return {e["EventId"] for e in self.server.sim.events()}
