@@ -202,7 +202,8 @@ class ChatHook:
     def close(self, timeout: float = 5.0) -> None:
         """Send what is queued for up to ``timeout`` seconds, then stop."""
         self.stopping.set()
-        self.thread.join(timeout)
+        if self.thread.ident is not None:
+            self.thread.join(timeout)
         self.session.close()
 
     def _run(self) -> None:
@@ -271,9 +272,9 @@ class Notifier:
     on the service thread and returns its future; ``acting`` says whether this instance decides)."""
 
     def __init__(self, hooks: list[ChatHook], submit: Callable[[Callable[[], Any]], Any],
-                 state: Callable[[], FleetState], acting: Callable[[], bool]) -> None:
+                 state: Callable[[], FleetState], acting: Callable[[], bool], since: float | None = None) -> None:
         self.hooks = hooks
-        self.feed = DecisionFeed(time.time())
+        self.feed = DecisionFeed(time.time() if since is None else since)
         self._submit, self._state, self._acting = submit, state, acting
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
@@ -293,7 +294,8 @@ class Notifier:
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stopping.set()
-        self.thread.join(LOOK_EVERY + 1)
+        if self.thread.ident is not None:
+            self.thread.join(LOOK_EVERY + 1)
         deadline = time.monotonic() + timeout
         for hook in self.hooks:
             hook.close(max(0.1, deadline - time.monotonic()))
