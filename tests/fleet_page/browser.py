@@ -37,7 +37,8 @@ def chrome(width: int = 1500, height: int = 1100) -> Any:
                 "--force-device-scale-factor=1", "--lang=en-US"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=_first(DRIVER, "chromedriver")), options=options)
+    service = Service(executable_path=_first(DRIVER, "chromedriver"))
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)
     return driver
 
@@ -54,7 +55,8 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last: {last})" if last else ""))
+    said = f" (last: {last})" if last else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{said}")
 
 
 def console_errors(driver: Any) -> list[str]:

@@ -69,8 +69,8 @@ def confirm(browser, reason: str) -> None:
     browser.find_element(By.ID, "action-ok").click()
 
 
-def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approvals(fleet, coordinator, browser,
-                                                                                tmp_path: Path):
+def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approvals(
+        fleet, coordinator, browser, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
     browser.get(coordinator.url + "/")
@@ -93,8 +93,9 @@ def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approva
     # Not paused: a Reboot is approved, and the decision log says so.
     reboot = fleet.add("api_0")
     wait_for(lambda: approvals_on_hub(fleet, reboot), 60, "the coordinator to approve the first Reboot")
-    wait_for(lambda: reboot in js(browser, "return [...document.querySelectorAll('#decisions li.d-approve')]"
-                                           ".map(n => n.textContent).join(' ')"), 15, "the approval in the log")
+    logged = ("return [...document.querySelectorAll('#decisions li.d-approve')]"
+              ".map(n => n.textContent).join(' ')")
+    wait_for(lambda: reboot in js(browser, logged), 15, "the approval in the log")
 
     # Pause everything with the button: the page asks for the token, then for a reason.
     browser.find_element(By.ID, "pause-fleet").click()

@@ -31,7 +31,8 @@ from tests.webhook.receiver import Reply
 
 from .chat_receiver import ChatReceiver
 
-POLICY = load_policy({"policy": {"group_tag": "group"}, "budgets": [{"scope": "group", "max_unavailable": 1}]})
+POLICY = load_policy({"policy": {"group_tag": "group"},
+                      "budgets": [{"scope": "group", "max_unavailable": 1}]})
 WEB = [AgentVm(f"web-{i}", fd=str(i), tags=(("group", "web"),)) for i in range(3)]
 
 
@@ -203,7 +204,8 @@ def test_the_url_comes_from_its_variable_or_file_and_must_be_https(tmp_path, mon
 
 
 def test_coordinator_toml_takes_notify_and_web_tables() -> None:
-    raw = {"signing": {"key_file": "/k"}, "eventhub": {"fully_qualified_namespace": "ns.servicebus.windows.net"},
+    raw = {"signing": {"key_file": "/k"},
+           "eventhub": {"fully_qualified_namespace": "ns.servicebus.windows.net"},
            "storage": {"account_url": "https://a.blob.core.windows.net"},
            "queues": {"account_url": "https://a.queue.core.windows.net"},
            "api": {"token_file": "/t"},

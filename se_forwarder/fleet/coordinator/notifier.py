@@ -272,7 +272,8 @@ class Notifier:
     on the service thread and returns its future; ``acting`` says whether this instance decides)."""
 
     def __init__(self, hooks: list[ChatHook], submit: Callable[[Callable[[], Any]], Any],
-                 state: Callable[[], FleetState], acting: Callable[[], bool], since: float | None = None) -> None:
+                 state: Callable[[], FleetState], acting: Callable[[], bool],
+                 since: float | None = None) -> None:
         self.hooks = hooks
         self.feed = DecisionFeed(time.time() if since is None else since)
         self._submit, self._state, self._acting = submit, state, acting
@@ -289,7 +290,8 @@ class Notifier:
             hook.start()
         self.thread.start()
         for hook in self.hooks:
-            log.info("chat notifications of decisions to %s (%s)", hook.label, ", ".join(hook.settings.decisions))
+            log.info("chat notifications of decisions to %s (%s)", hook.label,
+                     ", ".join(hook.settings.decisions))
         return self
 
     def stop(self, timeout: float = 5.0) -> None:

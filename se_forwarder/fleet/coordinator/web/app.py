@@ -14,8 +14,9 @@ open_on_loopback = false``; from anywhere else the document needs a bearer token
 The buttons call the control API (``POST /v1/pause`` ...) with the token the page asks for and
 keeps in the browser tab's sessionStorage.
 
-The document is built on the service thread at most once a second, whoever asks: any number of
-open pages cost one evaluation a second.
+The document is built on the service thread at most once a second (and at most a tenth of the
+time: 10,000 VMs take about 0.2 s, so their document is rebuilt every 2 s), whoever asks: any
+number of open pages cost the same.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from ..service import Service
 
 STATIC = Path(__file__).with_name("static")
-FRESH_FOR = 1.0  # s a built document is served again
+FRESH_FOR = 1.0  # s a built document is served again, at least
+BUSY_SHARE = 0.1  # at most this share of the service thread's time goes to building documents
 TIMEOUT = 10.0
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -74,7 +76,7 @@ class ViewCache:
 
     def get(self) -> tuple[bytes, bytes]:
         with self.lock:
-            if time.monotonic() - self.built < FRESH_FOR:
+            if time.monotonic() - self.built < max(FRESH_FOR, self.build_seconds / BUSY_SHARE):
                 return self.raw, self.packed
             started = time.perf_counter()
             document = self.service.submit(self._build).result(TIMEOUT)
