@@ -51,6 +51,7 @@ def run(config: str | None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    from ..fleet.coordinator.addons import start_addons
     from ..fleet.coordinator.api import ApiServer, read_tokens
     from ..fleet.coordinator.service import Service
     from ..sinks.azure_common import quiet_sdk_logs
@@ -65,6 +66,11 @@ def run(config: str | None) -> None:
     service = Service(settings, stop)
     api = ApiServer(service, settings.api.host, settings.api.port, tokens)
     api.start()
+    try:
+        addons = start_addons(service, settings)  # the fleet page's listener, chat notifications
+    except BaseException:
+        api.stop()
+        raise
     log = logging.getLogger("se_forwarder.coordinator")
     log.info("coordinator %s (instance %s) started: API on http://%s:%d, reading %s%s", settings.name,
              settings.instance, settings.api.host, api.port, settings.eventhub.eventhub,
@@ -72,6 +78,7 @@ def run(config: str | None) -> None:
     try:
         code = service.run()
     finally:
+        addons.stop()
         api.stop()
     log.info("coordinator stopped")
     sys.exit(code)

@@ -8,10 +8,14 @@ nothing is sent. Rules:
 - ``completed after 4 min`` only when the start is known (``started_at``, the ``time`` of the
   ``started`` event that came before); otherwise nothing is claimed. Inferred transitions say so.
 - Heartbeats are not chat messages: ``describe`` returns None for them.
-- Coordinator decisions (``com.azure.scheduledevents.coordinator.<action>``) read ``data`` keys
-  ``EventId``, ``EventType``, ``NotBeforeUtc``, ``Resources``, ``VmName`` (the VM an approval was sent
-  to), ``Scope`` (pause/resume), ``ReasonCode``, ``Reason``, ``Actor``, ``Budgets`` (a list of
-  ``{"scope": "group:web", "used": 1, "max": 1}``) and ``Shadow``.
+- Coordinator decisions (``com.azure.scheduledevents.coordinator.<action>``) read the ``data`` the
+  coordinator publishes (fleet/coordinator/events.py): ``EventId``, ``EventType``, ``NotBeforeUtc``,
+  ``Resources`` (else the names in ``Affected``), ``Target.name`` (the VM an approval was sent to),
+  ``Scope``, ``ReasonCode``, ``Reason``, ``Actor``, ``Shadow`` and ``Budgets``
+  (``[{"scope", "kind", "size", "used", "withEvent", "max"}]``). The use shown is the count after the
+  decision: ``withEvent`` for an approval (``group web, 1/1 used``), the event's own VMs for a breach
+  (``zone 2: 4 at once, max 1``), ``used`` otherwise. Scope keys are shortened for people:
+  ``group:set/<sub>/<rg>/web`` reads ``group web``, ``fault_domain:<group>/1`` ``FD 1 of group web``.
 - Defensive: a missing or mistyped field is left out, never an exception; an unknown type still gets
   a generic line.
 """
@@ -178,18 +182,24 @@ def approver(who: str) -> str:
 
 def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
     etype = _text(data.get("EventType")) or "maintenance"
-    vms = vm_list(data.get("Resources"), LISTED_VMS) or _text(data.get("VmName")) or "unknown VMs"
+    target = data.get("Target") if isinstance(data.get("Target"), dict) else {}
+    sent_to = _text(target.get("name"))
+    resources = data.get("Resources") if isinstance(data.get("Resources"), list) and data.get("Resources") \
+        else _affected_names(data.get("Affected"))
+    vms = vm_list(resources, LISTED_VMS) or sent_to or "unknown VMs"
     not_before = parse_time(data.get("NotBeforeUtc"))
-    budgets = budget_text(data.get("Budgets"))
+    budgets = budget_text(data.get("Budgets"), action)
     reason = _cut(_text(data.get("Reason")), TITLE_CHARS // 2)
     actor = _text(data.get("Actor"))
     scope = scope_label(_text(data.get("Scope"))) or "all approvals"
-    by = f" by {actor}" if actor else ""
+    by = f" by {actor}" if actor and actor != "coordinator" else ""
     because = f": {reason}" if reason else ""
     what = f"{etype} for {vms}"
     tone = DEFAULT
     if action == "approve":
         line = f"Coordinator approved {what}" + (f" ({budgets})" if budgets else "")
+        if actor and actor != "coordinator":
+            line += f"{by}{because}"
         tone = GOOD
     elif action == "defer":
         line = f"Coordinator deferred {what}{because}"
@@ -214,8 +224,9 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
         ("Event", _text(data.get("EventId"))),
         ("Type", _text(data.get("EventType"))),
         ("Not before", full_time(not_before) if not_before else ""),
-        ("Resources", vm_list(data.get("Resources"), 10)),
-        ("Sent to", _text(data.get("VmName")) if action == "approve" else ""),
+        ("Resources", vm_list(resources, 10)),
+        ("Sent to", sent_to if action == "approve" else ""),
+        ("Scope", scope_label(_text(data.get("Scope")))),
         ("Budgets", budgets),
         ("Reason", " ".join(p for p in (_text(data.get("ReasonCode")), _text(data.get("Reason"))) if p)),
         ("Actor", actor),
@@ -225,16 +236,46 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
     return Notice(_cut(line, TITLE_CHARS), facts, "", footer, tone)
 
 
+def _affected_names(affected: Any) -> list[str]:
+    if not isinstance(affected, list):
+        return []
+    return [_text(vm.get("name")) for vm in affected if isinstance(vm, dict) and _text(vm.get("name"))]
+
+
+def _last(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] or path
+
+
+def group_label(group: str) -> str:
+    """A group key as people say it: ``set/<sub>/<rg>/web`` and ``vmss/<sub>/<rg>/api`` -> ``web``,
+    ``api``; ``tag/web`` -> ``web``."""
+    return _last(group) if "/" in group else group
+
+
 def scope_label(scope: str) -> str:
-    """``group:web`` -> ``group web``, ``fault_domain:1`` -> ``FD 1``, ``fleet`` -> ``fleet``."""
+    """A scope key, short: ``group:set/<sub>/<rg>/web`` -> ``group web``, ``fault_domain:<group>/1`` ->
+    ``FD 1 of group web``, ``zone:westeurope/2`` -> ``westeurope zone 2``, ``scale_set:<sub>/<rg>/api``
+    -> ``scale set api``, ``fleet`` -> ``fleet``; unknown kinds as they are."""
     kind, sep, value = scope.partition(":")
     if not sep:
         return scope
-    return f"{_SCOPE_WORDS.get(kind, kind)} {value}".strip()
+    word = _SCOPE_WORDS.get(kind, kind)
+    if kind == "group":
+        return f"group {group_label(value)}"
+    if kind in ("fault_domain", "update_domain") and "/" in value:
+        group, _, number = value.rpartition("/")
+        return f"{word} {number} of group {group_label(group)}"
+    if kind == "zone" and "/" in value:
+        location, _, zone = value.rpartition("/")
+        return (f"{location} " if location and location != "-" else "") + f"zone {zone}"
+    if kind in ("scale_set", "resource_group"):
+        return f"{word} {_last(value)}"
+    return f"{word} {value}".strip()
 
 
-def budget_text(budgets: Any) -> str:
-    """``group web, 1/1 used; zone 2, 1/2 used`` from a list of {scope, used, max}."""
+def budget_text(budgets: Any, action: str = "") -> str:
+    """``group web, 1/1 used; zone 2, 1/2 used`` from the decision's ``Budgets``; a breach says how
+    many of the event's own VMs go at once: ``zone 2: 4 at once, max 1``."""
     if not isinstance(budgets, list):
         return ""
     parts = []
@@ -243,8 +284,12 @@ def budget_text(budgets: Any) -> str:
             continue
         low = {str(k).lower(): v for k, v in item.items()}
         label = scope_label(_text(low.get("scope"))) or "a scope"
-        used, most = _text(low.get("used")), _text(low.get("max"))
-        parts.append(f"{label}, {used or '?'}/{most or '?'} used")
+        used, with_event, most = _text(low.get("used")), _text(low.get("withevent")), _text(low.get("max"))
+        if action == "breach" and with_event:
+            parts.append(f"{label}: {with_event} at once, max {most or '?'}")
+            continue
+        count = with_event if action == "approve" and with_event else used
+        parts.append(f"{label}, {count or '?'}/{most or '?'} used")
     return "; ".join(parts)
 
 

@@ -178,7 +178,9 @@ class Fleet:
         self.blob.stop()
         self.broker.stop()
 
-    def coordinator(self, name: str, instance: str = "a", **policy: Any) -> Coordinator:
+    def coordinator(self, name: str, instance: str = "a", *, extra: str = "", **policy: Any) -> Coordinator:
+        """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
+        TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -199,7 +201,7 @@ class Fleet:
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
             "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
-        ]) + "\n")
+        ]) + "\n" + extra)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
                "COORD_BLOB_CONN": self.blob.connection_string,
                "COORD_QUEUE_CONN": self.queue.connection_string}

@@ -75,10 +75,18 @@ def heartbeat(machine: dict[str, Any] | None = None, at: datetime = NOW) -> dict
 
 def decision(action: str, event_id: str = "6b0c1f52-aaaa-4bbb-8ccc-000000000001",
              **data: Any) -> dict[str, Any]:
-    """A coordinator decision CloudEvent (``com.azure.scheduledevents.coordinator.<action>``)."""
-    body = {"EventId": event_id, "EventType": "Reboot", "NotBeforeUtc": rfc3339(NOW + timedelta(hours=2)),
-            "Resources": ["web-3"], "ReasonCode": "", "Reason": "", "Actor": "coordinator",
-            "Budgets": [{"scope": "group:web", "used": 1, "max": 1}], "Shadow": False, **data}
+    """A coordinator decision CloudEvent (``com.azure.scheduledevents.coordinator.<action>``), its data
+    shaped as fleet/coordinator/events.py publishes it (tests/notify/test_coordinator_messages.py uses
+    the core's own decisions)."""
+    vm = {"name": "web-3", "vmId": "3c9e4d0a-0000-4000-8000-000000000003", "group": "tag/web"}
+    body = {"Decision": action, "EventId": event_id, "EventType": "Reboot", "EventSource": "Platform",
+            "NotBeforeUtc": rfc3339(NOW + timedelta(hours=2)), "Resources": ["web-3"], "Affected": [vm],
+            "Target": vm if action == "approve" else None, "ReasonCode": "", "Reason": "",
+            "Actor": "coordinator",
+            "Budgets": [{"scope": "group:tag/web", "kind": "group", "size": 6, "used": 0, "withEvent": 1,
+                         "max": 1}],
+            "Shadow": False, "Attempt": 1 if action == "approve" else None, "Scope": None, "Sequence": None,
+            "Overrides": [], **data}
     return {
         "specversion": "1.0", "type": f"{PREFIX}coordinator.{action}", "source": "/se-forwarder/coordinator",
         "id": f"coordinator/{event_id}/{action}", "subject": event_id, "time": rfc3339(NOW),

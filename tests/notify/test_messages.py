@@ -99,16 +99,17 @@ def test_heartbeats_are_not_chat_messages() -> None:
 
 
 def test_coordinator_approval_names_the_vms_and_the_budget_use() -> None:
-    assert title(decision("approve", VmName="web-3")) == \
+    assert title(decision("approve")) == \
         "Coordinator approved Reboot for web-3 (group web, 1/1 used)"
 
 
 def test_a_breach_warning_says_when_and_which_budget_it_exceeds() -> None:
     event = decision("breach", Resources=["web-3", "web-4", "web-5", "web-6"],
-                     Budgets=[{"scope": "zone:2", "used": 4, "max": 1}],
+                     Budgets=[{"scope": "zone:westeurope/2", "kind": "zone", "size": 9, "used": 0,
+                               "withEvent": 4, "max": 1}],
                      ReasonCode="budget", Reason="4 VMs of zone 2 start together")
     assert title(event) == ("Breach ahead: Reboot for web-3, web-4, web-5 and 1 more at 16:15 UTC, "
-                            "in 2 h (zone 2, 4/1 used): 4 VMs of zone 2 start together")
+                            "in 2 h (westeurope zone 2: 4 at once, max 1): 4 VMs of zone 2 start together")
 
 
 @pytest.mark.parametrize(("action", "data", "said"), [

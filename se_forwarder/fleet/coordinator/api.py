@@ -72,6 +72,7 @@ def make_app(service: Service, tokens: list[str]) -> Any:
     from starlette.routing import Route
 
     from .service import NotLeading
+    from .web import page_routes
 
     def authorised(request: Request) -> bool:
         header = request.headers.get("authorization", "")
@@ -148,6 +149,7 @@ def make_app(service: Service, tokens: list[str]) -> Any:
         Route("/v1/state", guarded(state)),
         *[Route(f"/v1/{kind}", guarded(action(kind)), methods=["POST"])
           for kind in ("pause", "resume", "hold", "release", "approve")],
+        *page_routes(service, tokens),
     ]
     return Starlette(routes=routes)
 

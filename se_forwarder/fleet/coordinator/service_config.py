@@ -42,6 +42,9 @@ module reads the others and rejects any other top-level key::
     log_format = "auto"                  # auto | json | text
     log_level = "info"
 
+    [web]                                # optional: the fleet page's own listener (web/settings.py)
+    [[notify]]                           # optional, repeatable: Teams/Slack messages (notifier.py)
+
 Secrets come only from environment variables and files, never from this file.
 """
 
@@ -57,12 +60,14 @@ from typing import Any
 from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
+from .notifier import NotifySettings, load_notify
 from .settings import POLICY_SECTIONS, Policy, load_policy, parse_duration
+from .web.settings import WebSettings, load_web
 
 CREDENTIALS = ("managed-identity", "default", "connection-string")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "api", "telemetry")
+SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "api", "telemetry", "web", "notify")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -131,6 +136,8 @@ class ServiceSettings:
     log_format: str = "auto"
     log_level: str = "info"
     source_file: str = field(default="", compare=False)
+    web: WebSettings | None = None
+    notify: tuple[NotifySettings, ...] = ()
 
     @property
     def source(self) -> str:
@@ -177,6 +184,7 @@ def from_dict(raw: Mapping[str, Any]) -> ServiceSettings:
         policy=load_policy(raw),
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
+        web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
     )
 
 

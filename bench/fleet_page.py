@@ -1,0 +1,113 @@
+"""The fleet page at fleet scale: its document's size, the time to build it, and the browser's times.
+
+For each fleet size: VMs heard from just now (bench/coordinator_fold.py's fleet: availability sets
+of 10 and scale sets of 50 in three zones), 50 pending Reboots. Groups are named by a tag (as a
+fleet that sets ``group_tag`` has them); ``--learned`` leaves the tag out, so every availability-set
+VM that has not shared an event yet is a group of its own (the worst case: one header per VM).
+The page is served by the real Starlette app over uvicorn on loopback, from an in-process fold
+(tests/fleet_page/local.py), and loaded in headless Chromium. Figures are printed; nothing is
+asserted. Baseline: the view.status + view.groups documents the control API serves for the same fold.
+
+    .venv/bin/python bench/fleet_page.py [--vms 1000 10000] [--learned]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from se_forwarder.fleet.coordinator import evaluate  # noqa: E402
+from se_forwarder.fleet.coordinator.api import ApiServer  # noqa: E402
+from se_forwarder.fleet.coordinator.view import groups, status  # noqa: E402
+from se_forwarder.fleet.coordinator.web.model import page_view  # noqa: E402
+from tests.fleet_page.browser import chrome, wait_for  # noqa: E402
+from tests.fleet_page.local import POLICY, LocalCoordinator, fleet_state  # noqa: E402
+
+
+def best_of(runs: int, func) -> tuple[float, object]:
+    best, value = float("inf"), None
+    for _ in range(runs):
+        began = time.perf_counter()
+        value = func()
+        best = min(best, time.perf_counter() - began)
+    return best, value
+
+
+def measure(vms: int, learned: bool) -> list[tuple[str, str]]:
+    now = time.time()
+    state, _ = fleet_state(vms, 50, now)
+    policy = replace(POLICY, group_tag="") if learned else POLICY
+    build, document = best_of(3, lambda: page_view(state, policy, now))
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    packed = gzip.compress(raw, 5)
+
+    def baseline() -> bytes:
+        ev = evaluate(state, policy, now)
+        return json.dumps({"status": status(state, policy, now, ev),
+                           "groups": groups(state, policy, now, ev)}).encode()
+
+    base_build, base = best_of(3, baseline)
+    rows = [
+        ("groups", f"{len(document['groups'])}"),
+        ("document build (server, best of 3)", f"{build * 1000:.0f} ms   (baseline status+groups: "
+                                               f"{base_build * 1000:.0f} ms)"),
+        ("document size", f"{len(raw) / 1024:.0f} KB raw, {len(packed) / 1024:.0f} KB gzipped   "
+                          f"(baseline: {len(base) / 1024:.0f} KB raw, "
+                          f"{len(gzip.compress(base, 5)) / 1024:.0f} KB gzipped)"),
+    ]
+    coordinator = LocalCoordinator(state, policy).start()
+    server = ApiServer(coordinator, "127.0.0.1", 0, ["bench-token-0123456789abcdef"])
+    server.start()
+    browser = chrome()
+    try:
+        began = time.perf_counter()
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        rendered = "return window.sePage && window.sePage.renders"
+        wait_for(lambda: browser.execute_script(rendered), 120, "a render")
+        first = time.perf_counter() - began
+        stats = browser.execute_script("return window.sePage")
+        rows.append(("page load to first render (wall)", f"{first * 1000:.0f} ms"))
+        rows.append(("first render (collapsed groups)", f"{stats['lastRenderMs']:.0f} ms, fetch+parse "
+                                                        f"{stats['lastFetchMs']:.0f} ms"))
+        wait_for(lambda: browser.execute_script("return window.sePage.renders") >= 3, 30, "two more polls")
+        stats = browser.execute_script("return window.sePage")
+        rows.append(("render of a later poll", f"{stats['lastRenderMs']:.0f} ms"))
+        browser.find_element("id", "expand-all").click()
+        wait_for(lambda: browser.execute_script("return window.sePage.lastExpandMs"), 60, "expand all")
+        tiles = browser.execute_script("return document.querySelectorAll('.group .vm').length")
+        expand = browser.execute_script("return window.sePage.lastExpandMs")
+        rows.append(("expand all groups", f"{expand:.0f} ms ({tiles} tiles)"))
+        browser.find_element("id", "collapse-all").click()
+        name = next(iter(state.vms.values())).name
+        browser.find_element("id", "search").send_keys(name)
+        wait_for(lambda: browser.execute_script("return window.sePage.lastSearchMs"), 30, "the search")
+        found = browser.execute_script("return window.sePage.lastSearchMs")
+        rows.append(("search for one VM", f"{found:.0f} ms"))
+    finally:
+        browser.quit()
+        server.stop()
+        coordinator.stop()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vms", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--learned", action="store_true", help="no group tag: groups not learned yet")
+    args = parser.parse_args()
+    for vms in args.vms:
+        print(f"fleet page, {vms} VMs{' (groups not learned yet)' if args.learned else ''}:")
+        for figure, value in measure(vms, args.learned):
+            print(f"  {figure:<38} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

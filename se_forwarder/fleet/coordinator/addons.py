@@ -1,0 +1,52 @@
+"""What ``coordinator run`` starts next to the service when ``coordinator.toml`` asks for it: the
+chat notifications (``[[notify]]``, notifier.py) and the fleet page's own listener (``[web]``,
+web/settings.py; the page is on the control API's listener in any case).
+
+``coordinator run`` calls ``start_addons(service, settings)`` once the API listens, and ``stop()``
+after the service stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ...errors import ConfigError
+
+log = logging.getLogger("se_forwarder.coordinator")
+
+
+class Addons:
+    def __init__(self, notifier: Any = None, web: Any = None) -> None:
+        self.notifier, self.web = notifier, web
+
+    def stop(self) -> None:
+        if self.web is not None:
+            self.web.stop()
+        if self.notifier is not None:
+            self.notifier.stop()
+
+
+def start_addons(service: Any, settings: Any) -> Addons:
+    """Start what is configured; ConfigError (one line) when a hook URL or the web port is unusable."""
+    from .api import ApiServer, read_tokens
+    from .notifier import Notifier
+
+    notifier = Notifier.from_settings(settings.notify, service) if settings.notify else None
+    web = None
+    if settings.web is not None:
+        token_file = settings.web.token_file or settings.api.token_file
+        try:
+            tokens = read_tokens(token_file)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("api.token_file", "web.token_file", 1)
+                              if settings.web.token_file else str(exc)) from None
+        try:
+            web = ApiServer(service, settings.web.host, settings.web.port, tokens)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("api.listen", "web", 1)) from None
+        web.start()
+        log.info("fleet page on http://%s:%d/", settings.web.host, web.port)
+    if notifier is not None:
+        notifier.start()
+    return Addons(notifier, web)

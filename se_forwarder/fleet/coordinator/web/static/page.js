@@ -1,0 +1,539 @@
+// The fleet page: polls /page/v1/view, renders it, counts down to each NotBefore, and sends the
+// buttons' requests to the control API with the bearer token kept in this tab's sessionStorage.
+// Plain DOM, no framework, no build step. Text from the coordinator is only ever set as textContent.
+"use strict";
+
+(function () {
+  const POLL_MS = 2000;
+  const POLL_HIDDEN_MS = 10000;
+  const BIG_FLEET = 300; // above this many VMs, quiet groups start collapsed
+  const NAMED_TILES = 60; // groups up to this size show VM names on their tiles
+  const TOKEN_KEY = "se-coordinator-token";
+  const ACTOR_KEY = "se-coordinator-actor";
+
+  const $ = (id) => document.getElementById(id);
+  const stats = { renders: 0, lastRenderMs: 0, lastFetchMs: 0, lastBytes: 0, lastVms: 0, polls: 0, errors: 0 };
+  window.sePage = stats;
+
+  let doc = null; // the last document
+  let fetchedAt = 0; // Date.now() when it arrived
+  let skew = 0; // server now - client now, seconds
+  let search = "";
+  const collapsed = new Map(); // group -> true/false, once the user chose
+  const groupKeys = new Map(); // group -> key of what was rendered
+  const groupNodes = new Map();
+  let selected = null; // [groupIndex, vmIndex]
+  let pollTimer = null;
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    if (attrs) {
+      for (const [k, v] of Object.entries(attrs)) {
+        if (v === undefined || v === null || v === false) continue;
+        if (k === "class") node.className = v;
+        else if (k === "style") node.style.cssText = v; // CSSOM: allowed by the page's CSP
+        else if (k === "text") node.textContent = v;
+        else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+        else node.setAttribute(k, v === true ? "" : v);
+      }
+    }
+    for (const c of children) if (c !== null && c !== undefined) node.append(c);
+    return node;
+  }
+
+  // -- time -----------------------------------------------------------------------------------
+
+  function serverNow() { return Date.now() / 1000 + skew; }
+
+  function parseTime(text) { return text ? Date.parse(text) / 1000 : null; }
+
+  function span(seconds) {
+    seconds = Math.max(0, Math.round(seconds));
+    const d = Math.floor(seconds / 86400), h = Math.floor(seconds / 3600) % 24,
+      m = Math.floor(seconds / 60) % 60, s = seconds % 60;
+    const two = (n) => String(n).padStart(2, "0");
+    if (d) return `${d}d ${two(h)}:${two(m)}:${two(s)}`;
+    if (h) return `${h}:${two(m)}:${two(s)}`;
+    return `${m}:${two(s)}`;
+  }
+
+  function countdownText(notBefore) {
+    const left = notBefore - serverNow();
+    return left >= 0 ? `in ${span(left)}` : `due ${span(-left)} ago`;
+  }
+
+  function countdown(notBeforeUtc) {
+    const t = parseTime(notBeforeUtc);
+    if (t === null) return el("span", { class: "countdown", text: "no NotBefore" });
+    return el("span", { class: "countdown", "data-nb": String(t), title: notBeforeUtc, text: countdownText(t) });
+  }
+
+  function tick() {
+    for (const node of document.querySelectorAll("[data-nb]")) {
+      const t = Number(node.dataset.nb);
+      node.textContent = countdownText(t);
+      node.classList.toggle("due", t - serverNow() < 0);
+    }
+    if (selected) renderDetail();
+  }
+
+  function ago(utc) {
+    const t = parseTime(utc);
+    return t === null ? "" : `${span(serverNow() - t)} ago`;
+  }
+
+  // -- the token and the buttons ------------------------------------------------------------
+
+  function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+  function actor() {
+    const name = (sessionStorage.getItem(ACTOR_KEY) || "").trim();
+    return `person:${name || "unnamed"} (fleet page)`;
+  }
+
+  function askToken() {
+    return new Promise((resolve) => {
+      const dialog = $("token-dialog");
+      $("token-input").value = token();
+      $("actor-input").value = sessionStorage.getItem(ACTOR_KEY) || "";
+      const done = (ok) => {
+        $("token-form").onsubmit = null; $("token-cancel").onclick = null; $("token-forget").onclick = null;
+        dialog.close();
+        resolve(ok);
+      };
+      $("token-form").onsubmit = (e) => {
+        e.preventDefault();
+        const value = $("token-input").value.trim();
+        if (!value) return;
+        sessionStorage.setItem(TOKEN_KEY, value);
+        sessionStorage.setItem(ACTOR_KEY, $("actor-input").value.trim());
+        done(true);
+        poll();
+      };
+      $("token-cancel").onclick = () => done(false);
+      $("token-forget").onclick = () => { sessionStorage.removeItem(TOKEN_KEY); done(false); showTokenState(); };
+      dialog.showModal();
+      $("token-input").focus();
+    });
+  }
+
+  function showTokenState() {
+    $("token-button").textContent = token() ? "Token ✓" : "Token";
+  }
+
+  function notice(text, error) {
+    const n = $("notice");
+    n.textContent = text;
+    n.className = error ? "error" : "";
+    n.hidden = false;
+    clearTimeout(notice.timer);
+    notice.timer = setTimeout(() => { n.hidden = true; }, error ? 15000 : 6000);
+  }
+
+  // kind: pause|resume|hold|release|approve; body: {scope} or {eventId}
+  async function act(kind, body, title, text) {
+    if (!token() && !(await askToken())) return;
+    const reason = await askReason(title, text, kind === "approve");
+    if (reason === null) return;
+    const payload = { ...body, reason: reason.text, actor: actor() };
+    if (kind === "approve") payload.scopes = reason.override ? ["all"] : [];
+    let reply;
+    try {
+      reply = await fetch(`/v1/${kind}`, {
+        method: "POST", body: JSON.stringify(payload),
+        headers: { "Content-Type": "application/json", "Authorization": `Bearer ${token()}` },
+      });
+    } catch (e) {
+      notice(`${kind}: the coordinator did not answer (${e.message})`, true);
+      return;
+    }
+    let answer = {};
+    try { answer = await reply.json(); } catch (e) { answer = {}; }
+    if (reply.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showTokenState();
+      notice(`${kind}: the token was refused; give it again`, true);
+      return;
+    }
+    if (!reply.ok) {
+      const where = answer.leader ? ` (the leader is ${answer.leader})` : "";
+      notice(`${kind} refused: ${answer.error || reply.statusText}${where}`, true);
+      return;
+    }
+    const d = answer.decision || {};
+    notice(`${kind}: ${d.subject || ""} published (${d.id || ""})`);
+    poll();
+  }
+
+  function askReason(title, text, approve) {
+    return new Promise((resolve) => {
+      const dialog = $("action-dialog");
+      $("action-title").textContent = title;
+      $("action-text").textContent = text || "";
+      $("action-reason").value = "";
+      $("override-label").hidden = !approve;
+      $("action-override").checked = false;
+      const done = (value) => { $("action-form").onsubmit = null; $("action-cancel").onclick = null; dialog.close(); resolve(value); };
+      $("action-form").onsubmit = (e) => {
+        e.preventDefault();
+        const reason = $("action-reason").value.trim();
+        if (!reason) return;
+        done({ text: reason, override: $("action-override").checked });
+      };
+      $("action-cancel").onclick = () => done(null);
+      dialog.showModal();
+      $("action-reason").focus();
+    });
+  }
+
+  // -- rendering ------------------------------------------------------------------------------
+
+  function render() {
+    const started = performance.now();
+    renderHeader();
+    renderScopes();
+    renderPending();
+    renderStarted();
+    renderDecisions();
+    renderGroups();
+    renderDetail();
+    stats.lastRenderMs = performance.now() - started;
+    stats.renders += 1;
+    stats.lastVms = doc.fleet.vms;
+    $("footer").textContent = `${doc.fleet.vms} VMs in ${doc.groups.length} groups · document ` +
+      `${(stats.lastBytes / 1024).toFixed(0)} KB, fetched in ${stats.lastFetchMs.toFixed(0)} ms, ` +
+      `rendered in ${stats.lastRenderMs.toFixed(0)} ms · as of ${doc.time}`;
+    document.body.dataset.rendered = String(stats.renders);
+  }
+
+  function renderHeader() {
+    const s = doc.service;
+    $("service").textContent = s ? `${s.name} · ${s.instance} · ${s.role}` : "";
+    const f = doc.fleet;
+    $("fleet-counts").textContent = `${f.vms} VMs · ${f.watched} watched · ${f.unavailable} unavailable · ` +
+      `${f.openEvents} open events`;
+    const banner = $("banner");
+    banner.replaceChildren();
+    const fleetPaused = doc.paused.find((p) => p.scope === "fleet");
+    if (fleetPaused) {
+      banner.append(el("span", { class: "paused", id: "paused-banner",
+        text: `Paused by ${fleetPaused.actor || "?"}: ${fleetPaused.reason || ""}` }));
+    } else if (doc.paused.length) {
+      banner.append(el("span", { class: "paused", text: `${doc.paused.length} scope(s) paused` }));
+    }
+    if (doc.shadow) banner.append(el("span", { class: "shadow", text: "shadow mode: nothing is sent" }));
+    if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
+    const button = $("pause-fleet");
+    button.textContent = fleetPaused ? "Resume all" : "Pause all";
+    button.dataset.paused = fleetPaused ? "1" : "0";
+  }
+
+  function gauge(label, used, max, scope, paused) {
+    const share = max > 0 ? Math.min(1, used / max) : (used > 0 ? 1 : 0);
+    const level = used >= max ? "full" : (share >= 0.5 ? "high" : "");
+    const kind = paused ? "resume" : "pause";
+    return el("div", { class: "gauge", "data-scope": scope },
+      el("span", { text: label + (paused ? " (paused)" : ""), title: scope }),
+      el("span", { class: "meter", title: `${used} of at most ${max} unavailable` },
+        el("i", { class: level, style: `width:${Math.round(share * 100)}%` })),
+      el("span", { text: `${used}/${max}` }),
+      el("button", { class: "small", type: "button", text: paused ? "Resume" : "Pause",
+        onclick: () => act(kind, { scope }, `${kind === "pause" ? "Pause" : "Resume"} ${label}`,
+          kind === "pause" ? "No early approval in this scope until resumed; approvals already sent stand."
+            : "Early approvals in this scope start again.") }));
+  }
+
+  function renderScopes() {
+    const box = $("scopes");
+    box.replaceChildren();
+    if (!doc.scopes.length) {
+      box.append(el("div", { class: "muted", text: "No budgeted scope has a VM unavailable." }));
+    }
+    for (const s of doc.scopes) box.append(gauge(s.label, s.used, s.max, s.scope, s.paused));
+    const totals = Object.entries(doc.scopeTotals || {}).map(([k, v]) => `${k}: ${v.scopes} (${v.full} full)`);
+    if (totals.length) box.append(el("div", { class: "muted", text: `Scopes: ${totals.join(" · ")}` }));
+    for (const p of doc.paused) {
+      if (doc.scopes.some((s) => s.scope === p.scope) || p.scope === "fleet") continue;
+      box.append(el("div", { class: "gauge", "data-scope": p.scope }, el("span", { text: `${p.label} (paused)` }),
+        el("span"), el("span"), el("button", { class: "small", type: "button", text: "Resume",
+          onclick: () => act("resume", { scope: p.scope }, `Resume ${p.label}`, "") })));
+    }
+  }
+
+  function renderPending() {
+    const box = $("pending");
+    box.replaceChildren();
+    $("pending-count").textContent = doc.pending.length ? `(${doc.pending.length})` : "";
+    if (!doc.pending.length) box.append(el("div", { class: "muted", text: "Nothing scheduled." }));
+    for (const p of doc.pending.slice(0, 200)) {
+      const names = p.affected.join(", ") + (p.affectedCount > p.affected.length ?
+        ` and ${p.affectedCount - p.affected.length} more` : "");
+      const approvals = (p.approvals || []).map((a) => `${a.echo ? "echo from" : "approved by"} ` +
+        `${a.echo ? a.vm : a.by}${a.echo ? ` (${a.by})` : ""}`).join("; ");
+      const card = el("div", { class: "card event", "data-event": p.eventId },
+        el("div", { class: "head" }, el("strong", { text: p.eventType || "event" }),
+          el("span", { text: names }), countdown(p.notBeforeUtc),
+          p.held ? el("span", { class: "code", text: "held" }) : null),
+        el("div", { class: "why" }, el("span", { class: "code", text: p.reasonCode }), " ",
+          el("span", { text: p.reason || "" })),
+        p.budgets.length ? el("div", { class: "muted", text: p.budgets.map((b) =>
+          `${b.label} ${b.withEvent}/${b.max}`).join(" · ") }) : null,
+        approvals ? el("div", { class: "muted", text: approvals }) : null,
+        el("div", { class: "muted id", text: `${p.eventId} · ${p.eventSource || ""}` }),
+        el("div", { class: "buttons" },
+          p.held
+            ? el("button", { class: "small", type: "button", text: "Release", onclick: () =>
+              act("release", { eventId: p.eventId }, `Release ${p.eventType} for ${names}`, "The coordinator may approve it early again.") })
+            : el("button", { class: "small", type: "button", text: "Hold", onclick: () =>
+              act("hold", { eventId: p.eventId }, `Hold ${p.eventType} for ${names}`, "No early approval for this event; Azure still starts it at its NotBefore.") }),
+          p.reasonCode !== "approved" ? el("button", { class: "small danger", type: "button", text: "Approve now",
+            onclick: () => act("approve", { eventId: p.eventId }, `Approve ${p.eventType} for ${names} now`,
+              "Starts it at once for every VM in its Resources. Budgets still count unless you choose to exceed them.") }) : null));
+      box.append(card);
+    }
+    if (doc.pending.length > 200) box.append(el("div", { class: "muted", text: `and ${doc.pending.length - 200} more` }));
+  }
+
+  function renderStarted() {
+    const box = $("started");
+    box.replaceChildren();
+    if (!doc.started.length) box.append(el("div", { class: "muted", text: "Nothing running." }));
+    for (const s of doc.started) {
+      box.append(el("div", { class: "card" }, el("strong", { text: s.eventType || "event" }), " ",
+        el("span", { text: s.affected.join(", ") }), " ",
+        el("span", { class: "muted", text: `started ${ago(s.startedUtc)}` })));
+    }
+  }
+
+  function renderDecisions() {
+    const box = $("decisions");
+    box.replaceChildren();
+    if (!doc.decisions.length) box.append(el("li", { class: "muted", text: "No decision yet." }));
+    for (const d of doc.decisions) {
+      const time = d.time ? d.time.slice(11, 19) : "";
+      box.append(el("li", { class: `d-${d.decision}`, title: d.id },
+        el("span", { class: "muted", text: `${time} ` }),
+        el("span", { class: "kind", text: d.decision }), " ",
+        el("span", { text: `${d.eventType ? d.eventType + " " : ""}${d.subject}` }),
+        d.target ? el("span", { class: "muted", text: ` → ${d.target}` }) : null,
+        el("div", { class: "muted", text: `${d.actor || ""}: ${d.reason || d.reasonCode || ""}${d.shadow ? " (shadow)" : ""}` })));
+    }
+  }
+
+  // Groups: rows are zones (zonal groups) or fault domains, columns fault (zonal) or update domains.
+  function groupKey(g, gi, open, needle) {
+    let key = `${gi}|${g.vms.length}|${open}|${needle}|${g.unavailable}|${g.paused}|${g.max}`;
+    if (!open) return key + "|" + g.vms.map((v) => v[4]).join(",");
+    for (const v of g.vms) key += `|${v[0]},${v[1]},${v[2]},${v[3]},${v[4]},${v[6]},${v[7]}`;
+    return key;
+  }
+
+  function isOpen(g, gi, needle) {
+    if (needle) return true;
+    if (collapsed.has(g.group)) return !collapsed.get(g.group);
+    if (doc.fleet.vms <= BIG_FLEET) return true;
+    return g.unavailable > 0 || g.vms.some((v) => v[4] !== "ok");
+  }
+
+  function renderGroups() {
+    const box = $("groups");
+    const needle = search.toLowerCase();
+    let matches = 0, firstMatch = null;
+    const keep = new Set();
+    let prev = null;
+    doc.groups.forEach((g, gi) => {
+      let hit = null;
+      if (needle) {
+        hit = g.vms.map((v) => v[0].toLowerCase().includes(needle));
+        const count = hit.filter(Boolean).length;
+        matches += count;
+        if (!count) return;
+        if (firstMatch === null) firstMatch = [gi, hit.indexOf(true)];
+      }
+      const open = isOpen(g, gi, needle);
+      const key = groupKey(g, gi, open, needle);
+      keep.add(g.group);
+      let node = groupNodes.get(g.group);
+      if (!node || groupKeys.get(g.group) !== key) {
+        const fresh = groupNode(g, gi, open, hit);
+        if (node) node.replaceWith(fresh);
+        node = fresh;
+        groupNodes.set(g.group, node);
+        groupKeys.set(g.group, key);
+      }
+      node.dataset.gi = String(gi);
+      const want = prev ? prev.nextSibling : box.firstChild;
+      if (node !== want) box.insertBefore(node, want); // document order, moving only what moved
+      prev = node;
+    });
+    for (const [name, node] of groupNodes) {
+      if (!keep.has(name)) { node.remove(); groupNodes.delete(name); groupKeys.delete(name); }
+    }
+    $("search-result").textContent = needle ? `${matches} VM${matches === 1 ? "" : "s"} match` : "";
+    if (needle && matches === 1 && firstMatch && (!selected || selected[0] !== firstMatch[0] || selected[1] !== firstMatch[1])) {
+      selected = firstMatch;
+    }
+  }
+
+  function groupNode(g, gi, open, hit) {
+    const busy = g.vms.some((v) => v[4] !== "ok");
+    const node = el("div", { class: `group${busy ? " busy" : ""}`, "data-group": g.group });
+    const kind = g.paused ? "resume" : "pause";
+    const budget = g.max === null ? "" : ` · budget ${g.unavailable}/${g.max}`;
+    const head = el("div", { class: "ghead", title: g.group, onclick: (e) => {
+      if (e.target.closest("button")) return;
+      collapsed.set(g.group, open);
+      groupKeys.delete(g.group);
+      renderGroups();
+    } },
+    el("span", { class: "caret", text: open ? "▾" : "▸" }),
+    el("span", { class: "name", text: g.label }),
+    el("span", { class: "muted", text: `${g.size} VMs · ${g.unavailable} unavailable${budget}${g.paused ? " · paused" : ""}` }),
+    el("span", { class: "spacer" }),
+    el("button", { class: "small", type: "button", text: g.paused ? "Resume group" : "Pause group",
+      onclick: () => act(kind, { scope: g.scope }, `${g.paused ? "Resume" : "Pause"} group ${g.label}`, "") }));
+    node.append(head);
+    if (!open) {
+      // A collapsed group shows one strip of its non-ok VMs, so trouble is visible at a glance.
+      const strip = el("div", { class: "strip", style: "padding:0 10px 6px" });
+      g.vms.forEach((v, vi) => { if (v[4] !== "ok") strip.append(tile(v, gi, vi, false, false)); });
+      if (strip.childNodes.length) node.append(strip);
+      return node;
+    }
+    const rowsOf = (v) => (g.zonal ? `zone ${v[1] || "-"}` : `FD ${v[2] || "-"}`);
+    const colsOf = (v) => (g.zonal ? `FD ${v[2] || "-"}` : `UD ${v[3] || "-"}`);
+    const rows = [...new Set(g.vms.map(rowsOf))].sort();
+    const cols = [...new Set(g.vms.map(colsOf))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+    const cells = new Map();
+    const named = g.vms.length <= NAMED_TILES;
+    g.vms.forEach((v, vi) => {
+      const k = rowsOf(v) + "|" + colsOf(v);
+      if (!cells.has(k)) cells.set(k, []);
+      cells.get(k).push(tile(v, gi, vi, named, hit ? hit[vi] : false));
+    });
+    const table = el("table", { class: "grid" });
+    table.append(el("tr", null, el("th"), ...cols.map((c) => el("th", { text: c }))));
+    for (const r of rows) {
+      table.append(el("tr", null, el("th", { text: r }),
+        ...cols.map((c) => el("td", null, ...(cells.get(r + "|" + c) || [])))));
+    }
+    node.append(table);
+    return node;
+  }
+
+  function tile(v, gi, vi, named, match) {
+    const state = v[4];
+    const node = el("span", { class: `vm s-${state}${named ? " named" : " dot"}${match ? " match" : ""}`,
+      "data-vm": v[0], "data-state": state, "data-i": `${gi}:${vi}` });
+    if (named) {
+      node.append(v[0]);
+      const event = v[6] >= 0 ? doc.events[v[6]] : null;
+      if (event && state === "pending") node.append(el("small", null, countdown(event.notBeforeUtc)));
+    }
+    return node;
+  }
+
+  function vmAt(i) {
+    const g = doc.groups[i[0]];
+    return g ? [g, g.vms[i[1]]] : [null, null];
+  }
+
+  function describeVm(g, v) {
+    const age = v[5] < 0 ? "never heard from" :
+      `heartbeat ${span(v[5] + (Date.now() - fetchedAt) / 1000)} ago`;
+    const where = [v[1] && `zone ${v[1]}`, v[2] && `FD ${v[2]}`, v[3] && `UD ${v[3]}`].filter(Boolean).join(", ");
+    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${v[4]} · ${v[7] ? "watched" : "not watched"} · ${age}`;
+  }
+
+  function renderDetail() {
+    const box = $("vm-detail");
+    if (!selected || !doc) { box.hidden = true; return; }
+    const [g, v] = vmAt(selected);
+    if (!v) { box.hidden = true; return; }
+    const event = v[6] >= 0 ? doc.events[v[6]] : null;
+    box.replaceChildren(el("div", { class: "card" },
+      el("strong", { text: describeVm(g, v) }),
+      event ? el("div", null, `${event.eventType} ${event.status} `, countdown(event.notBeforeUtc),
+        el("span", { class: "muted id", text: ` ${event.eventId}` })) : null,
+      el("button", { class: "small", type: "button", text: "Close", onclick: () => { selected = null; renderDetail(); } })));
+    box.hidden = false;
+  }
+
+  document.addEventListener("click", (e) => {
+    const node = e.target.closest(".vm[data-i]");
+    if (!node || !doc) return;
+    selected = node.dataset.i.split(":").map(Number);
+    renderDetail();
+  });
+  document.addEventListener("mouseover", (e) => {
+    const node = e.target.closest(".vm[data-i]");
+    if (!node || !doc) return;
+    const [g, v] = vmAt(node.dataset.i.split(":").map(Number));
+    if (v) node.title = describeVm(g, v);
+  });
+
+  // -- polling --------------------------------------------------------------------------------
+
+  async function poll() {
+    clearTimeout(pollTimer);
+    stats.polls += 1;
+    const started = performance.now();
+    try {
+      const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
+      const reply = await fetch("/page/v1/view", { headers, cache: "no-store" });
+      if (reply.status === 401) {
+        $("footer").textContent = "Viewing from another host needs the token: press Token.";
+        stats.errors += 1;
+      } else if (!reply.ok) {
+        stats.errors += 1;
+        $("footer").textContent = `The coordinator answered ${reply.status}; retrying.`;
+      } else {
+        const text = await reply.text();
+        stats.lastBytes = text.length;
+        doc = JSON.parse(text);
+        stats.lastFetchMs = performance.now() - started;
+        fetchedAt = Date.now();
+        skew = doc.now - fetchedAt / 1000;
+        render();
+      }
+    } catch (e) {
+      stats.errors += 1;
+      $("footer").textContent = `The coordinator cannot be reached (${e.message}); retrying.`;
+    }
+    pollTimer = setTimeout(poll, document.hidden ? POLL_HIDDEN_MS : POLL_MS);
+  }
+
+  function setAll(open) {
+    if (!doc) return;
+    for (const g of doc.groups) collapsed.set(g.group, !open);
+    groupKeys.clear();
+    const started = performance.now();
+    renderGroups();
+    stats.lastExpandMs = performance.now() - started;
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    let timer = null;
+    $("search").addEventListener("input", (e) => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        search = e.target.value.trim();
+        if (!doc) return;
+        const started = performance.now();
+        renderGroups();
+        renderDetail();
+        stats.lastSearchMs = performance.now() - started;
+      }, 150);
+    });
+    $("pause-fleet").addEventListener("click", () => {
+      const paused = $("pause-fleet").dataset.paused === "1";
+      act(paused ? "resume" : "pause", { scope: "fleet" }, paused ? "Resume all approvals" : "Pause all approvals",
+        paused ? "Early approvals start again." : "No early approval anywhere until resumed; approvals already sent stand, and Azure still starts events at their NotBefore.");
+    });
+    $("token-button").addEventListener("click", () => askToken().then(showTokenState));
+    $("expand-all").addEventListener("click", () => setAll(true));
+    $("collapse-all").addEventListener("click", () => setAll(false));
+    showTokenState();
+    setInterval(tick, 1000);
+    poll();
+  });
+})();

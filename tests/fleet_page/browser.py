@@ -1,0 +1,65 @@
+"""Headless Chromium from Debian's ``chromium`` and ``chromium-driver`` packages, driven by Selenium.
+
+scripts/test installs both packages when they are missing. Nothing is downloaded at run time:
+Selenium is given the Debian chromedriver and browser binaries (no Selenium Manager).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+DRIVER = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
+
+
+def _first(paths: tuple[str, ...], name: str) -> str:
+    for path in paths:
+        if shutil.which(path):
+            return path
+    found = shutil.which(name)
+    if found:
+        return found
+    raise RuntimeError(f"{name} is not installed: apt-get install -y chromium chromium-driver "
+                       "(scripts/test does it)")
+
+
+def chrome(width: int = 1500, height: int = 1100) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = _first(CHROMIUM, "chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                f"--window-size={width},{height}", "--no-proxy-server", "--disable-extensions",
+                "--force-device-scale-factor=1", "--lang=en-US"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=_first(DRIVER, "chromedriver"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    """``check()``'s first truthy value, or AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except Exception as exc:  # noqa: BLE001 - an element replaced while we look: look again
+            last, value = exc, None
+        if value:
+            return value
+        time.sleep(every)
+    said = f" (last: {last})" if last else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{said}")
+
+
+def console_errors(driver: Any) -> list[str]:
+    """Severe messages the page logged (script errors, CSP violations)."""
+    return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"
+            and "favicon" not in e["message"]]

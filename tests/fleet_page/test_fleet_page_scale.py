@@ -1,0 +1,122 @@
+"""The fleet page at 10,000 VMs in headless Chromium, and who may read its document.
+
+The coordinator here is tests/fleet_page/local.py: the pure core's fold fed with real agent
+CloudEvents (10,000 agents cannot run on one machine), served by the real Starlette app over real
+HTTP (uvicorn). bench/fleet_page.py measures the same page's size and render times.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+import requests
+from selenium.webdriver.common.keys import Keys
+
+from se_forwarder.fleet.coordinator.addons import start_addons
+from se_forwarder.fleet.coordinator.api import ApiServer
+from se_forwarder.fleet.coordinator.web.app import is_loopback_client
+from se_forwarder.fleet.coordinator.web.settings import WebSettings
+
+from .browser import chrome, console_errors, wait_for
+from .local import LocalCoordinator, fleet_state
+
+TOKEN = "page-test-token-0123456789abcdef"
+HTTP = requests.Session()
+HTTP.trust_env = False
+
+
+@pytest.fixture(scope="module")
+def big():
+    state, groups = fleet_state(10_000, 50, time.time())
+    coordinator = LocalCoordinator(state).start()
+    server = ApiServer(coordinator, "127.0.0.1", 0, [TOKEN])
+    server.start()
+    yield f"http://127.0.0.1:{server.port}", groups
+    server.stop()
+    coordinator.stop()
+
+
+@pytest.mark.timeout(300)
+def test_at_10000_vms_quiet_groups_are_collapsed_and_the_search_box_finds_a_vm(big) -> None:
+    url, groups = big
+    browser = chrome()
+    try:
+        browser.get(url + "/")
+        wait_for(lambda: browser.execute_script("return window.sePage && window.sePage.renders"), 60,
+                 "the first render")
+        counts = browser.execute_script(
+            "const all = (s) => document.querySelectorAll(s).length;"
+            "return [all('.group'), all('.group .grid'), all('.group .vm'),"
+            " document.getElementById('fleet-counts').textContent]")
+        assert counts[0] == len(groups)  # every group has its header
+        assert 0 < counts[1] <= 50  # only groups with something going on are open (50 events here)
+        assert counts[2] < 2_000  # far fewer tiles than VMs
+        assert counts[3].startswith("10000 VMs")
+        # A VM deep in a collapsed scale set, found by the search box and shown in the detail.
+        wanted = groups[-1][7]["name"]
+        box = browser.find_element("id", "search")
+        box.send_keys(wanted)
+        wait_for(lambda: browser.find_element("id", "search-result").text == "1 VM match", 10, "one match")
+        tile = browser.find_element("css selector", ".vm.match")
+        assert tile.get_attribute("data-vm") == wanted
+        detail = wait_for(lambda: browser.find_element("id", "vm-detail").text, 5, "the VM's detail")
+        assert detail.startswith(f"{wanted} (zone ") and "watched" in detail
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(Keys.DELETE)  # (clear() fires no input event)
+        wait_for(lambda: browser.find_element("id", "search-result").text == "", 10, "the search to clear")
+        browser.find_element("id", "expand-all").click()
+        tiles = "return document.querySelectorAll('.group .vm').length"
+        wait_for(lambda: browser.execute_script(tiles) == 10_000, 30, "every VM as a tile")
+        assert console_errors(browser) == []
+    finally:
+        browser.quit()
+
+
+def test_the_document_is_gzipped_and_viewing_is_open_on_loopback_only(big) -> None:
+    url, _ = big
+    reply = HTTP.get(url + "/page/v1/view", headers={"Accept-Encoding": "gzip"}, stream=True, timeout=30)
+    assert reply.status_code == 200 and reply.headers["Content-Encoding"] == "gzip"
+    document = json.loads(gzip.decompress(reply.raw.read()))
+    assert document["fleet"]["vms"] == 10_000 and len(document["pending"]) == 50
+    assert reply.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    # The control API still wants the token, even on loopback.
+    assert HTTP.post(url + "/v1/pause", json={"reason": "x", "actor": "y"}, timeout=10).status_code == 401
+    assert is_loopback_client("127.0.0.1") and is_loopback_client("::1")
+    assert not is_loopback_client("10.0.0.4") and not is_loopback_client(None)
+
+
+class Settings:
+    """What start_addons reads from ServiceSettings."""
+
+    def __init__(self, web: WebSettings, token_file: str) -> None:
+        self.web, self.notify = web, ()
+        self.api = type("Api", (), {"token_file": token_file})()
+
+
+def test_the_web_listener_serves_the_page_and_wants_its_own_token_off_loopback(tmp_path) -> None:
+    state, _ = fleet_state(20, 1, time.time())
+    coordinator = LocalCoordinator(state).start()
+    api_tokens, web_tokens = tmp_path / "api.token", tmp_path / "web.token"
+    api_tokens.write_text("api-token-0123456789abcdef\n")
+    web_tokens.write_text("web-token-0123456789abcdef\n")
+    web = WebSettings(port=0, token_file=str(web_tokens), open_on_loopback=False)
+    coordinator.settings = Settings(web, str(api_tokens))
+    addons = start_addons(coordinator, coordinator.settings)
+    try:
+        base = f"http://127.0.0.1:{addons.web.port}"
+        assert "<title>Fleet" in HTTP.get(base + "/", timeout=10).text
+        assert HTTP.get(base + "/page/v1/view", timeout=10).status_code == 401  # open_on_loopback = false
+        assert HTTP.get(base + "/page/v1/view", timeout=10,
+                        headers={"Authorization": "Bearer api-token-0123456789abcdef"}).status_code == 401
+        ok = HTTP.get(base + "/page/v1/view", timeout=10,
+                      headers={"Authorization": "Bearer web-token-0123456789abcdef"})
+        assert ok.status_code == 200 and ok.json()["fleet"]["vms"] == 20
+        paused = HTTP.post(base + "/v1/pause", json={"scope": "fleet", "reason": "r", "actor": "person:t"},
+                           headers={"Authorization": "Bearer web-token-0123456789abcdef"}, timeout=10)
+        assert paused.status_code == 200 and paused.json()["decision"]["data"]["Scope"] == "fleet"
+    finally:
+        addons.stop()
+        coordinator.stop()
