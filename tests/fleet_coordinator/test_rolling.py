@@ -35,6 +35,7 @@ import requests
 
 from se_forwarder.approvals.queue import queue_name
 from tests.azurite import find_binary
+from tests.conftest import wait_for
 
 from .fleet import API_GROUP, MIN_HEALTHY, STARTED_REAL, Coordinator, Fleet
 
@@ -51,13 +52,8 @@ FREEZE = "web-4"
 
 
 def wait(predicate: Any, timeout: float, what: str, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    """``conftest.wait_for`` with the fleet tests' argument order and pace."""
+    return wait_for(predicate, timeout, interval, what)
 
 
 class Timeline:

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from se_forwarder.http_client import HttpError, Origin
+from tests.trickling import TricklingServer
 
 
 class Server:
@@ -146,48 +147,9 @@ def test_nothing_listening_is_a_connection_error():
     assert caught.value.kind == "connection"
 
 
-class Trickler:
-    """Answers with its head and then a byte every ``gap`` seconds (``head_too``: the status line
-    and headers trickle as well), each byte well inside any read timeout."""
-
-    def __init__(self, gap: float = 0.1, head_too: bool = False) -> None:
-        self.gap, self.head_too = gap, head_too
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        self.listener.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
-        with conn:
-            try:
-                conn.recv(65536)
-                if not self.head_too:
-                    conn.sendall(head)
-                for byte in (head if self.head_too else b"") + b"x" * 1000:
-                    if self.stop.wait(self.gap):
-                        return
-                    conn.sendall(bytes([byte]))
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.stop.set()
-        self.listener.close()
-
-
 @pytest.mark.parametrize("head_too", [False, True], ids=["body-trickles", "head-trickles"])
 def test_a_trickling_reply_fails_at_the_total_deadline_not_per_read(head_too):
-    server = Trickler(head_too=head_too)
+    server = TricklingServer(gap=0.1, length=1000, head_too=head_too)
     origin = Origin(f"http://127.0.0.1:{server.port}", connect_timeout=1.0)
     started = time.monotonic()
     try:
@@ -201,7 +163,7 @@ def test_a_trickling_reply_fails_at_the_total_deadline_not_per_read(head_too):
 
 
 def test_a_truncated_reply_keeps_what_arrived_by_the_deadline():
-    server = Trickler()
+    server = TricklingServer(gap=0.1, length=1000)
     origin = Origin(f"http://127.0.0.1:{server.port}", connect_timeout=1.0)
     try:
         reply = origin.request("POST", "/", body=b"{}", timeout=0.5, total=1.0, max_bytes=4096,
