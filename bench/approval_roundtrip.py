@@ -72,7 +72,7 @@ def main() -> int:
     public_line = signing.public_key_line(key)
     template = "bench-{vm_name}"
     with tempfile.TemporaryDirectory(prefix="se-bench-") as tmp, Azurite(workdir=Path(tmp)) as az, \
-            SimulatorServer() as server:
+            SimulatorServer(etag=False) as server:
         base = Path(tmp)
         sink = base / "out.jsonl"
         config = base / "agent.toml"

@@ -24,7 +24,7 @@ def lines(path: Path) -> int:
 
 
 def run_one(sink_args: list[str], delivered, label: str) -> Row:
-    with tempfile.TemporaryDirectory() as tmp, SimulatorServer() as sim:
+    with tempfile.TemporaryDirectory() as tmp, SimulatorServer(etag=False) as sim:
         proc = agent(["--imds-url", sim.url, "--state-dir", f"{tmp}/s", *sink_args(tmp),
                       "--poll-interval", str(POLL), "--dry-run"])
         try:
