@@ -185,7 +185,7 @@ class BrokerProcess:
 
 def write_config(base: Path, port: int, log_level: str = "info") -> Path:
     key, token = base / "signing.key", base / "api.token"
-    key.write_text(signing.generate_key() + "\n")
+    key.write_bytes(signing.private_key_pem(signing.generate_private_key()))
     token.write_text("bench-token-" + os.urandom(12).hex() + "\n")
     config = base / "coordinator.toml"
     config.write_text(f"""
