@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -51,7 +52,7 @@ def lock_state_dir(state_dir: Path) -> int:
     except OSError as exc:
         raise StateError(f"cannot create {path}: {exc.strerror or exc}") from exc
     try:
-        if os.name == "nt":
+        if sys.platform == "win32":  # os.name == "nt"; the spelling mypy narrows on
             import msvcrt
 
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import getpass
 import os
 import socket
@@ -42,7 +43,7 @@ def run_checks(settings: Settings, echo: Callable[[str], None]) -> int:
         ("instance metadata", lambda: check_instance_metadata(settings)),
     ]
     for s in settings.sinks:
-        checks.append((f"sink {s.name}", lambda s=s: check_sink(settings, s)))
+        checks.append((f"sink {s.name}", functools.partial(check_sink, settings, s)))
     checks.append(("approval queue", lambda: check_queue(settings)))
     t = settings.telemetry
     if t.prometheus_port:

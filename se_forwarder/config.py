@@ -261,8 +261,8 @@ def _sinks(items: list[Any]) -> list[SinkSettings]:
             raise ConfigError(
                 f"{where}.type: {kind!r} is not a sink type ({', '.join(sinks.SINK_TYPES)})"
             )
-        options = {k: v for k, v in item.items() if k not in ("type", "heartbeat_interval")}
-        options = sinks.validate(kind, options, where)
+        raw = {k: v for k, v in item.items() if k not in ("type", "heartbeat_interval")}
+        options = sinks.validate(kind, raw, where)
         name = options.name or sinks.default_name(kind, options)
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is used by another sink; give each a name")

@@ -299,7 +299,8 @@ def environ_proxy(url: str) -> str | None:
     host = parts.hostname or ""
     if host in ("localhost", "::1") or host.startswith("127."):
         return None
-    if urllib.request.proxy_bypass_environment(parts.netloc):
+    # a helper of urllib.request that typeshed leaves out (it is undocumented)
+    if urllib.request.proxy_bypass_environment(parts.netloc):  # type: ignore[attr-defined]
         return None
     return urllib.request.getproxies_environment().get(parts.scheme)
 

@@ -278,7 +278,7 @@ def validate(
     claimed = data.get("EventId") if isinstance(data, dict) else None
     claimed = claimed if isinstance(claimed, str) and EVENT_ID.match(claimed) else None
     summary = _summary(message, data)
-    base = {"event_id": claimed, "summary": summary}
+    base: dict[str, Any] = {"event_id": claimed, "summary": summary}
     unverified = signing.problem(message, keys)
     if unverified is not None:
         return Verdict(REJECT, "bad-signature", unverified, **base)
@@ -290,8 +290,8 @@ def validate(
     event = find_event(document, f.event_id)
     if event is not None:  # from here on, the EventId as IMDS spells it
         f = dataclasses.replace(f, event_id=event.event_id)
-    known = {"authentic": True, "message_id": f.message_id, "event_id": f.event_id,
-             "source": f.source, "expires_at": f.expires_at, "summary": summary}
+    known: dict[str, Any] = {"authentic": True, "message_id": f.message_id, "event_id": f.event_id,
+                             "source": f.source, "expires_at": f.expires_at, "summary": summary}
     try:
         _life(f, now)
     except _Refused as exc:

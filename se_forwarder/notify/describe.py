@@ -70,7 +70,7 @@ def describe(event: Any, now: datetime, started_at: datetime | None = None) -> N
     kind = _text(event.get("type"))
     if kind == HEARTBEAT:
         return None
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    data: dict[str, Any] = event["data"] if isinstance(event.get("data"), dict) else {}
     footer = " · ".join(p for p in ("se-forwarder", _cut(_text(event.get("id")), 200)) if p)
     if kind.startswith(COORDINATOR):
         return _decision(kind[len(COORDINATOR):], data, now, footer)
@@ -111,8 +111,9 @@ def _agent_event(state: str, kind: str, event: dict, data: dict, now: datetime,
     elif state == Kind.APPROVED:
         line = f"{etype} approved by {approver(_text(data.get('ApprovedBy')))}"
     elif state == Kind.PREPARED:
-        took = _number(data.get("DurationSeconds"))
-        line = f"ready for {etype}" + (f" (prepare hook took {duration(took)})" if took is not None else "")
+        hook_seconds = _number(data.get("DurationSeconds"))
+        line = f"ready for {etype}" + (f" (prepare hook took {duration(hook_seconds)})"
+                                       if hook_seconds is not None else "")
     elif state == Kind.PREPARE_FAILED:
         line = f"prepare hook failed for {etype}" + (f": {reason}" if reason else "")
         tone = ATTENTION
@@ -131,7 +132,7 @@ def _agent_event(state: str, kind: str, event: dict, data: dict, now: datetime,
 
 
 def _vm_label(event: dict, data: dict) -> str:
-    vm = data.get("Vm") if isinstance(data.get("Vm"), dict) else {}
+    vm: dict[str, Any] = data["Vm"] if isinstance(data.get("Vm"), dict) else {}
     name = _text(vm.get("name")) or _text(event.get("source")).rstrip("/").rsplit("/", 1)[-1] or "a VM"
     where = [f"FD {fd}" for fd in [_text(vm.get("platformFaultDomain"))] if fd]
     where += [f"zone {zone}" for zone in [_text(vm.get("zone"))] if zone]
@@ -139,7 +140,7 @@ def _vm_label(event: dict, data: dict) -> str:
 
 
 def _agent_facts(event: dict, data: dict, not_before: datetime | None) -> list[tuple[str, str]]:
-    vm = data.get("Vm") if isinstance(data.get("Vm"), dict) else {}
+    vm: dict[str, Any] = data["Vm"] if isinstance(data.get("Vm"), dict) else {}
     seconds = _number(data.get("DurationInSeconds"))
     kind = _text(data.get("EventType"))
     if kind and seconds is not None and seconds > 0:
@@ -182,7 +183,7 @@ def approver(who: str) -> str:
 
 def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
     etype = _text(data.get("EventType")) or "maintenance"
-    target = data.get("Target") if isinstance(data.get("Target"), dict) else {}
+    target: dict[str, Any] = data["Target"] if isinstance(data.get("Target"), dict) else {}
     sent_to = _text(target.get("name"))
     resources = data.get("Resources") if isinstance(data.get("Resources"), list) and data.get("Resources") \
         else _affected_names(data.get("Affected"))

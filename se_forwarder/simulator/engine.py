@@ -228,6 +228,7 @@ class Simulator:
         with self._lock:
             self._advance()
             self._check_vm(vm)
+            events: Sequence[Mapping[str, Any]]
             events, incarnation = [e.wire() for e in self._events.values()], self._incarnation
             if self.topology is not None:
                 events, incarnation = self.topology.view(vm or self.vm_names[0], events)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import Any
+from typing import Any, cast
 
 from .. import metrics, tracing
 from ..errors import ConfigError
@@ -104,12 +104,14 @@ class _Exporters:
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.trace.id_generator import IdGenerator
 
             base = otlp_base(t.otlp_endpoint)
             readers.append(PeriodicExportingMetricReader(
                 OTLPMetricExporter(endpoint=f"{base}/v1/metrics", timeout=OTLP_TIMEOUT)))
             ids = tracing.DerivedIds()
-            self.tracer_provider = TracerProvider(resource=resource, id_generator=ids,
+            # DerivedIds has IdGenerator's methods without subclassing it (tracing imports no SDK).
+            self.tracer_provider = TracerProvider(resource=resource, id_generator=cast(IdGenerator, ids),
                                                  shutdown_on_exit=False)
             self.tracer_provider.add_span_processor(BatchSpanProcessor(
                 OTLPSpanExporter(endpoint=f"{base}/v1/traces", timeout=OTLP_TIMEOUT)))

@@ -59,8 +59,8 @@ from .state import (
 PREFIX = TYPE_PREFIX
 DECISION_PREFIX = PREFIX + "coordinator."
 DECISION_KINDS = ("approve", "defer", "breach", "pause", "resume", "hold", "release")
-_TRANSITIONS = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
-                Kind.COMPLETED: COMPLETED}
+_TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
+                                Kind.COMPLETED: COMPLETED}
 _SEEN_SCHEDULED = (Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED)
 AGENT_TYPES = (*_TRANSITIONS, *_SEEN_SCHEDULED, Kind.APPROVAL_REJECTED, Kind.HEARTBEAT)
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}

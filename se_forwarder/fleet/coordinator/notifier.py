@@ -128,7 +128,7 @@ def wanted(event: Mapping[str, Any], kinds: Iterable[str]) -> bool:
     kind = str(event.get("type", ""))[len(DECISION_PREFIX):]
     if kind not in kinds:
         return False
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    data: dict[str, Any] = event["data"] if isinstance(event.get("data"), dict) else {}
     if kind == "approve":
         return data.get("Attempt") in (None, 1)
     if kind == "defer":

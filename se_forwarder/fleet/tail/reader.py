@@ -78,6 +78,7 @@ class HubSource:
             return EventHubConsumerClient.from_connection_string(
                 self.connection_string, consumer_group=consumer_group, eventhub_name=self.eventhub,
                 **kwargs)
+        assert self.namespace is not None  # hub_source gives one or the other
         return EventHubConsumerClient(
             fully_qualified_namespace=self.namespace, eventhub_name=self.eventhub,
             consumer_group=consumer_group, credential=token_credential(self.credential, self.client_id),
@@ -148,6 +149,7 @@ def checkpoint_store(account_url: str | None, conn_env: str | None, container: s
                 f"string: {scrub(one_line(str(exc)), conn)}"
             ) from None
     else:
+        assert account_url is not None  # returned above when neither is given
         store = BlobCheckpointStore(account_url, container, credential=token_credential("default"))
     ensure_container(store)
     return store
@@ -200,8 +202,9 @@ class Receiver:
             if self.checkpointing:
                 self._pending[pid] = (context, event)
         ce = cloud_event_of(event)
-        row = self.table.add(ce) if ce is not None else self._skip()
-        if row is not None:
+        if ce is None:
+            self._skip()
+        elif (row := self.table.add(ce)) is not None:
             self.on_change(row)
         self._checkpoint(pid, force=False)
 

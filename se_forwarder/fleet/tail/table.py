@@ -13,8 +13,8 @@ from typing import Any
 
 from ...model import Kind
 
-STATE_ORDER = {Kind.SCHEDULED: 0, Kind.APPROVED: 1, Kind.STARTED: 2, Kind.COMPLETED: 3,
-               Kind.CANCELED: 4}
+STATE_ORDER: dict[str, int] = {Kind.SCHEDULED: 0, Kind.APPROVED: 1, Kind.STARTED: 2, Kind.COMPLETED: 3,
+                               Kind.CANCELED: 4}
 
 
 @dataclass
@@ -67,7 +67,7 @@ class FleetTable:
             key = (str(subject), str(ce_type))
             row = self.rows.get(key)
             if row is None:
-                data = event.get("data") if isinstance(event.get("data"), dict) else {}
+                data: dict[str, Any] = event["data"] if isinstance(event.get("data"), dict) else {}
                 row = Row(
                     subject=key[0],
                     ce_type=key[1],
