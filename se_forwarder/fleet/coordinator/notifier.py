@@ -312,7 +312,7 @@ class Notifier:
     def from_settings(cls, settings: Iterable[NotifySettings], service: Any) -> Notifier:
         hooks = [ChatHook(s, hook_url(s)) for s in settings]
         return cls(hooks, service.submit, lambda: service.state, service.acting,
-                   policy=getattr(service, "policy", None))
+                   policy=service.policy)
 
     def start(self) -> Notifier:
         for hook in self.hooks:
