@@ -59,6 +59,7 @@ def fleet_with_decisions() -> tuple[Fleet, dict[str, str]]:
 
 
 def notifier_for(fleet: Fleet, *receivers: ChatReceiver, acting: bool = True, **options) -> Notifier:
+    options.setdefault("events", ())  # decisions only here; the fleet events: test_fleet_event_notifications
     hooks = [ChatHook(NotifySettings(r.format, url_env="X", **options), r.url).start() for r in receivers]
     return Notifier(hooks, now_done, lambda: fleet.state, lambda: acting, since=T0 - 1)
 

@@ -1,4 +1,4 @@
-"""The coordinator's chat notifications: one Teams or Slack message per fleet event.
+"""The coordinator's chat notifications: one Teams or Slack message per fleet event, not per VM.
 
 Configured in ``coordinator.toml``, one table per hook::
 
@@ -7,15 +7,20 @@ Configured in ``coordinator.toml``, one table per hook::
     url_env = "SE_TEAMS_WEBHOOK_URL"      # the hook's URL, from an environment variable ...
     # url_file = "/etc/se-forwarder/teams.url"   # ... or a file (the URL is the secret)
     decisions = ["approve", "defer", "breach", "pause", "resume", "hold", "release"]   # the default
+    events = ["scheduled", "started", "completed"]                                     # the default
 
 What is sent, once per fleet event and never once per VM: every ``approve`` (its first attempt; a
 retry to another VM of the same event is not a new message), the first ``defer`` of an event (not
-each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``.
-Only decisions made while this instance acts are sent (a standby sends nothing; decisions folded
-from the hub before this process started are not sent again). The text is se_forwarder.notify's.
+each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``; and
+per maintenance event (EventId), however many VMs report it, one message when it is first
+Scheduled, one when it first Started and one when it completed (``completed`` also selects the
+message of a canceled event), naming the VMs it affects (event_feed.py). Either list may be empty,
+not both. Only what happens while this instance acts is sent (a standby sends nothing; decisions
+and events folded from the hub from before this process started are not sent). The text is
+se_forwarder.notify's.
 
-Never blocking decisions: ``DecisionFeed`` takes the new decisions from the fold on the service
-thread (a look at the decisions once a second, through ``Service.submit``); each hook has its own
+Never blocking decisions: ``DecisionFeed`` and ``EventFeed`` take what is new from the fold on the
+service thread (a look once a second, through ``Service.submit``); each hook has its own
 queue (at most ``QUEUE_MAX`` messages; when full the oldest is dropped with a warning) and thread.
 A message is retried after 408, 429, 5xx and connection errors, with backoff (a ``Retry-After`` is
 honoured) for up to ``GIVE_UP_AFTER`` seconds; any other answer drops it with one log line
@@ -42,7 +47,9 @@ from ... import notify
 from ...errors import ConfigError
 from ...imds import Backoff
 from ...validation import as_choice, as_http_url, as_str, is_loopback, no_unknown, public_url
+from .event_feed import EVENTS, EventFeed
 from .fold import DECISION_PREFIX
+from .settings import Policy
 from .state import DecisionRecord, FleetState
 
 log = logging.getLogger("se_forwarder.coordinator.notify")
@@ -62,6 +69,7 @@ class NotifySettings:
     url_env: str = ""
     url_file: str = ""
     decisions: tuple[str, ...] = DECISIONS
+    events: tuple[str, ...] = EVENTS
 
     @property
     def where(self) -> str:
@@ -79,7 +87,7 @@ def load_notify(raw: Any) -> tuple[NotifySettings, ...]:
         where = f"notify[{i}]"
         if not isinstance(t, dict):
             raise ConfigError(f"{where}: must be a table")
-        no_unknown(t, where, ("format", "url_env", "url_file", "decisions"))
+        no_unknown(t, where, ("format", "url_env", "url_file", "decisions", "events"))
         fmt = as_choice(t.get("format", ""), f"{where}.format", notify.FORMATS)
         sources = [k for k in ("url_env", "url_file") if t.get(k)]
         if len(sources) != 1:
@@ -90,14 +98,21 @@ def load_notify(raw: Any) -> tuple[NotifySettings, ...]:
         if env and (env.startswith(("http:", "https:")) or not env.replace("_", "a").isalnum()):
             raise ConfigError(f"{where}.url_env: {env!r} is not an environment variable name "
                               "(give the variable's name, not the URL)")
-        decisions = t.get("decisions", list(DECISIONS))
-        if not isinstance(decisions, list) or not decisions:
-            raise ConfigError(f"{where}.decisions: must be a non-empty list, e.g. [\"approve\", \"breach\"]")
-        for j, item in enumerate(decisions):
-            as_choice(item, f"{where}.decisions[{j}]", DECISIONS)
-        out.append(NotifySettings(fmt, env, str(Path(file).expanduser()) if file else "",
-                                  tuple(dict.fromkeys(decisions))))
+        decisions = _kinds(t.get("decisions", list(DECISIONS)), f"{where}.decisions", DECISIONS)
+        events = _kinds(t.get("events", list(EVENTS)), f"{where}.events", EVENTS)
+        if not decisions and not events:
+            raise ConfigError(f"{where}: decisions and events are both empty: this hook would get nothing")
+        out.append(NotifySettings(fmt, env, str(Path(file).expanduser()) if file else "", decisions, events))
     return tuple(out)
+
+
+def _kinds(value: Any, where: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        example = ", ".join(f'"{k}"' for k in known[:2])
+        raise ConfigError(f"{where}: must be a list of {', '.join(known)} (e.g. [{example}]), not {value!r}")
+    for j, item in enumerate(value):
+        as_choice(item, f"{where}[{j}]", known)
+    return tuple(dict.fromkeys(value))
 
 
 def hook_url(settings: NotifySettings) -> str:
@@ -136,6 +151,16 @@ def wanted(event: Mapping[str, Any], kinds: Iterable[str]) -> bool:
     return True
 
 
+def wants(settings: NotifySettings, event: Mapping[str, Any]) -> bool:
+    """Whether a hook with ``settings`` takes ``event``: a decision as ``wanted`` says, a fleet
+    event's stage when ``events`` names it (``completed`` also takes ``canceled``)."""
+    kind = str(event.get("type", ""))
+    if kind.startswith(DECISION_PREFIX):
+        return wanted(event, settings.decisions)
+    stage = kind.rsplit(".", 1)[-1]
+    return ("completed" if stage == "canceled" else stage) in settings.events
+
+
 def as_event(record: DecisionRecord) -> dict[str, Any]:
     """A folded decision as the structured CloudEvent it came from (what notify.describe reads)."""
     return {"specversion": "1.0", "type": DECISION_PREFIX + record.kind, "id": record.id,
@@ -172,7 +197,7 @@ class ChatHook:
         self.settings, self.url = settings, url
         self.label = f"{settings.format} hook {public_url(url)}"
         self.session = requests.Session()
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue(QUEUE_MAX)
+        self.queue: queue.Queue[tuple[dict[str, Any], datetime | None]] = queue.Queue(QUEUE_MAX)
         self.stopping = threading.Event()
         self.sent = self.dropped = 0
         self._last_post = 0.0
@@ -182,17 +207,18 @@ class ChatHook:
         self.thread.start()
         return self
 
-    def offer(self, event: dict[str, Any]) -> None:
-        """Queue ``event`` if this hook wants it; never blocks (the oldest message makes room)."""
-        if not wanted(event, self.settings.decisions):
+    def offer(self, event: dict[str, Any], started_at: datetime | None = None) -> None:
+        """Queue ``event`` if this hook wants it; never blocks (the oldest message makes room).
+        ``started_at``: when a completed event started (its message says how long it took)."""
+        if not wants(self.settings, event):
             return
         while True:
             try:
-                self.queue.put_nowait(event)
+                self.queue.put_nowait((event, started_at))
                 return
             except queue.Full:
                 try:
-                    lost = self.queue.get_nowait()
+                    lost, _ = self.queue.get_nowait()
                 except queue.Empty:
                     continue
                 self.dropped += 1
@@ -209,14 +235,14 @@ class ChatHook:
     def _run(self) -> None:
         while True:
             try:
-                event = self.queue.get(timeout=0.2)
+                event, started_at = self.queue.get(timeout=0.2)
             except queue.Empty:
                 if self.stopping.is_set():
                     return
                 continue
-            self._deliver(event)
+            self._deliver(event, started_at)
 
-    def _deliver(self, event: dict[str, Any]) -> None:
+    def _deliver(self, event: dict[str, Any], started_at: datetime | None = None) -> None:
         import requests
 
         backoff = Backoff(base=1.0, cap=60.0)
@@ -226,7 +252,7 @@ class ChatHook:
                 wait = self._last_post + SLACK_INTERVAL - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            body = notify.render(self.settings.format, event, datetime.now(UTC))
+            body = notify.render(self.settings.format, event, datetime.now(UTC), started_at)
             if body is None:
                 return
             self._last_post = time.monotonic()
@@ -273,9 +299,11 @@ class Notifier:
 
     def __init__(self, hooks: list[ChatHook], submit: Callable[[Callable[[], Any]], Any],
                  state: Callable[[], FleetState], acting: Callable[[], bool],
-                 since: float | None = None) -> None:
+                 since: float | None = None, policy: Policy | None = None) -> None:
         self.hooks = hooks
-        self.feed = DecisionFeed(time.time() if since is None else since)
+        since = time.time() if since is None else since
+        self.feed = DecisionFeed(since)
+        self.events = EventFeed(since, policy)
         self._submit, self._state, self._acting = submit, state, acting
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
@@ -283,15 +311,16 @@ class Notifier:
     @classmethod
     def from_settings(cls, settings: Iterable[NotifySettings], service: Any) -> Notifier:
         hooks = [ChatHook(s, hook_url(s)) for s in settings]
-        return cls(hooks, service.submit, lambda: service.state, service.acting)
+        return cls(hooks, service.submit, lambda: service.state, service.acting,
+                   policy=service.policy)
 
     def start(self) -> Notifier:
         for hook in self.hooks:
             hook.start()
         self.thread.start()
         for hook in self.hooks:
-            log.info("chat notifications of decisions to %s (%s)", hook.label,
-                     ", ".join(hook.settings.decisions))
+            log.info("chat notifications to %s (decisions: %s; events: %s)", hook.label,
+                     ", ".join(hook.settings.decisions) or "none", ", ".join(hook.settings.events) or "none")
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -303,17 +332,25 @@ class Notifier:
             hook.close(max(0.1, deadline - time.monotonic()))
 
     def look(self) -> int:
-        """Take the new decisions once and hand them to the hooks; how many were new."""
-        future = self._submit(lambda: self.feed.take(self._state(), self._acting()))
-        events = future.result(timeout=30)
-        for event in events:
+        """Take the new decisions and fleet events once and hand them to the hooks; how many were new."""
+        def take() -> list[tuple[dict[str, Any], datetime | None]]:
+            state, acting = self._state(), self._acting()
+            out: list[tuple[dict[str, Any], datetime | None]] = []
+            if any(hook.settings.decisions for hook in self.hooks):
+                out += [(event, None) for event in self.feed.take(state, acting)]
+            if any(hook.settings.events for hook in self.hooks):
+                out += self.events.take(state, acting)
+            return out
+
+        messages = self._submit(take).result(timeout=30)
+        for event, started_at in messages:
             for hook in self.hooks:
-                hook.offer(event)
-        return len(events)
+                hook.offer(event, started_at)
+        return len(messages)
 
     def _run(self) -> None:
         while not self.stopping.wait(LOOK_EVERY):
             try:
                 self.look()
             except Exception as exc:  # noqa: BLE001 - a busy service thread: look again next second
-                log.debug("decisions not read for notifications this time: %s", exc)
+                log.debug("the fold not read for notifications this time: %s", exc)
