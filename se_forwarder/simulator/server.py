@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import select
 import socket
 import sys
@@ -35,7 +34,6 @@ from se_forwarder.simulator.topology import Topology
 
 log = logging.getLogger("se_forwarder.simulator")
 
-VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_BODY = 1024 * 1024
 
 
@@ -190,10 +188,6 @@ class SimulatorServer:
         etag: bool = True,
         topology: Topology | None = None,
     ) -> None:
-        vm_names = topology.vm_names if topology is not None else vm_names
-        for name in vm_names:
-            if not isinstance(name, str) or not VM_NAME.match(name):
-                raise ValueError(f"bad VM name {name!r}: use letters, digits, '-', '_' and '.'")
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be 0-65535, got {port}")
         if throttle_rps is not None and throttle_rps < 0:
