@@ -69,10 +69,8 @@ class Approver:
         on_recorded: Callable[[], None] = lambda: None,
         secret_env: Iterable[str] = (),
         identity_known: threading.Event | None = None,
-        document: Callable[[], Document | None] | None = None,
+        document: Callable[[], Document | None] | None = None,  # the poller's (else: as offered)
     ) -> None:
-        """``document``: where the last polled document is read (the agent's poller); without
-        one, the approver keeps the last document it is offered."""
         check_consistency(settings)
         # A factory makes the client on first use: an agent that never approves keeps no session.
         self._imds: ImdsClient | None = imds if isinstance(imds, ImdsClient) else None
@@ -100,7 +98,7 @@ class Approver:
         self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env,
                                           wake=self._wake)
         self._document = document
-        self._offered: Document | None = None  # only without ``document``
+        self._offered: Document | None = None  # kept only without ``document``
         self._lock = threading.Lock()
         # POSTs are serialised under the approval lock, on a client used only there; the fresh
         # document before each POST is read outside it, one reader at a time.
@@ -145,16 +143,12 @@ class Approver:
     def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
         """Called by the poller with every new document and the transitions that led to it."""
         if self._document is None:
-            with self._lock:
-                self._offered = doc
+            self._offered = doc
         self._changed.set()
 
     def current(self) -> Document | None:
         """The last polled document: from ``document``, else the last one offered."""
-        if self._document is not None:
-            return self._document()
-        with self._lock:
-            return self._offered
+        return self._document() if self._document is not None else self._offered
 
     def start(self, stop: threading.Event) -> None:
         """Start the approver thread and, when configured, the approval-queue consumer."""
