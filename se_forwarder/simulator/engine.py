@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from se_forwarder.errors import ConfigError
 from se_forwarder.simulator.faults import ArmedFaults, Fault, parse_fault
 from se_forwarder.simulator.player import SCENARIO_STARTS, ScenarioListener, ScenarioPlayer
 from se_forwarder.simulator.scenarios import Scenario, load_scenario, scenario_from_mapping
@@ -35,7 +36,12 @@ from se_forwarder.simulator.wire import (
 log = logging.getLogger("se_forwarder.simulator")
 
 ChangeListener = Callable[[int, list[str]], None]
-__all__ = ["SCENARIO_STARTS", "ApprovalError", "ChangeListener", "ScenarioListener", "Simulator"]
+__all__ = ["SCENARIO_STARTS", "ApprovalError", "ChangeListener", "ScenarioListener", "SettingError",
+           "Simulator"]
+
+
+class SettingError(ConfigError, ValueError):
+    """A setting of the simulator (time scale, port, ...) that cannot be used; the message names it."""
 
 
 class Simulator:
@@ -53,7 +59,7 @@ class Simulator:
         topology: Topology | None = None,
     ) -> None:
         if not (time_scale > 0):
-            raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
+            raise SettingError(f"time_scale must be > 0, got {time_scale!r}")
         self._placement = Placement(vm_names, topology)  # which VM sees what (topology.py)
         self.vm_names, self.topology = self._placement.vm_names, topology
         self.time_scale = float(time_scale)

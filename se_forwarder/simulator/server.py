@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from se_forwarder.simulator.control_routes import ControlApi, instance_mode
-from se_forwarder.simulator.engine import SCENARIO_STARTS, Simulator
+from se_forwarder.simulator.engine import SCENARIO_STARTS, SettingError, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
 from se_forwarder.simulator.imds_routes import IMDS_ROUTES, ImdsHandler, Throttle
 from se_forwarder.simulator.scenarios import Scenario, load_scenario
@@ -189,13 +189,13 @@ class SimulatorServer:
         topology: Topology | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
-            raise ValueError(f"port must be 0-65535, got {port}")
+            raise SettingError(f"port must be 0-65535, got {port}")
         if throttle_rps is not None and throttle_rps < 0:
-            raise ValueError(f"throttle_rps must be >= 0 (0 or None = off), got {throttle_rps}")
+            raise SettingError(f"throttle_rps must be >= 0 (0 or None = off), got {throttle_rps}")
         if first_call_delay < 0:
-            raise ValueError(f"first_call_delay must be >= 0, got {first_call_delay}")
+            raise SettingError(f"first_call_delay must be >= 0, got {first_call_delay}")
         if scenario_start not in SCENARIO_STARTS:
-            raise ValueError(
+            raise SettingError(
                 f"scenario_start must be one of {', '.join(SCENARIO_STARTS)}, got {scenario_start!r}"
             )
         self.host = host

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from se_forwarder.errors import ConfigError
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
 
 AVAILABILITY_SET, SCALE_SET = "availability-set", "scale-set"
@@ -54,8 +55,8 @@ _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/se-forwarder/sim
 VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class TopologyError(ValueError):
-    """A topology description that cannot be used; the message names the key."""
+class TopologyError(ConfigError, ValueError):
+    """VM names or a topology description that cannot be used; the message names the key."""
 
 
 @dataclass(frozen=True)
