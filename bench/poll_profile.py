@@ -31,13 +31,8 @@ def _poller(url: str, state: Path) -> tuple[Poller, ImdsClient, Outbox]:
     settings = from_dict({"imds": {"url": url}, "state": {"dir": str(state)}})
     imds = ImdsClient(url)
     outbox = Outbox(state)
-    current: list[object] = [None]
-
-    def offer(doc: object, _transitions: object) -> None:
-        current[0] = doc
-
     poller = Poller(settings, imds, outbox, lambda: VmIdentity.from_hostname("bench"),
-                    current=lambda: current[0], offer=offer, on_recorded=lambda: None,
+                    offer=lambda _doc, _transitions: None, on_recorded=lambda: None,
                     stop=threading.Event())
     return poller, imds, outbox
 

@@ -100,7 +100,7 @@ class Agent:
         if any(s.heartbeat_interval for s in settings.sinks):
             from .heartbeat import HeartbeatSource  # only where a sink wants heartbeats
 
-            heartbeat = HeartbeatSource(self.identity, self._document,
+            heartbeat = HeartbeatSource(self.identity, self.last_document,
                                         [s.name for s in settings.sinks]).event
         self.workers = [
             DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop,
@@ -129,8 +129,9 @@ class Agent:
         assert self.enricher is not None
         return self.enricher.current()
 
-    def _document(self) -> Document | None:
-        return self.approver.current() if self.approver is not None else None
+    def last_document(self) -> Document | None:
+        """The last document the poller handed on (None before the first one)."""
+        return self.poller.last() if self.poller is not None else None
 
     # -- lifecycle ------------------------------------------------------------------------
     def run(self) -> int:
@@ -198,9 +199,10 @@ class Agent:
                 self.state_dir, self.identity, self.settings.approvals,
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
                 secret_env=telemetry.secret_env_names(self.settings), identity_known=known,
+                document=self.last_document,
             )
             self.poller = Poller(self.settings, self.imds, self.outbox, self.identity,
-                                 current=self.approver.current, offer=self.approver.offer,
+                                 offer=self.approver.offer,
                                  on_recorded=self._wake_sinks, on_document=self.on_document,
                                  stop=self.stop)
             self._housekeep(self.outbox)

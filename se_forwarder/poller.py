@@ -40,7 +40,11 @@ LOUD_EVERY = 60  # a failing poll is logged once per change of reason, then ever
 
 
 class Poller:
-    """Polls IMDS and records what changed; ``offer`` hands each document to the approver."""
+    """Polls IMDS and records what changed; ``offer`` hands each document to the approver.
+
+    It keeps the last document it handed on (``last``): the approver and the heartbeats read it
+    from here, and the next poll compares with it.
+    """
 
     def __init__(
         self,
@@ -49,7 +53,6 @@ class Poller:
         outbox: Outbox,
         identity: Callable[[], VmIdentity],
         *,
-        current: Callable[[], Document | None],
         offer: Callable[[Document, list[Transition]], None],
         on_recorded: Callable[[], None],
         on_document: Callable[[Document], None] | None = None,
@@ -59,13 +62,24 @@ class Poller:
         self.imds = imds
         self.outbox = outbox
         self.identity = identity
-        self.current = current
         self.offer = offer
         self.on_recorded = on_recorded
         self.on_document = on_document
         self.stop = stop
         self._last_status_write = 0.0
         self._last_status: tuple[bool, str] | None = None
+        self._last: Document | None = None
+        self._last_lock = threading.Lock()
+
+    def last(self) -> Document | None:
+        """The last document handed on (None before the first one); from any thread."""
+        with self._last_lock:
+            return self._last
+
+    def _hand_on(self, document: Document, transitions: list[Transition]) -> None:
+        with self._last_lock:
+            self._last = document
+        self.offer(document, transitions)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -145,12 +159,12 @@ class Poller:
         started = time.monotonic()
         document = self.imds.get_document()
         metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
-        offered = self.current()
+        offered = self.last()
         previous = offered or self.outbox.previous_document()
         if previous is not None and previous.incarnation == document.incarnation:
             if document is previous or document.events == previous.events:
                 if offered is None:
-                    self.offer(document, [])
+                    self._hand_on(document, [])
                 self.note_poll(True, "ok", document.incarnation)
                 return
             # Only after an incarnation reset (or while the agent was down across one) can the
@@ -178,7 +192,7 @@ class Poller:
                      extra=fields(event_id=event.event_id, state=event.state,
                                   incarnation=document.incarnation))
         self.on_recorded()
-        self.offer(document, transitions)
+        self._hand_on(document, transitions)
         if self.on_document is not None:
             self.on_document(document)
         self.note_poll(True, "ok", document.incarnation, force=True)

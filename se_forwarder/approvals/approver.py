@@ -69,6 +69,7 @@ class Approver:
         on_recorded: Callable[[], None] = lambda: None,
         secret_env: Iterable[str] = (),
         identity_known: threading.Event | None = None,
+        document: Callable[[], Document | None] | None = None,  # the poller's (else: as offered)
     ) -> None:
         check_consistency(settings)
         # A factory makes the client on first use: an agent that never approves keeps no session.
@@ -96,7 +97,8 @@ class Approver:
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
         self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env,
                                           wake=self._wake)
-        self._doc: Document | None = None
+        self._document = document
+        self._offered: Document | None = None  # kept only without ``document``
         self._lock = threading.Lock()
         # POSTs are serialised under the approval lock, on a client used only there; the fresh
         # document before each POST is read outside it, one reader at a time.
@@ -140,14 +142,13 @@ class Approver:
     # -- wiring ---------------------------------------------------------------------------
     def offer(self, doc: Document, transitions: Sequence[Transition] = ()) -> None:
         """Called by the poller with every new document and the transitions that led to it."""
-        with self._lock:
-            self._doc = doc
+        if self._document is None:
+            self._offered = doc
         self._changed.set()
 
     def current(self) -> Document | None:
-        """The last document the poller offered."""
-        with self._lock:
-            return self._doc
+        """The last polled document: from ``document``, else the last one offered."""
+        return self._document() if self._document is not None else self._offered
 
     def start(self, stop: threading.Event) -> None:
         """Start the approver thread and, when configured, the approval-queue consumer."""

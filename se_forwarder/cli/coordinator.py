@@ -51,6 +51,7 @@ def run(config: str | None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    from ..fleet.coordinator.access import check_connection_strings
     from ..fleet.coordinator.addons import start_addons
     from ..fleet.coordinator.api import ApiServer, read_tokens
     from ..fleet.coordinator.service import Service
@@ -58,6 +59,7 @@ def run(config: str | None) -> None:
     from ..telemetry import setup_logging
 
     settings = _settings(config)
+    check_connection_strings(settings)
     setup_logging(settings.log_format, settings.log_level)
     quiet_sdk_logs()
     logging.getLogger("azure.storage").setLevel(logging.WARNING)
@@ -89,10 +91,12 @@ def run(config: str | None) -> None:
 @friendly_errors
 def check(config: str | None) -> None:
     """Validate the configuration; reach the hub, storage and queues."""
+    from ..fleet.coordinator.access import check_connection_strings
     from ..fleet.coordinator.check import run_checks
     from ..sinks.azure_common import quiet_sdk_logs
 
     settings = _settings(config)
+    check_connection_strings(settings)
     quiet_sdk_logs()
     click.echo(f"ok    config: {settings.source_file}")
     sys.exit(1 if run_checks(settings, click.echo) else 0)

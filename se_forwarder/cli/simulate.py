@@ -255,28 +255,25 @@ def _build(
     names = _vm_names(vm_name, vms)
     if topology and vms:
         raise ConfigError("give --vms or --topology, not both (the topology names the VMs)")
-    try:
-        placement = Topology.load(topology) if topology else None
-        fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
-        return SimulatorServer(
-            host,
-            port,
-            vm_names=names,
-            time_scale=time_scale,
-            scenario=scenario,
-            throttle_rps=throttle_rps or None,
-            first_call_delay=first_call_delay,
-            multi_tenant=multi_tenant,
-            scenario_params=_parse_params(params),
-            scenario_start=scenario_start,
-            faults=fault_specs,
-            etag=etag,
-            topology=placement,
-        )
-    except ConfigError:  # ScenarioError, FaultError: already one line naming the problem
-        raise
-    except ValueError as exc:  # an option value the server refuses (a port out of range)
-        raise ConfigError(str(exc)) from None
+    # A bad option value is a ConfigError (SettingError, TopologyError, ScenarioError, FaultError):
+    # one line naming it, exit 2.
+    placement = Topology.load(topology) if topology else None
+    fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
+    return SimulatorServer(
+        host,
+        port,
+        vm_names=names,
+        time_scale=time_scale,
+        scenario=scenario,
+        throttle_rps=throttle_rps or None,
+        first_call_delay=first_call_delay,
+        multi_tenant=multi_tenant,
+        scenario_params=_parse_params(params),
+        scenario_start=scenario_start,
+        faults=fault_specs,
+        etag=etag,
+        topology=placement,
+    )
 
 
 def _announce(server: SimulatorServer, scenario: str | None) -> None:

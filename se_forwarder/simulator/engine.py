@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from se_forwarder.simulator.faults import Fault, parse_fault
+from se_forwarder.errors import ConfigError
+from se_forwarder.simulator.faults import ArmedFaults, Fault, parse_fault
 from se_forwarder.simulator.player import SCENARIO_STARTS, ScenarioListener, ScenarioPlayer
 from se_forwarder.simulator.scenarios import Scenario, load_scenario, scenario_from_mapping
 from se_forwarder.simulator.store import EventStore
-from se_forwarder.simulator.topology import Topology
+from se_forwarder.simulator.topology import Placement, Topology
 from se_forwarder.simulator.wire import (
     LATEST_VERSION,
     ApprovalError,
@@ -35,7 +36,12 @@ from se_forwarder.simulator.wire import (
 log = logging.getLogger("se_forwarder.simulator")
 
 ChangeListener = Callable[[int, list[str]], None]
-__all__ = ["SCENARIO_STARTS", "ApprovalError", "ChangeListener", "ScenarioListener", "Simulator"]
+__all__ = ["SCENARIO_STARTS", "ApprovalError", "ChangeListener", "ScenarioListener", "SettingError",
+           "Simulator"]
+
+
+class SettingError(ConfigError, ValueError):
+    """A setting of the simulator (time scale, port, ...) that cannot be used; the message names it."""
 
 
 class Simulator:
@@ -52,24 +58,19 @@ class Simulator:
         request_log_size: int = 10_000,
         topology: Topology | None = None,
     ) -> None:
-        names = tuple(vm_names)
-        if not names:
-            raise ValueError("at least one VM name is needed")
-        if len(set(names)) != len(names):
-            raise ValueError(f"VM names must be unique, got {', '.join(names)}")
         if not (time_scale > 0):
-            raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
-        self.vm_names = names
-        self.topology = topology  # None: every VM sees the one shared list (topology.py)
+            raise SettingError(f"time_scale must be > 0, got {time_scale!r}")
+        self._placement = Placement(vm_names, topology)  # which VM sees what (topology.py)
+        self.vm_names, self.topology = self._placement.vm_names, topology
         self.time_scale = float(time_scale)
         self.multi_tenant = multi_tenant
         self._clock = clock
         self._tick_interval = tick_interval
         self._lock = threading.RLock()
-        self._store = EventStore(names, self.real_seconds)
+        self._store = EventStore(self.vm_names, self.real_seconds)
         self._events = self._store.events
         self._incarnation = 1
-        self._faults: list[Fault] = []
+        self._faults = ArmedFaults()
         self._requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=request_log_size)
         self._player = ScenarioPlayer(clock, self.real_seconds)
         self._listeners: list[ChangeListener] = []
@@ -147,12 +148,10 @@ class Simulator:
         now = self._clock()
         changes: list[str] = []
         self._player.advance(self._store, self, now, changes)
-        for fault in [f for f in self._faults if f.kind == "incarnation_reset"]:
-            if fault.armed_at <= now:
-                self._faults.remove(fault)
-                self._commit(changes)
-                changes = []
-                self._set_incarnation(fault.reset_to)
+        for fault in self._faults.due_resets(now):
+            self._commit(changes)
+            changes = []
+            self._set_incarnation(fault.reset_to)
         changes += self._store.due(now)
         self._commit(changes)
 
@@ -176,7 +175,7 @@ class Simulator:
         """
         with self._lock:
             self._advance()
-            self._check_vm(vm)
+            self._placement.check(vm)
             event = self._store.new(fields, base=self._clock(), resources=[vm] if vm else None)
             self._events[event.event_id] = event
             self._commit([event.added_line()])
@@ -207,10 +206,6 @@ class Simulator:
             how = "completed" if event.status == "Started" else "canceled"
             self._commit([f"{event.label()} removed ({how}, deleted)"])
 
-    def _check_vm(self, vm: str | None) -> None:
-        if vm is not None and vm not in self.vm_names:
-            raise KeyError(f"no VM named {vm!r} here (VMs: {', '.join(self.vm_names)})")
-
     def events(self) -> list[dict[str, Any]]:
         """The current events with every field (newest api-version)."""
         with self._lock:
@@ -227,11 +222,9 @@ class Simulator:
         """The document ``vm`` gets for ``api_version`` (the shared list, or its group's part)."""
         with self._lock:
             self._advance()
-            self._check_vm(vm)
-            events: Sequence[Mapping[str, Any]]
-            events, incarnation = [e.wire() for e in self._events.values()], self._incarnation
-            if self.topology is not None:
-                events, incarnation = self.topology.view(vm or self.vm_names[0], events)
+            self._placement.check(vm)
+            events, incarnation = self._placement.view(vm, [e.wire() for e in self._events.values()],
+                                                       self._incarnation)
             return render_document(incarnation, events, api_version)
 
     # --- approvals -----------------------------------------------------------------------------
@@ -252,11 +245,11 @@ class Simulator:
         with self._lock:
             self._advance()
             voter = vm or self.vm_names[0]
-            self._check_vm(voter)
+            self._placement.check(voter)
             records, changes = self._store.approve(
                 event_ids, voter=voter, client=client, now=self._clock(),
                 multi_tenant=self.multi_tenant, api_version=api_version,
-                sees=None if self.topology is None else self.topology.sees)
+                sees=self._placement.sees)
             self._commit(changes)
             unknown = [r["EventId"] for r in records if r["reason"] == "unknown EventId"]
             if unknown:
@@ -319,7 +312,7 @@ class Simulator:
     # --- what a scenario step does besides events (player.Engine; under the lock) ------------
 
     def arm_fault(self, spec: Mapping[str, Any], now: float) -> None:
-        self._faults.append(parse_fault(dict(spec), vm_names=self.vm_names, now=now))
+        self._faults.arm(parse_fault(dict(spec), vm_names=self.vm_names, now=now))
 
     def reset_incarnation(self, value: int, changes: list[str]) -> None:
         self._commit(changes)
@@ -346,14 +339,14 @@ class Simulator:
         """Arm a fault (see ``faults.py``); an incarnation reset without delay applies at once."""
         fault = parse_fault(dict(spec), vm_names=self.vm_names, now=self._clock())
         with self._lock:
-            self._faults.append(fault)
+            self._faults.arm(fault)
             self._advance()
             return fault.describe()
 
     def faults(self) -> list[dict[str, Any]]:
         """The faults still armed."""
         with self._lock:
-            return [f.describe() for f in self._faults]
+            return self._faults.describe()
 
     def clear_faults(self) -> None:
         """Disarm every fault."""
@@ -363,16 +356,7 @@ class Simulator:
     def take_fault(self, route: str, vm: str, method: str) -> Fault | None:
         """The fault hitting this request, if any (its count goes down by one)."""
         with self._lock:
-            now = self._clock()
-            self._faults = [f for f in self._faults if f.kind == "incarnation_reset"
-                            or not f.expired(now)]  # a fault limited by seconds ran out
-            for fault in self._faults:
-                if fault.matches(route, vm, method, now):
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        self._faults.remove(fault)
-                    return fault
-            return None
+            return self._faults.take(route, vm, method, self._clock())
 
     # --- request log ---------------------------------------------------------------------------
 

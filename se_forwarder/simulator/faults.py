@@ -167,6 +167,40 @@ def parse_fault(spec: Any, *, vm_names: tuple[str, ...] = (), now: float | None 
     return fault
 
 
+class ArmedFaults:
+    """The faults armed on a simulator, oldest first (the engine calls these under its lock)."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+
+    def arm(self, fault: Fault) -> None:
+        self._faults.append(fault)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [f.describe() for f in self._faults]
+
+    def clear(self) -> None:
+        self._faults.clear()
+
+    def due_resets(self, now: float) -> list[Fault]:
+        """The incarnation resets armed by ``now``, disarmed (they apply once)."""
+        due = [f for f in self._faults if f.kind == "incarnation_reset" and f.armed_at <= now]
+        self._faults = [f for f in self._faults if f not in due]
+        return due
+
+    def take(self, route: str, vm: str, method: str, now: float) -> Fault | None:
+        """The fault hitting this request, if any (its count goes down by one)."""
+        self._faults = [f for f in self._faults if f.kind == "incarnation_reset"
+                        or not f.expired(now)]  # a fault limited by seconds ran out
+        for fault in self._faults:
+            if fault.matches(route, vm, method, now):
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+
 def _flag_value(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import select
 import socket
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from se_forwarder.simulator.control_routes import ControlApi, instance_mode
-from se_forwarder.simulator.engine import SCENARIO_STARTS, Simulator
+from se_forwarder.simulator.engine import SCENARIO_STARTS, SettingError, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
 from se_forwarder.simulator.imds_routes import IMDS_ROUTES, ImdsHandler, Throttle
 from se_forwarder.simulator.scenarios import Scenario, load_scenario
@@ -35,7 +34,6 @@ from se_forwarder.simulator.topology import Topology
 
 log = logging.getLogger("se_forwarder.simulator")
 
-VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_BODY = 1024 * 1024
 
 
@@ -190,18 +188,14 @@ class SimulatorServer:
         etag: bool = True,
         topology: Topology | None = None,
     ) -> None:
-        vm_names = topology.vm_names if topology is not None else vm_names
-        for name in vm_names:
-            if not isinstance(name, str) or not VM_NAME.match(name):
-                raise ValueError(f"bad VM name {name!r}: use letters, digits, '-', '_' and '.'")
         if not 0 <= port <= 65535:
-            raise ValueError(f"port must be 0-65535, got {port}")
+            raise SettingError(f"port must be 0-65535, got {port}")
         if throttle_rps is not None and throttle_rps < 0:
-            raise ValueError(f"throttle_rps must be >= 0 (0 or None = off), got {throttle_rps}")
+            raise SettingError(f"throttle_rps must be >= 0 (0 or None = off), got {throttle_rps}")
         if first_call_delay < 0:
-            raise ValueError(f"first_call_delay must be >= 0, got {first_call_delay}")
+            raise SettingError(f"first_call_delay must be >= 0, got {first_call_delay}")
         if scenario_start not in SCENARIO_STARTS:
-            raise ValueError(
+            raise SettingError(
                 f"scenario_start must be one of {', '.join(SCENARIO_STARTS)}, got {scenario_start!r}"
             )
         self.host = host

@@ -28,19 +28,22 @@ Described in TOML or JSON (``se-forwarder simulate --topology FILE``)::
     zones = ["1", "2"]      # VM i is in zone zones[i % 2] (default: no zone)
     fault_domains = 1       # default 1 (a zonal scale set spreads by zone)
 
-``Topology.build`` makes the same from Python.
+``Topology.build`` makes the same from Python. ``Placement`` is what the engine asks: which VMs
+exist and what each is shown (the shared list without a topology, its group's part with one).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from se_forwarder.errors import ConfigError
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
 
 AVAILABILITY_SET, SCALE_SET = "availability-set", "scale-set"
@@ -49,10 +52,11 @@ _GROUP_KEYS = {
     "scale_sets": ("name", "vms", "zones", "fault_domains", "update_domains", "tags"),
 }
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/se-forwarder/simulator/topology")
+VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class TopologyError(ValueError):
-    """A topology description that cannot be used; the message names the key."""
+class TopologyError(ConfigError, ValueError):
+    """VM names or a topology description that cannot be used; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,41 @@ class Topology:
                                                            "zone", "vmScaleSetName", "placementGroupId")}
                     for vm in self.vm_names},
         }
+
+
+class Placement:
+    """The simulated VMs and what each one is shown: without a topology every VM sees the one
+    shared list under the one DocumentIncarnation; with one, its group's part (``Topology.view``).
+    """
+
+    def __init__(self, vm_names: Sequence[str], topology: Topology | None = None) -> None:
+        names = topology.vm_names if topology is not None else tuple(vm_names)
+        if not names:
+            raise TopologyError("at least one VM name is needed")
+        for name in names:
+            if not isinstance(name, str) or not VM_NAME.match(name):
+                raise TopologyError(f"bad VM name {name!r}: use letters, digits, '-', '_' and '.'")
+        if len(set(names)) != len(names):
+            raise TopologyError(f"VM names must be unique, got {', '.join(names)}")
+        self.vm_names: tuple[str, ...] = names
+        self.topology = topology
+
+    def check(self, vm: str | None) -> None:
+        """KeyError naming the VMs when ``vm`` (None: the first VM) is not simulated here."""
+        if vm is not None and vm not in self.vm_names:
+            raise KeyError(f"no VM named {vm!r} here (VMs: {', '.join(self.vm_names)})")
+
+    def view(self, vm: str | None, events: list[dict[str, Any]],
+             incarnation: int) -> tuple[Sequence[Mapping[str, Any]], int]:
+        """(the events ``vm`` sees, the DocumentIncarnation it is shown); under the engine's lock."""
+        if self.topology is None:
+            return events, incarnation
+        return self.topology.view(vm or self.vm_names[0], events)
+
+    @property
+    def sees(self) -> Callable[[str, Sequence[str]], bool] | None:
+        """Whether a VM sees an event for some Resources; None when every VM sees every event."""
+        return None if self.topology is None else self.topology.sees
 
 
 def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dict[str, dict[str, Any]]]:

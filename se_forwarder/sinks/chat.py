@@ -24,14 +24,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ConfigError
+from ..model import TYPE_PREFIX, Kind
 from ..validation import as_choice
 from .base import DeadLetter, Delivered, Park, StoredEvent
 
 FORMATS = ("teams", "slack")  # notify.FORMATS; notify loads only for a chat sink (about 1 MB)
 ALL_FORMATS = ("cloudevents", *FORMATS)
 CONTENT_TYPE = "application/json"
-AGENT_TYPES = ("scheduled", "started", "completed", "canceled", "approved", "approvalrejected",
-               "prepared", "preparefailed", "recoverfailed")
+AGENT_TYPES = tuple(k.value for k in Kind if k is not Kind.HEARTBEAT)  # heartbeats are never posted
 DECISIONS = tuple(f"coordinator.{a}" for a in
                   ("approve", "defer", "breach", "pause", "resume", "hold", "release"))
 EVENT_CHOICES = AGENT_TYPES + DECISIONS
@@ -40,7 +40,6 @@ SLACK_GONE = frozenset({"no_service", "invalid_token", "channel_not_found", "cha
                         "action_prohibited", "team_disabled", "no_team"})
 SLACK_INTERVAL = 1.0
 _REMEMBERED_STARTS = 10_000
-_PREFIX = "com.azure.scheduledevents."
 
 
 def validate(table: Mapping[str, Any], where: str) -> tuple[str, tuple[str, ...] | None]:
@@ -82,7 +81,7 @@ class ChatFormat:
             raise ValueError(f"not a chat format: {fmt!r}")
         self.format = fmt
         self.min_interval = SLACK_INTERVAL if fmt == "slack" else 0.0
-        self._wanted = frozenset(_PREFIX + e for e in events) if events else None
+        self._wanted = frozenset(TYPE_PREFIX + e for e in events) if events else None
         # Start times seen in this process, for "completed after 4 min"; lost on restart, then the
         # message simply says "completed".
         self._starts: OrderedDict[tuple[str, str], datetime] = OrderedDict()
@@ -124,7 +123,7 @@ class ChatFormat:
         """Remember when a real ``started`` was seen; the start time for a ``completed``."""
         data: dict[str, Any] = cloud["data"] if isinstance(cloud.get("data"), dict) else {}
         key = (str(cloud.get("source", "")), str(cloud.get("subject", "")))
-        if kind == _PREFIX + "started" and data.get("Inferred") is not True:
+        if Kind.of(kind) is Kind.STARTED and data.get("Inferred") is not True:
             from ..notify.describe import parse_time
 
             moment = parse_time(cloud.get("time"))
@@ -134,6 +133,6 @@ class ChatFormat:
                 while len(self._starts) > _REMEMBERED_STARTS:
                     self._starts.popitem(last=False)
             return None
-        if kind == _PREFIX + "completed":
+        if Kind.of(kind) is Kind.COMPLETED:
             return self._starts.get(key)
         return None

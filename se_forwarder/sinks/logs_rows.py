@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..model import TYPE_PREFIX, Kind
+
 TABLE = "SeForwarderEvents_CL"
 STREAM = "Custom-SeForwarderEvents"
-PREFIX = "com.azure.scheduledevents."
 
 # (name, Log Analytics type), in table order.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -66,12 +67,12 @@ def to_row(event: dict[str, Any]) -> dict[str, Any]:
     vm: dict[str, Any] = data["Vm"] if isinstance(data.get("Vm"), dict) else {}
     kind = event["type"]
     resources = data.get("Resources")
-    heartbeat = kind == PREFIX + "heartbeat"  # its subject is the VM, not an event
+    heartbeat = Kind.of(kind) is Kind.HEARTBEAT  # its subject is the VM, not an event
     row = {
         "TimeGenerated": _text(event.get("time")),
         "EventId": _text(data.get("EventId")) or (None if heartbeat else _text(event.get("subject"))),
         "EventType": _text(data.get("EventType")) or _text(event.get("eventtype")),
-        "State": kind[len(PREFIX):] if kind.startswith(PREFIX) else kind,
+        "State": kind.removeprefix(TYPE_PREFIX),
         "EventStatus": _text(event.get("eventstatus")) or _text(data.get("EventStatus")),
         "NotBefore": _text(data.get("NotBeforeUtc")),
         "DurationInSeconds": _integer(data.get("DurationInSeconds")),

@@ -111,3 +111,34 @@ def test_control_commands_require_a_reason(files: dict[str, Path]) -> None:
     code, out = run("hold", "SOME-EVENT", "--config", str(config(files)))
     assert code != 0
     assert "--reason" in out
+
+
+KEY = "c2VjcmV0LWtleS1mb3ItdGVzdHM="
+PLAINTEXT = {
+    "eventhub": ('fully_qualified_namespace = "ns.servicebus.windows.net"',
+                 "Endpoint=sb://10.9.9.9:5672;SharedAccessKeyName=k;SharedAccessKey=" + KEY
+                 + ";EntityPath=scheduled-events;UseDevelopmentEmulator=true",
+                 ("UseDevelopmentEmulator=true", "10.9.9.9", "not loopback")),
+    "storage": ('account_url = "https://acct.blob.core.windows.net"',
+                "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=" + KEY
+                + ";EndpointSuffix=core.windows.net",
+                ("DefaultEndpointsProtocol=http", "acct", "not loopback")),
+    "queues": ('account_url = "https://acct.queue.core.windows.net"',
+               "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=" + KEY
+               + ";QueueEndpoint=http://queues.example.com/acct",
+               ("queueendpoint is http://", "queues.example.com", "not loopback")),
+}
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+@pytest.mark.parametrize("part", sorted(PLAINTEXT))
+def test_a_plaintext_connection_string_to_a_remote_host_is_refused_in_one_line(
+        files: dict[str, Path], part: str, command: str) -> None:
+    setting, conn, words = PLAINTEXT[part]
+    path = config(files, **{setting: 'credential = "connection-string"\nconnection_string_env = "CONN"'})
+    result = CliRunner().invoke(main, ["coordinator", command, "--config", str(path)],
+                                env={"SE_FORWARDER_COORDINATOR_CONFIG": "", "CONN": conn})
+    assert result.exit_code == 2, result.output
+    line = one_error(result.output.strip())
+    assert f"{part}.connection_string_env: " in line and all(w in line for w in words), line
+    assert KEY not in result.output

@@ -14,7 +14,7 @@ import pytest
 from se_forwarder import poller as poller_mod
 from se_forwarder.config import from_dict
 from se_forwarder.imds import ImdsClient
-from se_forwarder.model import Document, VmIdentity
+from se_forwarder.model import VmIdentity
 from se_forwarder.outbox import Outbox, db_path
 from se_forwarder.poller import Poller
 from se_forwarder.simulator import SimulatorServer
@@ -26,12 +26,10 @@ def setup(tmp_path: Path) -> Iterator[tuple[SimulatorServer, Poller, Outbox]]:
     with SimulatorServer(etag=False, throttle_rps=None) as sim:
         imds = ImdsClient(sim.url)
         outbox = Outbox(tmp_path)
-        offered: list[Document] = []
         poller = Poller(
             from_dict({"imds": {"url": sim.url}, "state": {"dir": str(tmp_path)}}), imds, outbox,
             lambda: VmIdentity.from_hostname("vm0"),
-            current=lambda: offered[-1] if offered else None,
-            offer=lambda doc, _t: offered.append(doc), on_recorded=lambda: None,
+            offer=lambda _doc, _t: None, on_recorded=lambda: None,
             stop=threading.Event(),
         )
         imds.limiter.limit = 10**6
@@ -77,3 +75,15 @@ def test_status_sees_unchanged_polls_through_the_poll_mark(setup, tmp_path, monk
     poller.poll_or_raise()
     last = read_status(tmp_path)["last_poll"]
     assert last["at"] > first and last["ok"] is True and last["last_ok_at"] == last["at"]
+
+
+def test_the_poller_keeps_the_last_document_it_handed_on(setup):
+    sim, poller, _ = setup
+    assert poller.last() is None
+    poller.poll_or_raise()
+    first = poller.last()
+    assert first is not None and first.events == ()
+    event_id = sim.sim.add_event({"EventType": "Reboot"})["EventId"]
+    poller.poll_or_raise()
+    last = poller.last()
+    assert last is not None and event_id in last.by_id() and last.incarnation > first.incarnation

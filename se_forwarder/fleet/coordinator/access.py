@@ -1,72 +1,66 @@
 """Clients for the Azure services the coordinator uses, signed in as its configuration says.
 
 Token credentials (managed identity, or DefaultAzureCredential) or a connection string read from an
-environment variable or a file at start. Connection strings are registered with the log scrubber
-and never appear in a message. The Azure SDKs are imported here, only when the service runs.
+environment variable or a file at start, as the agent reads its own (``sinks/azure_common.py``),
+with the same rule: plaintext (an emulator's connection string, ``http``) only to a loopback host.
+Connection strings are registered with the log scrubber and never appear in a message. The Azure
+SDKs are imported here, only when the service runs.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError
+from ...sinks.azure_common import check_plaintext, eventhubs_target, read_connection_string, token_credential
 from ...telemetry import add_secrets
-from .service_config import Access, EventHubSettings, QueueSettings, StorageSettings
+from .service_config import Access, EventHubSettings, QueueSettings, ServiceSettings, StorageSettings
 
 # Few, short SDK retries: the service has its own loops, and a down service must fail fast.
 EVENTHUB_RETRY: dict[str, Any] = {"retry_total": 2, "retry_backoff_factor": 0.2, "retry_backoff_max": 2}
 
 
 def connection_string(access: Access, where: str) -> str | None:
-    """The connection string ``access`` names (None for a token credential); ConfigError if unset."""
+    """The connection string ``access`` names (None for a token credential); ConfigError naming the
+    key when it is unset, unreadable, or would go in plaintext to a host that is not loopback."""
     if access.credential != "connection-string":
         return None
-    if access.connection_string_file:
-        try:
-            value = Path(access.connection_string_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{where}.connection_string_file: {access.connection_string_file} cannot be "
-                              f"read ({getattr(exc, 'strerror', None) or exc})") from None
-        if not value:
-            raise ConfigError(f"{where}.connection_string_file: {access.connection_string_file} is empty")
-    else:
-        value = os.environ.get(access.connection_string_env, "").strip()
-        if not value:
-            raise ConfigError(f"{where}.connection_string_env: environment variable "
-                              f"{access.connection_string_env} is not set")
+    key = f"{where}.connection_string_{'file' if access.connection_string_file else 'env'}"
+    try:
+        value = read_connection_string(access.connection_string_env, access.connection_string_file)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if value is None:
+        raise ConfigError(f"{key}: environment variable {access.connection_string_env} is not set")
     add_secrets([value])
+    check_plaintext(value, key)
     return value
 
 
-def token_credential(access: Access) -> Any:
+def check_connection_strings(settings: ServiceSettings) -> None:
+    """Read every connection string the configuration names, before any client is made: the
+    checks of ``connection_string`` as one line at start rather than a failing part later."""
+    connection_string(settings.eventhub.access, "eventhub")
+    connection_string(settings.storage.access, "storage")
+    connection_string(settings.queues.access, "queues")
+
+
+def credential(access: Access) -> Any:
     """ManagedIdentityCredential or DefaultAzureCredential (with a user-assigned client id if given)."""
     try:
-        from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
+        return token_credential(access.credential, access.client_id or None)
     except ImportError:
         raise ConfigError("the coordinator needs azure-identity: pip install 'se-forwarder[fleet]'") from None
-    if access.credential == "managed-identity":
-        return ManagedIdentityCredential(client_id=access.client_id) if access.client_id \
-            else ManagedIdentityCredential()
-    if access.client_id:
-        return DefaultAzureCredential(managed_identity_client_id=access.client_id)
-    return DefaultAzureCredential()
 
 
 def _hub_connection(settings: EventHubSettings) -> str | None:
     conn = connection_string(settings.access, "eventhub")
     if conn is None:
         return None
-    parts = {}
-    for part in conn.split(";"):
-        key, sep, value = part.strip().partition("=")
-        if sep:
-            parts[key.strip().lower()] = value.strip()
-    if not parts.get("endpoint", "").lower().startswith("sb://"):
-        raise ConfigError("eventhub: the connection string is malformed (needs Endpoint=sb://...;"
-                          "SharedAccessKeyName=...;SharedAccessKey=...)")
-    entity = parts.get("entitypath")
+    try:
+        _, entity = eventhubs_target(conn, key_name_required=False)
+    except ConfigError as exc:
+        raise ConfigError(f"eventhub: {exc}") from None
     if entity and entity != settings.eventhub:
         raise ConfigError(f"eventhub.eventhub: the connection string is for Event Hub {entity!r}, "
                           f"not {settings.eventhub!r}")
@@ -87,7 +81,7 @@ def consumer(settings: EventHubSettings, **kwargs: Any) -> Any:
             conn, consumer_group=settings.consumer_group, eventhub_name=settings.eventhub, **common)
     return EventHubConsumerClient(
         fully_qualified_namespace=settings.namespace, eventhub_name=settings.eventhub,
-        consumer_group=settings.consumer_group, credential=token_credential(settings.access), **common)
+        consumer_group=settings.consumer_group, credential=credential(settings.access), **common)
 
 
 def producer(settings: EventHubSettings) -> Any:
@@ -102,7 +96,7 @@ def producer(settings: EventHubSettings) -> Any:
         return EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.eventhub, **common)
     return EventHubProducerClient(fully_qualified_namespace=settings.namespace,
                                   eventhub_name=settings.eventhub,
-                                  credential=token_credential(settings.access), **common)
+                                  credential=credential(settings.access), **common)
 
 
 def container(settings: StorageSettings) -> Any:
@@ -118,7 +112,7 @@ def container(settings: StorageSettings) -> Any:
         if conn is not None:
             return ContainerClient.from_connection_string(conn, settings.container, **options)
         return ContainerClient(settings.account_url, settings.container,
-                               credential=token_credential(settings.access), **options)
+                               credential=credential(settings.access), **options)
     except ValueError:
         raise ConfigError("storage: the Storage connection string is not valid") from None
 
@@ -139,7 +133,7 @@ class Queues:
         self.settings = settings
         self._make = make_client
         self._conn = connection_string(settings.access, "queues")
-        self._credential = None if self._conn else token_credential(settings.access)
+        self._credential = None if self._conn else credential(settings.access)
         self._clients: dict[str, Any] = {}
 
     def client(self, name: str) -> Any:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...approvals import signing
+from ...errors import describe
+from ...sinks.azure_common import scrub
 from ...telemetry import redact
 from . import access
 from .api import read_tokens
@@ -33,8 +35,7 @@ def run_checks(settings: ServiceSettings, echo: Callable[[str], None]) -> int:
         try:
             ok, text = check()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one line
-            lines = str(exc).strip().splitlines()
-            ok, text = False, f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+            ok, text = False, scrub(describe(exc))
         prefix = {True: "ok   ", False: "FAIL ", None: "skip ", WARN: "warn "}[ok]
         echo(redact(f"{prefix} {label}: {text}"))
         failures += ok is False
