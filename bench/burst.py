@@ -48,7 +48,7 @@ def run_one(sink_args: list[str], delivered, label: str) -> Row:
 
 
 def run() -> list[Row]:
-    from tests.webhook.receiver import Receiver
+    from tests.support.receiver import Receiver
 
     rows = [run_one(lambda tmp: ["--sink", f"file:{tmp}/o.jsonl"],
                     lambda tmp: lines(Path(tmp) / "o.jsonl"), "file sink")]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import wait_for  # noqa: F401 - re-exported for the benchmarks
+from tests.support.waiting import wait_for  # noqa: F401 - re-exported for the benchmarks
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -49,7 +49,7 @@ from bench.common import percentile  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
-from tests.operations.helpers import free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 SUB = "11111111-2222-3333-4444-555555555555"
 PARTITIONS = 4

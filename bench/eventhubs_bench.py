@@ -36,8 +36,9 @@ from se_forwarder.model import Document, Transition, VmIdentity, parse_event  # 
 from se_forwarder.outbox import Outbox  # noqa: E402
 from se_forwarder.simulator import SimulatorServer  # noqa: E402
 from se_forwarder.sinks import eventhubs  # noqa: E402
-from tests.conftest import AgentProcess, wait_for  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
+from tests.support.agent import AgentProcess  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 VM = VmIdentity(
     vm_id="5b0e8c1a-0000-4000-8000-00000000be0c",

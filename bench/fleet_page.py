@@ -27,8 +27,9 @@ from se_forwarder.fleet.coordinator import evaluate  # noqa: E402
 from se_forwarder.fleet.coordinator.api import ApiServer  # noqa: E402
 from se_forwarder.fleet.coordinator.view import groups, status  # noqa: E402
 from se_forwarder.fleet.coordinator.web.model import page_view  # noqa: E402
-from tests.fleet_page.browser import chrome, wait_for  # noqa: E402
+from tests.fleet_page.browser import chrome  # noqa: E402
 from tests.fleet_page.local import POLICY, LocalCoordinator, fleet_state  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 
 def best_of(runs: int, func) -> tuple[float, object]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Row, agent, rss_mb, verdict, wait_for
 from se_forwarder.simulator import SimulatorServer
-from tests.webhook.receiver import Receiver
+from tests.support.receiver import Receiver
 
 SETTLE = 4.0
 

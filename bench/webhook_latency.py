@@ -32,9 +32,10 @@ from se_forwarder.delivery import DeliveryWorker  # noqa: E402
 from se_forwarder.imds import MAX_REQUESTS_PER_SECOND  # noqa: E402
 from se_forwarder.outbox import Outbox  # noqa: E402
 from se_forwarder.simulator import SimulatorServer  # noqa: E402
-from tests.conftest import AgentProcess, wait_for  # noqa: E402
-from tests.webhook.conftest import make_sink, new_secret, record_events  # noqa: E402
-from tests.webhook.receiver import Receiver  # noqa: E402
+from tests.support.agent import AgentProcess  # noqa: E402
+from tests.support.receiver import Receiver  # noqa: E402
+from tests.support.sinks import make_sink, new_secret, record_events  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

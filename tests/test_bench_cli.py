@@ -8,7 +8,7 @@ import sys
 import time
 
 import bench.__main__ as bench_main
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 

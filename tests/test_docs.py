@@ -16,7 +16,7 @@ from urllib.parse import unquote
 import pytest
 
 from se_forwarder import config, metrics
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md"))

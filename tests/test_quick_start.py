@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 SYSTEM_PYTHON = Path("/usr/bin/python3")

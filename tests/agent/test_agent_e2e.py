@@ -7,7 +7,8 @@ import time
 
 import psutil
 
-from tests.conftest import AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.waiting import wait_for
 
 
 def run_args(simulator, tmp_path, *extra):
@@ -173,7 +174,7 @@ def test_a_second_agent_on_the_same_state_dir_is_refused_in_one_line(
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.support.paths import ROOT
 
     event_id = control.add(EventType="Reboot")["EventId"]
     agent = AgentProcess(run_args(simulator, tmp_path)).start()

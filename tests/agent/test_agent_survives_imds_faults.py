@@ -7,7 +7,9 @@ import time
 import pytest
 
 from se_forwarder.simulator import SimulatorServer
-from tests.conftest import AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.faults import IMDS_FAULT_IDS, IMDS_FAULTS
+from tests.support.waiting import wait_for
 
 FAST = {"SE_FORWARDER_IMDS_MAX_BACKOFF": "1", "SE_FORWARDER_IMDS_TIMEOUT": "1"}
 
@@ -27,21 +29,7 @@ def states(path):
     return [(e["subject"], e["type"].rsplit(".", 1)[1]) for e in read_jsonl(path)]
 
 
-@pytest.mark.parametrize(
-    "fault",
-    [
-        {"status": 500, "count": 4},
-        {"status": 503, "count": 3},
-        {"status": 429, "count": 4},
-        {"delay_seconds": 0.5, "count": 3},
-        {"hang": True, "hang_seconds": 3, "count": 2},
-        {"body": "not json", "count": 5},
-        {"truncate": True, "count": 3},
-        {"huge_body": True, "count": 2},
-        {"incarnation_reset": True},
-    ],
-    ids=["500", "503", "429", "latency", "hang", "garbage", "truncated", "10MB", "incarnation-reset"],
-)
+@pytest.mark.parametrize("fault", IMDS_FAULTS, ids=IMDS_FAULT_IDS)
 def test_agent_survives_fault_and_reports_only_true_transitions(simulator, control, agents,
                                                                  tmp_path, fault):
     existing = control.add(EventType="Reboot")["EventId"]

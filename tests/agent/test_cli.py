@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,18 +11,11 @@ import pytest
 import requests
 from cloudevents.core.formats.json import JSONFormat
 
-from tests.conftest import ROOT, AgentProcess, Control, read_jsonl, wait_for
-
-
-def cli(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "se_forwarder", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.agent import AgentProcess, Control, read_jsonl
+from tests.support.cli import cli
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 
 def test_demo_ends_by_itself_within_a_minute_with_all_five_types(tmp_path):

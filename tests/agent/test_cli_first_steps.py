@@ -4,22 +4,15 @@ and what happens next."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import click
 import pytest
 
 from se_forwarder import errors
 from se_forwarder.cli import main
-from tests.conftest import ROOT
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "se_forwarder", *args], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, env={**os.environ, **(env or {})})
+from tests.support.cli import cli
+from tests.support.paths import ROOT
 
 
 @pytest.mark.parametrize("group", [[], ["fleet"], ["sink"]])

@@ -9,7 +9,7 @@ import time
 from se_forwarder.delivery import DeliveryWorker
 from se_forwarder.outbox import NewEvent, Outbox, db_path
 from se_forwarder.sinks.base import Delivered, DeliveryReport
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 class LockingSink:

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 WIDTH = 100
 

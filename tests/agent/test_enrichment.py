@@ -12,8 +12,12 @@ import pytest
 
 from se_forwarder.outbox import Outbox
 from se_forwarder.simulator.wire import vm_id_for
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-from tests.operations.helpers import cli, free_port, healthz, sample, scrape, write_config
+from tests.operations.helpers import healthz, sample, scrape
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.cli import cli
+from tests.support.config import write_config
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 HOST = socket.gethostname()
 NORMAL_LATENCY = 3.0  # poll interval 0.2 s (0.25 s at most 4 requests a second) plus delivery

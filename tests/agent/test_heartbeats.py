@@ -13,9 +13,10 @@ from datetime import datetime
 from se_forwarder import __version__
 from se_forwarder.outbox import Outbox
 from se_forwarder.simulator.wire import vm_id_for
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-from tests.operations.helpers import write_config
-from tests.webhook.receiver import Receiver, Reply
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.config import write_config
+from tests.support.receiver import Receiver, Reply
+from tests.support.waiting import wait_for
 
 HEARTBEAT = "com.azure.scheduledevents.heartbeat"
 

@@ -12,7 +12,9 @@ import sys
 import time
 
 from se_forwarder.simulator import SimulatorServer
-from tests.conftest import ROOT, AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 
 def start(url: str, tmp_path, agents, name: str = "a") -> AgentProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from se_forwarder.sinks.azure_common import plaintext_problem
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 KEY = "c2VjcmV0LWtleS1mb3ItdGVzdHM="
 EVENTHUBS_EMULATOR = ("Endpoint=sb://{host}:5672;SharedAccessKeyName=k;SharedAccessKey=" + KEY

@@ -12,7 +12,7 @@ import pytest
 from se_forwarder import config as cfg
 from se_forwarder.errors import ConfigError
 from se_forwarder.sinks.pretty import WIDTH, PrettyFormatter
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 EVENT_ID = "C7061BAC-AF0E-4B0C-B7F3-1E3FCFB1B6A1"
 

@@ -9,7 +9,9 @@ import sys
 from cloudevents.core.formats.json import JSONFormat
 
 from se_forwarder.outbox import Outbox
-from tests.conftest import ROOT, AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 
 def test_a_failing_sink_neither_delays_the_other_nor_loses_its_backlog(

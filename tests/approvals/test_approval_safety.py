@@ -23,7 +23,7 @@ from se_forwarder.imds import ImdsClient
 from se_forwarder.model import VmIdentity, parse_document
 from se_forwarder.outbox import Outbox, db_path
 from se_forwarder.outbox.hook_runs import SCHEMA
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 KEY = signing.generate_private_key()
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

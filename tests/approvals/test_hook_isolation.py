@@ -12,9 +12,10 @@ import pytest
 from se_forwarder import config
 from se_forwarder.approvals import hook_process
 from se_forwarder.errors import ConfigError
-from tests.conftest import ROOT, AgentProcess, wait_for
-
-from .conftest import cloudevents, log_records, write_config
+from tests.support.agent import AgentProcess, cloudevents, log_records
+from tests.support.config import write_agent_config
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
 CHATTY = ("import sys\nfor i in range(40000): print('line', i, 'x' * 40)\n"
@@ -23,7 +24,7 @@ CHATTY = ("import sys\nfor i in range(40000): print('line', i, 'x' * 40)\n"
 
 def start(tmp_path: Path, simulator, agents, hooks: dict, env: dict[str, str]) -> Path:
     sink = tmp_path / "out.jsonl"
-    cfg = write_config(tmp_path / "agent.toml", imds_url=simulator.url, state_dir=tmp_path / "state",
+    cfg = write_agent_config(tmp_path / "agent.toml", imds_url=simulator.url, state_dir=tmp_path / "state",
                        sink_path=sink, hooks=hooks)
     agent = AgentProcess(["--config", str(cfg)], env=env, log_path=tmp_path / "agent.log").start()
     agents.append(agent)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import AgentProcess, wait_for
-
-from .conftest import cloudevents, log_records, write_config
+from tests.support.agent import AgentProcess, cloudevents, log_records
+from tests.support.config import write_agent_config
+from tests.support.waiting import wait_for
 
 HOOK = r'''
 import os, signal, subprocess, sys, time
@@ -50,7 +50,7 @@ def start(tmp_path: Path, simulator, agents, *, cleanup: float, obey: bool, grac
     hooks = {"prepare": [sys.executable, str(script), str(tmp_path / "trace"), str(cleanup),
                          "obey" if obey else "ignore"],
              "stop_grace": grace, "prepare_timeout": 600}
-    cfg = write_config(tmp_path / "agent.toml", imds_url=simulator.url, state_dir=tmp_path / "state",
+    cfg = write_agent_config(tmp_path / "agent.toml", imds_url=simulator.url, state_dir=tmp_path / "state",
                        sink_path=tmp_path / "out.jsonl", hooks=hooks)
     agent = AgentProcess(["--config", str(cfg)], log_path=tmp_path / "agent.log").start()
     agents.append(agent)

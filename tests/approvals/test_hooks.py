@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-
-from .conftest import cloudevents, log_records, write_config
+from tests.support.agent import AgentProcess, cloudevents, log_records, read_jsonl
+from tests.support.config import write_agent_config
+from tests.support.waiting import wait_for
 
 HOOK = r'''
 import json, os, subprocess, sys, time
@@ -47,7 +47,7 @@ class Env:
         self.tmp = tmp_path
         self.sink = tmp_path / "out.jsonl"
         self.log = tmp_path / "agent.log"
-        self.config = write_config(tmp_path / "agent.toml", imds_url=simulator.url,
+        self.config = write_agent_config(tmp_path / "agent.toml", imds_url=simulator.url,
                                    state_dir=tmp_path / "state", sink_path=self.sink, **approvals)
 
     def start(self, agents: list[AgentProcess]) -> AgentProcess:

@@ -24,9 +24,12 @@ from se_forwarder.approvals import signing
 from se_forwarder.approvals.queue import queue_name
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.timestamps import rfc3339
-from tests.conftest import ROOT, AgentProcess, wait_for
+from tests.support.agent import AgentProcess, cloudevents, log_records
+from tests.support.config import write_agent_config
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
-from .conftest import KeyPair, cloudevents, log_records, write_config
+from .conftest import KeyPair
 
 SOURCE = "urn:test:coordinator"
 
@@ -90,7 +93,7 @@ class RemoteAgent:
         self.log = base / "agent.log"
         queue = {"queue": coordinator.template, "connection_string_env": "APPROVALS_CONN",
                  "verify_keys_env": "APPROVALS_PUBLIC_KEYS"}
-        self.config = write_config(base / "agent.toml", imds_url=server.url, state_dir=base / "state",
+        self.config = write_agent_config(base / "agent.toml", imds_url=server.url, state_dir=base / "state",
                                    sink_path=self.sink, poll_interval=poll_interval, queue=queue,
                                    **approvals)
         self.env = {"APPROVALS_CONN": coordinator.azurite.connection_string,
@@ -383,7 +386,7 @@ def test_check_reports_missing_queues_then_reachable(azurite, signing_key, uniqu
     monkeypatch.setenv("APPROVALS_CONN", azurite.connection_string)
     monkeypatch.setenv("APPROVALS_PUBLIC_KEYS", signing_key.public)
     with SimulatorServer() as server:
-        path = write_config(tmp_path / "agent.toml", imds_url=server.url, state_dir=tmp_path / "s",
+        path = write_agent_config(tmp_path / "agent.toml", imds_url=server.url, state_dir=tmp_path / "s",
                             sink_path=tmp_path / "out.jsonl", queue={
                                 "queue": unique_queue, "connection_string_env": "APPROVALS_CONN",
                                 "verify_keys_env": "APPROVALS_PUBLIC_KEYS"})

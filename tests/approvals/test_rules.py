@@ -20,9 +20,9 @@ from se_forwarder.imds import ImdsClient
 from se_forwarder.model import VmIdentity
 from se_forwarder.outbox import Outbox
 from se_forwarder.simulator import SimulatorServer
-from tests.conftest import AgentProcess, wait_for
-
-from .conftest import cloudevents, log_records, write_config
+from tests.support.agent import AgentProcess, cloudevents, log_records
+from tests.support.config import write_agent_config
+from tests.support.waiting import wait_for
 
 
 @dataclass
@@ -153,7 +153,7 @@ def test_rule_names_must_be_unique():
 def _agent(server: SimulatorServer, vm: str, tmp_path, approvals: dict[str, Any]) -> AgentProcess:
     base = tmp_path / vm
     base.mkdir()
-    cfg = write_config(base / "agent.toml", imds_url=server.vm_url(vm), state_dir=base / "state",
+    cfg = write_agent_config(base / "agent.toml", imds_url=server.vm_url(vm), state_dir=base / "state",
                        sink_path=base / "out.jsonl", approvals=approvals)
     return AgentProcess(["--config", str(cfg)], log_path=base / "agent.log").start()
 

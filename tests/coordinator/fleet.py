@@ -180,3 +180,22 @@ def kinds(result: Evaluation) -> list[tuple[str, str | None, str]]:
 
 def approvals(result: Evaluation) -> list[str]:
     return [d.event_id or "" for d in result.decisions if d.kind == "approve"]
+
+
+# An availability set of six VMs over three fault and five update domains, as most tests use.
+SET = [AgentVm(f"web-{i}", fd=str(i % 3), ud=str(i % 5)) for i in range(6)]
+
+
+def avset(policy: Policy | None = None, vms: list[AgentVm] = SET, t: float = T0) -> Fleet:
+    """A watched availability set whose VMs learned their group from one past event."""
+    fleet = Fleet(policy or Policy())
+    fleet.beat(*vms, t=t)
+    fleet.announce("OLD", [vms[0]], vms, t=t - 7200, not_before=t - 6000)
+    fleet.transition("completed", "OLD", [vms[0]], t=t - 3600)
+    return fleet
+
+
+def pause_event(scope: str, seq: int = 1, t: float = T0) -> dict:
+    return {"type": "com.azure.scheduledevents.coordinator.pause", "id": f"coordinator/pause/{scope}/{seq}",
+            "source": SOURCE, "subject": scope, "time": report("scheduled", SET[0], "x", t)["time"],
+            "data": {"Scope": scope, "Sequence": seq, "Actor": "person:ops", "Reason": "incident"}}

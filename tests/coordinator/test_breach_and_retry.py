@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from se_forwarder.fleet.coordinator import Budget, Policy
 
-from .fleet import T0, AgentVm, Fleet, approved, kinds, rejected
-from .test_decide import SET, avset, pause_event
+from .fleet import SET, T0, AgentVm, Fleet, approved, avset, kinds, pause_event, rejected
 
 
 def test_an_event_whose_own_vms_exceed_a_budget_gets_a_breach_warning_and_no_approval():

@@ -16,8 +16,7 @@ from se_forwarder.fleet.coordinator import (
     resume,
 )
 
-from .fleet import T0, AgentVm, approvals, kinds
-from .test_decide import SET, avset
+from .fleet import SET, T0, AgentVm, approvals, avset, kinds
 
 OPS = "person:ops"
 

@@ -10,24 +10,7 @@ from se_forwarder.fleet.coordinator import Budget, Policy, evaluate, fold_event,
 from se_forwarder.fleet.coordinator.scopes import index, unavailable
 from se_forwarder.fleet.coordinator.settings import Blackout
 
-from .fleet import SOURCE, T0, AgentVm, Fleet, approvals, heartbeat, kinds, report
-
-SET = [AgentVm(f"web-{i}", fd=str(i % 3), ud=str(i % 5)) for i in range(6)]
-
-
-def avset(policy: Policy | None = None, vms: list[AgentVm] = SET, t: float = T0) -> Fleet:
-    """A watched availability set whose VMs learned their group from one past event."""
-    fleet = Fleet(policy or Policy())
-    fleet.beat(*vms, t=t)
-    fleet.announce("OLD", [vms[0]], vms, t=t - 7200, not_before=t - 6000)
-    fleet.transition("completed", "OLD", [vms[0]], t=t - 3600)
-    return fleet
-
-
-def pause_event(scope: str, seq: int = 1, t: float = T0) -> dict:
-    return {"type": "com.azure.scheduledevents.coordinator.pause", "id": f"coordinator/pause/{scope}/{seq}",
-            "source": SOURCE, "subject": scope, "time": report("scheduled", SET[0], "x", t)["time"],
-            "data": {"Scope": scope, "Sequence": seq, "Actor": "person:ops", "Reason": "incident"}}
+from .fleet import SET, SOURCE, T0, AgentVm, Fleet, approvals, avset, heartbeat, kinds, pause_event, report
 
 
 def test_an_event_that_fits_every_budget_is_approved_to_an_affected_vm():

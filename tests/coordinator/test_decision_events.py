@@ -17,8 +17,7 @@ from se_forwarder.fleet.coordinator import (
 )
 from se_forwarder.timestamps import rfc3339
 
-from .fleet import SOURCE, T0, iso
-from .test_decide import SET, avset
+from .fleet import SET, SOURCE, T0, avset, iso
 
 DATA_KEYS = {
     "Decision", "EventId", "EventType", "EventSource", "NotBeforeUtc", "Resources", "Affected", "Target",

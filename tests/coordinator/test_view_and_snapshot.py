@@ -19,8 +19,7 @@ from se_forwarder.fleet.coordinator import (
     status,
 )
 
-from .fleet import SOURCE, T0, AgentVm, approved, iso
-from .test_decide import SET, avset
+from .fleet import SET, SOURCE, T0, AgentVm, approved, avset, iso
 
 GROUP = f"set/{SET[0].sub}/rg-web/web-0"
 

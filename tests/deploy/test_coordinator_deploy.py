@@ -8,7 +8,7 @@ import subprocess
 from se_forwarder.fleet.coordinator.service_config import load
 
 from .conftest import REPO
-from .test_systemd_unit import MAX_EXPOSURE, unit_settings
+from .systemd import MAX_EXPOSURE, unit_settings
 
 UNIT = REPO / "deploy" / "linux" / "se-forwarder-coordinator.service"
 EXAMPLE = REPO / "deploy" / "coordinator.toml"

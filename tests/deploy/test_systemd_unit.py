@@ -14,10 +14,10 @@ from se_forwarder.agent import SHUTDOWN_GRACE
 from se_forwarder.approvals.hook_process import DEFAULT_STOP_GRACE
 
 from .conftest import UNIT_SRC
+from .systemd import MAX_EXPOSURE, unit_settings
 
 UNIT = "se-forwarder.service"
 BACKOFF_SRC = UNIT_SRC.parent / "10-restart-backoff.conf"
-MAX_EXPOSURE = 1.5
 SECONDS = {"": 1, "s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
 
 
@@ -32,18 +32,6 @@ def systemd_version(systemd_analyze: str) -> int:
     out = subprocess.run([systemd_analyze, "--version"], capture_output=True, text=True,
                          check=True).stdout
     return int(out.split()[1])
-
-
-def unit_settings(path: Path) -> dict[str, list[str]]:
-    """Key -> every value it is given in the unit (systemd keys may repeat)."""
-    settings: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";", "[")):
-            continue
-        key, _, value = line.partition("=")
-        settings.setdefault(key.strip(), []).append(value.strip())
-    return settings
 
 
 def verify_root(installed_prefix: Path, tmp_path: Path) -> Path:

@@ -105,16 +105,6 @@ def consume(
         return list(got)
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or ``timeout``; return its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return bool(value)
-        time.sleep(interval)
-
-
 ARM_PREFIX = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines"
 
 

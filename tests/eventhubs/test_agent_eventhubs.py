@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from se_forwarder.simulator import SimulatorServer
-from tests.conftest import AgentProcess, wait_for
+from tests.support.agent import AgentProcess
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 from .broker import EventHubsBroker
 from .helpers import consume, parse_received
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST = {"SE_FORWARDER_IMDS_MAX_BACKOFF": "1"}
 
 

@@ -15,8 +15,10 @@ import time
 import pytest
 from proton import Data, Described, symbol, ulong
 
+from tests.support.waiting import wait_for
+
 from .broker import FIELD_COUNTS, EventHubsBroker, pad_frame
-from .helpers import FAST_RETRY, consume, wait_for
+from .helpers import FAST_RETRY, consume
 
 
 def _producer(broker: EventHubsBroker, **kwargs):

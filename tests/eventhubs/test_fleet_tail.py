@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,10 +14,10 @@ import pytest
 from se_forwarder.fleet.tail import FleetTable
 from se_forwarder.sinks import eventhubs
 from se_forwarder.sinks.base import Delivered
+from tests.support.paths import ROOT
 
 from .helpers import cloud_event, stored
 
-ROOT = Path(__file__).resolve().parents[2]
 VMS = [f"7e1d0c2b-0000-4000-8000-00000000000{i}" for i in range(1, 4)]
 
 

@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,9 +24,11 @@ from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
 from tests.azurite import Azurite
-from tests.conftest import ROOT, AgentProcess, toml_value
 from tests.eventhubs.broker import EventHubsBroker
-from tests.operations.helpers import free_port
+from tests.support.agent import AgentProcess
+from tests.support.config import toml_value
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
 
 TIME_SCALE = 10.0  # simulated seconds per real second
 STARTED_REAL = 2.0  # real seconds an event stays Started
@@ -39,6 +43,8 @@ TOPOLOGY = Topology.build(
 )
 WEB = [f"web-{i}" for i in range(6)]
 API = [f"api_{i}" for i in range(4)]
+WEB_ROLL = ["web-0", "web-1", "web-2"]  # the web VMs a rolling test reboots
+API_ROLL = ["api_0", "api_1", "api_2"]
 API_GROUP = f"group:vmss/{DEFAULT_SUBSCRIPTION_ID}/{DEFAULT_RESOURCE_GROUP}/api".lower()
 DECISION = "com.azure.scheduledevents.coordinator."
 COORDINATOR_ENV = "COORD_EH_CONN"
@@ -240,3 +246,25 @@ class Fleet:
 
     def pending(self) -> set[str]:
         return {e["EventId"] for e in self.server.sim.events()}
+
+
+class Timeline:
+    """When each event Started and completed, from the simulator's own change notices."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.completed: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, _incarnation: int, changes: list[str]) -> None:
+        now = time.time()
+        with self._lock:
+            for line in changes:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                event_id = parts[1]
+                if parts[2] == "Started":
+                    self.started.setdefault(event_id, now)
+                elif parts[2:4] == ["removed", "(completed)"]:
+                    self.completed.setdefault(event_id, now)

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import requests
 
-from tests.notify.chat_receiver import ChatReceiver
+from tests.support.chat_receiver import ChatReceiver
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
-from .fleet import Fleet, free_port
-from .test_rolling import WEB_ROLL, wait
+from .fleet import WEB_ROLL, Fleet
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,9 +32,9 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "[web]", f"port = {web_port}",
             "[[notify]]", 'format = "slack"', f'url_file = "{url_file}"',
         ]) + "\n").start()
-        wait(coordinator.ready, 120, "the coordinator to lead and catch up")
+        wait_for(coordinator.ready, 120, "the coordinator to lead and catch up")
         event_id = fleet.add(WEB_ROLL[0])
-        wait(lambda: approvals(receiver), 60, "the approval's chat message")
+        wait_for(lambda: approvals(receiver), 60, "the approval's chat message")
         yield {"fleet": fleet, "receiver": receiver, "web": f"http://127.0.0.1:{web_port}",
                "event_id": event_id, "coordinator": coordinator}
     finally:

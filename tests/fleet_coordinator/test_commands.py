@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from se_forwarder.approvals import signing
 from se_forwarder.cli import main
-from tests.operations.helpers import free_port
+from tests.support.ports import free_port
 
 GOOD = """
 [coordinator]

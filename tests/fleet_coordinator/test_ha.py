@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from tests.azurite import find_binary
+from tests.support.waiting import wait_for
 
-from .fleet import HEARTBEAT_TIMEOUT, Coordinator, Fleet
-from .test_rolling import Timeline, wait
+from .fleet import HEARTBEAT_TIMEOUT, Coordinator, Fleet, Timeline
 
 pytestmark = [
     pytest.mark.slow,
@@ -79,32 +79,32 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         b = fleet.coordinator("ha", "b")
         a.start()
         b.start()
-        wait(lambda: {role(a), role(b)} == {"leader", "standby"}, 60, "one leader and one standby")
+        wait_for(lambda: {role(a), role(b)} == {"leader", "standby"}, 60, "one leader and one standby")
         leader, standby = (a, b) if role(a) == "leader" else (b, a)
         record["first_leader"] = leader.instance
         record["leader_url"] = leader.url
         # The leader records itself on the lease blob just after taking it: the standby may need a
         # moment to read who leads.
-        wait(lambda: leader.url in standby.cli("pause", "--reason", "sent to the wrong instance").stderr,
+        wait_for(lambda: leader.url in standby.cli("pause", "--reason", "sent to the wrong instance").stderr,
              10, "the standby to know the leader", interval=0.5)
         record["standby_refusal"] = standby.cli("pause", "--reason", "sent to the wrong instance")
 
         # groups are learned from co-reception: an unmanaged Freeze of web-5 shows the web set
         record["freeze"] = fleet.add(SILENT, "Freeze")
-        wait(lambda: leader.get("/v1/status")["fleet"]["groups"] == 2, 60, "the two groups to be learned")
+        wait_for(lambda: leader.get("/v1/status")["fleet"]["groups"] == 2, 60, "the two groups to be learned")
         fleet.agents[SILENT].kill()
         record["silenced_at"] = time.time()
-        wait(lambda: SILENT in {u["name"] for u in leader.get("/v1/status")["unwatched"]},
+        wait_for(lambda: SILENT in {u["name"] for u in leader.get("/v1/status")["unwatched"]},
              HEARTBEAT_TIMEOUT + 20, f"{SILENT} to count as not watched")
         ids = {vm: fleet.add(vm, NotBeforeInSeconds=18000 + 10 * i) for i, vm in enumerate(WEB + API)}
         record["ids"] = ids
 
-        wait(lambda: ids["api_0"] in timeline.started, 60, "api_0 to start")
+        wait_for(lambda: ids["api_0"] in timeline.started, 60, "api_0 to start")
         leader.kill()
         killed_at = time.monotonic()
-        wait(lambda: role(standby) == "leader", 60, "the standby to take over", interval=0.2)
+        wait_for(lambda: role(standby) == "leader", 60, "the standby to take over", interval=0.2)
         record["takeover_seconds"] = time.monotonic() - killed_at
-        wait(lambda: all(ids[vm] in timeline.completed for vm in API), 120, "api to roll")
+        wait_for(lambda: all(ids[vm] in timeline.completed for vm in API), 120, "api to roll")
         record["web_status"] = standby.get("/v1/status")
         record["requests"] = fleet.server.sim.approvals()
         record["sent"] = sent_approvals(leader) + sent_approvals(standby)
@@ -119,7 +119,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         assert standby.stop() == 0
 
         leader.start()  # from the snapshot the standby wrote at its clean stop, and the hub after it
-        wait(lambda: role(leader) == "leader", 60, "the restarted instance to lead")
+        wait_for(lambda: role(leader) == "leader", 60, "the restarted instance to lead")
         record["digest_from_snapshot"] = quiet_digest(leader)
         record["restored_from_snapshot"] = any("fold restored from the snapshot" in line.get("message", "")
                                                for line in leader.logged())
@@ -130,7 +130,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         ContainerClient.from_connection_string(fleet.blob.connection_string, "coordinator") \
             .delete_blob("ha/snapshot.json.gz")
         standby.start()  # no snapshot: the whole hub
-        wait(lambda: role(standby) == "leader", 60, "the other restarted instance to lead")
+        wait_for(lambda: role(standby) == "leader", 60, "the other restarted instance to lead")
         record["digest_from_hub"] = quiet_digest(standby)
         assert standby.stop() == 0
         record["sent_after_restarts"] = sent_approvals(leader) + sent_approvals(standby)

@@ -24,7 +24,6 @@ decisions on the hub, and what the commands printed.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,9 +34,9 @@ import requests
 
 from se_forwarder.approvals.queue import queue_name
 from tests.azurite import find_binary
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
-from .fleet import API_GROUP, MIN_HEALTHY, STARTED_REAL, Coordinator, Fleet
+from .fleet import API_GROUP, API_ROLL, MIN_HEALTHY, STARTED_REAL, WEB_ROLL, Coordinator, Fleet, Timeline
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,37 +44,8 @@ pytestmark = [
                        reason="Azurite is not installed (scripts/test installs it)"),
 ]
 
-WEB_ROLL = ["web-0", "web-1", "web-2"]
-API_ROLL = ["api_0", "api_1", "api_2"]
 HELD = "web-3"
 FREEZE = "web-4"
-
-
-def wait(predicate: Any, timeout: float, what: str, interval: float = 0.25) -> Any:
-    """``conftest.wait_for`` with the fleet tests' argument order and pace."""
-    return wait_for(predicate, timeout, interval, what)
-
-
-class Timeline:
-    """When each event Started and completed, from the simulator's own change notices."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, float] = {}
-        self.completed: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, _incarnation: int, changes: list[str]) -> None:
-        now = time.time()
-        with self._lock:
-            for line in changes:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                event_id = parts[1]
-                if parts[2] == "Started":
-                    self.started.setdefault(event_id, now)
-                elif parts[2:4] == ["removed", "(completed)"]:
-                    self.completed.setdefault(event_id, now)
 
 
 def cli_ok(coordinator: Coordinator, *args: str) -> str:
@@ -95,7 +65,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     try:
         fleet.start()
         live = fleet.coordinator("live").start()
-        wait(live.ready, 60, "the live coordinator to lead")
+        wait_for(live.ready, 60, "the live coordinator to lead")
         record["check"] = live.cli("check")
         record["healthz"] = requests.get(f"{live.url}/healthz", timeout=10, proxies={"http": ""})
         cli_ok(live, "pause", "--reason", "change freeze until the shadow run is reviewed")
@@ -107,11 +77,11 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         ids[FREEZE] = fleet.add(FREEZE, "Freeze")
         record["ids"] = ids
         managed = {ids[vm] for vm in WEB_ROLL + [HELD] + API_ROLL}
-        wait(lambda: {p["eventId"] for p in live.get("/v1/status")["pending"]} >= managed, 60,
+        wait_for(lambda: {p["eventId"] for p in live.get("/v1/status")["pending"]} >= managed, 60,
              "the live coordinator to see every event")
 
         shadow = fleet.coordinator("shadow", shadow=True).start()
-        wait(lambda: len({d["data"]["EventId"] for d in fleet.decisions("shadow")
+        wait_for(lambda: len({d["data"]["EventId"] for d in fleet.decisions("shadow")
                           if d["data"]["Decision"] == "approve"}) >= 2, 60, "the shadow's approvals")
         time.sleep(2)  # anything the shadow wrongly sent would show by now
         record["shadow_decisions"] = fleet.decisions("shadow")
@@ -126,7 +96,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         cli_ok(live, "pause", "--scope", API_GROUP, "--reason", "api release in progress")
         cli_ok(live, "resume", "--reason", "shadow run reviewed")
         record["resumed_fleet_at"] = time.time()
-        wait(lambda: all(ids[vm] in timeline.completed for vm in WEB_ROLL), 90, "web to roll")
+        wait_for(lambda: all(ids[vm] in timeline.completed for vm in WEB_ROLL), 90, "web to roll")
         record["web_done_at"] = time.time()
         record["status_text"] = cli_ok(live, "status")
         record["status"] = live.get("/v1/status")
@@ -137,7 +107,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         record["resumed_api_at"] = time.time()
         cli_ok(live, "release", ids[HELD], "--reason", "failed over")
         record["released_at"] = time.time()
-        wait(lambda: all(ids[vm] in timeline.completed for vm in API_ROLL + [HELD]), 90,
+        wait_for(lambda: all(ids[vm] in timeline.completed for vm in API_ROLL + [HELD]), 90,
              "api and the released event to roll")
         time.sleep(1)
         record["requests"] = fleet.server.sim.approvals()

@@ -7,8 +7,6 @@ Selenium is given the Debian chromedriver and browser binaries (no Selenium Mana
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Callable
 from typing import Any
 
 CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -41,22 +39,6 @@ def chrome(width: int = 1500, height: int = 1100) -> Any:
     driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)
     return driver
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    """``check()``'s first truthy value, or AssertionError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except Exception as exc:  # noqa: BLE001 - an element replaced while we look: look again
-            last, value = exc, None
-        if value:
-            return value
-        time.sleep(every)
-    said = f" (last: {last})" if last else ""
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{said}")
 
 
 def console_errors(driver: Any) -> list[str]:

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.fleet_coordinator.fleet import DECISION, TOPOLOGY, Fleet
+from tests.support.waiting import wait_for
 
-from .browser import chrome, console_errors, wait_for
+from .browser import chrome, console_errors
 
 pytestmark = pytest.mark.timeout(420)
 

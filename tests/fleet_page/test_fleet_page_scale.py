@@ -19,8 +19,9 @@ from se_forwarder.fleet.coordinator.addons import start_addons
 from se_forwarder.fleet.coordinator.api import ApiServer
 from se_forwarder.fleet.coordinator.web.app import is_loopback_client
 from se_forwarder.fleet.coordinator.web.settings import WebSettings
+from tests.support.waiting import wait_for
 
-from .browser import chrome, console_errors, wait_for
+from .browser import chrome, console_errors
 from .local import LocalCoordinator, fleet_state
 
 TOKEN = "page-test-token-0123456789abcdef"

@@ -14,9 +14,8 @@ import pytest
 
 from se_forwarder.sinks import logs_ingestion
 from se_forwarder.sinks.logs_rows import COLUMNS, STREAM
-from tests.webhook.receiver import Receiver, Reply, TlsFiles, make_tls
-
-from .ingestion_endpoint import IngestionEndpoint
+from tests.support.ingestion_endpoint import IngestionEndpoint
+from tests.support.receiver import Receiver, Reply, TlsFiles, make_tls
 
 RULE_ID = "dcr-4f1c0d9a3b2e4c5d8e7f6a5b4c3d2e1f"
 TOKEN = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.monitor-token"

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import AgentProcess, wait_for
-from tests.notify.chat_receiver import ChatReceiver
+from tests.support.agent import AgentProcess
+from tests.support.chat_receiver import ChatReceiver
+from tests.support.waiting import wait_for
 
 from .conftest import RULE_ID, token_requests
 

@@ -12,11 +12,11 @@ from urllib.parse import parse_qs, urlsplit
 from se_forwarder.outbox import Outbox
 from se_forwarder.sinks.base import DeadLetter, Delivered, Retry
 from tests.notify.events import agent_event, heartbeat, store
-from tests.webhook.conftest import backlog, run_worker
-from tests.webhook.receiver import Reply
+from tests.support.ingestion_endpoint import IngestionEndpoint
+from tests.support.receiver import Reply
+from tests.support.sinks import backlog, run_worker
 
 from .conftest import RULE_ID, TOKEN, logs_sink, token_requests
-from .ingestion_endpoint import IngestionEndpoint
 
 
 def events(count: int, **data) -> list[dict]:

@@ -11,9 +11,9 @@ from se_forwarder.errors import ConfigError
 from se_forwarder.sinks import default_name
 from se_forwarder.sinks.logs_rows import COLUMNS, to_row
 from tests.notify.events import agent_event, decision, heartbeat, vm
+from tests.support.ingestion_endpoint import _fits
 
 from .conftest import RULE_ID
-from .ingestion_endpoint import _fits
 
 TYPES = dict(COLUMNS)
 

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from se_forwarder.sinks import webhook
-
-from .chat_receiver import ChatReceiver
+from tests.support.chat_receiver import ChatReceiver
 
 
 def chat_sink(url: str, fmt: str, name: str = "chat", **options: Any) -> webhook.WebhookSink:

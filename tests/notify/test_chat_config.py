@@ -13,10 +13,10 @@ from se_forwarder.outbox import Outbox
 from se_forwarder.sinks import default_name, webhook
 from se_forwarder.sinks.base import Retry
 from se_forwarder.validation import public_url
-from tests.webhook.conftest import run_worker
-from tests.webhook.receiver import Reply
+from tests.support.chat_receiver import SLACK_TOKEN, TEAMS_SIG, ChatReceiver
+from tests.support.receiver import Reply
+from tests.support.sinks import run_worker
 
-from .chat_receiver import SLACK_TOKEN, TEAMS_SIG, ChatReceiver
 from .conftest import chat_sink
 from .events import agent_event, store
 
@@ -116,7 +116,7 @@ def test_the_hook_secret_is_in_no_reason_and_no_log_line(fmt, state_dir, caplog)
 
 def readme_toml(heading: str) -> list[str]:
     """The ```toml blocks of one README section, as a reader would copy them."""
-    from tests.conftest import ROOT
+    from tests.support.paths import ROOT
 
     text = (ROOT / "README.md").read_text()
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]

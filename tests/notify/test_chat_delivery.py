@@ -13,10 +13,10 @@ import pytest
 
 from se_forwarder.outbox import Outbox
 from se_forwarder.sinks.base import DeadLetter, Delivered, Park, Retry
-from tests.webhook.conftest import backlog, run_worker
-from tests.webhook.receiver import Reply
+from tests.support.chat_receiver import ChatReceiver
+from tests.support.receiver import Reply
+from tests.support.sinks import backlog, run_worker
 
-from .chat_receiver import ChatReceiver
 from .conftest import chat_sink
 from .events import NOW, agent_event, decision, heartbeat, store
 from .shapes import texts

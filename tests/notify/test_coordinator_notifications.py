@@ -27,9 +27,8 @@ from se_forwarder.fleet.coordinator.notifier import (
 from se_forwarder.fleet.coordinator.service_config import from_dict
 from se_forwarder.notify import describe
 from tests.coordinator.fleet import T0, AgentVm, Fleet
-from tests.webhook.receiver import Reply
-
-from .chat_receiver import ChatReceiver
+from tests.support.chat_receiver import ChatReceiver
+from tests.support.receiver import Reply
 
 POLICY = load_policy({"policy": {"group_tag": "group"},
                       "budgets": [{"scope": "group", "max_unavailable": 1}]})

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import socket
 
-from tests.conftest import AgentProcess, wait_for
+from tests.support.agent import AgentProcess
+from tests.support.cli import cli
+from tests.support.config import write_config
+from tests.support.endpoint import HttpEndpoint
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
-from .helpers import HttpEndpoint, cli, free_port, healthz, write_config
+from .helpers import healthz
 
 
 def test_everything_reachable_is_one_ok_line_each_and_exit_zero(simulator, tmp_path):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import cli, write_config
+from tests.support.cli import cli
+from tests.support.config import write_config
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="shows that even root gets FAIL")
 

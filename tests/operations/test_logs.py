@@ -16,10 +16,12 @@ import time
 
 from se_forwarder import telemetry
 from se_forwarder.outbox import Outbox
-from tests.conftest import ROOT, AgentProcess, read_jsonl, wait_for
 from tests.eventhubs.broker import EventHubsBroker
-
-from .helpers import HttpEndpoint, write_config
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.config import write_config
+from tests.support.endpoint import HttpEndpoint
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 NOT_SYSTEMD = {"INVOCATION_ID": "", "JOURNAL_STREAM": ""}
 

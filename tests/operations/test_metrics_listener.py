@@ -14,10 +14,12 @@ import requests
 
 from se_forwarder import metrics_server
 from se_forwarder.metrics_server import MetricsServer
-from tests.approvals.conftest import cloudevents
-from tests.conftest import AgentProcess, wait_for
+from tests.support.agent import AgentProcess, cloudevents
+from tests.support.config import write_config
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
-from .helpers import free_port, healthz, scrape, write_config
+from .helpers import healthz, scrape
 
 HALF_SENT = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # the blank line never comes
 

@@ -7,9 +7,10 @@ from datetime import datetime
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-
-from .helpers import HttpEndpoint, write_config
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.config import write_config
+from tests.support.endpoint import HttpEndpoint
+from tests.support.waiting import wait_for
 
 FAST_EXPORT = {"OTEL_METRIC_EXPORT_INTERVAL": "300", "OTEL_BSP_SCHEDULE_DELAY": "100"}
 

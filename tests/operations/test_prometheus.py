@@ -15,9 +15,14 @@ import pytest
 from se_forwarder import config, metrics
 from se_forwarder.agent import Agent
 from se_forwarder.outbox import Outbox
-from tests.conftest import AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.cli import cli
+from tests.support.config import write_config
+from tests.support.endpoint import HttpEndpoint
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
-from .helpers import HttpEndpoint, cli, free_port, healthz, sample, scrape, write_config
+from .helpers import healthz, sample, scrape
 
 
 def agent_config(tmp_path, simulator, port, sinks, **imds):

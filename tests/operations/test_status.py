@@ -8,9 +8,11 @@ import time
 import pytest
 
 from se_forwarder.simulator import SimulatorServer
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-
-from .helpers import HttpEndpoint, cli, write_config
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.cli import cli
+from tests.support.config import write_config
+from tests.support.endpoint import HttpEndpoint
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,9 @@ import time
 
 import psutil
 
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-
-STORM = [
-    {"status": 429, "count": 6},
-    {"status": 500, "count": 3},
-    {"status": 503, "count": 3},
-    {"hang": True, "hang_seconds": 2, "count": 1},
-    {"body": "not json", "count": 5},
-    {"truncate": True, "count": 3},
-    {"huge_body": True, "count": 2},
-    {"incarnation_reset": True},
-]
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.faults import STORM
+from tests.support.waiting import wait_for
 
 
 def test_fault_storm_yields_exactly_the_true_transitions_and_bounded_memory(

@@ -17,7 +17,8 @@ import pytest
 
 from se_forwarder.imds import MAX_REQUESTS_PER_SECOND
 from se_forwarder.simulator import SimulatorServer
-from tests.conftest import AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.waiting import wait_for
 
 AGENTS = 4  # in parallel, each with its own simulator
 CYCLES = 5  # in a row per agent: 20 event cycles in all

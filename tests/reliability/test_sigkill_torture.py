@@ -10,8 +10,9 @@ import random
 import threading
 import time
 
-from tests.conftest import AgentProcess, read_jsonl, wait_for
-from tests.webhook.receiver import Receiver
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 
 EVENTS = 100  # each yields scheduled + canceled: 200 transitions
 LIFETIME = 5.0  # seconds an event stays listed; longer than any gap between two agent polls

@@ -10,9 +10,10 @@ import json
 import time
 
 from se_forwarder.outbox import Outbox
-from tests.conftest import AgentProcess, read_jsonl, wait_for
 from tests.eventhubs.broker import EventHubsBroker
-from tests.webhook.receiver import Receiver
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 
 EVENTS = 30  # scheduled + canceled each: 60 transitions, 30 of them during the outage
 

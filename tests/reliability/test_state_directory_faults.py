@@ -19,7 +19,9 @@ import pytest
 
 from se_forwarder.errors import StateError
 from se_forwarder.outbox import Outbox
-from tests.conftest import ROOT, AgentProcess, read_jsonl, wait_for
+from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 
 def run_once(simulator, state: Path, out: Path) -> subprocess.CompletedProcess:

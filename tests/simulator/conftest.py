@@ -5,7 +5,6 @@ DocumentIncarnation handle every event; POST ``StartRequests`` for the ones the 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,15 +12,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from se_forwarder.simulator import SimulatorServer
+from tests.support.cli import simulator_cli, simulator_env
+from tests.support.paths import ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 API_VERSION = "2020-07-01"
 HEADERS = {"Metadata": "true"}
 
@@ -89,27 +88,10 @@ class CliSimulator:
         return self.process.wait(timeout=timeout)
 
 
-def cli_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def _run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "se_forwarder.simulator", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(),
-        cwd=REPO_ROOT,
-    )
-
-
 @pytest.fixture
 def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``run_cli(*args)``: the simulate command run to its end (--list-scenarios, bad input)."""
-    return _run_cli
+    return simulator_cli
 
 
 @pytest.fixture
@@ -123,8 +105,8 @@ def cli_simulator() -> Iterator[Callable[..., CliSimulator]]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=cli_env(),
-            cwd=REPO_ROOT,
+            env=simulator_env(),
+            cwd=ROOT,
         )
         first = process.stdout.readline() if process.stdout else ""
         if "listening on " not in first:

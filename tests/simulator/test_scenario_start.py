@@ -10,13 +10,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from se_forwarder.cli.simulate import short_notice_warnings
+from tests.support.paths import ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADERS = {"Metadata": "true"}
 
 
@@ -124,11 +123,11 @@ def test_without_a_scenario_the_warning_names_the_minimum_notices_that_are_too_s
 def test_spot_eviction_at_60x_with_the_agent_started_2_s_later_is_scheduled_then_started(tmp_path):
     """The issue's story: `simulate --scenario spot-eviction --time-scale 60`, the agent a bit
     later; the 30 s notice (0.5 s here) is seen as `scheduled` before `started`."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     sim = subprocess.Popen(
         [sys.executable, "-m", "se_forwarder", "simulate", "--port", "0",
          "--scenario", "spot-eviction", "--time-scale", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
     )
     agent = None
     try:
@@ -139,7 +138,7 @@ def test_spot_eviction_at_60x_with_the_agent_started_2_s_later_is_scheduled_then
         agent = subprocess.Popen(
             [sys.executable, "-m", "se_forwarder", "run", "--imds-url", url,
              "--state-dir", str(tmp_path / "state"), "--sink", f"file:{events}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
         )
 
         def types() -> list[str]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from se_forwarder import config
 from se_forwarder.discovery import FALLBACK_URL, decode_option, discover, option_245
 from se_forwarder.imds import ImdsClient
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 DHCLIENT = textwrap.dedent("""\
     lease {

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from se_forwarder.http_client import HttpError, Origin
-from tests.trickling import TricklingServer
+from tests.support.trickling import TricklingServer
 
 
 class Server:

@@ -15,7 +15,8 @@ from se_forwarder import config
 from se_forwarder.agent import Agent
 from se_forwarder.outbox import NewEvent, Outbox, db_path
 from se_forwarder.outbox.hook_runs import PREPARE, RUNNING, SUCCEEDED
-from tests.conftest import read_jsonl, wait_for
+from tests.support.agent import read_jsonl
+from tests.support.waiting import wait_for
 
 PAYLOAD = json.dumps({"specversion": "1.0", "type": "com.azure.scheduledevents.scheduled",
                       "data": {"EventId": "X" * 36, "Resources": ["vm0"] * 4, "pad": "p" * 400}})

@@ -10,9 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from se_forwarder.sinks.base import Delivered, Park, Retry
-
-from .conftest import make_sink, record_events
-from .receiver import Receiver, Reply
+from tests.support.receiver import Receiver, Reply
+from tests.support.sinks import make_sink, record_events
 
 TOKEN_PATH = "/metadata/identity/oauth2/token"
 SCOPE = "api://se-receiver/.default"

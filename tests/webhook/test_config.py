@@ -7,8 +7,7 @@ import pytest
 from se_forwarder import config
 from se_forwarder.errors import ConfigError
 from se_forwarder.sinks import webhook
-
-from .conftest import make_sink
+from tests.support.sinks import make_sink
 
 
 def check(**options):

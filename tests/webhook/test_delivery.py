@@ -15,9 +15,8 @@ import pytest
 from se_forwarder.outbox import Outbox
 from se_forwarder.sinks import SinkContext, webhook
 from se_forwarder.sinks.base import DeadLetter, Delivered, Park, Retry
-
-from .conftest import backlog, make_sink, record_events, run_worker
-from .receiver import Receiver, Reply
+from tests.support.receiver import Receiver, Reply
+from tests.support.sinks import backlog, make_sink, record_events, run_worker
 
 
 def test_503_with_retry_after_three_times_then_200_loses_and_reorders_nothing(

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from se_forwarder.outbox import db_path
 from se_forwarder.status import read_status
-from tests.conftest import AgentProcess, wait_for
-
-from .receiver import Receiver, Reply
+from tests.support.agent import AgentProcess
+from tests.support.cli import cli
+from tests.support.receiver import Receiver, Reply
+from tests.support.waiting import wait_for
 
 EVENTS = 80  # 80 scheduled + 40 started + 40 completed + 40 canceled = 200 transitions
 
@@ -134,11 +133,6 @@ def test_a_sigkill_of_the_agent_during_the_outage_loses_nothing(simulator, agent
         assert agent.terminate() == 0
     finally:
         receiver.stop()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "se_forwarder", *args], capture_output=True,
-                          text=True, timeout=30)
 
 
 def test_a_410_parks_the_sink_status_says_so_and_sink_resume_delivers_the_kept_backlog(

@@ -13,9 +13,8 @@ from dateutil.parser import isoparse
 
 from se_forwarder.sinks.base import Delivered
 from se_forwarder.sinks.webhook import batch_id
-
-from .conftest import make_sink, new_secret, record_events
-from .receiver import Receiver
+from tests.support.receiver import Receiver
+from tests.support.sinks import make_sink, new_secret, record_events
 
 
 @pytest.mark.parametrize("mode", ["structured", "binary", "batch"])

@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 from se_forwarder.sinks.base import Delivered, Retry
-
-from .conftest import make_sink, record_events
-from .receiver import make_tls
+from tests.support.receiver import make_tls
+from tests.support.sinks import make_sink, record_events
 
 
 def test_a_receiver_with_a_private_ca_is_refused_without_ca_file_in_one_clear_line(tls_receiver,
@@ -53,7 +52,7 @@ def test_a_ca_file_of_another_ca_is_refused_and_says_so(tls_receiver, tmp_path, 
 
 
 def test_a_certificate_for_another_host_is_refused(tls, tmp_path, state_dir):
-    from .receiver import Receiver
+    from tests.support.receiver import Receiver
 
     wrong = make_tls(tmp_path / "wrong", hosts=("other.example",))
     with Receiver(tls=wrong) as receiver:

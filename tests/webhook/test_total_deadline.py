@@ -10,9 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from se_forwarder.sinks.base import Delivered
-from tests.trickling import TricklingServer
-
-from .conftest import make_sink, record_events
+from tests.support.sinks import make_sink, record_events
+from tests.support.trickling import TricklingServer
 
 
 @pytest.fixture

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.webhook.receiver import Receiver, Reply, Request
-
-from .shapes import slack_problems, teams_problems
+from tests.notify.shapes import slack_problems, teams_problems
+from tests.support.receiver import Receiver, Reply, Request
 
 SLACK_PATH = "/services/T0AB1CD2E/B0AB12CDE3F/Xq7sK2pL9vR4tY8wZ1mN6bC3"
 SLACK_TOKEN = "Xq7sK2pL9vR4tY8wZ1mN6bC3"

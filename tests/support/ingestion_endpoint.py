@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.webhook.receiver import Receiver, Reply, Request, TlsFiles
+from tests.support.receiver import Receiver, Reply, Request, TlsFiles
 
 API_VERSION = "2023-01-01"
 MAX_BODY = 1_000_000
