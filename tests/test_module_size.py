@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 PACKAGE = ROOT / "se_forwarder"
 MAX_LINES = 400

@@ -70,7 +70,7 @@ def test_the_event_every_vm_sees_is_one_message_per_stage(scene: Any) -> None:
         return [m["text"].rsplit("): ", 1)[-1].split()[1] for m in receiver.messages()
                 if m.get("text", "").startswith(f"{WEB_ROLL[0]} (")]
 
-    wait(lambda: "completed" in stages(), 60, "the event's completed message")
+    wait_for(lambda: "completed" in stages(), 60, "the event's completed message")
     time.sleep(2)  # a second message for a stage would have come by now
     assert stages() == ["scheduled", "started", "completed"]  # the six VMs of availability set web saw it
     assert not receiver.errors

@@ -24,8 +24,7 @@ from se_forwarder.notify import describe
 from se_forwarder.notify.describe import when_text
 from se_forwarder.notify.fleet import vms_label
 from tests.coordinator.fleet import T0, AgentVm, Fleet
-
-from .chat_receiver import ChatReceiver
+from tests.support.chat_receiver import ChatReceiver
 
 POLICY = load_policy({"policy": {"group_tag": "group"},
                       "budgets": [{"scope": "group", "max_unavailable": 1}]})
