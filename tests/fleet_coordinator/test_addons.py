@@ -72,5 +72,8 @@ def test_the_event_every_vm_sees_is_one_message_per_stage(scene: Any) -> None:
 
     wait_for(lambda: "completed" in stages(), 60, "the event's completed message")
     time.sleep(2)  # a second message for a stage would have come by now
-    assert stages() == ["scheduled", "started", "completed"]  # the six VMs of availability set web saw it
+    # The six VMs of availability set web saw it: one message per stage, in order. Under load the
+    # coordinator may first see the event already Started (its look is once a second); then
+    # there is no Scheduled message (docs/fleet-page.md).
+    assert stages() in (["scheduled", "started", "completed"], ["started", "completed"])
     assert not receiver.errors
