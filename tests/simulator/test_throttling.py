@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from tests.support.waiting import wait_for
+
 EVENTS = "/metadata/scheduledevents?api-version=2020-07-01"
 HEADERS = {"Metadata": "true"}
 
@@ -47,6 +49,8 @@ def test_throttling_can_be_switched_off_at_run_time(start_sim, http):
 def test_throttled_requests_are_in_the_request_log(start_sim, http):
     server = start_sim(throttle_rps=1)
     _burst(http, server.url, 2)
+    # An entry is logged once its answer is sent: the client may have it a moment earlier.
+    wait_for(lambda: len(server.sim.requests()) == 2, 5, "both requests in the log")
     assert [r["status"] for r in server.sim.requests()] == [200, 429]
     assert server.sim.requests()[-1]["fault"] == "throttled"
 
