@@ -9,6 +9,8 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from tests.support.waiting import wait_for
+
 CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 DRIVER = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
 
@@ -45,3 +47,22 @@ def console_errors(driver: Any) -> list[str]:
     """Severe messages the page logged (script errors, CSP violations)."""
     return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"
             and "favicon" not in e["message"]]
+
+
+def dialog_open(driver: Any, dialog_id: str) -> bool:
+    return driver.find_element("id", dialog_id).get_attribute("open") is not None
+
+
+def give_token(driver: Any, token: str, actor: str) -> None:
+    """Answer the page's token dialog, which its first action opens."""
+    wait_for(lambda: dialog_open(driver, "token-dialog"), 10, "the token dialog")
+    driver.find_element("id", "token-input").send_keys(token)
+    driver.find_element("id", "actor-input").send_keys(actor)
+    driver.find_element("id", "token-save").click()
+
+
+def give_reason(driver: Any, reason: str) -> None:
+    """Answer the reason dialog every action opens, and confirm."""
+    wait_for(lambda: dialog_open(driver, "action-dialog"), 10, "the reason dialog")
+    driver.find_element("id", "action-reason").send_keys(reason)
+    driver.find_element("id", "action-ok").click()

@@ -18,7 +18,7 @@ import pytest
 from tests.fleet_coordinator.fleet import DECISION, TOPOLOGY, Fleet
 from tests.support.waiting import wait_for
 
-from .browser import chrome, console_errors
+from .browser import chrome, console_errors, give_reason, give_token
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -61,15 +61,6 @@ def approvals_on_hub(fleet, event_id: str) -> list[dict]:
             if e["type"] == DECISION + "approve" and e["data"]["EventId"] == event_id]
 
 
-def confirm(browser, reason: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    wait_for(lambda: browser.find_element(By.ID, "action-dialog").get_attribute("open") is not None, 10,
-             "the reason dialog")
-    browser.find_element(By.ID, "action-reason").send_keys(reason)
-    browser.find_element(By.ID, "action-ok").click()
-
-
 def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approvals(
         fleet, coordinator, browser, tmp_path: Path):
     from selenium.webdriver.common.by import By
@@ -100,12 +91,8 @@ def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approva
 
     # Pause everything with the button: the page asks for the token, then for a reason.
     browser.find_element(By.ID, "pause-fleet").click()
-    wait_for(lambda: browser.find_element(By.ID, "token-dialog").get_attribute("open") is not None, 10,
-             "the token dialog")
-    browser.find_element(By.ID, "token-input").send_keys(fleet.token_file.read_text().strip())
-    browser.find_element(By.ID, "actor-input").send_keys("tester")
-    browser.find_element(By.ID, "token-save").click()
-    confirm(browser, "change freeze for the release")
+    give_token(browser, fleet.token_file.read_text().strip(), "tester")
+    give_reason(browser, "change freeze for the release")
     wait_for(lambda: browser.find_elements(By.ID, "paused-banner"), 20, "the paused banner")
     paused = coordinator.get("/v1/status")["paused"]
     assert [(p["scope"], p["actor"], p["reason"]) for p in paused] == \
@@ -132,7 +119,7 @@ def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approva
 
     # Resume with the button (the token is kept in the tab): the waiting Reboot is approved.
     browser.find_element(By.ID, "pause-fleet").click()
-    confirm(browser, "release is out")
+    give_reason(browser, "release is out")
     wait_for(lambda: approvals_on_hub(fleet, waiting), 60, "the approval after resume")
     wait_for(lambda: not browser.find_elements(By.ID, "paused-banner"), 20, "the banner to go")
     assert console_errors(browser) == []

@@ -17,7 +17,7 @@ from se_forwarder.fleet.coordinator import load_policy
 from se_forwarder.fleet.coordinator.api import ApiServer
 from tests.support.waiting import wait_for
 
-from .browser import chrome, console_errors
+from .browser import chrome, console_errors, dialog_open, give_reason, give_token
 from .local import LocalCoordinator, fleet_state
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,18 +76,13 @@ def click(browser, xpath: str, what: str) -> None:
     wait_for(attempt, 15, what)
 
 
-def give_reason(browser, reason: str) -> None:
-    """Answer the token dialog the first time, then the reason dialog."""
-    dialog_open = "return document.getElementById('{}').open"
-    wait_for(lambda: browser.execute_script(dialog_open.format("token-dialog"))
-             or browser.execute_script(dialog_open.format("action-dialog")), 10, "a dialog")
-    if browser.execute_script(dialog_open.format("token-dialog")):
-        browser.find_element("id", "token-input").send_keys(TOKEN)
-        browser.find_element("id", "actor-input").send_keys("tester")
-        browser.find_element("id", "token-save").click()
-    wait_for(lambda: browser.execute_script(dialog_open.format("action-dialog")), 10, "the reason dialog")
-    browser.find_element("id", "action-reason").send_keys(reason)
-    browser.find_element("id", "action-ok").click()
+def answer(browser, reason: str) -> None:
+    """Give the token the first time the page asks for it, then the reason."""
+    wait_for(lambda: dialog_open(browser, "token-dialog") or dialog_open(browser, "action-dialog"), 10,
+             "a dialog")
+    if dialog_open(browser, "token-dialog"):
+        give_token(browser, TOKEN, "tester")
+    give_reason(browser, reason)
 
 
 def card(event_id: str) -> str:
@@ -103,7 +98,7 @@ def test_hold_then_release_an_event_with_its_buttons(page) -> None:
     event = pending(coordinator)[0]["eventId"]
 
     click(browser, card(event) + '//button[text()="Hold"]', "the Hold button")
-    give_reason(browser, "database migration tonight")
+    answer(browser, "database migration tonight")
     wait_for(lambda: status(coordinator)["held"], 15, "the hold")
     held = status(coordinator)["held"]
     assert [(h["eventId"], h["actor"], h["reason"]) for h in held] == \
@@ -112,7 +107,7 @@ def test_hold_then_release_an_event_with_its_buttons(page) -> None:
              10, "the card to say held")
 
     click(browser, card(event) + '//button[text()="Release"]', "the Release button")
-    give_reason(browser, "migration done")
+    answer(browser, "migration done")
     wait_for(lambda: not status(coordinator)["held"], 15, "the release")
     wait_for(lambda: browser.find_elements("xpath", card(event) + '//button[text()="Hold"]'), 10,
              "the Hold button back")
@@ -123,7 +118,7 @@ def test_hold_then_release_an_event_with_its_buttons(page) -> None:
 def test_pause_then_resume_a_group_with_its_buttons(page) -> None:
     browser, coordinator = page
     click(browser, group_header("web1") + '//button[text()="Pause group"]', "the Pause group button")
-    give_reason(browser, "web1 canary")
+    answer(browser, "web1 canary")
     wait_for(lambda: status(coordinator)["paused"], 15, "the pause")
     assert [(p["scope"], p["actor"], p["reason"]) for p in status(coordinator)["paused"]] == \
         [("group:tag/web1", ACTOR, "web1 canary")]
@@ -131,7 +126,7 @@ def test_pause_then_resume_a_group_with_its_buttons(page) -> None:
              10, "the group header to offer Resume")
 
     click(browser, group_header("web1") + '//button[text()="Resume group"]', "the Resume group button")
-    give_reason(browser, "canary fine")
+    answer(browser, "canary fine")
     wait_for(lambda: not status(coordinator)["paused"], 15, "the resume")
     wait_for(lambda: browser.find_elements("xpath", group_header("web1") + '//button[text()="Pause group"]'),
              10, "the group header to offer Pause again")
@@ -143,7 +138,7 @@ def test_approve_now_publishes_a_person_s_approval_of_an_event_not_yet_due(page)
     assert pending(coordinator)[-1]["reasonCode"] == "too-early"
 
     click(browser, card(event) + '//button[text()="Approve now"]', "the Approve now button")
-    give_reason(browser, "customer asked for it before the window")
+    answer(browser, "customer asked for it before the window")
 
     def approvals() -> list[dict]:
         return [d for d in status(coordinator)["decisions"]
