@@ -203,7 +203,7 @@ def test_recover_gets_completed_when_a_vanished_scheduled_event_must_have_run(si
     assert run["env"]["SE_EVENT_ID"] == event_id
     assert run["env"]["SE_EVENT_STATUS"] == "Scheduled"  # the last status seen
     assert run["env"]["SE_EVENT_OUTCOME"] == "completed"  # NotBefore had passed: it ran
-    (completed,) = cloudevents(env.sink, "completed")
+    (completed,) = wait_for(lambda: cloudevents(env.sink, "completed"), what="completed")
     assert completed["data"]["InferredFrom"] == "not-before-passed"
 
 

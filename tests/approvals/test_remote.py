@@ -432,7 +432,7 @@ def test_a_queue_named_after_the_vm_waits_for_the_instance_metadata_events_do_no
         wait_for(coordinator.queue_exists, timeout=30, what="the queue of vm0 once the name is known")
         coordinator.send(json.dumps(coordinator.message(event_id)))
         wait_for(lambda: remote.posts(event_id), timeout=20, what="the approval through the queue")
-        (approved,) = cloudevents(remote.sink, "approved")
+        (approved,) = wait_for(lambda: cloudevents(remote.sink, "approved"), what="approved")
         assert approved["data"]["ApprovedBy"] == f"coordinator:{SOURCE}"
         assert approved["data"]["Vm"]["name"] == "vm0" and approved["data"]["Vm"]["complete"] is True
 
