@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -156,46 +157,15 @@ def _printer(lines: queue.Queue[str | None]) -> None:
 )
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
 @friendly_errors
-def simulate_command(
-    host: str,
-    port: int,
-    scenario: str | None,
-    params: tuple[str, ...],
-    time_scale: float,
-    scenario_start: str,
-    poll_interval: float,
-    vm_name: str,
-    vms: str | None,
-    list_scenarios: bool,
-    throttle_rps: float,
-    first_call_delay: float,
-    multi_tenant: bool,
-    faults: tuple[str, ...],
-    etag: bool,
-    quiet: bool,
-    topology: str | None = None,
-) -> None:
+def simulate_command(**options: Any) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
-    if list_scenarios:
+    if options["list_scenarios"]:
         _list_scenarios()
         return
-    server = _build(
-        host,
-        port,
-        scenario,
-        params,
-        time_scale,
-        scenario_start,
-        vm_name,
-        vms,
-        throttle_rps,
-        first_call_delay,
-        multi_tenant,
-        faults,
-        etag,
-        topology,
-    )
-    for warning in short_notice_warnings(_notices(scenario, params, server), time_scale, poll_interval):
+    server = _build(options)
+    scenario, params = options["scenario"], options["params"]
+    for warning in short_notice_warnings(_notices(scenario, params, server), options["time_scale"],
+                                         options["poll_interval"]):
         click.echo(f"warning: {warning}", err=True)
     lines: queue.Queue[str | None] = queue.Queue()
     server.sim.on_scenario_start(
@@ -203,7 +173,7 @@ def simulate_command(
             f"{time.strftime('%H:%M:%S')} scenario {status['name']} started ({status['started_by']})"
         )
     )
-    if not quiet:
+    if not options["quiet"]:
         server.sim.subscribe(
             lambda inc, changes: _put_all(lines, [
                 f"{time.strftime('%H:%M:%S')} incarnation {inc}: {c}" for c in changes
@@ -216,7 +186,8 @@ def simulate_command(
         try:
             server.start()
         except OSError as exc:
-            raise SeForwarderError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise SeForwarderError(f"cannot listen on {options['host']}:{options['port']}: "
+                                   f"{exc.strerror or exc}") from None
         _announce(server, scenario)
         printer.start()
         _serve(server, scenario, lines, stop)
@@ -232,46 +203,33 @@ def simulate_command(
     _say("simulator stopped")
 
 
-def _build(
-    host: str,
-    port: int,
-    scenario: str | None,
-    params: tuple[str, ...],
-    time_scale: float,
-    scenario_start: str,
-    vm_name: str,
-    vms: str | None,
-    throttle_rps: float,
-    first_call_delay: float,
-    multi_tenant: bool,
-    faults: tuple[str, ...],
-    etag: bool = True,
-    topology: str | None = None,
-) -> SimulatorServer:
+def _build(options: Mapping[str, Any]) -> SimulatorServer:
+    """The simulator the command's options (click's parameter names) describe."""
     from ..simulator import SimulatorServer
     from ..simulator.faults import parse_fault_flag
     from ..simulator.topology import Topology
 
-    names = _vm_names(vm_name, vms)
-    if topology and vms:
+    names = _vm_names(options["vm_name"], options["vms"])
+    topology = options["topology"]
+    if topology and options["vms"]:
         raise ConfigError("give --vms or --topology, not both (the topology names the VMs)")
     # A bad option value is a ConfigError (SettingError, TopologyError, ScenarioError, FaultError):
     # one line naming it, exit 2.
     placement = Topology.load(topology) if topology else None
-    fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
+    fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in options["faults"]]
     return SimulatorServer(
-        host,
-        port,
+        options["host"],
+        options["port"],
         vm_names=names,
-        time_scale=time_scale,
-        scenario=scenario,
-        throttle_rps=throttle_rps or None,
-        first_call_delay=first_call_delay,
-        multi_tenant=multi_tenant,
-        scenario_params=_parse_params(params),
-        scenario_start=scenario_start,
+        time_scale=options["time_scale"],
+        scenario=options["scenario"],
+        throttle_rps=options["throttle_rps"] or None,
+        first_call_delay=options["first_call_delay"],
+        multi_tenant=options["multi_tenant"],
+        scenario_params=_parse_params(options["params"]),
+        scenario_start=options["scenario_start"],
         faults=fault_specs,
-        etag=etag,
+        etag=options["etag"],
         topology=placement,
     )
 

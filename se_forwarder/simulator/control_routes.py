@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from se_forwarder.simulator.faults import FaultError
+from se_forwarder.simulator.host import SimulatorHost
 from se_forwarder.simulator.scenarios import ScenarioError, builtin_scenarios
-
-if TYPE_CHECKING:
-    from se_forwarder.simulator.server import SimulatorServer
 
 INSTANCE_MODES = ("ok", "missing", "hang")
 
 
 class ControlApi:
-    """The control API of one ``SimulatorServer``."""
+    """The control API of one simulator (``server.SimulatorServer``, through its interface)."""
 
-    def __init__(self, server: SimulatorServer) -> None:
+    def __init__(self, server: SimulatorHost) -> None:
         self.server = server
 
     def handle(

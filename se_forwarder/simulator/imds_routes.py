@@ -20,9 +20,10 @@ import threading
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from se_forwarder.simulator.faults import Fault
+from se_forwarder.simulator.host import SimulatorHost
 from se_forwarder.simulator.wire import (
     INSTANCE_VERSIONS,
     SCHEDULED_EVENTS_VERSIONS,
@@ -34,9 +35,6 @@ from se_forwarder.simulator.wire import (
     version_error,
 )
 from se_forwarder.timestamps import rfc3339
-
-if TYPE_CHECKING:
-    from se_forwarder.simulator.server import SimulatorServer
 
 IMDS_ROUTES = {
     "/metadata/scheduledevents": "scheduledevents",
@@ -74,11 +72,15 @@ class Throttle:
 
 
 class ImdsHandler(BaseHTTPRequestHandler):
-    """The IMDS half of the simulator's request handler (``server.py`` adds dispatch and control)."""
+    """The IMDS half of the simulator's request handler (``server.py`` adds dispatch and control).
+
+    Its server carries a ``SimulatorHost`` as ``owner``.
+    """
 
     @property
-    def owner(self) -> SimulatorServer:
-        return self.server.owner  # type: ignore[attr-defined]
+    def owner(self) -> SimulatorHost:
+        owner: SimulatorHost = self.server.owner  # type: ignore[attr-defined]
+        return owner
 
     def _send(
         self,
@@ -126,7 +128,7 @@ class ImdsHandler(BaseHTTPRequestHandler):
     ) -> tuple[int | None, str | None]:
         """Answer one IMDS request; returns (status sent or None, fault kind or None)."""
         owner = self.owner
-        if not owner.throttle.allow((self.client_address[0], vm)):
+        if not owner.admit(self.client_address[0], vm):
             self._send(429, b"Too many requests", "text/plain; charset=utf-8", {"Retry-After": "1"})
             return 429, "throttled"
         if route != "scheduledevents" and owner.instance_endpoint != "ok":

@@ -6,7 +6,8 @@ IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
     GET      /metadata/instance/compute?api-version=...
     GET      /metadata/instance?api-version=...
 
-What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. This module owns
+What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. Both see the
+server only through ``host.SimulatorHost``, which ``SimulatorServer`` implements. This module owns
 the server's life cycle, its sockets (``stop`` cuts hanging requests) and the IMDS behaviour knobs.
 """
 
@@ -114,7 +115,7 @@ class _Handler(ImdsHandler):
                 return
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-            vm, rest, prefixed = self.owner.route_vm(unquote(parts.path))
+            vm, rest, prefixed = self.server.owner.route_vm(unquote(parts.path))
             if vm is None:
                 self._json(404, {"error": f"Not found. No VM {rest!r} on this simulator."})
             elif rest == "/control" or rest.startswith("/control/"):
@@ -147,7 +148,7 @@ class _Handler(ImdsHandler):
 
     def _control(self, method: str, sub: str, query: dict[str, str], body: bytes, vm: str | None) -> None:
         try:
-            status, data = self.owner.control(method, sub, query, body, vm)
+            status, data = self.server.owner.control(method, sub, query, body, vm)
         except KeyError as exc:
             status, data = 404, {"error": str(exc.args[0]) if exc.args else "not found"}
         except (ValueError, TypeError) as exc:  # incl. ScenarioError, FaultError, ApprovalError
@@ -303,6 +304,10 @@ class SimulatorServer:
         return self.sim.vm_names[0], path, False
 
     # --- IMDS behaviour knobs ------------------------------------------------------------------
+
+    def admit(self, client: str, vm: str) -> bool:
+        """Whether a request of ``client`` to ``vm`` is within ``throttle_rps`` (else 429)."""
+        return self.throttle.allow((client, vm))
 
     @property
     def throttle_rps(self) -> float | None:
