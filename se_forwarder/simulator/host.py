@@ -8,7 +8,7 @@ other way round, so a new set of routes needs only this interface.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from se_forwarder.simulator.engine import Simulator
@@ -54,6 +54,8 @@ class SimulatorHost(Protocol):
         """Sleep ``seconds`` unless the server stops first; True if it slept in full."""
         ...
 
-    def hang(self, conn: socket.socket, seconds: float | None) -> None:
-        """Hold ``conn`` without answering until the client leaves, the server stops or time's up."""
+    def hang(self, conn: socket.socket, seconds: float | None,
+             released: Callable[[], bool] | None = None) -> bool:
+        """Hold ``conn`` without answering until the client leaves, the server stops, time's up
+        or ``released()`` holds; True only in the last case (the request may then be answered)."""
         ...

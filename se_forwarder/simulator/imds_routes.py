@@ -7,7 +7,8 @@ documentation describes IMDS without either, so clients must not count on them).
 
 ``instance_endpoint`` imitates stand-ins and failures of the instance metadata routes alone:
 ``ok`` (the default), ``missing`` (404, as in IMDS mock servers that only serve scheduled events)
-or ``hang`` (accept the request and never answer).
+or ``hang`` (accept the request and answer nothing while the mode lasts; a request still held when
+the mode changes back is answered then, late).
 """
 
 from __future__ import annotations
@@ -131,13 +132,16 @@ class ImdsHandler(BaseHTTPRequestHandler):
         if not owner.admit(self.client_address[0], vm):
             self._send(429, b"Too many requests", "text/plain; charset=utf-8", {"Retry-After": "1"})
             return 429, "throttled"
-        if route != "scheduledevents" and owner.instance_endpoint != "ok":
-            if owner.instance_endpoint == "missing":
-                self._json(404, {"error": "Not found"})
-                return 404, "instance-missing"
-            owner.hang(self.connection, None)
-            self.close_connection = True
-            return None, "instance-hang"
+        hung = None
+        if route != "scheduledevents" and owner.instance_endpoint == "hang":
+            # Held while the endpoint hangs; once it is set back, answered as it then says.
+            if not owner.hang(self.connection, None, lambda: owner.instance_endpoint != "hang"):
+                self.close_connection = True
+                return None, "instance-hang"
+            hung = "instance-hang"
+        if route != "scheduledevents" and owner.instance_endpoint == "missing":
+            self._json(404, {"error": "Not found"})
+            return 404, hung or "instance-missing"
         if "X-Forwarded-For" in self.headers:
             return self._bad("Bad request. X-Forwarded-For header is not allowed.")
         if (self.headers.get("Metadata") or "").strip().lower() != "true":
@@ -174,7 +178,7 @@ class ImdsHandler(BaseHTTPRequestHandler):
         compute = compute_metadata(vm, index, overrides)
         data = compute if route == "compute" else {"compute": compute, "network": network_metadata(index)}
         self._send(200, _dumps(data))
-        return 200, (fault.kind if fault else None)
+        return 200, (fault.kind if fault else hung)
 
     def _bad(self, message: str, extra: Mapping[str, Any] | None = None) -> tuple[int, str | None]:
         self._json(400, {"error": message, **(extra or {})})

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -211,6 +211,8 @@ class SimulatorServer:
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
+        self._held = 0
+        self._held_lock = threading.Lock()
         self._scenario = load_scenario(scenario) if isinstance(scenario, str | Path) else scenario
         self._scenario_params = dict(scenario_params or {})
         self._scenario_start = scenario_start
@@ -344,16 +346,32 @@ class SimulatorServer:
         """Sleep ``seconds`` unless the server stops first; True if it slept in full."""
         return seconds <= 0 or not self._stopping.wait(seconds)
 
-    def hang(self, conn: socket.socket, seconds: float | None) -> None:
-        """Hold ``conn`` without answering until the client leaves, the server stops or time's up."""
+    def hang(self, conn: socket.socket, seconds: float | None,
+             released: Callable[[], bool] | None = None) -> bool:
+        """Hold ``conn`` without answering until the client leaves, the server stops, time's up
+        or ``released()`` holds; True only in the last case (the request may then be answered)."""
         deadline = time.monotonic() + (self.hang_seconds if seconds is None else seconds)
-        while not self._stopping.is_set() and time.monotonic() < deadline:
-            try:
-                readable, _, _ = select.select([conn], [], [], 0.1)
-                if readable and conn.recv(1, socket.MSG_PEEK) == b"":
-                    return  # the client gave up and closed
-            except (OSError, ValueError):
-                return
+        with self._held_lock:
+            self._held += 1
+        try:
+            while not self._stopping.is_set() and time.monotonic() < deadline:
+                if released is not None and released():
+                    return True
+                try:
+                    readable, _, _ = select.select([conn], [], [], 0.05)
+                    if readable and conn.recv(1, socket.MSG_PEEK) == b"":
+                        return False  # the client gave up and closed
+                except (OSError, ValueError):
+                    return False
+            return False
+        finally:
+            with self._held_lock:
+                self._held -= 1
+
+    def holding(self) -> int:
+        """How many requests a hang holds unanswered right now."""
+        with self._held_lock:
+            return self._held
 
     # --- control API ---------------------------------------------------------------------------
 
