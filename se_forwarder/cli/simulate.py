@@ -3,6 +3,7 @@ foreground, until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import signal
 import sys
@@ -155,6 +156,19 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     help="Send an ETag with each document and answer If-None-Match with 304; --no-etag serves "
     "IMDS as the Azure documentation describes it (always 200 with the full document).",
 )
+@click.option(
+    "--not-before-format",
+    type=click.Choice(("rfc1123", "iso8601")),
+    default="rfc1123",
+    show_default=True,
+    help="How NotBefore is written: RFC 1123 as IMDS does, or ISO 8601 (2026-11-25T19:05:25Z) "
+    "as Microsoft's scheduled-events mock server does.",
+)
+@click.option(
+    "--new-event-id-per-state",
+    is_flag=True,
+    help="The scenario's events show a new EventId once Started, as Microsoft's mock server does.",
+)
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
 @friendly_errors
 def simulate_command(**options: Any) -> None:
@@ -207,6 +221,7 @@ def _build(options: Mapping[str, Any]) -> SimulatorServer:
     """The simulator the command's options (click's parameter names) describe."""
     from ..simulator import SimulatorServer
     from ..simulator.faults import parse_fault_flag
+    from ..simulator.scenarios import load_scenario
     from ..simulator.topology import Topology
 
     names = _vm_names(options["vm_name"], options["vms"])
@@ -217,12 +232,17 @@ def _build(options: Mapping[str, Any]) -> SimulatorServer:
     # one line naming it, exit 2.
     placement = Topology.load(topology) if topology else None
     fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in options["faults"]]
+    scenario = options["scenario"]
+    if options["new_event_id_per_state"]:
+        if not scenario:
+            raise ConfigError("--new-event-id-per-state applies to the events of a --scenario")
+        scenario = dataclasses.replace(load_scenario(scenario), new_event_id_per_state=True)
     return SimulatorServer(
         options["host"],
         options["port"],
         vm_names=names,
         time_scale=options["time_scale"],
-        scenario=options["scenario"],
+        scenario=scenario,
         throttle_rps=options["throttle_rps"] or None,
         first_call_delay=options["first_call_delay"],
         multi_tenant=options["multi_tenant"],
@@ -231,6 +251,7 @@ def _build(options: Mapping[str, Any]) -> SimulatorServer:
         faults=fault_specs,
         etag=options["etag"],
         topology=placement,
+        not_before_format=options["not_before_format"],
     )
 
 

@@ -188,6 +188,7 @@ class SimulatorServer:
         instance_endpoint: str = "ok",
         etag: bool = True,
         topology: Topology | None = None,
+        not_before_format: str = "rfc1123",
     ) -> None:
         if not 0 <= port <= 65535:
             raise SettingError(f"port must be 0-65535, got {port}")
@@ -201,7 +202,8 @@ class SimulatorServer:
             )
         self.host = host
         self._port = port
-        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology)
+        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology,
+                             not_before_format=not_before_format)
         self.throttle = Throttle(throttle_rps)
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})
@@ -386,8 +388,8 @@ class SimulatorServer:
         return self._control_api.settings()
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint or etag at run
-        time."""
+        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint, etag or
+        not_before_format at run time."""
         return self._control_api.update_settings(spec)
 
     def describe(self) -> dict[str, Any]:
