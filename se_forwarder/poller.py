@@ -12,7 +12,12 @@ All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER
 interval shorter than its spacing (0.25 s) polls at that spacing instead. The longest gap between
 the starts of two polls is the largest of the poll interval, the 429 wait, and ``imds.timeout``
 for a request IMDS accepts and never answers (5 s by default), plus at most a second of rate
-limiting when other threads took the slots.
+limiting when other threads took the slots. Only the very first poll may wait longer, up to
+``imds.first_call_timeout``, and only when the state directory shows no successful poll within
+24 h (``agent.py``; IMDS switches the service off after a day without requests).
+
+Fields of an event the agent cannot read (``event_fields.py``) are logged and counted once per
+event; the event itself goes through the differ like any other.
 """
 
 from __future__ import annotations
