@@ -86,7 +86,7 @@ def text(raw: Mapping[str, Any], key: str, problems: Problems, known: Sequence[s
     if not isinstance(value, str):
         problems.append((key, f"{key} is not text: {value!r:.60}"))
         return None
-    if known:
+    if known and value not in known:  # as IMDS writes it, the common case, needs no more
         match = [k for k in known if k.casefold() == value.strip().casefold()]
         if match:
             return match[0]
