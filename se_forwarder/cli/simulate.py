@@ -145,9 +145,9 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     "faults",
     multiple=True,
     metavar="SPEC",
-    help="Inject a fault, e.g. status=503,count=3 | delay_seconds=5 | hang | "
-    "'body=not json' | truncate | huge_body | incarnation_reset,after_seconds=30 "
-    "| a JSON object.",
+    help="Inject a fault, e.g. status=503,count=3 | delay_seconds=5 | hang | hang,seconds=10 "
+    "(every request for 10 s) | 'body=not json' | truncate | huge_body | "
+    "incarnation_reset,after_seconds=30 | a JSON object.",
 )
 @click.option(
     "--etag/--no-etag",
