@@ -22,7 +22,7 @@ from .config import Settings
 from .delivery import DeliveryWorker
 from .enrichment import FIRST_ATTEMPT_TIMEOUT, Enricher, initial_identity
 from .errors import StateError
-from .imds import ImdsClient, resolve_base_url
+from .imds import ImdsClient, already_enabled, resolve_base_url
 from .model import Document, VmIdentity
 from .outbox import Outbox
 from .poller import Poller
@@ -185,6 +185,7 @@ class Agent:
     def _run(self) -> int:
         try:
             self._lock_fd = lock_state_dir(self.state_dir)
+            self._skip_first_call_wait_if_enabled()
             self._unpark_sinks()
             telemetry.start(self.settings)
             if self.settings.imds.max_backoff is not None:
@@ -221,6 +222,16 @@ class Agent:
         finally:
             self.stop.set()
             self._shutdown()
+
+    def _skip_first_call_wait_if_enabled(self) -> None:
+        """No long first-call wait when the state directory shows a successful poll within the
+        last 24 h: IMDS has the service on, and a hanging IMDS must not blind a restarted agent."""
+        _, last_ok = self.outbox.last_poll()
+        if already_enabled(last_ok, time.time()):
+            assert last_ok is not None
+            self.imds.assume_enabled()
+            log.info("IMDS answered a poll %.0f s ago (state directory): every request times out "
+                     "after %g s from the first one", time.time() - last_ok, self.imds.timeout)
 
     def _start_enrichment(self) -> None:
         """The identity to forward with from the first poll on (see ``enrichment.py``): one quick

@@ -8,6 +8,7 @@ from datetime import datetime
 from .model import (
     INFERRED_APPROVED,
     INFERRED_NOT_BEFORE,
+    INFERRED_NOT_BEFORE_UNKNOWN,
     SCHEDULED,
     STARTED,
     T_CANCELED,
@@ -36,11 +37,17 @@ def diff(
     - gone after Started -> ``completed``;
     - gone while last seen Scheduled -> ``started`` then ``completed``, both with
       ``inferred_from``, when at the moment it is found gone either this agent's StartRequests
-      for it was accepted (``approved`` holds its EventId: ``approved``) or its NotBefore is not
+      for it was accepted (``approved`` holds its EventId: ``approved``), or its NotBefore could
+      not be read (``not-before-unknown``: it may have passed, and an impact reported that did
+      not happen costs less than one that did and was never reported), or its NotBefore is not
       after ``now`` (``not-before-passed``); otherwise ``canceled``. A Started phase shorter than
       the polls could see, or one that passed while the agent was down, is the common cause;
       Azure cancelling an event it was allowed to start is rare. With ``now`` None only the
-      approval counts.
+      approval and an unreadable NotBefore count.
+
+    An event's ``status`` is already what the agent takes it to be (an EventStatus it does not
+    know counts as Started: see ``event_fields.py``), so a field it could not read never costs
+    a transition.
 
     The same incarnation carries the same information, so it yields nothing. Order: events of the
     current document in document order, then the ones that are gone. Pure: the facts about
@@ -75,10 +82,12 @@ def diff(
 def vanished_reason(
     event: ScheduledEvent, approved: Collection[str], now: datetime | None
 ) -> str | None:
-    """Why a Scheduled event that vanished must have run (``approved``, ``not-before-passed``);
-    None when it was canceled."""
+    """Why a Scheduled event that vanished must (or may) have run (``approved``,
+    ``not-before-unknown``, ``not-before-passed``); None when it was canceled."""
     if event.event_id in approved:
         return INFERRED_APPROVED
+    if event.unreadable("NotBefore"):
+        return INFERRED_NOT_BEFORE_UNKNOWN
     if now is not None and event.not_before is not None and event.not_before <= now:
         return INFERRED_NOT_BEFORE
     return None

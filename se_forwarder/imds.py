@@ -3,7 +3,10 @@
 Never through a proxy (IMDS is link-local; a proxy would answer for another machine), never with
 X-Forwarded-For, always with ``Metadata: true``. The first scheduled-events request may take up to
 130 s because it switches the service on for the VM; later ones, and every instance-metadata
-request, time out after a few seconds.
+request, time out after a few seconds. The service stays on while it is asked at least once every
+24 h, so an agent whose state directory shows a successful poll within that time knows it is on
+(``already_enabled``, ``assume_enabled``): its first request times out like any other, and a
+hanging IMDS blinds it for one read timeout, not for two minutes.
 
 IMDS accepts 5 requests per second per VM. Every request of the process to one IMDS (poller,
 approver, approval-queue consumer, enrichment) first takes a slot of one shared limiter that lets
@@ -39,6 +42,7 @@ EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
 MAX_REPLY_BYTES = 4 * 1024 * 1024  # a real document is a few kB; anything this big is garbage
 FIRST_CALL_TIMEOUT = 130.0
+ENABLED_FOR = 24 * 3600.0  # seconds without a request after which IMDS switches the service off
 MAX_REQUESTS_PER_SECOND = 4  # IMDS allows 5 per second and VM; one in reserve for clock jitter
 THROTTLED_WAIT = (1.0, 1.25)  # seconds after a 429 without Retry-After (uniform, for jitter)
 MAX_RETRY_AFTER = 5.0  # a longer Retry-After would blind the agent; a 429 more costs nothing
@@ -129,6 +133,13 @@ def resolve_base_url(base_url: str, lease_files: Sequence[str] | None = None) ->
     return found.url
 
 
+def already_enabled(last_ok_poll: float | None, now: float) -> bool:
+    """Whether a successful poll at ``last_ok_poll`` (Unix time; None: never) means the service
+    is still on at ``now``: it was less than ``ENABLED_FOR`` ago (a time ahead of ``now``, from a
+    clock set back, proves nothing)."""
+    return last_ok_poll is not None and 0 <= now - last_ok_poll < ENABLED_FOR
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent/bad."""
     if not value:
@@ -189,6 +200,10 @@ class ImdsClient:
     @property
     def first_call_pending(self) -> bool:
         return self._events_path not in self._answered
+
+    def assume_enabled(self) -> None:
+        """The service is known to be on (see ``already_enabled``): no first-call wait."""
+        self._answered.add(self._events_path)
 
     def close(self) -> None:
         self._origin.close()

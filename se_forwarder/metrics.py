@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .event_fields import FIELDS as EVENT_FIELDS
 from .model import TRANSITIONS, Kind
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ METRICS: tuple[MetricInfo, ...] = (
                "(the outbox could not record the document)."),
     MetricInfo("se_forwarder.imds.request.duration", "histogram", "s", ("outcome",),
                "Time IMDS took to answer a poll; outcome ok or error."),
+    MetricInfo("se_forwarder.imds.unreadable_fields", "counter", "{field}", ("field",),
+               "Event fields the agent could not read, once per event (the event is kept)."),
     MetricInfo("se_forwarder.imds.incarnation", "gauge", "{incarnation}", (),
                "DocumentIncarnation of the last document received."),
     MetricInfo("se_forwarder.imds.last_success", "gauge", "s", (),
@@ -142,6 +145,12 @@ def poll_succeeded(incarnation: int, seconds: float) -> None:
     if inst is not None:
         inst.polls.add(1)
         inst.imds_duration.record(seconds, {"outcome": "ok"})
+
+
+def unreadable_field(name: str) -> None:
+    """A field of an event that could not be read (the poller calls this once per event)."""
+    if (inst := _instruments) is not None:
+        inst.unreadable_fields.add(1, {"field": label(name, EVENT_FIELDS)})
 
 
 def enrichment(complete: bool) -> None:
@@ -342,6 +351,7 @@ class _Instruments:
 
         self.polls = counter("se_forwarder.imds.polls")
         self.poll_errors = counter("se_forwarder.imds.poll_errors")
+        self.unreadable_fields = counter("se_forwarder.imds.unreadable_fields")
         self.imds_duration = histogram("se_forwarder.imds.request.duration", IMDS_BUCKETS)
         self.transitions = counter("se_forwarder.transitions")
         self.deliveries = counter("se_forwarder.deliveries")
@@ -352,6 +362,8 @@ class _Instruments:
         # Series that exist from the start at 0, so rate() and alerts work before the first event.
         for reason in sorted(set(POLL_ERROR_REASONS.values())):
             self.poll_errors.add(0, {"reason": reason})
+        for name in EVENT_FIELDS:
+            self.unreadable_fields.add(0, {"field": name})
         for kind in TRANSITION_TYPES:
             self.transitions.add(0, {"type": kind})
         for name in sinks.names:

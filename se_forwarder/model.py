@@ -1,8 +1,12 @@
 """The wire model of the Scheduled Events document, and its tolerant parser.
 
-Older api-versions lack Description, EventSource and DurationInSeconds; NotBefore is an RFC 1123
-date while Scheduled and "" once Started. Anything that is not a document raises MalformedDocument,
-so a garbage reply can never turn into a transition.
+Lenient fields, strict documents. A reply that is not JSON, lacks an integer DocumentIncarnation
+or an Events list, has an entry that is not an object or has no EventId or EventStatus, or lists
+one EventId twice, is not a document: MalformedDocument, so garbage never turns into a transition.
+Any other field that cannot be read keeps its event: the field is carried as served (``raw``, so
+``data`` of every CloudEvent shows it), the problem is named in ``ScheduledEvent.problems`` (the
+poller logs it once per event and counts it), and the agent reads the field as the table of
+``event_fields.py`` says (an unknown EventStatus, for one, counts as Started).
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+from . import event_fields as fields
 
 SCHEDULED = "Scheduled"
 STARTED = "Started"
@@ -67,23 +72,12 @@ class MalformedDocument(ValueError):
 
 
 def parse_not_before(value: Any) -> datetime | None:
-    """RFC 1123 ("Mon, 11 Apr 2022 22:26:58 GMT") to an aware UTC datetime; "" or None to None."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise MalformedDocument(f"NotBefore is not a string: {value!r}")
+    """NotBefore to an aware UTC datetime: RFC 1123 ("Mon, 11 Apr 2022 22:26:58 GMT") or ISO 8601 /
+    RFC 3339 with a zone ("2026-11-25T19:05:25Z"); "" or None to None; MalformedDocument else."""
     try:
-        parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError) as exc:
-        raise MalformedDocument(f"NotBefore is not an RFC 1123 date: {value!r}") from exc
-    if parsed is None:
-        raise MalformedDocument(f"NotBefore is not an RFC 1123 date: {value!r}")
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError as exc:  # "Fri, 31 Dec 9999 23:59:59 -2359" lies past year 9999 in UTC
-        raise MalformedDocument(f"NotBefore is out of range: {value!r}") from exc
+        return fields.not_before(value)
+    except ValueError as exc:
+        raise MalformedDocument(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -100,10 +94,21 @@ class ScheduledEvent:
     source: str | None = None
     duration: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: (field, what is wrong) for every field that could not be read (``event_fields.py`` says
+    #: how each is read then); derived from ``raw``.
+    problems: tuple[tuple[str, str], ...] = field(default=(), compare=False, hash=False)
+
+    def unreadable(self, name: str) -> bool:
+        """Whether the field ``name`` (as IMDS spells it) could not be read."""
+        return any(f == name for f, _ in self.problems)
 
     def affects(self, vm_name: str | None) -> bool:
-        """Azure VM names are case-insensitive, so is this."""
-        return vm_name is not None and vm_name.casefold() in {r.casefold() for r in self.resources}
+        """Whether ``vm_name`` is in Resources (case-insensitive, as Azure VM names are); True
+        when Resources could not be read: the event may be this VM's."""
+        if vm_name is None:
+            return False
+        return self.unreadable("Resources") or \
+            vm_name.casefold() in {r.casefold() for r in self.resources}
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,7 @@ class Document:
 
 INFERRED_APPROVED = "approved"
 INFERRED_NOT_BEFORE = "not-before-passed"
+INFERRED_NOT_BEFORE_UNKNOWN = "not-before-unknown"
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,8 @@ class Transition:
     """A change of one event between two documents; ``event`` is the latest version seen.
 
     ``inferred_from`` is set for a ``started``/``completed`` pair the differ deduced for an event
-    that vanished while last seen Scheduled (``approved`` or ``not-before-passed``).
+    that vanished while last seen Scheduled (``approved``, ``not-before-passed`` or
+    ``not-before-unknown``).
     """
 
     state: Kind
@@ -140,44 +147,36 @@ class Transition:
         return self.event.event_id
 
 
-def _opt_str(raw: Mapping[str, Any], key: str) -> str | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise MalformedDocument(f"{key} is not a string: {value!r}")
-    return value
+def _status(raw: Mapping[str, Any], event_id: str, problems: fields.Problems) -> str:
+    value = raw.get("EventStatus")
+    if not isinstance(value, str) or not value.strip():
+        raise MalformedDocument(f"event {event_id} has no EventStatus")
+    known = fields.text(raw, "EventStatus", problems, KNOWN_STATUSES)
+    return known if known in KNOWN_STATUSES else STARTED  # see event_fields.py
 
 
 def parse_event(raw: Any) -> ScheduledEvent:
+    """One entry of Events: MalformedDocument without an EventId or an EventStatus; any other
+    field that cannot be read is read as ``event_fields.py`` says and named in ``problems``."""
     if not isinstance(raw, dict):
         raise MalformedDocument(f"an entry of Events is not an object: {raw!r:.80}")
     event_id = raw.get("EventId")
     if not isinstance(event_id, str) or not event_id.strip():
         raise MalformedDocument(f"an event has no EventId: {raw!r:.120}")
-    status = raw.get("EventStatus")
-    if status not in KNOWN_STATUSES:
-        raise MalformedDocument(f"event {event_id} has unknown EventStatus {status!r}")
-    event_type = raw.get("EventType")
-    if not isinstance(event_type, str) or not event_type:
-        raise MalformedDocument(f"event {event_id} has no EventType")
-    resources = raw.get("Resources", [])
-    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-        raise MalformedDocument(f"event {event_id} has Resources that are not a list of names")
-    duration = raw.get("DurationInSeconds")
-    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int)):
-        raise MalformedDocument(f"event {event_id} has a non-integer DurationInSeconds")
+    problems: fields.Problems = []
+    status = _status(raw, event_id, problems)
     return ScheduledEvent(
         event_id=event_id,
-        event_type=event_type,
+        event_type=fields.event_type(raw, problems),
         status=status,
-        resources=tuple(resources),
-        not_before=parse_not_before(raw.get("NotBefore")),
-        resource_type=_opt_str(raw, "ResourceType"),
-        description=_opt_str(raw, "Description"),
-        source=_opt_str(raw, "EventSource"),
-        duration=duration,
+        resources=fields.resources(raw, problems),
+        not_before=fields.not_before_of(raw, problems),
+        resource_type=fields.text(raw, "ResourceType", problems),
+        description=fields.text(raw, "Description", problems),
+        source=fields.text(raw, "EventSource", problems, fields.KNOWN_SOURCES),
+        duration=fields.duration(raw, problems),
         raw=dict(raw),
+        problems=tuple(problems),
     )
 
 

@@ -12,7 +12,12 @@ All IMDS requests of the process share one rate limiter (``imds.MAX_REQUESTS_PER
 interval shorter than its spacing (0.25 s) polls at that spacing instead. The longest gap between
 the starts of two polls is the largest of the poll interval, the 429 wait, and ``imds.timeout``
 for a request IMDS accepts and never answers (5 s by default), plus at most a second of rate
-limiting when other threads took the slots.
+limiting when other threads took the slots. Only the very first poll may wait longer, up to
+``imds.first_call_timeout``, and only when the state directory shows no successful poll within
+24 h (``agent.py``; IMDS switches the service off after a day without requests).
+
+Fields of an event the agent cannot read (``event_fields.py``) are logged and counted once per
+event; the event itself goes through the differ like any other.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class Poller:
         self._last_status: tuple[bool, str] | None = None
         self._last: Document | None = None
         self._last_lock = threading.Lock()
+        self._unreadable_noted: set[str] = set()  # EventIds whose unreadable fields were logged
 
     def last(self) -> Document | None:
         """The last document handed on (None before the first one); from any thread."""
@@ -159,6 +165,7 @@ class Poller:
         started = time.monotonic()
         document = self.imds.get_document()
         metrics.poll_succeeded(document.incarnation, time.monotonic() - started)
+        self._note_unreadable(document)
         offered = self.last()
         previous = offered or self.outbox.previous_document()
         if previous is not None and previous.incarnation == document.incarnation:
@@ -196,6 +203,20 @@ class Poller:
         if self.on_document is not None:
             self.on_document(document)
         self.note_poll(True, "ok", document.incarnation, force=True)
+
+    def _note_unreadable(self, document: Document) -> None:
+        """Log and count the fields the agent could not read, once per event (while it lasts)."""
+        if self._unreadable_noted:
+            self._unreadable_noted &= {e.event_id for e in document.events}
+        for event in document.events:
+            if not event.problems or event.event_id in self._unreadable_noted:
+                continue
+            self._unreadable_noted.add(event.event_id)
+            for name, _ in event.problems:
+                metrics.unreadable_field(name)
+            log.warning("event %s: %s; the event is kept, these fields as IMDS served them",
+                        event.event_id, "; ".join(p for _, p in event.problems),
+                        extra=fields(event_id=event.event_id, incarnation=document.incarnation))
 
     def _approved_among_gone(self, previous: Document | None, document: Document) -> set[str]:
         """EventIds last seen Scheduled, now gone, whose approval (this agent's, or `approve` on

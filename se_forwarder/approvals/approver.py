@@ -278,7 +278,7 @@ class Approver:
             origin = self._origin(outbox, event, now)
             if origin is None:
                 continue
-            if self.leader_only and (not event.resources
+            if self.leader_only and (not event.resources or event.unreadable("Resources")
                                      or event.resources[0].casefold() != self.vm.name.casefold()):
                 self._note(event.event_id, "not-leader",
                            "not approving: this VM is not the first in Resources (leader_only)")
@@ -308,7 +308,8 @@ class Approver:
             return None
         matched = f"rule {rule} matched ({action})" if rule else "no rule matched"
         starts = (f"it starts at its NotBefore {rfc3339(event.not_before)}" if event.not_before
-                  else "it starts when Azure starts it")
+                  else f"it starts at its NotBefore {event.raw.get('NotBefore')!r:.60} (unreadable)"
+                  if event.unreadable("NotBefore") else "it starts when Azure starts it")
         then = ("no approval and no hooks; " if action == "ignore" else
                 "not approving; ") + starts + (
                 "" if action == "ignore" else ", unless approved remotely or with se-forwarder approve")

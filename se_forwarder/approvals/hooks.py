@@ -3,7 +3,9 @@
 ``prepare`` runs once for every event that affects this VM (and that no rule ignores) when it is
 first seen, Scheduled or (for events never seen Scheduled, e.g. hardware failures) Started; with
 ``prepare_lead`` (seconds), a Scheduled event's prepare waits until its NotBefore is at most that
-far away (drain late for routine maintenance; leave it unset to drain at once). ``recover`` runs
+far away (drain late for routine maintenance; leave it unset to drain at once); an event whose
+NotBefore could not be read is prepared at once (it might be seconds away). An event whose
+Resources could not be read counts as affecting this VM. ``recover`` runs
 once when such an event has left the document (completed or canceled), after its prepare
 finished. A successful prepare is reported by a ``prepared`` CloudEvent (see ``audit.py``).
 

@@ -16,6 +16,12 @@ Description, from an old api-version, is matched as ""). Actions: ``approve``,
 ``prepare-then-approve``, ``wait``, ``ignore`` (no approval and no hooks). Only a Scheduled event can
 be approved: an approving rule that matches a Started event means wait.
 
+Fields IMDS served that the agent could not read (``event_fields.py``) never make a rule approve
+what it would not approve otherwise: an unknown type or source matches no ``type`` or ``source``
+condition, an unknown DurationInSeconds is -1, an unknown NotBefore matches no notice condition
+(it might be seconds away), unknown Resources match no ``resources`` or ``affects_this_vm``
+condition, and an unknown EventStatus counts as Started (never approved).
+
 The rules are validated by ``settings.py`` (once, when the configuration is read).
 """
 
@@ -27,10 +33,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..event_fields import KNOWN_TYPES
 from ..model import SCHEDULED, ScheduledEvent
 
 ACTIONS = ("approve", "prepare-then-approve", "wait", "ignore")
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+EVENT_TYPES = KNOWN_TYPES  # the types a rule may name
 WHEN_KEYS = (
     "type", "source", "status", "min_duration", "max_duration", "min_notice", "max_notice",
     "affects_this_vm", "resources", "description",
@@ -64,6 +71,8 @@ class Rule:
                 return False
             if "max_notice" in w and notice > w["max_notice"]:
                 return False
+        if ("affects_this_vm" in w or "resources" in w) and event.unreadable("Resources"):
+            return False
         if "affects_this_vm" in w and event.affects(vm_name) != w["affects_this_vm"]:
             return False
         if "resources" in w:

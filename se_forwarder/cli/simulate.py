@@ -3,11 +3,13 @@ foreground, until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -143,9 +145,9 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     "faults",
     multiple=True,
     metavar="SPEC",
-    help="Inject a fault, e.g. status=503,count=3 | delay_seconds=5 | hang | "
-    "'body=not json' | truncate | huge_body | incarnation_reset,after_seconds=30 "
-    "| a JSON object.",
+    help="Inject a fault, e.g. status=503,count=3 | delay_seconds=5 | hang | hang,seconds=10 "
+    "(every request for 10 s) | 'body=not json' | truncate | huge_body | "
+    "incarnation_reset,after_seconds=30 | a JSON object.",
 )
 @click.option(
     "--etag/--no-etag",
@@ -154,48 +156,30 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     help="Send an ETag with each document and answer If-None-Match with 304; --no-etag serves "
     "IMDS as the Azure documentation describes it (always 200 with the full document).",
 )
+@click.option(
+    "--not-before-format",
+    type=click.Choice(("rfc1123", "iso8601")),
+    default="rfc1123",
+    show_default=True,
+    help="How NotBefore is written: RFC 1123 as IMDS does, or ISO 8601 (2026-11-25T19:05:25Z) "
+    "as Microsoft's scheduled-events mock server does.",
+)
+@click.option(
+    "--new-event-id-per-state",
+    is_flag=True,
+    help="The scenario's events show a new EventId once Started, as Microsoft's mock server does.",
+)
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
 @friendly_errors
-def simulate_command(
-    host: str,
-    port: int,
-    scenario: str | None,
-    params: tuple[str, ...],
-    time_scale: float,
-    scenario_start: str,
-    poll_interval: float,
-    vm_name: str,
-    vms: str | None,
-    list_scenarios: bool,
-    throttle_rps: float,
-    first_call_delay: float,
-    multi_tenant: bool,
-    faults: tuple[str, ...],
-    etag: bool,
-    quiet: bool,
-    topology: str | None = None,
-) -> None:
+def simulate_command(**options: Any) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
-    if list_scenarios:
+    if options["list_scenarios"]:
         _list_scenarios()
         return
-    server = _build(
-        host,
-        port,
-        scenario,
-        params,
-        time_scale,
-        scenario_start,
-        vm_name,
-        vms,
-        throttle_rps,
-        first_call_delay,
-        multi_tenant,
-        faults,
-        etag,
-        topology,
-    )
-    for warning in short_notice_warnings(_notices(scenario, params, server), time_scale, poll_interval):
+    server = _build(options)
+    scenario, params = options["scenario"], options["params"]
+    for warning in short_notice_warnings(_notices(scenario, params, server), options["time_scale"],
+                                         options["poll_interval"]):
         click.echo(f"warning: {warning}", err=True)
     lines: queue.Queue[str | None] = queue.Queue()
     server.sim.on_scenario_start(
@@ -203,7 +187,7 @@ def simulate_command(
             f"{time.strftime('%H:%M:%S')} scenario {status['name']} started ({status['started_by']})"
         )
     )
-    if not quiet:
+    if not options["quiet"]:
         server.sim.subscribe(
             lambda inc, changes: _put_all(lines, [
                 f"{time.strftime('%H:%M:%S')} incarnation {inc}: {c}" for c in changes
@@ -216,7 +200,8 @@ def simulate_command(
         try:
             server.start()
         except OSError as exc:
-            raise SeForwarderError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise SeForwarderError(f"cannot listen on {options['host']}:{options['port']}: "
+                                   f"{exc.strerror or exc}") from None
         _announce(server, scenario)
         printer.start()
         _serve(server, scenario, lines, stop)
@@ -232,47 +217,41 @@ def simulate_command(
     _say("simulator stopped")
 
 
-def _build(
-    host: str,
-    port: int,
-    scenario: str | None,
-    params: tuple[str, ...],
-    time_scale: float,
-    scenario_start: str,
-    vm_name: str,
-    vms: str | None,
-    throttle_rps: float,
-    first_call_delay: float,
-    multi_tenant: bool,
-    faults: tuple[str, ...],
-    etag: bool = True,
-    topology: str | None = None,
-) -> SimulatorServer:
+def _build(options: Mapping[str, Any]) -> SimulatorServer:
+    """The simulator the command's options (click's parameter names) describe."""
     from ..simulator import SimulatorServer
     from ..simulator.faults import parse_fault_flag
+    from ..simulator.scenarios import load_scenario
     from ..simulator.topology import Topology
 
-    names = _vm_names(vm_name, vms)
-    if topology and vms:
+    names = _vm_names(options["vm_name"], options["vms"])
+    topology = options["topology"]
+    if topology and options["vms"]:
         raise ConfigError("give --vms or --topology, not both (the topology names the VMs)")
     # A bad option value is a ConfigError (SettingError, TopologyError, ScenarioError, FaultError):
     # one line naming it, exit 2.
     placement = Topology.load(topology) if topology else None
-    fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in faults]
+    fault_specs: list[dict[str, Any]] = [parse_fault_flag(f) for f in options["faults"]]
+    scenario = options["scenario"]
+    if options["new_event_id_per_state"]:
+        if not scenario:
+            raise ConfigError("--new-event-id-per-state applies to the events of a --scenario")
+        scenario = dataclasses.replace(load_scenario(scenario), new_event_id_per_state=True)
     return SimulatorServer(
-        host,
-        port,
+        options["host"],
+        options["port"],
         vm_names=names,
-        time_scale=time_scale,
+        time_scale=options["time_scale"],
         scenario=scenario,
-        throttle_rps=throttle_rps or None,
-        first_call_delay=first_call_delay,
-        multi_tenant=multi_tenant,
-        scenario_params=_parse_params(params),
-        scenario_start=scenario_start,
+        throttle_rps=options["throttle_rps"] or None,
+        first_call_delay=options["first_call_delay"],
+        multi_tenant=options["multi_tenant"],
+        scenario_params=_parse_params(options["params"]),
+        scenario_start=options["scenario_start"],
         faults=fault_specs,
-        etag=etag,
+        etag=options["etag"],
         topology=placement,
+        not_before_format=options["not_before_format"],
     )
 
 

@@ -49,6 +49,7 @@ _APPROVERS = {"hook": "the prepare hook", "cli": "the CLI"}
 _INFERRED = {
     "approved": "inferred: approved, then gone from the document",
     "not-before-passed": "inferred: NotBefore passed, then gone from the document",
+    "not-before-unknown": "inferred: gone from the document, NotBefore unreadable",
 }
 
 

@@ -12,7 +12,7 @@ Routes (on the IMDS port, under ``/control``; see ``design.md``)::
     POST /control/reset                empty document, incarnation still going up
     GET /control/requests?vm=&limit=   the IMDS requests received
     GET|POST /control/settings         throttle_rps, first_call_delay, multi_tenant, instance_endpoint,
-                                       etag
+                                       etag, not_before_format
 
 ``handle`` returns (status, JSON data); KeyError means 404 and ValueError 400 to the HTTP layer.
 """
@@ -21,21 +21,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from se_forwarder.simulator.faults import FaultError
+from se_forwarder.simulator.host import SimulatorHost
 from se_forwarder.simulator.scenarios import ScenarioError, builtin_scenarios
-
-if TYPE_CHECKING:
-    from se_forwarder.simulator.server import SimulatorServer
+from se_forwarder.simulator.wire import not_before_format_setting
 
 INSTANCE_MODES = ("ok", "missing", "hang")
 
 
 class ControlApi:
-    """The control API of one ``SimulatorServer``."""
+    """The control API of one simulator (``server.SimulatorServer``, through its interface)."""
 
-    def __init__(self, server: SimulatorServer) -> None:
+    def __init__(self, server: SimulatorHost) -> None:
         self.server = server
 
     def handle(
@@ -99,8 +98,12 @@ class ControlApi:
         if not isinstance(params, dict):
             raise ValueError("params must be an object")
         start = spec.get("start", "first-poll")  # the engine names a bad value
+        new_ids = spec.get("new_event_id_per_state")
+        if new_ids is not None and not isinstance(new_ids, bool):
+            raise ValueError("new_event_id_per_state must be true or false")
         if isinstance(spec.get("scenario"), dict):
-            return self.server.sim.start_scenario(spec["scenario"], params, start=start)
+            return self.server.sim.start_scenario(spec["scenario"], params, start=start,
+                                                  new_event_id_per_state=new_ids)
         name = spec.get("name")
         builtin = [s.name for s in builtin_scenarios()]
         if name not in builtin:
@@ -108,7 +111,8 @@ class ControlApi:
                 f"unknown scenario {name!r} (built-in: {', '.join(builtin)}); "
                 'send {"scenario": {...}} for your own'
             )
-        return self.server.sim.start_scenario(name, params, start=start)
+        return self.server.sim.start_scenario(name, params, start=start,
+                                              new_event_id_per_state=new_ids)
 
     def settings(self) -> dict[str, Any]:
         """The IMDS behaviour knobs, as ``GET /control/settings`` shows them."""
@@ -120,19 +124,23 @@ class ControlApi:
             "multi_tenant": self.server.sim.multi_tenant,
             "instance_endpoint": self.server.instance_endpoint,
             "etag": self.server.etag,
+            "not_before_format": self.server.sim.not_before_format,
         }
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint or etag at run
-        time."""
+        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint, etag or
+        not_before_format at run time."""
         if not isinstance(spec, dict):
             raise ValueError("the body must be a JSON object")
-        known = ("throttle_rps", "first_call_delay", "multi_tenant", "instance_endpoint", "etag")
+        known = ("throttle_rps", "first_call_delay", "multi_tenant", "instance_endpoint", "etag",
+                 "not_before_format")
         unknown = sorted(set(spec) - set(known))
         if unknown:
             raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(known)})")
         if "instance_endpoint" in spec:
             mode = instance_mode(spec["instance_endpoint"])
+        if "not_before_format" in spec:
+            not_before_format = not_before_format_setting(spec["not_before_format"])
         for key in ("throttle_rps", "first_call_delay"):
             value = spec.get(key)
             if (
@@ -154,6 +162,8 @@ class ControlApi:
             self.server.instance_endpoint = mode
         if "etag" in spec:
             self.server.etag = spec["etag"]
+        if "not_before_format" in spec:
+            self.server.sim.not_before_format = not_before_format
         return self.settings()
 
     def describe(self) -> dict[str, Any]:

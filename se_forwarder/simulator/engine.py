@@ -30,6 +30,7 @@ from se_forwarder.simulator.wire import (
     LATEST_VERSION,
     ApprovalError,
     check_event_fields,
+    not_before_format_setting,
     render_document,
 )
 
@@ -57,9 +58,11 @@ class Simulator:
         tick_interval: float = 0.05,
         request_log_size: int = 10_000,
         topology: Topology | None = None,
+        not_before_format: str = "rfc1123",
     ) -> None:
         if not (time_scale > 0):
             raise SettingError(f"time_scale must be > 0, got {time_scale!r}")
+        self.not_before_format = not_before_format_setting(not_before_format)
         self._placement = Placement(vm_names, topology)  # which VM sees what (topology.py)
         self.vm_names, self.topology = self._placement.vm_names, topology
         self.time_scale = float(time_scale)
@@ -179,7 +182,7 @@ class Simulator:
             event = self._store.new(fields, base=self._clock(), resources=[vm] if vm else None)
             self._events[event.event_id] = event
             self._commit([event.added_line()])
-            return event.wire()
+            return event.wire(self.not_before_format)
 
     def patch_event(self, event_id: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Change fields of an event (e.g. ``{"EventStatus": "Started"}``); KeyError if unknown."""
@@ -189,9 +192,9 @@ class Simulator:
             f = check_event_fields(fields)
             if f.get("EventId", event_id) != event_id:
                 raise ValueError("EventId cannot be changed; delete the event and add another")
-            before = event.wire()
+            before = event.wire(self.not_before_format)
             self._store.patch(event, f, self._clock())
-            after = event.wire()
+            after = event.wire(self.not_before_format)
             if after != before:
                 changed = sorted(k for k in after if after[k] != before[k])
                 self._commit([f"{event.label()} changed: {', '.join(changed)}"])
@@ -202,7 +205,7 @@ class Simulator:
         with self._lock:
             self._advance()
             event = self._store.get(event_id)
-            del self._events[event_id]
+            del self._events[event.event_id]
             how = "completed" if event.status == "Started" else "canceled"
             self._commit([f"{event.label()} removed ({how}, deleted)"])
 
@@ -210,21 +213,21 @@ class Simulator:
         """The current events with every field (newest api-version)."""
         with self._lock:
             self._advance()
-            return [e.wire() for e in self._events.values()]
+            return [e.wire(self.not_before_format) for e in self._events.values()]
 
     def event(self, event_id: str) -> dict[str, Any]:
         """One current event with every field; KeyError when it is not in the document."""
         with self._lock:
             self._advance()
-            return self._store.get(event_id).wire()
+            return self._store.get(event_id).wire(self.not_before_format)
 
     def document(self, vm: str | None = None, api_version: str = LATEST_VERSION) -> dict[str, Any]:
         """The document ``vm`` gets for ``api_version`` (the shared list, or its group's part)."""
         with self._lock:
             self._advance()
             self._placement.check(vm)
-            events, incarnation = self._placement.view(vm, [e.wire() for e in self._events.values()],
-                                                       self._incarnation)
+            events, incarnation = self._placement.view(
+                vm, [e.wire(self.not_before_format) for e in self._events.values()], self._incarnation)
             return render_document(incarnation, events, api_version)
 
     # --- approvals -----------------------------------------------------------------------------
@@ -269,12 +272,15 @@ class Simulator:
         params: Mapping[str, Any] | None = None,
         *,
         start: str = "first-poll",
+        new_event_id_per_state: bool | None = None,
     ) -> dict[str, Any]:
         """Play a scenario (built-in name, file path, parsed Scenario or inline mapping).
 
         ``start="first-poll"`` (default): its clock starts at the first scheduled-events poll of
         any VM, or now if a VM has been polled already; ``"immediately"``: now. Replaces a
-        scenario already playing (its events stay). ScenarioError if it is bad.
+        scenario already playing (its events stay). ``new_event_id_per_state`` (None: as the
+        scenario says) shows each of its events under a new EventId once Started, as Microsoft's
+        mock server does. ScenarioError if it is bad.
         """
         if start not in SCENARIO_STARTS:
             raise ValueError(f"start must be one of {', '.join(SCENARIO_STARTS)}, got {start!r}")
@@ -287,7 +293,9 @@ class Simulator:
         steps = scenario.compile(self.vm_names, params)
         with self._lock:
             self._advance()
-            self._player.load(scenario, steps, params or {}, start)
+            new_ids = scenario.new_event_id_per_state if new_event_id_per_state is None \
+                else new_event_id_per_state
+            self._player.load(scenario, steps, params or {}, start, new_ids=new_ids)
             self._advance()
             return self._player.status(set(self._events))
 
@@ -346,7 +354,7 @@ class Simulator:
     def faults(self) -> list[dict[str, Any]]:
         """The faults still armed."""
         with self._lock:
-            return self._faults.describe()
+            return self._faults.describe(self._clock())
 
     def clear_faults(self) -> None:
         """Disarm every fault."""

@@ -176,8 +176,10 @@ class ArmedFaults:
     def arm(self, fault: Fault) -> None:
         self._faults.append(fault)
 
-    def describe(self) -> list[dict[str, Any]]:
-        return [f.describe() for f in self._faults]
+    def describe(self, now: float) -> list[dict[str, Any]]:
+        """The faults still pending at ``now`` (one limited by ``seconds`` ends with them)."""
+        return [f.describe() for f in self._faults if f.kind == "incarnation_reset"
+                or not f.expired(now)]
 
     def clear(self) -> None:
         self._faults.clear()

@@ -7,7 +7,8 @@ documentation describes IMDS without either, so clients must not count on them).
 
 ``instance_endpoint`` imitates stand-ins and failures of the instance metadata routes alone:
 ``ok`` (the default), ``missing`` (404, as in IMDS mock servers that only serve scheduled events)
-or ``hang`` (accept the request and never answer).
+or ``hang`` (accept the request and answer nothing while the mode lasts; a request still held when
+the mode changes back is answered then, late).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import threading
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from se_forwarder.simulator.faults import Fault
+from se_forwarder.simulator.host import SimulatorHost
 from se_forwarder.simulator.wire import (
     INSTANCE_VERSIONS,
     SCHEDULED_EVENTS_VERSIONS,
@@ -34,9 +36,6 @@ from se_forwarder.simulator.wire import (
     version_error,
 )
 from se_forwarder.timestamps import rfc3339
-
-if TYPE_CHECKING:
-    from se_forwarder.simulator.server import SimulatorServer
 
 IMDS_ROUTES = {
     "/metadata/scheduledevents": "scheduledevents",
@@ -74,11 +73,15 @@ class Throttle:
 
 
 class ImdsHandler(BaseHTTPRequestHandler):
-    """The IMDS half of the simulator's request handler (``server.py`` adds dispatch and control)."""
+    """The IMDS half of the simulator's request handler (``server.py`` adds dispatch and control).
+
+    Its server carries a ``SimulatorHost`` as ``owner``.
+    """
 
     @property
-    def owner(self) -> SimulatorServer:
-        return self.server.owner  # type: ignore[attr-defined]
+    def owner(self) -> SimulatorHost:
+        owner: SimulatorHost = self.server.owner  # type: ignore[attr-defined]
+        return owner
 
     def _send(
         self,
@@ -126,16 +129,19 @@ class ImdsHandler(BaseHTTPRequestHandler):
     ) -> tuple[int | None, str | None]:
         """Answer one IMDS request; returns (status sent or None, fault kind or None)."""
         owner = self.owner
-        if not owner.throttle.allow((self.client_address[0], vm)):
+        if not owner.admit(self.client_address[0], vm):
             self._send(429, b"Too many requests", "text/plain; charset=utf-8", {"Retry-After": "1"})
             return 429, "throttled"
-        if route != "scheduledevents" and owner.instance_endpoint != "ok":
-            if owner.instance_endpoint == "missing":
-                self._json(404, {"error": "Not found"})
-                return 404, "instance-missing"
-            owner.hang(self.connection, None)
-            self.close_connection = True
-            return None, "instance-hang"
+        hung = None
+        if route != "scheduledevents" and owner.instance_endpoint == "hang":
+            # Held while the endpoint hangs; once it is set back, answered as it then says.
+            if not owner.hang(self.connection, None, lambda: owner.instance_endpoint != "hang"):
+                self.close_connection = True
+                return None, "instance-hang"
+            hung = "instance-hang"
+        if route != "scheduledevents" and owner.instance_endpoint == "missing":
+            self._json(404, {"error": "Not found"})
+            return 404, hung or "instance-missing"
         if "X-Forwarded-For" in self.headers:
             return self._bad("Bad request. X-Forwarded-For header is not allowed.")
         if (self.headers.get("Metadata") or "").strip().lower() != "true":
@@ -172,7 +178,7 @@ class ImdsHandler(BaseHTTPRequestHandler):
         compute = compute_metadata(vm, index, overrides)
         data = compute if route == "compute" else {"compute": compute, "network": network_metadata(index)}
         self._send(200, _dumps(data))
-        return 200, (fault.kind if fault else None)
+        return 200, (fault.kind if fault else hung)
 
     def _bad(self, message: str, extra: Mapping[str, Any] | None = None) -> tuple[int, str | None]:
         self._json(400, {"error": message, **(extra or {})})

@@ -45,6 +45,7 @@ class Run:
     index: int = 0
     refs: dict[str, str] = field(default_factory=dict)
     created: set[str] = field(default_factory=set)
+    new_ids: bool = False  # its events get a new EventId once Started (Microsoft's mock server)
 
 
 class ScenarioPlayer:
@@ -61,11 +62,11 @@ class ScenarioPlayer:
         self._listeners.append(listener)
 
     def load(self, scenario: Scenario, steps: list[Step], params: Mapping[str, Any],
-             start: str) -> None:
+             start: str, *, new_ids: bool = False) -> None:
         """Replace the playing scenario (its events stay) and start it as ``start`` says."""
         if start not in SCENARIO_STARTS:
             raise ValueError(f"start must be one of {', '.join(SCENARIO_STARTS)}, got {start!r}")
-        self.run = Run(scenario, steps, None, dict(params), start=start)
+        self.run = Run(scenario, steps, None, dict(params), start=start, new_ids=new_ids)
         if start == "immediately":
             self._begin(self.run, "asked to start immediately")
         elif self.first_poll is not None:
@@ -115,7 +116,8 @@ class ScenarioPlayer:
         present = ref in store.events
         if step.action == "add":
             try:
-                event = store.add_from_scenario(step.fields, due, f"scenario:{run.scenario.name}")
+                event = store.add_from_scenario(step.fields, due, f"scenario:{run.scenario.name}",
+                                                new_id_per_state=run.new_ids)
             except ValueError as exc:
                 log.warning("scenario %s: step at %gs skipped: %s", run.scenario.name, step.at, exc)
                 return
@@ -153,6 +155,7 @@ class ScenarioPlayer:
             "name": run.scenario.name,
             "params": run.params,
             "start": run.start,
+            "new_event_id_per_state": run.new_ids,
             "started": None if run.started is None else rfc3339(run.started, milliseconds=True),
             "started_by": run.trigger or None,
             "waiting_for_first_poll": run.started is None,

@@ -3,6 +3,8 @@
 A scenario is a TOML or JSON file (built-in ones live in ``scenarios/``, named after the file)::
 
     description = "One line shown by --list-scenarios"
+    new_event_id_per_state = false  # true: an event shows a new EventId once Started, as
+                                    # Microsoft's mock server does
     [params]                      # optional, overridable: --param notice=600
     notice = 300
     [[events]]                    # one event's life cycle
@@ -38,7 +40,7 @@ from se_forwarder.simulator.faults import FaultError, parse_fault
 from se_forwarder.simulator.wire import EVENT_INPUT_KEYS, check_event_fields
 
 ACTIONS = ("add", "patch", "delete", "cancel", "start", "reset", "fault", "incarnation_reset")
-_TOP_KEYS = ("name", "description", "details", "params", "events", "actions")
+_TOP_KEYS = ("name", "description", "details", "params", "events", "actions", "new_event_id_per_state")
 _EVENT_TIMING = ("ref", "at", "cancel_at", "remove_at", "start_at")
 _ACTION_KEYS = ("at", "do", "event", "ref", "fault", "to", "fields")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -69,6 +71,7 @@ class Scenario:
     events: tuple[dict[str, Any], ...]
     actions: tuple[dict[str, Any], ...]
     source: str
+    new_event_id_per_state: bool = False  # each event shows a new EventId once Started
 
     def compile(self, vm_names: Sequence[str], params: Mapping[str, Any] | None = None) -> list[Step]:
         """The timeline as steps sorted by time, placeholders filled in; ScenarioError if bad."""
@@ -245,6 +248,8 @@ def scenario_from_mapping(data: Any, name: str, source: str) -> Scenario:
     for key in ("description", "details"):
         if not isinstance(data.get(key, ""), str):
             raise ScenarioError(f"scenario {name}: {key!r} must be a string")
+    if not isinstance(data.get("new_event_id_per_state", False), bool):
+        raise ScenarioError(f"scenario {name}: 'new_event_id_per_state' must be true or false")
     scenario = Scenario(
         name=name,
         description=data.get("description", ""),
@@ -253,6 +258,7 @@ def scenario_from_mapping(data: Any, name: str, source: str) -> Scenario:
         events=lists["events"],
         actions=lists["actions"],
         source=source,
+        new_event_id_per_state=data.get("new_event_id_per_state", False),
     )
     scenario.compile(("vm0",))  # catch field errors now, not halfway through a run
     return scenario

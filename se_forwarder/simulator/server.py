@@ -6,7 +6,8 @@ IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
     GET      /metadata/instance/compute?api-version=...
     GET      /metadata/instance?api-version=...
 
-What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. This module owns
+What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. Both see the
+server only through ``host.SimulatorHost``, which ``SimulatorServer`` implements. This module owns
 the server's life cycle, its sockets (``stop`` cuts hanging requests) and the IMDS behaviour knobs.
 """
 
@@ -19,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ class _Handler(ImdsHandler):
                 return
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-            vm, rest, prefixed = self.owner.route_vm(unquote(parts.path))
+            vm, rest, prefixed = self.server.owner.route_vm(unquote(parts.path))
             if vm is None:
                 self._json(404, {"error": f"Not found. No VM {rest!r} on this simulator."})
             elif rest == "/control" or rest.startswith("/control/"):
@@ -147,7 +148,7 @@ class _Handler(ImdsHandler):
 
     def _control(self, method: str, sub: str, query: dict[str, str], body: bytes, vm: str | None) -> None:
         try:
-            status, data = self.owner.control(method, sub, query, body, vm)
+            status, data = self.server.owner.control(method, sub, query, body, vm)
         except KeyError as exc:
             status, data = 404, {"error": str(exc.args[0]) if exc.args else "not found"}
         except (ValueError, TypeError) as exc:  # incl. ScenarioError, FaultError, ApprovalError
@@ -187,6 +188,7 @@ class SimulatorServer:
         instance_endpoint: str = "ok",
         etag: bool = True,
         topology: Topology | None = None,
+        not_before_format: str = "rfc1123",
     ) -> None:
         if not 0 <= port <= 65535:
             raise SettingError(f"port must be 0-65535, got {port}")
@@ -200,7 +202,8 @@ class SimulatorServer:
             )
         self.host = host
         self._port = port
-        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology)
+        self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology,
+                             not_before_format=not_before_format)
         self.throttle = Throttle(throttle_rps)
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})
@@ -210,6 +213,8 @@ class SimulatorServer:
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
+        self._held = 0
+        self._held_lock = threading.Lock()
         self._scenario = load_scenario(scenario) if isinstance(scenario, str | Path) else scenario
         self._scenario_params = dict(scenario_params or {})
         self._scenario_start = scenario_start
@@ -304,6 +309,10 @@ class SimulatorServer:
 
     # --- IMDS behaviour knobs ------------------------------------------------------------------
 
+    def admit(self, client: str, vm: str) -> bool:
+        """Whether a request of ``client`` to ``vm`` is within ``throttle_rps`` (else 429)."""
+        return self.throttle.allow((client, vm))
+
     @property
     def throttle_rps(self) -> float | None:
         """Requests per second allowed per (client, VM) before 429; None/0 = no throttling."""
@@ -339,16 +348,32 @@ class SimulatorServer:
         """Sleep ``seconds`` unless the server stops first; True if it slept in full."""
         return seconds <= 0 or not self._stopping.wait(seconds)
 
-    def hang(self, conn: socket.socket, seconds: float | None) -> None:
-        """Hold ``conn`` without answering until the client leaves, the server stops or time's up."""
+    def hang(self, conn: socket.socket, seconds: float | None,
+             released: Callable[[], bool] | None = None) -> bool:
+        """Hold ``conn`` without answering until the client leaves, the server stops, time's up
+        or ``released()`` holds; True only in the last case (the request may then be answered)."""
         deadline = time.monotonic() + (self.hang_seconds if seconds is None else seconds)
-        while not self._stopping.is_set() and time.monotonic() < deadline:
-            try:
-                readable, _, _ = select.select([conn], [], [], 0.1)
-                if readable and conn.recv(1, socket.MSG_PEEK) == b"":
-                    return  # the client gave up and closed
-            except (OSError, ValueError):
-                return
+        with self._held_lock:
+            self._held += 1
+        try:
+            while not self._stopping.is_set() and time.monotonic() < deadline:
+                if released is not None and released():
+                    return True
+                try:
+                    readable, _, _ = select.select([conn], [], [], 0.05)
+                    if readable and conn.recv(1, socket.MSG_PEEK) == b"":
+                        return False  # the client gave up and closed
+                except (OSError, ValueError):
+                    return False
+            return False
+        finally:
+            with self._held_lock:
+                self._held -= 1
+
+    def holding(self) -> int:
+        """How many requests a hang holds unanswered right now."""
+        with self._held_lock:
+            return self._held
 
     # --- control API ---------------------------------------------------------------------------
 
@@ -363,8 +388,8 @@ class SimulatorServer:
         return self._control_api.settings()
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint or etag at run
-        time."""
+        """Change throttle_rps, first_call_delay, multi_tenant, instance_endpoint, etag or
+        not_before_format at run time."""
         return self._control_api.update_settings(spec)
 
     def describe(self) -> dict[str, Any]:

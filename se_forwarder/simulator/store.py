@@ -15,6 +15,7 @@ from se_forwarder.simulator.wire import (
     DEFAULT_STARTED_SECONDS,
     MIN_NOTICE_SECONDS,
     check_event_fields,
+    format_not_before,
     format_rfc1123,
     parse_rfc1123,
     render_event,
@@ -49,28 +50,33 @@ class SimEvent:
     started_at: float | None = None
     approved_by: set[str] = field(default_factory=set)
     origin: str = "control"
+    new_id_per_state: bool = False  # a new EventId when it starts, as Microsoft's mock server does
+    wire_id: str | None = None  # the EventId IMDS shows, when not ``event_id`` (see above)
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self, not_before_format: str = "rfc1123") -> dict[str, Any]:
         """All fields, as the newest api-version shows them."""
         return {
-            "EventId": self.event_id,
+            "EventId": self.wire_id or self.event_id,
             "EventType": self.event_type,
             "ResourceType": self.resource_type,
             "Resources": list(self.resources),
             "EventStatus": self.status,
-            "NotBefore": "" if self.not_before is None else format_rfc1123(self.not_before),
+            "NotBefore": "" if self.not_before is None else format_not_before(self.not_before,
+                                                                               not_before_format),
             "Description": self.description,
             "EventSource": self.source,
             "DurationInSeconds": self.duration,
         }
 
     def label(self) -> str:
-        return f"{self.event_type} {self.event_id}"
+        return f"{self.event_type} {self.wire_id or self.event_id}"
 
     def start(self, when: float) -> None:
         self.status = "Started"
         self.not_before = None
         self.started_at = when
+        if self.new_id_per_state:
+            self.wire_id = str(uuid.uuid4()).upper()
 
     def added_line(self) -> str:
         when = "" if self.not_before is None else f", NotBefore {format_rfc1123(self.not_before)}"
@@ -88,7 +94,7 @@ class EventStore:
         self.approvals: list[dict[str, Any]] = []
 
     def new(self, fields: Mapping[str, Any], *, base: float, resources: Sequence[str] | None = None,
-            origin: str = "control") -> SimEvent:
+            origin: str = "control", new_id_per_state: bool = False) -> SimEvent:
         """An event from (checked) control-API fields; ValueError naming a bad one."""
         f = check_event_fields(fields)
         event_id = f.get("EventId") or str(uuid.uuid4()).upper()
@@ -108,6 +114,7 @@ class EventStore:
             not_before=None,
             started_seconds=f.get("StartedSeconds", DEFAULT_STARTED_SECONDS),
             origin=origin,
+            new_id_per_state=new_id_per_state,
         )
         if status == "Started":
             if f.get("NotBefore") or "NotBeforeInSeconds" in f:
@@ -126,10 +133,15 @@ class EventStore:
         return base + self.real_seconds(notice)
 
     def get(self, event_id: str) -> SimEvent:
-        try:
-            return self.events[event_id]
-        except KeyError:
-            raise KeyError(f"no event {event_id} in the document") from None
+        """The event by its first EventId or by the one IMDS shows now; KeyError naming it."""
+        event = self.events.get(event_id) or self.shown().get(event_id)
+        if event is None:
+            raise KeyError(f"no event {event_id} in the document")
+        return event
+
+    def shown(self) -> dict[str, SimEvent]:
+        """The events by the EventId IMDS shows now."""
+        return {e.wire_id or e.event_id: e for e in self.events.values()}
 
     def patch(self, event: SimEvent, f: Mapping[str, Any], now: float) -> None:
         for key, attr in PATCHABLE.items():
@@ -169,7 +181,7 @@ class EventStore:
         raises ApprovalError); every EventId is recorded either way. ``sees(voter, resources)``:
         whether the voter's document shows an event (a topology's groups), else every one does.
         """
-        visible = {e.event_id for e in self.events.values()
+        visible = {shown: e for shown, e in self.shown().items()
                    if render_event(e.wire(), api_version) is not None
                    and (sees is None or sees(voter, e.resources))}
         unknown = [i for i in event_ids if i not in visible]
@@ -189,7 +201,7 @@ class EventStore:
                 record["reason"] = ("unknown EventId" if event_id in unknown
                                     else f"request also named unknown EventId {unknown[0]}")
             else:
-                event = self.events[event_id]
+                event = visible[event_id]
                 event.approved_by.add(voter)
                 waiting = set(event.resources) - event.approved_by
                 if event.status == "Scheduled" and not (multi_tenant and waiting):
@@ -206,8 +218,9 @@ class EventStore:
 
     # -- what scenario steps do (player.py) --------------------------------------------------
 
-    def add_from_scenario(self, fields: Mapping[str, Any], due: float, origin: str) -> SimEvent:
-        event = self.new(fields, base=due, origin=origin)
+    def add_from_scenario(self, fields: Mapping[str, Any], due: float, origin: str,
+                          new_id_per_state: bool = False) -> SimEvent:
+        event = self.new(fields, base=due, origin=origin, new_id_per_state=new_id_per_state)
         self.events[event.event_id] = event
         return event
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 #: Scheduled Events api-versions IMDS knows, oldest first. ``{latest}`` is retired (400).
@@ -113,20 +115,41 @@ DEFAULT_DESCRIPTIONS: dict[str, str] = {
 }
 
 
+#: How NotBefore is written: ``rfc1123`` as IMDS does, ``iso8601`` as Microsoft's mock server does.
+NOT_BEFORE_FORMATS = ("rfc1123", "iso8601")
+
+
+def not_before_format_setting(value: Any) -> str:
+    """``value`` if it is one of NOT_BEFORE_FORMATS; ValueError naming it otherwise."""
+    if value not in NOT_BEFORE_FORMATS:
+        raise ValueError(f"not_before_format must be one of {', '.join(NOT_BEFORE_FORMATS)}, "
+                         f"got {value!r}")
+    return str(value)
+
+
 def format_rfc1123(epoch: float) -> str:
     """``Mon, 11 Apr 2022 22:26:58 GMT`` for a Unix time (floored to the second, so the event
     never starts before the time shown)."""
     return email.utils.formatdate(math.floor(epoch), usegmt=True)
 
 
+def format_not_before(epoch: float, not_before_format: str = "rfc1123") -> str:
+    """NotBefore in RFC 1123, or in ISO 8601 (``2026-11-25T19:05:25Z``); floored to the second."""
+    if not_before_format == "iso8601":
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(math.floor(epoch)))
+    return format_rfc1123(epoch)
+
+
 def parse_rfc1123(text: str) -> float:
-    """The Unix time of an RFC 1123 date; ValueError naming the text when it is not one."""
+    """The Unix time of an RFC 1123 date (or of an ISO 8601 one with a zone, as Microsoft's mock
+    server writes NotBefore); ValueError naming the text when it is neither."""
+    iso = text[:4].isdigit()
     try:
-        parsed = email.utils.parsedate_to_datetime(text)
+        parsed = datetime.fromisoformat(text) if iso else email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError) as exc:
-        raise ValueError(f"NotBefore {text!r} is not an RFC 1123 date") from exc
+        raise ValueError(f"NotBefore {text!r} is not an RFC 1123 or ISO 8601 date") from exc
     if parsed.tzinfo is None:
-        raise ValueError(f"NotBefore {text!r} has no time zone (expected GMT)")
+        raise ValueError(f"NotBefore {text!r} has no time zone (expected {'Z' if iso else 'GMT'})")
     return parsed.timestamp()
 
 

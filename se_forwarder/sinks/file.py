@@ -1,12 +1,18 @@
 """file sink: one structured CloudEvent JSON per line, appended, fsynced, rotated by size.
 
-Delivery is in outbox order, so after a crash the events written but not yet acknowledged are the
-first ones of the backlog; the sink reads the tail of its file once at start and skips those, which
-makes this sink exactly-once across restarts.
+Delivery is in outbox order, so the events written but not yet acknowledged are always the first
+ones of the backlog the sink is offered next. Three things make this sink exactly-once:
+
+- after a crash, the sink reads the tail of its file once at start and skips the events it finds;
+- while running, it remembers the ids of the last batch it wrote: when their acknowledgement did
+  not reach the outbox (its disk full, its database locked), the batch comes again and is skipped;
+- a write that fails (this file's disk full) is cut back to the file's size before it, so no torn
+  line is left behind, and the retry writes whole lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -66,7 +72,7 @@ class FileSink:
         self.max_bytes = max_bytes
         self.keep = keep
         self.fsync = fsync
-        self._recent: set[str] | None = None  # ids found at the file's tail, checked once
+        self._recent: set[str] | None = None  # ids in the file the outbox may offer again
 
     def deliver(self, batch: Sequence[StoredEvent]) -> DeliveryReport:
         outcomes: list[Outcome] = []
@@ -77,14 +83,15 @@ class FileSink:
             lines: list[bytes] = []
             for event in batch:
                 if event.ce_id in self._recent:
-                    outcomes.append(Delivered())  # written before a crash, not acknowledged
+                    outcomes.append(Delivered())  # written already, its acknowledgement lost
                     continue
                 lines.append(
                     json.dumps(event.as_dict(), separators=(",", ":")).encode("utf-8") + b"\n"
                 )
                 outcomes.append(Delivered())
-            self._recent = set()
             self._write(lines)
+            # Until the outbox moves past them, this batch may be offered again.
+            self._recent = {event.ce_id for event in batch}
         except OSError as exc:
             self._recent = None  # lines of this batch may be in the file: skip them on the retry
             return DeliveryReport([Retry(f"cannot write {self.path}: {one_line(exc)}")])
@@ -111,11 +118,17 @@ class FileSink:
             return
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         try:
+            good = os.fstat(fd).st_size
             if size and not self._ends_with_newline(fd, size):
                 lines = [b"\n", *lines]  # a torn last line (power loss) must not swallow ours
-            _write_all(fd, b"".join(lines))
-            if self.fsync:
-                os.fsync(fd)
+            try:
+                _write_all(fd, b"".join(lines))
+                if self.fsync:
+                    os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):  # else the newline guard above still holds
+                    os.ftruncate(fd, good)
+                raise
         finally:
             os.close(fd)
 

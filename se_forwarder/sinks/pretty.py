@@ -49,7 +49,8 @@ EXPLAIN: dict[str, str] = {
     Kind.HEARTBEAT: "heartbeat: the agent says it is alive (not stored, not repeated)",
     "other-vms": "for other VMs: Azure shows every VM the events of its neighbours too",
 }
-_INFERRED_WHY = {"approved": "its approval", "not-before-passed": "its NotBefore passed"}
+_INFERRED_WHY = {"approved": "its approval", "not-before-passed": "its NotBefore passed",
+                 "not-before-unknown": "its NotBefore could not be read, so it may have passed"}
 
 
 def state_of(event: dict[str, Any]) -> str:

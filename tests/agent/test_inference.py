@@ -64,6 +64,8 @@ def test_approved_by_this_agent_then_vanished_is_started_and_completed(agents, t
 
 def test_not_before_passed_then_vanished_is_started_and_completed(simulator, agents, tmp_path):
     start(simulator.url, tmp_path, agents)
+    # Its 2 s notice must not pass before the agent (slow to start on a loaded machine) polls.
+    wait_for(lambda: simulator.sim.requests(), what="the agent polling")
     event_id = simulator.sim.add_event({"EventType": "Reboot", "NotBeforeInSeconds": 2,
                                         "StartedSeconds": 1})["EventId"]
     wait_for(lambda: (event_id, "scheduled") in events(tmp_path), what="scheduled")

@@ -9,6 +9,8 @@ import sys
 from cloudevents.core.formats.json import JSONFormat
 
 from se_forwarder.outbox import Outbox
+from se_forwarder.sinks.base import Delivered, StoredEvent
+from se_forwarder.sinks.file import FileSink
 from tests.support.agent import AgentProcess, read_jsonl
 from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
@@ -107,13 +109,8 @@ def _deliver_on_a_full_disk(path, retry):
 
 
 def _ids_in(path):
-    ids = []
-    for line in path.read_bytes().splitlines():
-        try:
-            ids.append(json.loads(line)["id"])
-        except ValueError:
-            continue  # the torn line the full disk left
-    return ids
+    """The ids of the file's lines; every line must be a whole CloudEvent."""
+    return [json.loads(line)["id"] for line in path.read_bytes().splitlines()]
 
 
 def test_file_sink_reports_a_partly_written_batch_as_a_retry_not_as_delivered(tmp_path):
@@ -127,3 +124,28 @@ def test_file_sink_retry_after_a_partly_written_batch_writes_each_event_once(tmp
     first, second = _deliver_on_a_full_disk(path, "retry")
     assert first == ["Retry"] and second == ["Delivered"] * 20
     assert _ids_in(path) == [f"E{i}/scheduled" for i in range(20)]
+
+
+def test_file_sink_cuts_a_write_that_failed_back_to_whole_lines(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(b'{"id":"E-before/scheduled"}\n')
+    first, _ = _deliver_on_a_full_disk(path, "once")
+    assert first == ["Retry"]
+    assert _ids_in(path) == ["E-before/scheduled"]  # no torn line left by the full disk
+
+
+def _batch(ids):
+    return [StoredEvent(n + 1, f"{i}/scheduled", i, "scheduled", "t",
+                        json.dumps({"id": f"{i}/scheduled"}), 0.0) for n, i in enumerate(ids)]
+
+
+def test_file_sink_writes_a_batch_offered_again_once(tmp_path):
+    """The worker offers a batch again when its acknowledgement did not reach the outbox (the
+    state directory's disk full, its database locked): it is in the file already."""
+    path = tmp_path / "out.jsonl"
+    sink = FileSink("f", path, fsync=False)
+    assert sink.deliver(_batch(["A", "B"])).outcomes == [Delivered(), Delivered()]
+    assert sink.deliver(_batch(["A", "B"])).outcomes == [Delivered(), Delivered()]
+    sink.deliver(_batch(["A", "B", "C"]))  # more arrived meanwhile
+    sink.deliver(_batch(["D"]))
+    assert _ids_in(path) == ["A/scheduled", "B/scheduled", "C/scheduled", "D/scheduled"]

@@ -12,13 +12,20 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from se_forwarder import cloudevents as ce
+from se_forwarder.delivery import DeliveryWorker
+from se_forwarder.differ import diff
 from se_forwarder.errors import StateError
+from se_forwarder.model import VmIdentity, parse_document
 from se_forwarder.outbox import Outbox
+from se_forwarder.sinks.file import FileSink
 from tests.support.agent import AgentProcess, read_jsonl
 from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
@@ -92,6 +99,16 @@ def remount(path: Path, mode: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], check=True)
 
 
+def fill(directory: Path) -> Path:
+    """Fill the file system of ``directory`` to the last byte; the filler file to delete."""
+    filler = directory / "filler"
+    # Unbuffered: a partial last write leaves nothing for close() to flush into ENOSPC again.
+    with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:  # until ENOSPC
+            fh.write(b"\0" * 65536)
+    return filler
+
+
 def test_read_only_state_directory_is_one_clear_line(simulator, control, tmp_path):
     with tmpfs(tmp_path / "state", "4m") as state:
         control.add(EventType="Reboot")
@@ -111,11 +128,7 @@ def test_full_disk_loses_nothing_and_the_agent_catches_up(simulator, control, ag
         agents.append(agent)
         first = control.add(EventType="Reboot")["EventId"]
         wait_for(lambda: read_jsonl(out), what="first delivery")
-        filler = state / "filler"
-        # Unbuffered: a partial last write leaves nothing for close() to flush into ENOSPC again.
-        with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
-            while True:  # until ENOSPC
-                fh.write(b"\0" * 65536)
+        filler = fill(state)
         added = [control.add(EventType="Reboot", Description="y" * 3000)["EventId"]
                  for _ in range(20)]
         wait_for(lambda: "disk is full" in (tmp_path / "agent.log").read_text(), timeout=20,
@@ -128,6 +141,31 @@ def test_full_disk_loses_nothing_and_the_agent_catches_up(simulator, control, ag
         assert agent.terminate() == 0
     ids = [e["id"] for e in read_jsonl(out)]
     assert len(ids) == len(set(ids))
+
+
+def test_a_full_state_disk_never_makes_the_file_sink_write_a_line_twice(tmp_path):
+    """The file sink writes a line, then the outbox cannot record that it did (its disk is full):
+    the worker offers the same event again and again until there is room, and the file still
+    has it once."""
+    out = tmp_path / "o.jsonl"
+    with tmpfs(tmp_path / "state", "2m") as state:
+        box = Outbox(state)
+        document = parse_document({"DocumentIncarnation": 2, "Events": [
+            {"EventId": "A", "EventType": "Reboot", "EventStatus": "Scheduled",
+             "Resources": ["vm0"], "NotBefore": ""}]})
+        box.record(document, ce.transition_rows(diff(None, document),
+                                                VmIdentity.from_hostname("vm0"), datetime.now(UTC)))
+        box.register_sinks(["file"])
+        worker = DeliveryWorker(FileSink("file", out), state, threading.Event())
+        filler = fill(state)
+        for _ in range(3):
+            with pytest.raises(sqlite3.OperationalError, match="full"):
+                worker.deliver_once(box)  # written, but the cursor cannot move
+        filler.unlink()
+        assert worker.deliver_once(box) == 0.0
+        assert box.pending("file", 10) == []
+        box.close()
+    assert [e["id"] for e in read_jsonl(out)] == ["A/scheduled"]
 
 
 def test_simulated_write_error_is_a_state_error_naming_the_cause(tmp_path, monkeypatch):

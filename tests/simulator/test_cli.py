@@ -62,6 +62,7 @@ def test_missing_scenario_is_one_line_listing_the_built_ins(run_cli):
         (["--scenario", "vmss-terminate", "--param", "colour=1"], "colour"),
         (["--port", "70000"], "port"),
         (["--first-call-delay", "-1"], "first_call_delay"),
+        (["--new-event-id-per-state"], "--scenario"),
     ],
 )
 def test_bad_option_value_is_one_line_and_exit_2(args, named):
@@ -108,3 +109,14 @@ def test_port_already_in_use_is_one_line_and_a_failure_exit(run_cli):
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1
     assert "cannot listen" in result.stderr
+
+
+def test_simulator_serves_microsofts_mock_server_formats_when_asked(cli_simulator, http):
+    cli = cli_simulator("--scenario", "user-reboot", "--start", "immediately", "--quiet",
+                        "--not-before-format", "iso8601", "--new-event-id-per-state")
+    (event,) = http.get(f"{cli.url}/metadata/scheduledevents?api-version=2020-07-01",
+                        headers={"Metadata": "true"}, timeout=5).json()["Events"]
+    assert event["NotBefore"].endswith("Z") and "T" in event["NotBefore"]
+    status = http.get(f"{cli.url}/control/scenario", timeout=5).json()
+    assert status["new_event_id_per_state"] is True
+    assert cli.stop() == 0

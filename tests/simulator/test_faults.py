@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 
@@ -225,3 +226,17 @@ def test_instance_endpoint_hang_never_answers(sim, http):
     assert _get(sim, http).status_code == 200
     bad = http.post(sim.url + "/control/settings", json={"instance_endpoint": "sometimes"}, timeout=5)
     assert bad.status_code == 400 and "instance_endpoint" in bad.json()["error"]
+
+
+def test_a_request_held_by_the_instance_hang_is_answered_when_the_endpoint_is_back(sim, http):
+    sim.instance_endpoint = "hang"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_get, sim, http, COMPUTE, 10)
+        sim.sim.wait_until(lambda: sim.holding() == 1, timeout=5)
+        assert not pending.done()
+        sim.instance_endpoint = "ok"
+        reply = pending.result(timeout=5)
+    assert reply.status_code == 200 and reply.json()["name"] == "vm0"
+    assert sim.holding() == 0
+    (entry,) = [r for r in sim.sim.requests() if r["route"] == "compute"]
+    assert (entry["status"], entry["fault"]) == (200, "instance-hang")

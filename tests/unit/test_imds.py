@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from se_forwarder.imds import ImdsClient, ImdsError
+from se_forwarder.imds import ENABLED_FOR, ImdsClient, ImdsError, already_enabled
 from se_forwarder.simulator import SimulatorServer
 
 DOC_A = json.dumps({"DocumentIncarnation": 1, "Events": []}).encode()
@@ -129,3 +129,24 @@ def test_a_429_waits_its_retry_after_up_to_5_s_else_about_a_second():
     assert throttled_delay(60.0) == 5.0
     assert throttled_delay(0.0) == 0.0
     assert all(1.0 <= throttled_delay(None) <= 1.25 for _ in range(100))
+
+
+def test_a_client_told_imds_is_enabled_times_out_its_first_request_like_any_other():
+    with SimulatorServer(first_call_delay=3.0) as sim:
+        client = ImdsClient(sim.url, timeout=0.3, first_call_timeout=10.0)
+        client.assume_enabled()
+        try:
+            with pytest.raises(ImdsError) as waited:
+                client.get_document()
+            assert waited.value.reason == "timeout"
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize(("ago", "enabled"), [
+    (None, False), (5.0, True), (0.0, True), (ENABLED_FOR - 60, True), (ENABLED_FOR, False),
+    (-60.0, False),  # ahead of the clock: it was set back, the poll proves nothing
+])
+def test_imds_counts_as_enabled_after_a_successful_poll_within_24_hours(ago, enabled):
+    now = 1_800_000_000.0
+    assert already_enabled(None if ago is None else now - ago, now) is enabled
