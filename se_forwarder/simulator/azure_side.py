@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from se_forwarder.errors import ConfigError
 from se_forwarder.simulator import identity
 from se_forwarder.simulator.arm import ArmApi
 from se_forwarder.simulator.azure_fleet import AzureFleet
@@ -62,6 +65,26 @@ class AzureOptions:
             raise ValueError(f"feed_body must be one of {', '.join(BODIES)}")
         if self.feed_delay_seconds < 0:
             raise ValueError("feed_delay_seconds must be >= 0")
+
+
+def options_from_flags(arm_port: int | None, ca_file: str | None, feed_env: str | None,
+                       feed_eventhub: str | None, feed_delay: float) -> AzureOptions | None:
+    """Azure's side from ``se-forwarder simulate``'s flags (None when neither ARM nor feed is
+    asked for); ConfigError naming a flag that cannot be used."""
+    if arm_port is None and feed_env is None:
+        if ca_file or feed_eventhub:
+            raise ConfigError("--ca-file needs --arm-port; --feed-eventhub, --feed-connection-string-env")
+        return None
+    connection = None
+    if feed_env is not None:
+        connection = os.environ.get(feed_env, "").strip()
+        if not connection:
+            raise ConfigError(f"--feed-connection-string-env {feed_env}: that environment variable is not "
+                              "set or empty")
+    if arm_port is not None and ca_file is None:
+        ca_file = os.path.join(tempfile.mkdtemp(prefix="se-forwarder-sim-"), "arm-ca.pem")
+    return AzureOptions(arm_port=arm_port, ca_path=ca_file, feed_connection_string=connection,
+                        feed_eventhub=feed_eventhub, feed_delay_seconds=feed_delay)
 
 
 class AzureSide:
@@ -160,6 +183,17 @@ class AzureSide:
         self.api.roles.update(roles)
         self.api.arg_quota = quota
         return self.settings()
+
+    def announce(self, imds_url: str) -> list[str]:
+        """What ``se-forwarder simulate`` prints about Azure's side."""
+        lines = []
+        if self.http is not None:
+            lines.append(f"ARM simulator listening on {self.http.url} (trust the test CA in "
+                         f"{self.options.ca_path}; token: {imds_url}{identity.TOKEN_PATH})")
+        if self.options.feed_connection_string:
+            hub = self.options.feed_eventhub or "named by the connection string"
+            lines.append(f"Azure feed: ScheduledEventEmitted CloudEvents go to the Event Hub ({hub})")
+        return lines
 
     def describe(self) -> dict[str, Any]:
         return {
