@@ -73,7 +73,8 @@ def options_from_flags(arm_port: int | None, ca_file: str | None, feed_env: str 
     asked for); ConfigError naming a flag that cannot be used."""
     if arm_port is None and feed_env is None:
         if ca_file or feed_eventhub:
-            raise ConfigError("--ca-file needs --arm-port; --feed-eventhub, --feed-connection-string-env")
+            raise ConfigError("--ca-file goes with --arm-port, and --feed-eventhub with "
+                              "--feed-connection-string-env")
         return None
     connection = None
     if feed_env is not None:
