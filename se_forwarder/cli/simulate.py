@@ -156,13 +156,13 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     "IMDS as the Azure documentation describes it (always 200 with the full document).",
 )
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
-@click.option("--arm-port", type=click.IntRange(0, 65535), help="Also serve Azure's ARM over HTTPS on "
+@click.option("--arm-port", type=int, help="Also serve Azure's ARM over HTTPS on "
               "127.0.0.1 at this port (0: a free one): Resource Graph, acknowledge, instance view.")
 @click.option("--ca-file", type=click.Path(dir_okay=False), help="Write ARM's per-run test CA here (PEM).")
 @click.option("--feed-connection-string-env", metavar="NAME", help="Publish Azure's Event Grid feed to the "
               "Event Hub whose connection string is in this environment variable.")
 @click.option("--feed-eventhub", metavar="NAME", help="The feed's hub if the connection string has none.")
-@click.option("--feed-delay", type=click.FloatRange(min=0), default=0.0, help="Seconds a feed event waits.")
+@click.option("--feed-delay", type=float, default=0.0, help="Seconds a feed event waits.")
 @friendly_errors
 def simulate_command(
     host: str,

@@ -76,6 +76,10 @@ def options_from_flags(arm_port: int | None, ca_file: str | None, feed_env: str 
             raise ConfigError("--ca-file goes with --arm-port, and --feed-eventhub with "
                               "--feed-connection-string-env")
         return None
+    if arm_port is not None and not 0 <= arm_port <= 65535:
+        raise ConfigError(f"--arm-port must be 0-65535, got {arm_port}")
+    if feed_delay < 0:
+        raise ConfigError(f"--feed-delay must be >= 0 seconds, got {feed_delay:g}")
     connection = None
     if feed_env is not None:
         connection = os.environ.get(feed_env, "").strip()

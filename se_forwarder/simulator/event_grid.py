@@ -62,7 +62,7 @@ def message_body(event: Mapping[str, Any], body: str = "array") -> bytes:
     return json.dumps([event] if body == "array" else event, separators=(",", ":")).encode("utf-8")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending:
     due: float
     event: dict[str, Any]
@@ -177,12 +177,14 @@ class FeedPublisher:
         self._reset_producer()
 
     def _next(self) -> _Pending | None:
+        """The pending event due first (a delayed one does not hold back later ones), once due."""
         with self._wake:
             while not self._stop.is_set():
                 if self._pending:
-                    wait = self._pending[0].due - time.monotonic()
+                    item = min(self._pending, key=lambda p: p.due)
+                    wait = item.due - time.monotonic()
                     if wait <= 0:
-                        return self._pending[0]
+                        return item
                     self._wake.wait(wait)
                 else:
                     self._wake.wait(1.0)
@@ -203,8 +205,8 @@ class FeedPublisher:
                 continue
             backoff = 0.2
             with self._wake:
-                if self._pending and self._pending[0] is item:
-                    self._pending.popleft()
+                if item in self._pending:
+                    self._pending.remove(item)
                 self.counts["published"] += 1
 
     def _send(self, event: dict[str, Any]) -> None:
