@@ -134,6 +134,27 @@ class AzureFleet:
             return set()
         return {i.lower() for i in (facts.resource_id, facts.availability_set, facts.scale_set) if i}
 
+    def row(self, rid: str, name: str, kind: str) -> dict[str, Any]:
+        """The columns every Resource Graph row has, for a resource of this resource group."""
+        return {
+            "id": rid,
+            "name": name,
+            "type": kind,
+            "tenantId": self.tenant,
+            "kind": "",
+            "location": self.location,
+            "resourceGroup": self.resource_group.lower(),
+            "subscriptionId": self.subscription,
+            "managedBy": "",
+            "sku": None,
+            "plan": None,
+            "properties": {},
+            "tags": {},
+            "identity": None,
+            "zones": None,
+            "extendedLocation": None,
+        }
+
     def describe(self) -> dict[str, Any]:
         return {
             "subscription": self.subscription,

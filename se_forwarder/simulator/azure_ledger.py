@@ -139,22 +139,6 @@ class AzureLedger:
 
     def row(self, record: AzureEvent) -> dict[str, Any]:
         """The ``maintenanceresources`` row of Resource Graph."""
-        fleet = self.fleet
-        return {
-            "id": record.resource_id,
-            "name": record.event_id,
-            "type": EVENT_TYPE,
-            "tenantId": fleet.tenant,
-            "kind": "",
-            "location": fleet.location,
-            "resourceGroup": fleet.resource_group.lower(),
-            "subscriptionId": fleet.subscription,
-            "managedBy": "",
-            "sku": None,
-            "plan": None,
-            "properties": dict(record.properties),
-            "tags": {},
-            "identity": None,
-            "zones": list(record.zones) or None,
-            "extendedLocation": None,
-        }
+        row = self.fleet.row(record.resource_id, record.event_id, EVENT_TYPE)
+        row.update(properties=dict(record.properties), zones=list(record.zones) or None)
+        return row

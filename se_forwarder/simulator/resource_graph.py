@@ -44,27 +44,6 @@ class QueryError(ValueError):
         self.code = code
 
 
-def _base(fleet: AzureFleet, rid: str, name: str, kind: str) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "name": name,
-        "type": kind,
-        "tenantId": fleet.tenant,
-        "kind": "",
-        "location": fleet.location,
-        "resourceGroup": fleet.resource_group.lower(),
-        "subscriptionId": fleet.subscription,
-        "managedBy": "",
-        "sku": None,
-        "plan": None,
-        "properties": {},
-        "tags": {},
-        "identity": None,
-        "zones": None,
-        "extendedLocation": None,
-    }
-
-
 def vm_row(fleet: AzureFleet, vm: VmFacts) -> dict[str, Any]:
     """A VM's row: ``resources`` (availability set, flexible scale set) or ``computeresources``."""
     uniform = vm.uniform
@@ -73,7 +52,7 @@ def vm_row(fleet: AzureFleet, vm: VmFacts) -> dict[str, Any]:
         if uniform
         else "microsoft.compute/virtualmachines"
     )
-    row = _base(fleet, vm.resource_id, vm.instance_id if uniform and vm.instance_id else vm.name, kind)
+    row = fleet.row(vm.resource_id, vm.instance_id if uniform and vm.instance_id else vm.name, kind)
     props: dict[str, Any] = {
         "vmId": vm.vm_id,
         "provisioningState": "Succeeded",
@@ -104,11 +83,11 @@ def group_rows(fleet: AzureFleet) -> list[dict[str, Any]]:
             continue
         name = gid.rsplit("/", 1)[-1]
         if vm.scale_set:
-            row = _base(fleet, gid, name, "microsoft.compute/virtualmachinescalesets")
+            row = fleet.row(gid, name, "microsoft.compute/virtualmachinescalesets")
             mode = "Uniform" if vm.uniform else "Flexible"
             row["properties"] = {"orchestrationMode": mode, "provisioningState": "Succeeded"}
         else:
-            row = _base(fleet, group_id("availability-set", name), name, "microsoft.compute/availabilitysets")
+            row = fleet.row(group_id("availability-set", name), name, "microsoft.compute/availabilitysets")
             members = [v for v in fleet.vms if v.availability_set == gid]
             row["properties"] = {
                 "platformFaultDomainCount": 1 + max(v.fault_domain for v in members),
