@@ -19,6 +19,7 @@ from .common import friendly_errors
 
 if TYPE_CHECKING:  # the simulator loads when the command runs, not for --help
     from ..simulator import SimulatorServer
+    from ..simulator.azure_side import AzureOptions
     from ..simulator.scenarios import Step
 
 POLLS_PER_NOTICE = 3  # a notice shorter than this many polls may be missed as Scheduled
@@ -170,6 +171,13 @@ def _printer(lines: queue.Queue[str | None]) -> None:
     help="The scenario's events show a new EventId once Started, as Microsoft's mock server does.",
 )
 @click.option("--quiet", is_flag=True, help="Do not print document changes.")
+@click.option("--arm-port", type=int, help="Also serve Azure's ARM over HTTPS on "
+              "127.0.0.1 at this port (0: a free one): Resource Graph, acknowledge, instance view.")
+@click.option("--ca-file", type=click.Path(dir_okay=False), help="Write ARM's per-run test CA here (PEM).")
+@click.option("--feed-connection-string-env", metavar="NAME", help="Publish Azure's Event Grid feed to the "
+              "Event Hub whose connection string is in this environment variable.")
+@click.option("--feed-eventhub", metavar="NAME", help="The feed's hub if the connection string has none.")
+@click.option("--feed-delay", type=float, default=0.0, help="Seconds a feed event waits.")
 @friendly_errors
 def simulate_command(**options: Any) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
@@ -252,7 +260,16 @@ def _build(options: Mapping[str, Any]) -> SimulatorServer:
         etag=options["etag"],
         topology=placement,
         not_before_format=options["not_before_format"],
+        azure=_azure(options["arm_port"], options["ca_file"], options["feed_connection_string_env"],
+                     options["feed_eventhub"], options["feed_delay"]),
     )
+
+
+def _azure(arm_port: int | None, ca_file: str | None, feed_env: str | None, feed_eventhub: str | None,
+           feed_delay: float) -> AzureOptions | None:
+    from ..simulator.azure_side import options_from_flags
+
+    return options_from_flags(arm_port, ca_file, feed_env, feed_eventhub, feed_delay)
 
 
 def _announce(server: SimulatorServer, scenario: str | None) -> None:
@@ -265,6 +282,8 @@ def _announce(server: SimulatorServer, scenario: str | None) -> None:
         for name in names:
             _say(f"  {name}: {server.vm_url(name)}/metadata/scheduledevents?api-version=2020-07-01")
     _say(f"control API: {server.url}/control")
+    for line in server.azure.announce(server.url) if server.azure is not None else []:
+        _say(line)
     status = server.sim.scenario_status()
     if scenario and status.get("waiting_for_first_poll"):
         _say(f"scenario {status['name']}: starts at the first scheduled-events poll "

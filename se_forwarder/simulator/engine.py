@@ -209,6 +209,15 @@ class Simulator:
             how = "completed" if event.status == "Started" else "canceled"
             self._commit([f"{event.label()} removed ({how}, deleted)"])
 
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The events as they are, for a change listener (it runs under the lock: no time moves)."""
+        with self._lock:
+            return [e.wire() for e in self._events.values()]
+
+    def now(self) -> float:
+        """The engine's clock (wall time, or a test's clock)."""
+        return self._clock()
+
     def events(self) -> list[dict[str, Any]]:
         """The current events with every field (newest api-version)."""
         with self._lock:
@@ -239,11 +248,14 @@ class Simulator:
         vm: str | None = None,
         client: str = "in-process",
         api_version: str = LATEST_VERSION,
+        via: str = "imds",
     ) -> list[dict[str, Any]]:
         """Handle StartRequests from ``vm``: all-or-nothing, ApprovalError for an unknown EventId.
 
         An approval starts a Scheduled event for every VM in its Resources; in multi-tenant mode
-        only once every listed VM approved it (or at NotBefore). Every EventId is recorded.
+        only once every listed VM approved it (or at NotBefore). Every EventId is recorded, with
+        ``via``: ``imds`` (a StartRequests POST) or ``arm`` (the Maintenance ``acknowledge``,
+        which starts the event exactly as a StartRequests from ``vm`` would).
         """
         with self._lock:
             self._advance()
@@ -252,7 +264,7 @@ class Simulator:
             records, changes = self._store.approve(
                 event_ids, voter=voter, client=client, now=self._clock(),
                 multi_tenant=self.multi_tenant, api_version=api_version,
-                sees=self._placement.sees)
+                sees=self._placement.sees, via=via)
             self._commit(changes)
             unknown = [r["EventId"] for r in records if r["reason"] == "unknown EventId"]
             if unknown:
@@ -260,7 +272,7 @@ class Simulator:
             return records
 
     def approvals(self) -> list[dict[str, Any]]:
-        """Every StartRequests EventId received: EventId, time, accepted, vm, client, ..."""
+        """Every StartRequests EventId received: EventId, time, accepted, vm, client, via, ..."""
         with self._lock:
             return [dict(a) for a in self._store.approvals]
 
@@ -389,7 +401,7 @@ class Simulator:
             self._faults.clear()
             self._store.approvals.clear()
             self._requests.clear()
-            self._commit(["reset: all events removed"])
-            for hook in self._reset_hooks:
+            for hook in self._reset_hooks:  # first: what listens to changes starts afresh
                 hook()
+            self._commit(["reset: all events removed"])
             return self._incarnation

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from se_forwarder.simulator.engine import Simulator
+
+if TYPE_CHECKING:
+    from se_forwarder.simulator.azure_side import AzureSide
 
 
 class SimulatorHost(Protocol):
@@ -36,6 +39,7 @@ class SimulatorHost(Protocol):
     first_call_delay: float
     instance_endpoint: str
     etag: bool
+    azure: AzureSide | None  # Azure's side (ARM, the feed, tokens), when turned on
 
     @property
     def instance_overrides(self) -> Mapping[str, Any]:

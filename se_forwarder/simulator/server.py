@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from se_forwarder.simulator import identity
+from se_forwarder.simulator.azure_side import AzureOptions, AzureSide
 from se_forwarder.simulator.control_routes import ControlApi, instance_mode
 from se_forwarder.simulator.engine import SCENARIO_STARTS, SettingError, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
@@ -122,6 +124,8 @@ class _Handler(ImdsHandler):
                 self._control(
                     method, rest[len("/control") :].rstrip("/"), query, body, vm if prefixed else None
                 )
+            elif rest.rstrip("/") == identity.TOKEN_PATH and self.owner.azure is not None:
+                self._json(*self.owner.azure.identity_token(query, self.headers.get("Metadata")))
             elif rest.rstrip("/") in IMDS_ROUTES:
                 self._imds(method, IMDS_ROUTES[rest.rstrip("/")], vm, query, body)
             else:
@@ -189,6 +193,7 @@ class SimulatorServer:
         etag: bool = True,
         topology: Topology | None = None,
         not_before_format: str = "rfc1123",
+        azure: AzureOptions | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise SettingError(f"port must be 0-65535, got {port}")
@@ -223,6 +228,7 @@ class SimulatorServer:
         self._faults = [parse_fault_flag(f) if isinstance(f, str) else dict(f) for f in faults]
         for spec in self._faults:  # validate now; armed at start()
             parse_fault(spec, vm_names=self.sim.vm_names)
+        self.azure = AzureSide(self.sim, azure) if azure is not None else None  # ARM, feed (azure_side.py)
         self._control_api = ControlApi(self)
         self._stopping = threading.Event()
         self._started_once = False
@@ -250,6 +256,8 @@ class SimulatorServer:
         )
         self._thread.start()
         self.sim.start()
+        if self.azure is not None:
+            self.azure.start()
         if not self._started_once:
             self._started_once = True
             for spec in self._faults:
@@ -271,6 +279,8 @@ class SimulatorServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self.azure is not None:
+            self.azure.stop()
         self.sim.close()
 
     def __enter__(self) -> SimulatorServer:

@@ -173,13 +173,14 @@ class EventStore:
 
     def approve(self, event_ids: Sequence[str], *, voter: str, client: str, now: float,
                 multi_tenant: bool, api_version: str,
-                sees: Callable[[str, Sequence[str]], bool] | None = None,
+                sees: Callable[[str, Sequence[str]], bool] | None = None, via: str = "imds",
                 ) -> tuple[list[dict[str, Any]], list[str]]:
         """Record StartRequests from ``voter`` and start what they allow: (records, changes).
 
         All-or-nothing: with an EventId unknown to ``api_version`` nothing starts (the caller
         raises ApprovalError); every EventId is recorded either way. ``sees(voter, resources)``:
         whether the voter's document shows an event (a topology's groups), else every one does.
+        ``via`` says how the approval came: ``imds`` (StartRequests) or ``arm`` (acknowledge).
         """
         visible = {shown: e for shown, e in self.shown().items()
                    if render_event(e.wire(), api_version) is not None
@@ -196,6 +197,7 @@ class EventStore:
                 "client": client,
                 "started": False,
                 "reason": None,
+                "via": via,
             }
             if unknown:
                 record["reason"] = ("unknown EventId" if event_id in unknown
@@ -207,7 +209,8 @@ class EventStore:
                 if event.status == "Scheduled" and not (multi_tenant and waiting):
                     event.start(now)
                     record["started"] = True
-                    changes.append(f"{event.label()} Started (approved by {voter})")
+                    how = "" if via == "imds" else f" through {via}"
+                    changes.append(f"{event.label()} Started (approved by {voter}{how})")
                 elif event.status == "Scheduled":
                     record["reason"] = f"waiting for approval by {', '.join(sorted(waiting))}"
                 else:

@@ -21,12 +21,15 @@ Described in TOML or JSON (``se-forwarder simulate --topology FILE``)::
     fault_domains = 3       # VM i is in fault domain i % 3 (default 2)
     update_domains = 5      # and update domain i % 5 (default 5)
     tags = { tier = "web" } # on every VM of the set
+    agentless = ["web-4"]   # VMs that run no agent (tests start none there; Azure's side
+                            # still plays their events to ARM and the feed)
 
     [[scale_sets]]
     name = "api"            # VMs api_0 .. api_3, as scale-set instances are named
     vms = 4
     zones = ["1", "2"]      # VM i is in zone zones[i % 2] (default: no zone)
     fault_domains = 1       # default 1 (a zonal scale set spreads by zone)
+    orchestration = "uniform"   # or "flexible": how Azure names the VMs' resource ids
 
 ``Topology.build`` makes the same from Python. ``Placement`` is what the engine asks: which VMs
 exist and what each is shown (the shared list without a topology, its group's part with one).
@@ -48,9 +51,11 @@ from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIP
 
 AVAILABILITY_SET, SCALE_SET = "availability-set", "scale-set"
 _GROUP_KEYS = {
-    "availability_sets": ("name", "vms", "fault_domains", "update_domains", "tags"),
-    "scale_sets": ("name", "vms", "zones", "fault_domains", "update_domains", "tags"),
+    "availability_sets": ("name", "vms", "fault_domains", "update_domains", "tags", "agentless"),
+    "scale_sets": ("name", "vms", "zones", "fault_domains", "update_domains", "tags", "agentless",
+                   "orchestration"),
 }
+ORCHESTRATIONS = ("uniform", "flexible")
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/se-forwarder/simulator/topology")
 VM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -64,6 +69,8 @@ class Group:
     name: str
     kind: str  # availability-set | scale-set
     vms: tuple[str, ...]
+    agentless: frozenset[str] = frozenset()
+    orchestration: str = ""  # scale sets: uniform | flexible
 
 
 @dataclass
@@ -151,6 +158,16 @@ class Topology:
     def group_of(self, vm: str) -> str:
         return self._group_of.get(vm, vm)
 
+    def group(self, vm: str) -> Group | None:
+        """The availability set or scale set ``vm`` is in (None for a VM of no group)."""
+        name = self._group_of.get(vm)
+        return next((g for g in self.groups if g.name == name), None)
+
+    @property
+    def agentless(self) -> frozenset[str]:
+        """The VMs marked as running no agent (``agentless = [...]`` in their group)."""
+        return frozenset(vm for g in self.groups for vm in g.agentless)
+
     def members(self, vm: str) -> frozenset[str]:
         return self._members.get(self.group_of(vm), frozenset((vm,)))
 
@@ -176,7 +193,9 @@ class Topology:
     def describe(self) -> dict[str, Any]:
         """``GET /control/topology``."""
         return {
-            "groups": [{"name": g.name, "kind": g.kind, "vms": list(g.vms)} for g in self.groups],
+            "groups": [{"name": g.name, "kind": g.kind, "vms": list(g.vms), "agentless": sorted(g.agentless),
+                        **({"orchestration": g.orchestration} if g.orchestration else {})}
+                       for g in self.groups],
             "vms": {vm: {k: self.compute[vm][k] for k in ("platformFaultDomain", "platformUpdateDomain",
                                                            "zone", "vmScaleSetName", "placementGroupId")}
                     for vm in self.vm_names},
@@ -232,6 +251,12 @@ def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dic
     tags = item.get("tags", {})
     if not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values()):
         raise TopologyError(f"{spot}.tags: must be a table of strings")
+    agentless = item.get("agentless", [])
+    if not isinstance(agentless, list) or not all(isinstance(v, str) and v in names for v in agentless):
+        raise TopologyError(f"{spot}.agentless: must be a list of this group's VM names")
+    orchestration = item.get("orchestration", "uniform") if scale_set else ""
+    if scale_set and orchestration not in ORCHESTRATIONS:
+        raise TopologyError(f"{spot}.orchestration: must be one of {', '.join(ORCHESTRATIONS)}")
     placed: dict[str, dict[str, Any]] = {}
     for i, vm in enumerate(names):
         compute: dict[str, Any] = {
@@ -243,12 +268,13 @@ def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dic
             "tags": ";".join(f"{k}:{v}" for k, v in tags.items()),
             "tagsList": [{"name": k, "value": v} for k, v in tags.items()],
         }
-        if scale_set:
+        if orchestration == "uniform":
             compute["resourceId"] = (
                 f"/subscriptions/{DEFAULT_SUBSCRIPTION_ID}/resourceGroups/{DEFAULT_RESOURCE_GROUP}/providers/"
                 f"Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{i}")
         placed[vm] = compute
-    return Group(name, SCALE_SET if scale_set else AVAILABILITY_SET, names), placed
+    kind = SCALE_SET if scale_set else AVAILABILITY_SET
+    return Group(name, kind, names, frozenset(agentless), orchestration), placed
 
 
 def _vm_names(value: Any, group: str, sep: str, where: str) -> tuple[str, ...]:
