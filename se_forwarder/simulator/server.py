@@ -5,6 +5,7 @@ IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
     GET|POST /metadata/scheduledevents?api-version=...
     GET      /metadata/instance/compute?api-version=...
     GET      /metadata/instance?api-version=...
+    GET      /metadata/attested/document?api-version=...&nonce=...   (attestation.py)
 
 What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. This module owns
 the server's life cycle, its sockets (``stop`` cuts hanging requests) and the IMDS behaviour knobs.
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from se_forwarder.simulator.attestation import DEFAULT_LIFETIME, AttestationAuthority
 from se_forwarder.simulator.control_routes import ControlApi, instance_mode
 from se_forwarder.simulator.engine import SCENARIO_STARTS, SettingError, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
@@ -187,6 +189,8 @@ class SimulatorServer:
         instance_endpoint: str = "ok",
         etag: bool = True,
         topology: Topology | None = None,
+        attestation_dir: str | Path | None = None,
+        attestation_lifetime: float = DEFAULT_LIFETIME,
     ) -> None:
         if not 0 <= port <= 65535:
             raise SettingError(f"port must be 0-65535, got {port}")
@@ -207,6 +211,9 @@ class SimulatorServer:
         self.hang_seconds = hang_seconds
         self.instance_endpoint = instance_mode(instance_endpoint)
         self.etag = etag  # False: no ETag, If-None-Match ignored (IMDS as documented)
+        # Signs attested documents; its CA files go to attestation_dir (default: a temporary one).
+        self.attestation = AttestationAuthority(lifetime=attestation_lifetime,
+                                                directory=attestation_dir)
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
@@ -292,6 +299,16 @@ class SimulatorServer:
         if name not in self.sim.vm_names:
             raise KeyError(f"no VM named {name!r} (VMs: {', '.join(self.sim.vm_names)})")
         return f"{self.url}/vm/{name}"
+
+    @property
+    def attestation_ca_file(self) -> Path:
+        """The root CA of this server's attested documents (PEM): a coordinator's trust anchor."""
+        return self.attestation.ca_file
+
+    @property
+    def attestation_intermediate_file(self) -> Path:
+        """The intermediate CA (PEM), which the documents, as Azure's, do not carry."""
+        return self.attestation.intermediate_file
 
     def route_vm(self, path: str) -> tuple[str | None, str, bool]:
         """(VM name or None if unknown, the rest of the path, whether a /vm/ prefix was used)."""
