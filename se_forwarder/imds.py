@@ -20,7 +20,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -278,6 +278,33 @@ class ImdsClient:
             raise ImdsError(
                 "client", f"IMDS refused the approval ({reply.status}): {_snippet(reply.body)}"
             )
+
+
+class ClientThread:
+    """A daemon thread with an IMDS client of its own, made when the thread starts and closed when
+    it ends: ``work(client, stop)`` runs on it (the enrichment and the registration threads)."""
+
+    def __init__(self, name: str, make_client: Callable[[], ImdsClient],
+                 work: Callable[[ImdsClient, threading.Event], None]) -> None:
+        self.name = name
+        self.make_client = make_client
+        self.work = work
+        self._thread: threading.Thread | None = None
+
+    def start(self, stop: threading.Event) -> None:
+        self._thread = threading.Thread(target=self._run, args=(stop,), name=self.name, daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, stop: threading.Event) -> None:
+        client = self.make_client()
+        try:
+            self.work(client, stop)
+        finally:
+            client.close()
 
 
 def _json_object(reply: Reply, what: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from .. import cloudevents as ce
-from ..imds import ImdsClient, ImdsError
+from ..imds import ClientThread, ImdsClient, ImdsError
 from ..model import VmIdentity
 from ..sinks.base import StoredEvent
 from .attested import AttestedFormatError, nonce_for, unpack
@@ -48,12 +48,11 @@ class Registration:
                  on_new: Callable[[], None] = lambda: None) -> None:
         self.key = key
         self.nonce = nonce_for(key.public_raw)
-        self.make_client = make_client
         self.identity = identity
         self.on_new = on_new
         self._current: StoredEvent | None = None
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._thread = ClientThread("registration", make_client, self._keep_registered)
 
     def current(self) -> StoredEvent | None:
         """The identity event to announce now (None until a document was fetched)."""
@@ -92,32 +91,26 @@ class Registration:
 
     # -- the background thread -------------------------------------------------------------
     def start(self, stop: threading.Event) -> None:
-        self._thread = threading.Thread(target=self._run, args=(stop,), name="registration",
-                                        daemon=True)
-        self._thread.start()
+        """Keep this agent registered on a thread of its own until ``stop`` is set."""
+        self._thread.start(stop)
 
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
-    def _run(self, stop: threading.Event) -> None:
-        client = self.make_client()
+    def _keep_registered(self, client: ImdsClient, stop: threading.Event) -> None:
         failures = 0
         last_reason: str | None = None
         delay = 0.0
-        try:
-            while not stop.wait(delay):
-                try:
-                    delay = self.attempt(client)
-                    failures, last_reason = 0, None
-                except RegistrationFailed as exc:
-                    delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
-                    failures += 1
-                    reason = str(exc)
-                    loud = reason != last_reason or failures % 30 == 0
-                    log.log(logging.WARNING if loud else logging.DEBUG,
-                            "attested document unavailable (retry in %.0f s): %s; events are "
-                            "forwarded and signed meanwhile", delay, reason)
-                    last_reason = reason
-        finally:
-            client.close()
+        while not stop.wait(delay):
+            try:
+                delay = self.attempt(client)
+                failures, last_reason = 0, None
+            except RegistrationFailed as exc:
+                delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
+                failures += 1
+                reason = str(exc)
+                loud = reason != last_reason or failures % 30 == 0
+                log.log(logging.WARNING if loud else logging.DEBUG,
+                        "attested document unavailable (retry in %.0f s): %s; events are "
+                        "forwarded and signed meanwhile", delay, reason)
+                last_reason = reason
