@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import telemetry
 from .approvals.approver import Approver
@@ -23,8 +23,6 @@ from .config import Settings
 from .delivery import DeliveryWorker
 from .enrichment import FIRST_ATTEMPT_TIMEOUT, Enricher, initial_identity
 from .errors import StateError
-from .identity.key import AgentKey, load_or_create
-from .identity.registration import Registration
 from .imds import ImdsClient, resolve_base_url
 from .model import Document, VmIdentity
 from .outbox import Outbox
@@ -32,6 +30,10 @@ from .poller import Poller
 from .sinks import SinkContext, create
 from .sinks.base import StoredEvent
 from .telemetry import fields
+
+if TYPE_CHECKING:  # loaded only with a sink that signs
+    from .identity.key import AgentKey
+    from .identity.registration import Registration
 
 __all__ = ["Agent", "lock_state_dir"]
 
@@ -203,9 +205,7 @@ class Agent:
             self._lock_fd = lock_state_dir(self.state_dir)
             self._unpark_sinks()
             telemetry.start(self.settings)
-            self.key = load_or_create(self.state_dir)
-            log.info("identity key %s %s (%s)", self.key.keyid,
-                     "made" if self.key.created else "read", self.key.path)
+            self._load_key()
             if self.settings.imds.max_backoff is not None:
                 log.warning("imds.max_backoff is ignored: IMDS is retried at the poll interval "
                             "(after a 429: its Retry-After, or about a second); remove the key")
@@ -254,11 +254,24 @@ class Agent:
             log.warning("instance metadata unavailable (%s); %s until it answers",
                         self.enricher.last_error, self.enricher.describe_failure())
 
+    def _load_key(self) -> None:
+        """The identity key, read or made, for the sinks that sign (none: not loaded, and
+        ``cryptography`` not imported: an agent without them keeps its footprint)."""
+        if not any(s.type in SIGNED_SINKS for s in self.settings.sinks):
+            return
+        from .identity.key import load_or_create
+
+        self.key = load_or_create(self.state_dir)
+        log.info("identity key %s %s (%s)", self.key.keyid, "made" if self.key.created else "read",
+                 self.key.path)
+
     def _start_registration(self) -> None:
         """Register this agent's key with attested documents, for the sinks that sign (never
         waited for: ``identity/registration.py``)."""
-        if self.key is None or not any(s.type in SIGNED_SINKS for s in self.settings.sinks):
+        if self.key is None:
             return
+        from .identity.registration import Registration
+
         self.registration = Registration(self.key, lambda: self._client(self.settings.imds.timeout),
                                          self.identity, on_new=self._wake_sinks)
         self.registration.start(self.stop)
