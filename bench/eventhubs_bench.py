@@ -2,7 +2,8 @@
 
 1. Throughput outbox -> hub: a backlog of CloudEvents in a real outbox, drained by the real delivery
    worker through the eventhubs sink (azure-eventhub over AMQP on loopback, via the padding relay)
-   into the local qpid-proton broker of ``tests/eventhubs/broker.py``; structured and binary mode.
+   into the local qpid-proton broker of ``tests/eventhubs/broker.py``; structured and binary mode,
+   each without and with the agent's Ed25519 signature on every event (docs/identity.md).
    Every event is checked to have arrived, in order, on its VM's partition.
 2. Memory: the RSS of `se-forwarder run` with only a file sink, and with an Event Hubs sink loaded
    and connected (azure-eventhub + one long-lived producer), both after delivering an event.
@@ -30,12 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
+from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.cloudevents import transition_rows  # noqa: E402
 from se_forwarder.delivery import DeliveryWorker  # noqa: E402
 from se_forwarder.model import Document, Transition, VmIdentity, parse_event  # noqa: E402
 from se_forwarder.outbox import Outbox  # noqa: E402
 from se_forwarder.simulator import SimulatorServer  # noqa: E402
-from se_forwarder.sinks import eventhubs  # noqa: E402
+from se_forwarder.sinks import SinkContext, eventhubs  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
 from tests.support.agent import AgentProcess  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
@@ -70,9 +72,10 @@ def record(state_dir: Path, count: int) -> list[str]:
     return [e.ce_id for e in stored]
 
 
-def throughput(mode: str, count: int, work: Path) -> tuple[float, int]:
-    """Events/s the delivery worker moves from the outbox to the broker; and the payload size."""
-    state_dir = work / f"throughput-{mode}"
+def throughput(mode: str, count: int, work: Path, *, signed: bool = False) -> tuple[float, int]:
+    """Events/s the delivery worker moves from the outbox to the broker; and the payload size.
+    ``signed``: with the agent's identity key signing each event, as an agent's sink does."""
+    state_dir = work / f"throughput-{mode}{'-signed' if signed else ''}"
     ids = record(state_dir, count)
     with EventHubsBroker() as broker:
         os.environ["BENCH_EH_CONN"] = broker.connection_string()
@@ -85,7 +88,9 @@ def throughput(mode: str, count: int, work: Path) -> tuple[float, int]:
             },
             "sinks[0]",
         )
-        sink = eventhubs.create(SINK, options, None)
+        key = signing.generate_private_key()
+        context = SinkContext(state_dir, sign=lambda event: signing.sign(event, key)) if signed else None
+        sink = eventhubs.create(SINK, options, context)
         assert sink.check() is None  # connect first: measure delivery, not the handshake
         stop = threading.Event()
         worker = DeliveryWorker(sink, state_dir, stop)
@@ -153,10 +158,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for mode in ("structured", "binary"):
-            rate, size = throughput(mode, args.backlog, work)
+        for mode, signed in (("structured", False), ("structured", True), ("binary", False),
+                             ("binary", True)):
+            rate, size = throughput(mode, args.backlog, work, signed=signed)
+            label = f"{mode}{', signed' if signed else ''}"
             print(
-                f"throughput outbox -> Event Hubs {mode:<10} ({args.backlog} events of ~{size} B, "
+                f"throughput outbox -> Event Hubs {label:<18} ({args.backlog} events of ~{size} B, "
                 f"one worker, local proton broker): {rate:,.0f} events/s"
             )
         base = agent_rss(work, with_eventhubs=False)

@@ -1,4 +1,5 @@
-"""The agent: ties the poller, the outbox, the sinks, the approver and enrichment together.
+"""The agent: ties the poller, the outbox, the sinks, the approver, enrichment and the identity
+(its key and registration, ``identity/``) together.
 
 Polling (``poller.py``) runs on the agent's thread; each sink, the approver and the enrichment have
 their own thread, so a slow or dead sink, a slow approval POST or a missing instance metadata
@@ -14,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import telemetry
 from .approvals.approver import Approver
@@ -27,7 +28,12 @@ from .model import Document, VmIdentity
 from .outbox import Outbox
 from .poller import Poller
 from .sinks import SinkContext, create
+from .sinks.base import StoredEvent
 from .telemetry import fields
+
+if TYPE_CHECKING:  # loaded only with a sink that signs
+    from .identity.key import AgentKey
+    from .identity.registration import Registration
 
 __all__ = ["Agent", "lock_state_dir"]
 
@@ -37,6 +43,7 @@ SHUTDOWN_GRACE = 4.0  # seconds; SIGTERM must end the process within 5
 STOP_CHECK = 5.0  # seconds; only a safety net, ``stop`` wakes the waiting thread at once
 HOUSEKEEPING_SECONDS = 3600.0  # pruning and space reclaimed this often while running
 LOCK_NAME = "agent.lock"
+SIGNED_SINKS = ("eventhubs",)  # the sinks the coordinator reads: they sign and announce the identity
 
 
 def lock_state_dir(state_dir: Path) -> int:
@@ -94,7 +101,9 @@ class Agent:
         self.state_dir = settings.state.dir
         self.imds_url = resolve_base_url(settings.imds.url, settings.imds.lease_files)
         self.imds = self._client(settings.imds.first_call_timeout)
-        ctx = SinkContext(self.state_dir, **({"stdout": stdout} if stdout else {}))
+        self.key: AgentKey | None = None  # the identity key, read (or made) once the lock is held
+        self.registration: Registration | None = None
+        ctx = SinkContext(self.state_dir, sign=self._sign, **({"stdout": stdout} if stdout else {}))
         self.outbox = Outbox(self.state_dir)
         heartbeat = None
         if any(s.heartbeat_interval for s in settings.sinks):
@@ -104,7 +113,8 @@ class Agent:
                                         [s.name for s in settings.sinks]).event
         self.workers = [
             DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop,
-                           heartbeat_interval=s.heartbeat_interval, heartbeat=heartbeat)
+                           heartbeat_interval=s.heartbeat_interval, heartbeat=heartbeat,
+                           announcement=self._announcement if s.type in SIGNED_SINKS else None)
             for s in settings.sinks
         ]
         self.outbox.register_sinks([w.sink.name for w in self.workers])
@@ -128,6 +138,14 @@ class Agent:
     def identity(self) -> VmIdentity:
         assert self.enricher is not None
         return self.enricher.current()
+
+    def _sign(self, event: dict[str, Any]) -> dict[str, Any]:
+        assert self.key is not None, "sinks deliver only after the identity key is loaded"
+        return self.key.sign(event)
+
+    def _announcement(self) -> StoredEvent | None:
+        """The identity event the signed sinks announce (None before the first registration)."""
+        return self.registration.current() if self.registration is not None else None
 
     def last_document(self) -> Document | None:
         """The last document the poller handed on (None before the first one)."""
@@ -188,6 +206,7 @@ class Agent:
             self._skip_first_call_wait_if_enabled()
             self._unpark_sinks()
             telemetry.start(self.settings)
+            self._load_key()
             if self.settings.imds.max_backoff is not None:
                 log.warning("imds.max_backoff is ignored: IMDS is retried at the poll interval "
                             "(after a 429: its Retry-After, or about a second); remove the key")
@@ -215,6 +234,7 @@ class Agent:
                                                   daemon=True))
             self._threads[-1].start()
             self.approver.start(self.stop)
+            self._start_registration()
             if not self.enricher.answered.is_set():
                 self.enricher.start(self.stop)  # retries in the background
             self.poller.run()
@@ -244,6 +264,28 @@ class Agent:
         if not self.enricher.attempt(self.imds, self.outbox, FIRST_ATTEMPT_TIMEOUT):
             log.warning("instance metadata unavailable (%s); %s until it answers",
                         self.enricher.last_error, self.enricher.describe_failure())
+
+    def _load_key(self) -> None:
+        """The identity key, read or made, for the sinks that sign (none: not loaded, and
+        ``cryptography`` not imported: an agent without them keeps its footprint)."""
+        if not any(s.type in SIGNED_SINKS for s in self.settings.sinks):
+            return
+        from .identity.key import load_or_create
+
+        self.key = load_or_create(self.state_dir)
+        log.info("identity key %s %s (%s)", self.key.keyid, "made" if self.key.created else "read",
+                 self.key.path)
+
+    def _start_registration(self) -> None:
+        """Register this agent's key with attested documents, for the sinks that sign (never
+        waited for: ``identity/registration.py``)."""
+        if self.key is None:
+            return
+        from .identity.registration import Registration
+
+        self.registration = Registration(self.key, lambda: self._client(self.settings.imds.timeout),
+                                         self.identity, on_new=self._wake_sinks)
+        self.registration.start(self.stop)
 
     def _housekeep(self, outbox: Outbox) -> None:
         """Prune what only history needs and reclaim its space (``outbox/housekeeping.py``)."""
@@ -278,6 +320,8 @@ class Agent:
             self.approver.close()
         if self.enricher is not None:
             self.enricher.join(max(0.0, deadline - time.monotonic()))
+        if self.registration is not None:
+            self.registration.join(max(0.0, deadline - time.monotonic()))
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.imds.close()

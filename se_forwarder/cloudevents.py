@@ -3,8 +3,9 @@
 The kinds (``model.Kind``: transitions, ``approved``, the audit events, ``prepared``,
 ``heartbeat``) name the types. Events about one Scheduled event (``about``) carry the IMDS event as
 ``data`` plus enrichment, with id ``<EventId>/<kind>``; ``unmatched`` is an audit event whose
-EventId is not in the document; ``heartbeat`` is the agent's sign of life. ``for_outbox`` turns any
-of them into the outbox's row (``NewEvent``), so nothing else assembles ids, types or payloads.
+EventId is not in the document; ``heartbeat`` is the agent's sign of life; ``identity`` registers
+its key with an attested document (``docs/identity.md``). ``for_outbox`` turns any of them into the
+outbox's row (``NewEvent``), so nothing else assembles ids, types or payloads.
 
 Events are built and serialised with the ``cloudevents`` SDK (core v1 API); the outbox keeps the
 structured-mode JSON text, which every sink derives its wire form from.
@@ -13,6 +14,7 @@ structured-mode JSON text, which every sink derives its wire form from.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,7 @@ from .model import TYPE_PREFIX, Document, Kind, ScheduledEvent, Transition, VmId
 from .timestamps import rfc3339
 
 __all__ = ["TYPE_PREFIX", "Kind", "NewEvent", "about", "approved", "ce_id", "ce_type", "event_data",
-           "for_outbox", "from_json", "heartbeat", "hook_failed", "prepared", "to_json",
+           "for_outbox", "from_json", "heartbeat", "hook_failed", "identity", "prepared", "to_json",
            "transition", "transition_rows", "unmatched"]
 
 #: The ``eventstatus`` extension says what happened, as Azure's Event Grid feed does; the last
@@ -222,6 +224,36 @@ def heartbeat(
         "Events": events,
         "EnrichmentComplete": vm.complete,
         "Backlog": dict(backlog),
+        "Vm": vm.as_data(),
+    }
+    return CloudEvent(attributes, data)
+
+
+def identity(vm: VmIdentity, now: datetime, *, vm_id: str, public_key: str, key_id: str, nonce: str,
+             document: Mapping[str, Any], created: datetime | None) -> CloudEvent:
+    """The ``identity`` CloudEvent (never stored in the outbox): this agent's Ed25519 public key
+    (base64 of the raw 32 bytes) and the IMDS attested document fetched with its ``nonce``.
+
+    Its id names the vmId, the key and the document's ``createdOn`` (unix seconds), so the same
+    document announced again keeps its id. ``Vm`` is what the agent read from the instance
+    metadata, for people: only the attested document's claims are verified.
+    """
+    attributes: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": Kind.IDENTITY.type,
+        "source": vm.source,
+        "id": f"{Kind.IDENTITY}/{vm_id}/{key_id}/{int((created or now).timestamp())}",
+        "subject": vm_id,
+        "time": now.astimezone(UTC),
+        "datacontenttype": "application/json",
+        "vmid": vm_id,
+    }
+    data = {
+        "PublicKey": public_key,
+        "Nonce": nonce,
+        "AttestedDocument": {"encoding": document.get("encoding"),
+                             "signature": document.get("signature")},
+        "AgentVersion": __version__,
         "Vm": vm.as_data(),
     }
     return CloudEvent(attributes, data)

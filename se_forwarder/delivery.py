@@ -8,6 +8,12 @@ With a ``heartbeat_interval`` the worker also hands its sink a heartbeat CloudEv
 while the sink is idle and well: nothing pending in its backlog, not parked, not backing off. A
 heartbeat is never retried, never touches the cursor or the sink's error state, and a due one is
 skipped (not queued) when the sink cannot take it, so it never delays or reorders the backlog.
+
+With an ``announcement`` (the agent's identity event, ``identity/registration.py``) the worker
+hands it to the sink before its next batch whenever it is new: at start, and after every
+re-registration. Unlike a heartbeat it is retried (with the sink's backoff, the backlog waiting
+behind it) until the sink takes it, because a consumer verifying the sink's events needs it first;
+it never touches the cursor. A sink that refuses it for good (dead letter) gets the backlog anyway.
 """
 
 from __future__ import annotations
@@ -29,12 +35,16 @@ from .telemetry import fields
 log = logging.getLogger("se_forwarder.delivery")
 
 HeartbeatFactory = Callable[[Outbox, float], StoredEvent]
+Announcement = Callable[[], StoredEvent | None]
 
 
 class DeliveryWorker:
     def __init__(self, sink: Sink, state_dir: Path, stop: threading.Event, *,
-                 heartbeat_interval: float = 0.0, heartbeat: HeartbeatFactory | None = None) -> None:
+                 heartbeat_interval: float = 0.0, heartbeat: HeartbeatFactory | None = None,
+                 announcement: Announcement | None = None) -> None:
         self.sink = sink
+        self._announcement = announcement
+        self._announced: str | None = None  # the id of the last announcement the sink took
         self.heartbeat_interval = heartbeat_interval if heartbeat is not None else 0.0
         self._heartbeat = heartbeat
         self._next_heartbeat = time.monotonic()  # the first one at start
@@ -97,6 +107,9 @@ class DeliveryWorker:
         assert box is not None
         if box.parked(self.sink.name):
             return None
+        delay = self.announce()
+        if delay is not None:
+            return delay
         batch = box.pending(self.sink.name, self.sink.max_batch)
         if not batch:
             return None
@@ -106,6 +119,37 @@ class DeliveryWorker:
             log.exception("sink raised", extra=fields(sink=self.sink.name))
             report = DeliveryReport([Retry(f"sink error: {type(exc).__name__}: {exc}")])
         return self._apply(box, batch, report)
+
+    def announce(self) -> float | None:
+        """Hand the sink a new announcement; the delay before retrying it, None when done."""
+        event = self._announcement() if self._announcement is not None else None
+        if event is None or event.ce_id == self._announced:
+            return None
+        outcome = self._deliver_one(event)
+        if isinstance(outcome, Delivered | DeadLetter):
+            self._announced = event.ce_id
+            if isinstance(outcome, DeadLetter):
+                log.error("identity event refused for good: %s", outcome.reason,
+                          extra=fields(sink=self.sink.name))
+            else:
+                log.debug("identity event delivered: %s", event.ce_id, extra=fields(sink=self.sink.name))
+            self.backoff.reset()
+            self._retry_logged = False
+            return None
+        delay = self.backoff.next_delay(getattr(outcome, "after", None))
+        log.log(logging.DEBUG if self._retry_logged else logging.WARNING,
+                "identity event not delivered, retrying in %.1f s: %s", delay,
+                getattr(outcome, "reason", type(outcome).__name__), extra=fields(sink=self.sink.name))
+        self._retry_logged = True
+        return delay
+
+    def _deliver_one(self, event: StoredEvent) -> Delivered | DeadLetter | Retry | Park:
+        """The sink's outcome for one event that is not in the outbox; never raises."""
+        try:
+            report = self.sink.deliver([event])
+            return report.outcomes[0] if report.outcomes else Retry("sink handled nothing")
+        except Exception as exc:  # noqa: BLE001 - such an event must never stop the worker
+            return Retry(f"sink error: {type(exc).__name__}: {exc}")
 
     def heartbeat_if_due(self, outbox: Outbox | None = None) -> None:
         """Send a heartbeat if one is due and the sink is idle and well (see the docstring)."""
@@ -121,12 +165,7 @@ class DeliveryWorker:
             log.debug("heartbeat skipped: the sink is backing off, parked or busy",
                       extra=fields(sink=self.sink.name))
             return
-        event = self._heartbeat(box, self.heartbeat_interval)
-        try:
-            report = self.sink.deliver([event])
-            outcome = report.outcomes[0] if report.outcomes else Retry("sink handled nothing")
-        except Exception as exc:  # noqa: BLE001 - a heartbeat must never stop the worker
-            outcome = Retry(f"sink error: {type(exc).__name__}: {exc}")
+        outcome = self._deliver_one(self._heartbeat(box, self.heartbeat_interval))
         if isinstance(outcome, Delivered):
             if self._heartbeat_failed:
                 log.info("heartbeats delivered again", extra=fields(sink=self.sink.name))

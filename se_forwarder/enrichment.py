@@ -28,7 +28,7 @@ from typing import Any
 
 from . import metrics
 from .errors import StateError
-from .imds import ImdsClient, ImdsError
+from .imds import ClientThread, ImdsClient, ImdsError
 from .model import MalformedDocument, VmIdentity
 from .outbox import Outbox
 
@@ -113,14 +113,14 @@ class Enricher:
         *,
         on_change: Callable[[VmIdentity], None] = lambda vm: None,
     ) -> None:
-        self.make_client = make_client  # the background thread's own client, made when it starts
         self.state_dir = Path(state_dir)
         self.tag_names = list(tag_names)
         self._identity = identity
         self._on_change = on_change
         self.answered = threading.Event()  # the instance metadata answered in this run
         self.last_error: str | None = None
-        self._thread: threading.Thread | None = None
+        # The background thread's own client, made when it starts.
+        self._thread = ClientThread("enrichment", make_client, self._retry)
         metrics.enrichment(identity.complete)
 
     def current(self) -> VmIdentity:
@@ -165,20 +165,10 @@ class Enricher:
 
     # -- the background thread -------------------------------------------------------------
     def start(self, stop: threading.Event) -> None:
-        self._thread = threading.Thread(target=self._run, args=(stop,), name="enrichment",
-                                        daemon=True)
-        self._thread.start()
+        self._thread.start(stop)
 
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self, stop: threading.Event) -> None:
-        client = self.make_client()
-        try:
-            self._retry(client, stop)
-        finally:
-            client.close()
+        self._thread.join(timeout)
 
     def _retry(self, client: ImdsClient, stop: threading.Event) -> None:
         failures = 1  # the attempt before the first poll (logged by the agent)

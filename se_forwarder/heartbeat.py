@@ -13,11 +13,9 @@ from datetime import UTC, datetime
 
 from . import cloudevents as ce
 from . import metrics
-from .model import Document, Kind, VmIdentity
+from .model import Document, VmIdentity
 from .outbox import Outbox
 from .sinks.base import StoredEvent
-
-STATE = Kind.HEARTBEAT.value
 
 
 class HeartbeatSource:
@@ -51,6 +49,4 @@ class HeartbeatSource:
             incarnation=document.incarnation if document is not None else metrics.polls.incarnation,
             backlog=backlog,
         )
-        row = ce.for_outbox(cloud)  # never stored: no seq, and it is about no EventId
-        return StoredEvent(seq=0, ce_id=row.ce_id, event_id="", state=STATE, ce_type=row.ce_type,
-                           payload=row.payload, observed_at=row.observed_at)
+        return StoredEvent.never_stored(ce.for_outbox(cloud))

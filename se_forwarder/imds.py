@@ -1,4 +1,4 @@
-"""Client for the IMDS scheduled-events and instance-compute endpoints.
+"""Client for the IMDS scheduled-events, instance-compute and attested-data endpoints.
 
 Never through a proxy (IMDS is link-local; a proxy would answer for another machine), never with
 X-Forwarded-For, always with ``Metadata: true``. The first scheduled-events request may take up to
@@ -23,7 +23,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -40,6 +40,8 @@ DEFAULT_API_VERSION = "2020-07-01"
 COMPUTE_API_VERSION = "2021-02-01"
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
+ATTESTED_PATH = "/metadata/attested/document"  # the agent's identity (identity/attested.py)
+ATTESTED_API_VERSION = "2021-02-01"
 MAX_REPLY_BYTES = 4 * 1024 * 1024  # a real document is a few kB; anything this big is garbage
 FIRST_CALL_TIMEOUT = 130.0
 ENABLED_FOR = 24 * 3600.0  # seconds without a request after which IMDS switches the service off
@@ -157,7 +159,7 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class ImdsClient:
-    """GET the document, GET the compute metadata, POST StartRequests.
+    """GET the document, GET the compute metadata and the attested data, POST StartRequests.
 
     One kept-open connection serves every poll (``http_client.Origin``): an unchanged document
     costs one small write and one read, and a reply byte-identical to the last one is not parsed
@@ -271,15 +273,12 @@ class ImdsClient:
         """The instance compute metadata (``timeout``: this call's own, else the client's)."""
         reply = self._request("GET", f"{COMPUTE_PATH}?api-version={COMPUTE_API_VERSION}",
                               timeout=timeout)
-        if reply.status != 200:
-            raise ImdsError("client", f"instance metadata answered {reply.status}")
-        try:
-            value = json.loads(reply.body)
-        except ValueError as exc:
-            raise ImdsError("malformed", "instance metadata is not JSON") from exc
-        if not isinstance(value, dict):
-            raise ImdsError("malformed", "instance metadata is not a JSON object")
-        return value
+        return _json_object(reply, "instance metadata")
+
+    def get_attested(self, nonce: str) -> dict[str, Any]:
+        """The attested document for ``nonce`` (``{"encoding": "pkcs7", "signature": ...}``)."""
+        path = f"{ATTESTED_PATH}?api-version={ATTESTED_API_VERSION}&nonce={quote(nonce)}"
+        return _json_object(self._request("GET", path), "attested data")
 
     def start_events(self, event_ids: Sequence[str]) -> None:
         """POST StartRequests for ``event_ids`` (approve them); raises ImdsError unless 200."""
@@ -294,6 +293,45 @@ class ImdsClient:
             raise ImdsError(
                 "client", f"IMDS refused the approval ({reply.status}): {_snippet(reply.body)}"
             )
+
+
+class ClientThread:
+    """A daemon thread with an IMDS client of its own, made when the thread starts and closed when
+    it ends: ``work(client, stop)`` runs on it (the enrichment and the registration threads)."""
+
+    def __init__(self, name: str, make_client: Callable[[], ImdsClient],
+                 work: Callable[[ImdsClient, threading.Event], None]) -> None:
+        self.name = name
+        self.make_client = make_client
+        self.work = work
+        self._thread: threading.Thread | None = None
+
+    def start(self, stop: threading.Event) -> None:
+        self._thread = threading.Thread(target=self._run, args=(stop,), name=self.name, daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, stop: threading.Event) -> None:
+        client = self.make_client()
+        try:
+            self.work(client, stop)
+        finally:
+            client.close()
+
+
+def _json_object(reply: Reply, what: str) -> dict[str, Any]:
+    if reply.status != 200:
+        raise ImdsError("client", f"{what} answered {reply.status}")
+    try:
+        value = json.loads(reply.body)
+    except ValueError as exc:
+        raise ImdsError("malformed", f"{what} is not JSON") from exc
+    if not isinstance(value, dict):
+        raise ImdsError("malformed", f"{what} is not a JSON object")
+    return value
 
 
 def _snippet(body: bytes) -> str:

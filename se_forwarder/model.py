@@ -30,7 +30,8 @@ class Kind(StrEnum):
     """Every kind of CloudEvent the agent emits: the last part of its ``type``.
 
     The first four are transitions of an event between two documents (``differ.py``); the others
-    are the approval path's and the agent's own. ``cloudevents.py`` builds each of them;
+    are the approval path's and the agent's own (``identity``: its key and attested document, for
+    the fleet coordinator; ``docs/identity.md``). ``cloudevents.py`` builds each of them;
     metrics, ``status``, ``demo``, ``fleet tail`` and the chat formatter name them from here.
     """
 
@@ -44,6 +45,7 @@ class Kind(StrEnum):
     PREPARE_FAILED = "preparefailed"
     RECOVER_FAILED = "recoverfailed"
     HEARTBEAT = "heartbeat"
+    IDENTITY = "identity"
 
     @property
     def type(self) -> str:

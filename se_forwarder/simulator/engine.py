@@ -22,7 +22,7 @@ from typing import Any
 
 from se_forwarder.errors import ConfigError
 from se_forwarder.simulator.faults import ArmedFaults, Fault, parse_fault
-from se_forwarder.simulator.player import SCENARIO_STARTS, ScenarioListener, ScenarioPlayer
+from se_forwarder.simulator.player import SCENARIO_STARTS, ScenarioListener, ScenarioPlayer, wait_until
 from se_forwarder.simulator.scenarios import Scenario, load_scenario, scenario_from_mapping
 from se_forwarder.simulator.store import EventStore
 from se_forwarder.simulator.topology import Placement, Topology
@@ -339,15 +339,7 @@ class Simulator:
         changes.clear()
         self._set_incarnation(value)
 
-    def wait_until(self, predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
-        """Poll ``predicate`` until it holds or ``timeout`` s pass; whether it held."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if predicate():
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(interval)
+    wait_until = staticmethod(wait_until)  # for tests and callers holding only the engine
 
     def wait_scenario_done(self, timeout: float) -> bool:
         """Block until ``scenario_done()`` or ``timeout`` real seconds; whether it finished."""
@@ -378,7 +370,7 @@ class Simulator:
         with self._lock:
             return self._faults.take(route, vm, method, self._clock())
 
-    # --- request log ---------------------------------------------------------------------------
+    # --- request log, reset ----------------------------------------------------------------------
 
     def record_request(self, entry: dict[str, Any]) -> None:
         """Append one IMDS request to the log (bounded; oldest dropped first)."""
@@ -390,8 +382,6 @@ class Simulator:
         with self._lock:
             entries = [dict(r) for r in self._requests if vm is None or r.get("vm") == vm]
         return entries[-limit:] if limit else entries
-
-    # --- reset ---------------------------------------------------------------------------------
 
     def reset(self) -> int:
         """Empty document (incarnation still goes up), no scenario, faults, approvals or log."""

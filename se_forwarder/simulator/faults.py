@@ -15,7 +15,7 @@ A fault spec is a JSON object (or the flag form ``key=value,key,...``) with one 
 and optionally ``count`` (how many matching requests; default 1), ``seconds`` (instead of a count:
 every matching request for that many real seconds, e.g. ``{"status": 429, "seconds": 3}`` is "429
 without Retry-After for 3 s"; with ``count`` too, whichever ends first), ``route``
-(``scheduledevents`` default, ``compute``, ``instance``, ``any``), ``vm``, ``method`` and
+(``scheduledevents`` default, ``compute``, ``instance``, ``attested``, ``any``), ``vm``, ``method`` and
 ``after_seconds`` (armed that many real seconds after it was added).
 Body faults (``body``, ``truncate``, ``huge_body``) only hit GETs: they are about documents.
 """
@@ -30,7 +30,7 @@ from typing import Any
 from se_forwarder.errors import ConfigError
 
 KINDS = ("status", "hang", "body", "truncate", "huge_body", "incarnation_reset")
-ROUTES = ("scheduledevents", "compute", "instance", "any")
+ROUTES = ("scheduledevents", "compute", "instance", "attested", "any")
 HUGE_DEFAULT = 10 * 1024 * 1024
 _ALLOWED = {
     *KINDS,

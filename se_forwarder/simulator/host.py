@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from se_forwarder.simulator.engine import Simulator
 
 if TYPE_CHECKING:
+    from se_forwarder.simulator.attestation import AttestationAuthority
     from se_forwarder.simulator.azure_side import AzureSide
 
 
@@ -40,6 +41,7 @@ class SimulatorHost(Protocol):
     instance_endpoint: str
     etag: bool
     azure: AzureSide | None  # Azure's side (ARM, the feed, tokens), when turned on
+    attestation: AttestationAuthority  # signs the attested documents
 
     @property
     def instance_overrides(self) -> Mapping[str, Any]:

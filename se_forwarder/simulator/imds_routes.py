@@ -5,6 +5,8 @@ Checks are made in IMDS's order: throttling (429), ``X-Forwarded-For`` (400), ``
 ``ETag``, and ``If-None-Match`` gets 304, unless the server runs with ``etag=False``: the Azure
 documentation describes IMDS without either, so clients must not count on them).
 
+``/metadata/attested/document`` answers what ``attestation.py`` signs for the VM.
+
 ``instance_endpoint`` imitates stand-ins and failures of the instance metadata routes alone:
 ``ok`` (the default), ``missing`` (404, as in IMDS mock servers that only serve scheduled events)
 or ``hang`` (accept the request and answer nothing while the mode lasts; a request still held when
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from se_forwarder.simulator.attestation import ATTESTED_VERSIONS, NonceError
 from se_forwarder.simulator.faults import Fault
 from se_forwarder.simulator.host import SimulatorHost
 from se_forwarder.simulator.wire import (
@@ -41,6 +44,7 @@ IMDS_ROUTES = {
     "/metadata/scheduledevents": "scheduledevents",
     "/metadata/instance/compute": "compute",
     "/metadata/instance": "instance",
+    "/metadata/attested/document": "attested",
 }
 JSON_TYPE = "application/json; charset=utf-8"
 
@@ -150,7 +154,8 @@ class ImdsHandler(BaseHTTPRequestHandler):
         if method not in allowed:
             self._json(405, {"error": "Method not allowed"}, {"Allow": ", ".join(allowed)})
             return 405, None
-        known = SCHEDULED_EVENTS_VERSIONS if route == "scheduledevents" else INSTANCE_VERSIONS
+        known = {"scheduledevents": SCHEDULED_EVENTS_VERSIONS, "attested": ATTESTED_VERSIONS}.get(
+            route, INSTANCE_VERSIONS)
         version = query.get("api-version")
         problem = version_error(version, known)
         if problem:
@@ -176,6 +181,8 @@ class ImdsHandler(BaseHTTPRequestHandler):
         overrides = owner.instance_overrides if topology is None else \
             {**owner.instance_overrides, **topology.compute_overrides(vm)}
         compute = compute_metadata(vm, index, overrides)
+        if route == "attested":
+            return self._attested(compute, query), (fault.kind if fault else None)
         data = compute if route == "compute" else {"compute": compute, "network": network_metadata(index)}
         self._send(200, _dumps(data))
         return 200, (fault.kind if fault else hung)
@@ -204,6 +211,14 @@ class ImdsHandler(BaseHTTPRequestHandler):
             self._json(400, {"error": str(exc)})
             return 400
         self._send(200)
+        return 200
+
+    def _attested(self, compute: Mapping[str, Any], query: Mapping[str, str]) -> int:
+        try:
+            document = self.owner.attestation.document(compute, query.get("nonce"))
+        except NonceError as exc:
+            return self._bad(str(exc))[0]
+        self._send(200, _dumps(document))
         return 200
 
     def _fault(self, fault: Fault, route: str, vm: str, version: str) -> int | None:

@@ -10,6 +10,7 @@ its ``EventStore`` and the two operations of ``Engine``, under the engine's lock
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -164,3 +165,13 @@ class ScenarioPlayer:
             "events_remaining": sorted(run.created & current),
             "done": self.done(current),
         }
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` s pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True

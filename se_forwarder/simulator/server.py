@@ -5,162 +5,36 @@ IMDS routes (for the first VM at the root, for every VM under ``/vm/<name>``)::
     GET|POST /metadata/scheduledevents?api-version=...
     GET      /metadata/instance/compute?api-version=...
     GET      /metadata/instance?api-version=...
+    GET      /metadata/attested/document?api-version=...&nonce=...   (attestation.py)
 
 What they answer is ``imds_routes.py``; the control API is ``control_routes.py``. Both see the
-server only through ``host.SimulatorHost``, which ``SimulatorServer`` implements. This module owns
-the server's life cycle, its sockets (``stop`` cuts hanging requests) and the IMDS behaviour knobs.
+server only through ``host.SimulatorHost``, which ``SimulatorServer`` implements. The sockets and
+the dispatch of each request are ``http_server.py``. This module owns the server's life cycle
+(``stop`` cuts hanging requests) and the IMDS behaviour knobs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import select
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
-from se_forwarder.simulator import identity
+from se_forwarder.simulator.attestation import DEFAULT_LIFETIME, AttestationAuthority
 from se_forwarder.simulator.azure_side import AzureOptions, AzureSide
 from se_forwarder.simulator.control_routes import ControlApi, instance_mode
 from se_forwarder.simulator.engine import SCENARIO_STARTS, SettingError, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
-from se_forwarder.simulator.imds_routes import IMDS_ROUTES, ImdsHandler, Throttle
+from se_forwarder.simulator.http_server import HttpServer
+from se_forwarder.simulator.imds_routes import Throttle
 from se_forwarder.simulator.scenarios import Scenario, load_scenario
 from se_forwarder.simulator.topology import Topology
 
 log = logging.getLogger("se_forwarder.simulator")
-
-MAX_BODY = 1024 * 1024
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer that remembers open connections, so ``stop()`` can cut them."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], owner: SimulatorServer) -> None:
-        self.owner = owner
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up (a killed agent, a timeout) is normal here, not a traceback."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            return
-        super().handle_error(request, client_address)
-
-    def cut_connections(self) -> None:
-        with self._open_lock:
-            for sock in list(self._open):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(ImdsHandler):
-    """One HTTP request: routes to the IMDS part or the control API."""
-
-    protocol_version = "HTTP/1.1"
-    server_version = "se-forwarder-imds-simulator"
-    timeout = 30  # idle keep-alive connections are closed after this
-    disable_nagle_algorithm = True  # headers and body go out in separate writes
-    server: _HTTPServer
-
-    def version_string(self) -> str:
-        return self.server_version
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
-        log.debug("%s %s", self.client_address[0], format % args)
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server naming
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch("POST")
-
-    def do_PATCH(self) -> None:  # noqa: N802
-        self._dispatch("PATCH")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._dispatch("DELETE")
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._dispatch("PUT")
-
-    # --- plumbing ------------------------------------------------------------------------------
-
-    def _dispatch(self, method: str) -> None:
-        try:
-            body = self._read_body()
-            if body is None:
-                return
-            parts = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-            vm, rest, prefixed = self.server.owner.route_vm(unquote(parts.path))
-            if vm is None:
-                self._json(404, {"error": f"Not found. No VM {rest!r} on this simulator."})
-            elif rest == "/control" or rest.startswith("/control/"):
-                self._control(
-                    method, rest[len("/control") :].rstrip("/"), query, body, vm if prefixed else None
-                )
-            elif rest.rstrip("/") == identity.TOKEN_PATH and self.owner.azure is not None:
-                self._json(*self.owner.azure.identity_token(query, self.headers.get("Metadata")))
-            elif rest.rstrip("/") in IMDS_ROUTES:
-                self._imds(method, IMDS_ROUTES[rest.rstrip("/")], vm, query, body)
-            else:
-                self._json(404, {"error": "Not found"})
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            self.close_connection = True
-
-    def _read_body(self) -> bytes | None:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            self.close_connection = True
-            self._json(411, {"error": "Length Required: send a Content-Length"})
-            return None
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY:
-            self.close_connection = True
-            self._json(413 if length > 0 else 400, {"error": "Bad request. Bad Content-Length."})
-            return None
-        return self.rfile.read(length) if length else b""
-
-    # --- control API ---------------------------------------------------------------------------
-
-    def _control(self, method: str, sub: str, query: dict[str, str], body: bytes, vm: str | None) -> None:
-        try:
-            status, data = self.server.owner.control(method, sub, query, body, vm)
-        except KeyError as exc:
-            status, data = 404, {"error": str(exc.args[0]) if exc.args else "not found"}
-        except (ValueError, TypeError) as exc:  # incl. ScenarioError, FaultError, ApprovalError
-            status, data = 400, {"error": str(exc)}
-        if status == 204:
-            self._send(204)
-        else:
-            self._json(status, data)
 
 
 class SimulatorServer:
@@ -194,6 +68,8 @@ class SimulatorServer:
         topology: Topology | None = None,
         not_before_format: str = "rfc1123",
         azure: AzureOptions | None = None,
+        attestation_dir: str | Path | None = None,
+        attestation_lifetime: float = DEFAULT_LIFETIME,
     ) -> None:
         if not 0 <= port <= 65535:
             raise SettingError(f"port must be 0-65535, got {port}")
@@ -215,6 +91,9 @@ class SimulatorServer:
         self.hang_seconds = hang_seconds
         self.instance_endpoint = instance_mode(instance_endpoint)
         self.etag = etag  # False: no ETag, If-None-Match ignored (IMDS as documented)
+        # Signs attested documents; its CA files go to attestation_dir (default: a temporary one).
+        self.attestation = AttestationAuthority(lifetime=attestation_lifetime,
+                                                directory=attestation_dir)
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}
         self._first_lock = threading.Lock()
@@ -232,7 +111,7 @@ class SimulatorServer:
         self._control_api = ControlApi(self)
         self._stopping = threading.Event()
         self._started_once = False
-        self._httpd: _HTTPServer | None = None
+        self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
@@ -246,7 +125,7 @@ class SimulatorServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        self._httpd = _HTTPServer((self.host, self._port), self)
+        self._httpd = HttpServer((self.host, self._port), self)
         self._port = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -307,6 +186,16 @@ class SimulatorServer:
         if name not in self.sim.vm_names:
             raise KeyError(f"no VM named {name!r} (VMs: {', '.join(self.sim.vm_names)})")
         return f"{self.url}/vm/{name}"
+
+    @property
+    def attestation_ca_file(self) -> Path:
+        """The root CA of this server's attested documents (PEM): a coordinator's trust anchor."""
+        return self.attestation.ca_file
+
+    @property
+    def attestation_intermediate_file(self) -> Path:
+        """The intermediate CA (PEM), which the documents, as Azure's, do not carry."""
+        return self.attestation.intermediate_file
 
     def route_vm(self, path: str) -> tuple[str | None, str, bool]:
         """(VM name or None if unknown, the rest of the path, whether a /vm/ prefix was used)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -21,12 +21,20 @@ from .base import Sink, SinkOptions
 SINK_TYPES = ("stdout", "file", "webhook", "eventhubs", "logs-ingestion")
 
 
+Signer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 @dataclass
 class SinkContext:
-    """What a sink may need from the agent besides its own options."""
+    """What a sink may need from the agent besides its own options.
+
+    ``sign`` adds the agent's ``keyid`` and ``signature`` to a structured-mode CloudEvent
+    (``docs/identity.md``); the Event Hubs sink signs every event it sends with it.
+    """
 
     state_dir: Path
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    sign: Signer | None = None
 
 
 def _module(kind: str) -> ModuleType:

@@ -31,6 +31,13 @@ class StoredEvent:
     def as_dict(self) -> dict[str, Any]:
         return json.loads(self.payload)
 
+    @classmethod
+    def never_stored(cls, row: Any) -> StoredEvent:
+        """A CloudEvent handed to sinks without entering the outbox (heartbeats, the identity
+        event): ``row`` is its ``cloudevents.for_outbox`` row; no seq, about no EventId."""
+        return cls(seq=0, ce_id=row.ce_id, event_id="", state=row.state, ce_type=row.ce_type,
+                   payload=row.payload, observed_at=row.observed_at)
+
 
 @dataclass(frozen=True)
 class Delivered:

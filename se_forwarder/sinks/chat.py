@@ -31,7 +31,8 @@ from .base import DeadLetter, Delivered, Park, StoredEvent
 FORMATS = ("teams", "slack")  # notify.FORMATS; notify loads only for a chat sink (about 1 MB)
 ALL_FORMATS = ("cloudevents", *FORMATS)
 CONTENT_TYPE = "application/json"
-AGENT_TYPES = tuple(k.value for k in Kind if k is not Kind.HEARTBEAT)  # heartbeats are never posted
+# Heartbeats and identity events never reach a chat sink.
+AGENT_TYPES = tuple(k.value for k in Kind if k not in (Kind.HEARTBEAT, Kind.IDENTITY))
 DECISIONS = tuple(f"coordinator.{a}" for a in
                   ("approve", "defer", "breach", "pause", "resume", "hold", "release"))
 EVENT_CHOICES = AGENT_TYPES + DECISIONS

@@ -8,7 +8,7 @@ import time
 
 from se_forwarder.delivery import DeliveryWorker
 from se_forwarder.outbox import NewEvent, Outbox, db_path
-from se_forwarder.sinks.base import Delivered, DeliveryReport
+from se_forwarder.sinks.base import DeadLetter, Delivered, DeliveryReport, Retry, StoredEvent
 from tests.support.waiting import wait_for
 
 
@@ -65,3 +65,67 @@ def test_worker_survives_a_locked_database_and_delivers_the_batch_later(tmp_path
         worker.join(5)
         if sink.blocker is not None:
             sink.blocker.close()
+
+
+class ScriptedSink:
+    """Answers each call with the next scripted outcome for its first event (then Delivered),
+    and records the ids it was handed, call by call."""
+
+    name = "scripted"
+    max_batch = 10
+
+    def __init__(self, *script) -> None:
+        self.script = list(script)
+        self.calls: list[list[str]] = []
+
+    def deliver(self, batch):
+        self.calls.append([e.ce_id for e in batch])
+        first = self.script.pop(0) if self.script else Delivered()
+        return DeliveryReport([first] if not isinstance(first, Delivered) else
+                              [Delivered() for _ in batch])
+
+    def check(self):
+        return None
+
+    def close(self):
+        pass
+
+
+def _identity_event(ident: str) -> StoredEvent:
+    return StoredEvent(seq=0, ce_id=ident, event_id="", state="identity",
+                       ce_type="com.azure.scheduledevents.identity", payload="{}",
+                       observed_at=time.time())
+
+
+def _backlog(state_dir, sink: str) -> None:
+    with Outbox(state_dir) as box:
+        box.register_sinks([sink])
+        box.record(None, [NewEvent("E1/scheduled", "E1", "scheduled", "t", "{}", time.time())])
+
+
+def test_an_announcement_goes_before_the_backlog_and_is_retried_until_the_sink_takes_it(tmp_path):
+    _backlog(tmp_path, "scripted")
+    sink = ScriptedSink(Retry("hub down"))
+    current = [_identity_event("identity/vm/key/1")]
+    worker = DeliveryWorker(sink, tmp_path, threading.Event(), announcement=lambda: current[0])
+    with Outbox(tmp_path) as box:
+        assert worker.deliver_once(box) > 0, "the backlog waits behind the announcement"
+        assert sink.calls == [["identity/vm/key/1"]]
+        while worker.deliver_once(box) is not None:
+            pass
+        assert sink.calls[1:] == [["identity/vm/key/1"], ["E1/scheduled"]]
+        current[0] = _identity_event("identity/vm/key/2")
+        worker.deliver_once(box)
+        assert sink.calls[3:] == [["identity/vm/key/2"]], "a new one is announced, once"
+
+
+def test_an_announcement_refused_for_good_does_not_hold_the_backlog(tmp_path):
+    _backlog(tmp_path, "scripted")
+    sink = ScriptedSink(DeadLetter("too large"))
+    worker = DeliveryWorker(sink, tmp_path, threading.Event(),
+                            announcement=lambda: _identity_event("identity/vm/key/1"))
+    with Outbox(tmp_path) as box:
+        while worker.deliver_once(box) is not None:
+            pass
+        assert sink.calls == [["identity/vm/key/1"], ["E1/scheduled"]]
+        assert box.sink_status("scripted").backlog == 0

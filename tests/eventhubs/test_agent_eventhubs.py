@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from se_forwarder.model import Kind
 from se_forwarder.simulator import SimulatorServer
 from tests.support.agent import AgentProcess
 from tests.support.paths import ROOT
@@ -23,6 +24,7 @@ from .broker import EventHubsBroker
 from .helpers import consume, parse_received
 
 FAST = {"SE_FORWARDER_IMDS_MAX_BACKOFF": "1"}
+IDENTITY = Kind.IDENTITY.type
 
 
 def _config(path: Path, imds_url: str, state: Path, sinks: list[dict[str, str]]) -> Path:
@@ -52,14 +54,23 @@ def _agent(config: Path, env: dict[str, str], log: Path) -> AgentProcess:
     )
 
 
-def _ids(broker: EventHubsBroker) -> list[str]:
-    """CloudEvent ids stored by the broker, structured (JSON body) or binary (property)."""
-    ids = []
+def _stored(broker: EventHubsBroker) -> list[tuple[str, str]]:
+    """(type, id) of each CloudEvent the broker stored, structured (JSON body) or binary."""
+    out = []
     for stored in broker.all_messages():
         message = stored.message()
-        binary_id = (message.properties or {}).get("cloudEvents_id")
-        ids.append(binary_id if binary_id is not None else json.loads(message.body)["id"])
-    return ids
+        props = message.properties or {}
+        if "cloudEvents_id" in props:
+            out.append((props["cloudEvents_type"], props["cloudEvents_id"]))
+        else:
+            event = json.loads(message.body)
+            out.append((event["type"], event["id"]))
+    return out
+
+
+def _ids(broker: EventHubsBroker) -> list[str]:
+    """Ids of the events about Scheduled Events (not the agents' identity events)."""
+    return [ident for kind, ident in _stored(broker) if kind != IDENTITY]
 
 
 def test_agent_delivers_each_transition_once_in_order_in_both_modes(
@@ -106,9 +117,11 @@ def test_agent_delivers_each_transition_once_in_order_in_both_modes(
             (binary_broker, "application/json"),
         ):
             (partition,) = {m.partition for m in broker.all_messages()}  # one VM, one partition
-            got = consume(broker.connection_string(), len(expected), partition_id=str(partition))
+            identities = sum(kind == IDENTITY for kind, _ in _stored(broker))
+            got = consume(broker.connection_string(), len(expected) + identities,
+                          partition_id=str(partition))
             assert {r.content_type for r in got} == {content_type}
-            events = [parse_received(r) for r in got]
+            events = [e for e in map(parse_received, got) if e.get_type() != IDENTITY]
             ids = [e.get_id() for e in events]
             assert sorted(ids) == sorted(expected), "each transition exactly once"
             vmid = events[0].get_extension("vmid")
@@ -195,7 +208,9 @@ def test_three_agents_one_hub_and_fleet_tail_shows_each_event_once_with_its_vm_c
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     rows = {(r["subject"], r["state"]): r["vms"] for r in summary["rows"]}
     assert rows == {(freeze, "scheduled"): 3, (freeze, "started"): 3}
-    assert summary["events"] == 6
+    identities = sum(kind == IDENTITY for kind, _ in _stored(eventhubs_broker))
+    assert identities >= 3, "each agent registered"
+    assert summary["events"] == 6 + identities
     assert set(summary["partitions_read"]) == {str(p) for p in partitions}
 
 

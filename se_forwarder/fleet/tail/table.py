@@ -62,8 +62,8 @@ class FleetTable:
             if not subject or not ce_type or not source:
                 self.skipped += 1
                 return None
-            if ce_type == Kind.HEARTBEAT.type:
-                return None  # a sign of life from an agent, not an event of the fleet
+            if ce_type in (Kind.HEARTBEAT.type, Kind.IDENTITY.type):
+                return None  # an agent's sign of life or registration, not an event of the fleet
             key = (str(subject), str(ce_type))
             row = self.rows.get(key)
             if row is None:

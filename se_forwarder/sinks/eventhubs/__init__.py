@@ -10,6 +10,10 @@ Wire forms: ``structured`` (default; body = the CloudEvent JSON, AMQP content-ty
 ``binary`` (``cloudEvents_*`` application properties from the ``cloudevents`` SDK's AMQP binding,
 with ``time`` as an RFC 3339 string because the SDK's epoch-milliseconds int is mis-encoded by
 azure-eventhub). Azure packages are imported only when a producer is built.
+
+With the agent's signer (``SinkContext.sign``) every event sent carries ``keyid`` and ``signature``
+over its structured form (``docs/identity.md``): the body is that signed object; in binary mode the
+two attributes travel as ``cloudEvents_keyid`` and ``cloudEvents_signature`` like any extension.
 """
 
 from __future__ import annotations
@@ -44,4 +48,4 @@ def create(name: str, options: EventHubsOptions, ctx: Any) -> EventHubsSink:
             conn = None  # missing now: retried at delivery, where it is checked again
         if conn:
             check_plaintext(conn, f"sink {name}")
-    return EventHubsSink(name, options)
+    return EventHubsSink(name, options, sign=getattr(ctx, "sign", None))
