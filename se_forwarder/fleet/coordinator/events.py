@@ -22,7 +22,8 @@ Attributes:
 ``signature``      extension: base64 Ed25519 signature over every other member (``signed``)
 =================  ================================================================================
 
-``keyid`` and ``signature`` follow approvals/signing.py to the byte (docs/decision-signatures.md):
+``keyid`` and ``signature`` follow approvals/signing.py to the byte (docs/coordinator.md, "Decision
+signatures"):
 the signature covers every attribute and ``data`` in canonical JSON, so no member can be changed,
 added or removed. trust.py lets a decision into the fold only when it verifies.
 
