@@ -22,6 +22,7 @@ before any other instance can hold the lease. A standby tries to take the lease 
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import logging
@@ -137,6 +138,15 @@ class Lease:
         return Holder(meta.get("instance", ""), meta.get("api", ""), locked) if locked else None
 
 
+def signed_json(document: dict[str, Any], key: Ed25519PrivateKey) -> bytes:
+    """``signing.sign(document, key)`` as JSON text, serialised once: the canonical bytes (what is
+    signed, ``keyid`` included) with the ``signature`` member added at the end. A 10,000-VM fold
+    is about 10 MB of JSON: a second serialisation would hold the service thread up as long again."""
+    body = signing.canonical({**document, signing.KEYID_ATTRIBUTE: signing.keyid(key)})
+    signature = base64.b64encode(key.sign(body)).decode("ascii")
+    return body[:-1] + f',"{signing.SIGNATURE_ATTRIBUTE}":"{signature}"}}'.encode("ascii")
+
+
 @dataclass
 class Snapshot:
     state: dict[str, Any]
@@ -159,8 +169,7 @@ class Snapshots:
         data = {"format": FORMAT, "hub": self.hub, "instance": instance, "writtenAt": time.time(),
                 "positions": {pid: pos.as_data() for pid, pos in sorted(positions.items())},
                 "state": state}
-        data = signing.sign(data, self.key())
-        body = gzip.compress(json.dumps(data, separators=(",", ":")).encode("utf-8"), compresslevel=5)
+        body = gzip.compress(signed_json(data, self.key()), compresslevel=5)
         self.blob.upload_blob(body, overwrite=True)
         return len(body)
 
