@@ -37,7 +37,7 @@ def test_switches_fold_in_sequence():
 
 
 @pytest.mark.parametrize("sequence", [0, -1, 3, 10**700, MAX_SEQUENCE + 1, True, 2.0, "2", None],
-                         ids=repr)
+                         ids=lambda value: repr(value)[:24])
 def test_a_switch_that_is_not_exactly_one_more_than_the_current_never_folds(sequence):
     fleet = Fleet()
     fleet.fold(switch("pause", 1))

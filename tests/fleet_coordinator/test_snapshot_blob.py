@@ -69,7 +69,7 @@ def test_a_snapshot_signed_with_a_configured_coordinator_key_loads(container):
      f"keyid {signing.keyid(OTHER)} is not a configured verify key"),
     ("changed", lambda d: {**d, "positions": {"0": {"sequence": 10**6, "offset": "1"}}},
      "signature does not verify"),
-])
+], ids=["unsigned", "another key", "changed"])
 def test_a_snapshot_that_does_not_verify_is_refused_in_one_line(container, name, change, why):
     store = snapshots(container, name.replace(" ", "-"))
     store.save(STATE, {"0": Position(1, "1")}, "a")
