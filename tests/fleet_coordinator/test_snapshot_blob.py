@@ -81,12 +81,12 @@ def test_a_snapshot_that_does_not_verify_is_refused_in_one_line(container, name,
     assert why in text and "\n" not in text
 
 
-def test_the_signer_remembers_every_key_its_file_held(tmp_path: Path):
+def test_the_trusted_keys_are_every_key_the_signing_file_held_and_the_configured_ones(tmp_path: Path):
     file = tmp_path / "signing.key"
     file.write_bytes(signing.private_key_pem(KEY))
-    signer = Signer(str(file), "urn:se-forwarder:coordinator:x")
-    signer.key()
+    signer = Signer(str(file), "urn:se-forwarder:coordinator:x", [OTHER.public_key()])
+    assert set(signer.verify_keys().ids) == {signing.keyid(KEY), signing.keyid(OTHER)}
     file.write_bytes(signing.private_key_pem(STANDBY))
     os.utime(file, ns=(1, 1))  # a new mtime even on a coarse clock
+    assert set(signer.verify_keys().ids) == {signing.keyid(k) for k in (KEY, STANDBY, OTHER)}
     assert signing.keyid(signer.key()) == signing.keyid(STANDBY)
-    assert set(signer.public_keys) == {signing.keyid(KEY), signing.keyid(STANDBY)}

@@ -13,8 +13,10 @@ comes within ``echo_timeout``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,14 +39,16 @@ class Signer:
     """Signs with the Ed25519 private key of ``[signing] key_file`` (made by ``se-forwarder fleet
     keygen``; re-read when the file changes, so a rotated key takes over without a restart). The
     agents verify approval messages with its public key and can sign nothing themselves.
-    ``public_keys`` holds the public key of every key the file held since the start (trust.py)."""
+    ``public_keys`` holds the public key of every key the file held since the start; with
+    ``trusted`` (``[trust] coordinator_keys``) they are the keys trust.py takes (``verify_keys``)."""
 
-    def __init__(self, key_file: str, source: str) -> None:
-        self.source, self.key_file = source, Path(key_file)
+    def __init__(self, key_file: str, source: str, trusted: Sequence[Ed25519PublicKey] = ()) -> None:
+        self.source, self.key_file, self.trusted = source, Path(key_file), tuple(trusted)
         self._stamp: tuple[int, int] | None = None
         self._key: Ed25519PrivateKey | None = None
         self._lock = threading.Lock()
         self.public_keys: dict[str, Ed25519PublicKey] = {}  # key id -> public key
+        self._verify: tuple[tuple[str, ...], signing.VerifyKeys] | None = None
 
     def key(self) -> Ed25519PrivateKey:
         """The private key; ConfigError (one line, what to do) when it cannot be read."""
@@ -60,6 +64,16 @@ class Signer:
                 self._key, self._stamp = key, stamp
                 self.public_keys = {**self.public_keys, signing.keyid(key): key.public_key()}
             return self._key
+
+    def verify_keys(self) -> signing.VerifyKeys:
+        """The keys whose decisions and snapshots are taken: every key the file held since the
+        start (a replaced file is noticed here) and ``trusted``."""
+        with contextlib.suppress(ConfigError):  # the keys it held still verify what they signed
+            self.key()
+        ids = tuple(self.public_keys)
+        if self._verify is None or self._verify[0] != ids:
+            self._verify = (ids, signing.VerifyKeys([*self.public_keys.values(), *self.trusted]))
+        return self._verify[1]
 
     def decision(self, decision: Decision) -> dict[str, Any]:
         """``decision``'s CloudEvent as published: signed with the current key (events.signed)."""

@@ -22,7 +22,6 @@ can number them safely.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -35,7 +34,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ...approvals import signing
-from ...errors import ConfigError, SeForwarderError, StateError
+from ...errors import SeForwarderError, StateError
 from . import access, trust
 from .blobs import Lease, Snapshots
 from .control import OVERRIDE, ControlRefused
@@ -86,16 +85,14 @@ class Service:
         self._rebuild_term: int | None = None
         self._rebuilt_terms: set[int] = set()
         self.started = time.monotonic()
-        self.signer = Signer(settings.key_file, self.source)
-        self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
-        self._configured_keys = signing.parse_public_keys("\n".join(settings.coordinator_keys),
-                                                          "trust.coordinator_keys") \
+        trusted = signing.parse_public_keys("\n".join(settings.coordinator_keys), "trust.coordinator_keys") \
             if settings.coordinator_keys else []
-        self._trust: tuple[tuple[str, ...], signing.VerifyKeys] | None = None
+        self.signer = Signer(settings.key_file, self.source, trusted)
+        self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         container = access.container(settings.storage)
         self.container = container
         self.snapshots = Snapshots(container, settings.name, self._hub_label(), self.signer.key,
-                                   self.trusted_keys)
+                                   self.signer.verify_keys)
         api = settings.api.advertise or settings.api.url
         self.leadership = Leadership(
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
@@ -226,19 +223,8 @@ class Service:
             except queue.Empty:
                 return
 
-    def trusted_keys(self) -> signing.VerifyKeys:
-        """The keys whose decisions and snapshots are taken (trust.py): every key ``[signing]
-        key_file`` held since the start, and ``[trust] coordinator_keys``."""
-        with contextlib.suppress(ConfigError):  # the keys it held still verify what they signed
-            self.signer.key()  # notices a replaced key file
-        ids = tuple(self.signer.public_keys)
-        if self._trust is None or self._trust[0] != ids:
-            keys = signing.VerifyKeys([*self.signer.public_keys.values(), *self._configured_keys])
-            self._trust = (ids, keys)
-        return self._trust[1]
-
     def _fold(self, batch: Batch) -> None:
-        keys = self.trusted_keys()
+        keys = self.signer.verify_keys()
         for event, position in batch.events:
             if event is None:
                 self.not_cloudevents += 1
