@@ -29,6 +29,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.fleet.coordinator import (  # noqa: E402
     FleetState,
     FoldStats,
@@ -38,7 +39,10 @@ from se_forwarder.fleet.coordinator import (  # noqa: E402
     restore,
     snapshot,
     to_json,
+    trust,
 )
+from se_forwarder.fleet.coordinator.blobs import signed_json  # noqa: E402
+from se_forwarder.fleet.coordinator.events import Decision, signed  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()
 SUB = "11111111-2222-3333-4444-555555555555"
@@ -185,6 +189,7 @@ def main() -> int:
     by_id = {event_id: (members, names, nb) for event_id, members, names, nb in events}
     latencies: list[float] = []
     approvals = decisions = 0
+    made: list[Decision] = []
     now = t_burst + 30
     running: list[tuple[str, float]] = []
     for step in range(60):
@@ -207,6 +212,7 @@ def main() -> int:
         if step == 0:
             first = (latencies[0], len(result.decisions))
         decisions += len(result.decisions)
+        made += result.decisions
         fresh = [d for d in result.decisions if d.kind == "approve"]
         approvals += len(fresh)
         running += [(d.event_id or "", now + 20) for d in fresh]
@@ -229,6 +235,30 @@ def main() -> int:
     restore_s = time.perf_counter() - began
     rows.append(("snapshot", f"{len(text) / 1e6:.1f} MB JSON, written in {snap_s:.2f} s, "
                  f"restored in {restore_s:.2f} s"))
+    key = signing.generate_private_key()
+    keys = signing.VerifyKeys([key.public_key()])
+    began = time.perf_counter()
+    body = signed_json({"format": 1, "state": snapshot(folder.state)}, key)
+    sign_s = time.perf_counter() - began
+    began = time.perf_counter()
+    assert trust.snapshot(json.loads(body), keys).trusted
+    rows.append(("  signed as saved, verified as loaded", f"{sign_s:.2f} s (snapshot, canonical JSON, "
+                 f"Ed25519), {time.perf_counter() - began:.2f} s (parse, canonical JSON, Ed25519)"))
+    sample = made[:500]
+    if sample:
+        began = time.perf_counter()
+        published = [signed(d, SOURCE, key) for d in sample]
+        sign_each = (time.perf_counter() - began) / len(sample)
+        began = time.perf_counter()
+        assert all(trust.check(e, source=SOURCE, keys=keys).trusted for e in published)
+        check_each = (time.perf_counter() - began) / len(sample)
+        began = time.perf_counter()
+        for d in sample:
+            fold_json(FleetState(), to_json(d, SOURCE))
+        fold_each = (time.perf_counter() - began) / len(sample)
+        rows.append(("decision signed / checked at the edge",
+                     f"{sign_each * 1e6:.0f} us / {check_each * 1e6:.0f} us each (baseline: to_json + "
+                     f"fold_json of it, {fold_each * 1e6:.0f} us)"))
     gc.collect()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
     rows.append(("RSS", f"{proc.memory_info().rss / 1e6:.0f} MB now, {peak:.0f} MB peak (the interpreter and "

@@ -140,6 +140,10 @@ class Fleet:
         for event in events:
             fold_event(self.state, event, self.stats)
 
+    def fold_one(self, event: dict[str, Any]) -> str:
+        """Fold one event; the fold's outcome."""
+        return fold_event(self.state, event, self.stats)
+
     def beat(self, *vms: AgentVm, t: float = T0) -> None:
         self.fold(*(heartbeat(vm, t) for vm in vms))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from se_forwarder.fleet.coordinator import Budget, Policy
+from se_forwarder.fleet.coordinator import Budget, Decision, Policy, VmRef, approve_now
 
 from .fleet import SET, T0, AgentVm, Fleet, approved, avset, kinds, pause_event, rejected
 
@@ -168,3 +168,60 @@ def test_an_incomplete_agent_is_a_target_by_name():
     fleet.announce("E1", [bare])
     (decision,) = fleet.decide(T0).decisions
     assert decision.target.as_data() == {"name": "web-9", "vmId": "", "group": "set/-/-/web-9"}
+
+
+# -- a retry re-checks every budget -------------------------------------------------------------
+
+
+def test_a_retry_counts_its_own_event_once_and_goes_when_it_still_fits():
+    fleet = avset(Policy(echo_timeout=60))  # group budget 1: the event's own VM fills it
+    fleet.announce("E1", [SET[1]], SET)
+    fleet.decide(T0)
+    fleet.beat(*SET, t=T0 + 50)
+    (retry,) = fleet.decide(T0 + 60).decisions
+    (use,) = retry.budgets
+    assert (retry.code, use.used, use.with_event, use.max) == ("retry-no-echo", 1, 1, 1)
+
+
+def test_a_retry_waits_while_another_vm_of_its_group_went_down_meanwhile():
+    fleet = avset(Policy(echo_timeout=60))
+    fleet.announce("E1", [SET[1]], SET)
+    fleet.decide(T0)
+    fleet.beat(*SET, t=T0 + 50)
+    fleet.transition("started", "S1", [SET[3]], t=T0 + 55)  # a platform event nobody approved
+    result = fleet.decide(T0 + 60)
+    assert kinds(result) == [("defer", "E1", "budget")]
+    assert fleet.verdict(result, "E1").reason.endswith("would have 2 unavailable, max 1: the approval "
+                                                       "is not resent")
+    fleet.transition("completed", "S1", [SET[3]], t=T0 + 70)
+    fleet.beat(*SET, t=T0 + 70 + fleet.policy.min_healthy)
+    (retry,) = fleet.decide(T0 + 71 + fleet.policy.min_healthy).decisions
+    assert (retry.kind, retry.code, retry.attempt) == ("approve", "retry-no-echo", 2)
+
+
+def test_an_approval_that_breaks_a_budget_is_never_resent():
+    """However an approval beyond the budgets got into the fold (the review forged one), the retry
+    path does not carry it out: it checks the budgets as a first approval does."""
+    fleet = avset(Policy(echo_timeout=60))
+    fleet.announce("E2", [SET[1], SET[2]], SET, not_before=T0 + 900)  # 2 VMs of a group of max 1
+    fleet.apply(Decision("approve", "E2/coordinator/approve/1", "E2", T0, "fits", "r", event_id="E2",
+                         target=VmRef("web-1", SET[1].vm_id, ""), attempt=1))
+    fleet.beat(*SET, t=T0 + 100)
+    result = fleet.decide(T0 + 120)
+    assert kinds(result) == [("defer", "E2", "budget")]
+
+
+def test_a_retry_of_a_persons_override_keeps_the_override_and_only_it():
+    budgets = (Budget("group", count=1), Budget("fault_domain", count=1))
+    fleet = avset(Policy(echo_timeout=60, budgets=budgets))
+    fleet.transition("started", "S1", [SET[3]], t=T0)  # group full; web-3 is FD 0
+    fleet.announce("E1", [SET[1]], SET, not_before=T0 + 900)  # web-1: FD 1
+    fleet.apply(approve_now(fleet.state, fleet.policy, T0, "E1", "person:ops", "customer asked", ["group"]))
+    fleet.beat(*SET, t=T0 + 50)
+    (retry,) = fleet.decide(T0 + 60).decisions
+    assert (retry.code, retry.overrides) == ("retry-no-echo", ("group",))
+    fleet.beat(*SET, t=T0 + 100)
+    fleet.transition("started", "S2", [SET[4]], t=T0 + 100)  # web-4: FD 1, not overridden
+    result = fleet.decide(T0 + 130)
+    assert kinds(result) == [("defer", "E1", "budget")]
+    assert fleet.verdict(result, "E1").scope.startswith("fault_domain:")

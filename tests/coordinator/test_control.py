@@ -14,9 +14,10 @@ from se_forwarder.fleet.coordinator import (
     pause,
     release,
     resume,
+    to_dict,
 )
 
-from .fleet import SET, T0, AgentVm, approvals, avset, kinds
+from .fleet import SET, SOURCE, T0, AgentVm, approvals, avset, kinds
 
 OPS = "person:ops"
 
@@ -175,3 +176,39 @@ def test_an_approve_now_is_retried_like_any_approval():
     (retry,) = fleet.decide(T0 + 60).decisions
     assert (retry.code, retry.attempt, retry.actor) == ("retry-no-echo", 2, "coordinator")
     assert retry.target.name == "web-2"
+
+
+def test_an_approve_now_that_exceeds_a_budget_is_audited_as_an_override():
+    fleet = avset()
+    fleet.transition("started", "S1", [SET[2]], t=T0)
+    fleet.announce("E1", [SET[1]], SET)
+    decision = approve_now(fleet.state, fleet.policy, T0 + 1, "E1", "person:alice", "customer asked",
+                           ["group"])
+    (use,) = decision.budgets
+    assert (decision.code, decision.actor, decision.reason) == (
+        "approve-now-override", "person:alice", "customer asked")
+    assert (use.with_event, use.max, decision.overrides) == (2, 1, ("group",))
+    assert to_dict(decision, SOURCE)["data"]["ReasonCode"] == "approve-now-override"
+
+
+def test_an_approve_now_whose_overrides_were_not_needed_is_no_override():
+    fleet = avset()
+    fleet.announce("E1", [SET[1]], SET)
+    decision = approve_now(fleet.state, fleet.policy, T0 + 1, "E1", OPS, "now", ["group"])
+    assert decision.code == "approve-now" and all(use.fits for use in decision.budgets)
+
+
+def test_an_approve_now_of_an_event_whose_budgets_cannot_be_counted_is_an_override():
+    fleet = avset()
+    fleet.announce("E1", [SET[1], AgentVm("ghost")], SET)
+    assert approve_now(fleet.state, fleet.policy, T0 + 1, "E1", OPS, "now", ["all"]).code == \
+        "approve-now-override"
+
+
+def test_the_next_sequence_is_one_more_than_the_current_switch():
+    fleet = avset()
+    fleet.apply(pause(fleet.state, fleet.policy, T0, "fleet", OPS, "a"))
+    fleet.apply(resume(fleet.state, fleet.policy, T0 + 1, "fleet", OPS, "b"))
+    again = pause(fleet.state, fleet.policy, T0 + 2, "fleet", OPS, "c")
+    assert (again.sequence, again.id) == (3, "coordinator/pause/fleet/3")
+    assert fleet.fold_one(to_dict(again, SOURCE)) == "folded"

@@ -205,19 +205,6 @@ def test_an_event_from_before_the_hub_knew_data_vm_uses_the_source_and_vmid():
     assert list(fleet.state.vms) == [A.vm_id] and fleet.state.vms[A.vm_id].name == "web-0"
 
 
-def test_pause_and_resume_keep_the_one_with_the_highest_sequence_whatever_the_order():
-    def switch(kind: str, seq: int, t: float) -> dict:
-        return {"type": f"com.azure.scheduledevents.coordinator.{kind}",
-                "id": f"coordinator/{kind}/fleet/{seq}",
-                "time": iso(t), "source": "s", "subject": "fleet",
-                "data": {"Scope": "fleet", "Sequence": seq, "Actor": "person:a", "Reason": "r"}}
-    one, two = Fleet(), Fleet()
-    one.fold(switch("pause", 1, T0), switch("resume", 2, T0 + 1))
-    two.fold(switch("resume", 2, T0 + 1), switch("pause", 1, T0))
-    assert one.state.paused("fleet") is None and two.state.paused("fleet") is None
-    assert snapshot(one.state) == snapshot(two.state)
-
-
 def test_the_same_decision_id_from_two_instances_is_kept_once():
     fleet = Fleet()
     base = {"type": "com.azure.scheduledevents.coordinator.approve", "id": "E1/coordinator/approve/1",

@@ -94,7 +94,7 @@ class LocalCoordinator:
         decision = make(self.state, time.time())
         fold_event(self.state, to_dict(decision, SOURCE))
         published: Future[Any] = Future()
-        published.set_result(decision)
+        published.set_result(to_dict(decision, SOURCE))  # as published (the service's is also signed)
         return published
 
     def describe(self) -> dict[str, Any]:

@@ -5,13 +5,14 @@ signed messages and serves the API, and passes ``now`` (UTC epoch seconds) in. O
 
     policy = load_policy(tomllib.load(f))              # ConfigError naming the key
     state, stats = FleetState(), FoldStats()            # or restore(snapshot_json)
-    fold_event(state, cloud_event_dict, stats)          # for every event read from the hub
+    if trust.check(cloud_event_dict, source=SOURCE, keys=verify_keys).trusted:   # every event read
+        fold_event(state, cloud_event_dict, stats)      # from the hub: only what trust.py lets in
     prune(state, policy, now)                           # now and then
     result = evaluate(state, policy, now)               # result.decisions: publish these
     for d in result.decisions:
-        fold_event(state, to_dict(d, SOURCE))           # fold at once, then publish to_json(d, SOURCE)
-        # and, for d.kind == "approve" and not d.shadow: send a signed message to d.target's queue,
-        # message id = d.id
+        fold_event(state, to_dict(d, SOURCE))           # fold at once, then publish it signed:
+        # events.signed(d, SOURCE, key); for d.kind == "approve" and not d.shadow, then send a
+        # signed message to d.target's queue, message id = d.id
     status(state, policy, now, result); groups(state, policy, now, result)   # the read model
 """
 

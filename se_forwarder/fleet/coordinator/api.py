@@ -14,8 +14,9 @@ route                          what                                             
 ``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason", "actor"}``           bearer
 =============================  ===========================================================  =======
 
-A control request answers 200 with the decision once it is published, 409 ``{"error", "code"}``
-when the core refuses it (control.py), 503 ``{"error", "leader"}`` on a standby (with the
+A control request answers 200 with the decision (its signed CloudEvent) once it is published and
+folded, 409 ``{"error", "code"}`` when the core refuses it or its decision would not fold
+(control.py), 503 ``{"error", "leader"}`` on a standby (with the
 leader's advertised address) or while a new leader catches up, 401 without the right token,
 400 for a malformed body. The token file holds one token per line (several while rotating).
 The server binds ``[api] listen``, 127.0.0.1:8470 by default.
@@ -35,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigError
 from . import control, observe
 from .control import ControlRefused
-from .events import to_dict
 from .view import groups
 
 if TYPE_CHECKING:
@@ -139,8 +139,8 @@ def make_app(service: Service, tokens: list[str]) -> Any:
             actor, reason = _field(body, "actor"), _field(body, "reason")
             make = _maker(kind, body, actor, reason, service)
             published = await on_service(lambda: service.control(make))
-            decision = await asyncio.wait_for(asyncio.wrap_future(published), REQUEST_TIMEOUT)
-            return JSONResponse({"decision": to_dict(decision, service.source)})
+            event = await asyncio.wait_for(asyncio.wrap_future(published), REQUEST_TIMEOUT)
+            return JSONResponse({"decision": event})
         return handler
 
     routes = [

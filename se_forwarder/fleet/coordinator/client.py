@@ -82,6 +82,10 @@ def render_status(s: dict[str, Any]) -> str:
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
+    forged = (svc.get("refused") or {}).get("forged", 0)
+    if forged:
+        lines.append(f"FORGED: {forged} decision(s) in this coordinator's name that did not verify were "
+                     "dropped (someone who can send to the hub published them)")
     for p in s.get("paused", []):
         lines.append(f"paused: {p['scope']} since {p['since']} by {p['actor']}: {p['reason']}")
     for h in s.get("held", []):

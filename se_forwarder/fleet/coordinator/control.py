@@ -2,8 +2,10 @@
 
 Each function is pure (state, policy, clock and the request in, one Decision out) and raises
 ``ControlRefused`` with a code and one line when the request cannot be carried out; the service
-answers it as an error (e.g. HTTP 409) and publishes nothing. A returned decision is published
-and folded like the coordinator's own (fold it at once: the next request's sequence depends on it).
+answers it as an error (e.g. HTTP 409) and publishes nothing. A returned decision is folded at
+once (the next request's sequence depends on it) and then published; one that does not fold is
+refused too (``not-folded``), never published. Pause, resume, hold and release are numbered
+exactly one more than the current switch of their scope or event (switches.py).
 
 =================  ==============================================================================
 ``pause``          no early approval for events touching ``scope`` (``fleet``, or no scope:
@@ -16,13 +18,15 @@ and folded like the coordinator's own (fold it at once: the next request's seque
                    budgets: every budget must still fit, except those the person overrides
                    (``overrides``: a scope key, a scope kind such as ``zone``, or ``all``); an
                    unresolved name in Resources needs ``all``. The message goes to a watched
-                   affected VM, and is retried like any approval.
+                   affected VM, and is retried like any approval (keeping the overrides). When a
+                   budget is exceeded (or cannot be counted) its ReasonCode is
+                   ``approve-now-override``: the audit trail shows the person chose to.
 =================  ==============================================================================
 
 Refusal codes: ``bad-request`` (actor, reason, scope or EventId malformed), ``no-change`` (pause
 of a paused scope, resume of one not paused, hold of a held event, release of one not held),
 ``unknown-event``, ``not-scheduled``, ``already-approved``, ``unresolved``, ``no-target``,
-``budget``.
+``budget``, and from the service ``not-folded`` (the decision would not fold: nothing was done).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from collections.abc import Sequence
 
 from ...approvals.messages import EVENT_ID
 from ...errors import SeForwarderError
-from .decide import DecisionPass
+from . import switches
+from .decide import DecisionPass, overridden
 from .events import BudgetUse, Decision
 from .scopes import FLEET, resolve
 from .settings import SCOPE_KINDS, Policy, budget_kind
@@ -40,6 +45,9 @@ from .state import SCHEDULED, FleetState
 
 _SCOPE = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
                     r"|tag:[^=\s]{1,512}=.{0,256})\Z")
+
+
+OVERRIDE = "approve-now-override"
 
 
 class ControlRefused(SeForwarderError):
@@ -87,7 +95,7 @@ def _switch_scope(state: FleetState, policy: Policy, now: float, scope: str, on:
     current = state.pauses.get(scope)
     if (current is not None and current.on) == on:
         raise ControlRefused("no-change", f"{scope} is {'already' if on else 'not'} paused")
-    sequence = (current.record.sequence if current else 0) + 1
+    sequence = switches.current(state.pauses, scope) + 1
     run = DecisionPass(state, policy, now)
     idx, used = run.idx, run.counts[scope]
     budgets = ((BudgetUse(scope, idx.kind_of[scope], idx.size[scope], used, used, idx.limit(scope)),)
@@ -121,7 +129,7 @@ def _switch_event(state: FleetState, policy: Policy, now: float, event_id: str, 
     current = state.holds.get(event_id.lower())
     if (current is not None and current.on) == on:
         raise ControlRefused("no-change", f"{event_id} is {'already' if on else 'not'} held")
-    sequence = (current.record.sequence if current else 0) + 1
+    sequence = switches.current(state.holds, event_id.lower()) + 1
     record = state.events.get(event_id.lower())
     if record is not None:
         event_id = record.event_id
@@ -132,10 +140,6 @@ def _switch_event(state: FleetState, policy: Policy, now: float, event_id: str, 
         event_source=record.event_source or None if record else None,
         not_before=record.not_before if record else None,
         resources=record.resources if record else (), sequence=sequence)
-
-
-def _overridden(scope: str, kind: str, overrides: Sequence[str]) -> bool:
-    return "all" in overrides or scope in overrides or kind in overrides
 
 
 def _overrides(values: Sequence[str]) -> tuple[str, ...]:
@@ -179,10 +183,11 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
                              "send the approval to")
     budgets = run.uses(res.vms)
     for use in budgets:
-        if not use.fits and not _overridden(use.scope, use.kind, allowed):
+        if not use.fits and not overridden(use, allowed):
             raise ControlRefused("budget", f"{use.scope} would have {use.with_event} unavailable, max "
                                  f"{use.max} (override it with --scope {use.scope} or --scope {use.kind})")
+    exceeds = res.unresolved or not res.vms or any(not use.fits for use in budgets)
     attempt = max(record.approvals, default=0) + 1
     return run.decision("approve", record, f"{record.event_id}/coordinator/approve/{attempt}",
-                        "approve-now", reason, res, actor=actor, target=run.ref(targets[0]),
-                        budgets=budgets, attempt=attempt, overrides=allowed)
+                        OVERRIDE if exceeds else "approve-now", reason, res, actor=actor,
+                        target=run.ref(targets[0]), budgets=budgets, attempt=attempt, overrides=allowed)

@@ -47,8 +47,9 @@ An approve decision that got no ``approved`` echo within ``echo_timeout``, or wh
 target VM rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is retried
 as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next watched
 affected VM by name that has not rejected it (cycling; the same VM when it is the only one), while
-NotBefore is ahead and the event is neither held, paused nor in a blackout. When no VM is left:
-a ``defer`` with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow
+NotBefore is ahead, the event is neither held, paused nor in a blackout, and every budget still fits
+(``budget``/``unresolved`` otherwise; its own VMs counted once, a person's overrides kept). When no
+VM is left: a ``defer`` with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow
 approvals count as approvals there (so a shadow run paces like a live one) and are ignored by a
 live run.
 """
@@ -57,13 +58,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .events import COORDINATOR, BudgetUse, Decision, VmRef
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
 from .settings import Policy
-from .state import SCHEDULED, EventRecord, FleetState
+from .state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 
 NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
 
@@ -312,6 +314,9 @@ class DecisionPass:
             reason = "no watched affected VM left to send the approval to"
             self.defer(record, res, "no-target", reason, None, ())
             return Verdict(record.key, record.event_id, "no-target", reason, None, res.vms)
+        waits = self.recheck(record, res, last)
+        if waits is not None:
+            return waits
         previous = self.idx.key(last.target_key)
         ordered = sorted(candidates, key=lambda vm: (self.state.vms[vm].name.lower(), vm))
         after = [vm for vm in ordered if (self.state.vms[vm].name.lower(), vm) >
@@ -325,8 +330,38 @@ class DecisionPass:
         attempt = max(record.approvals) + 1
         self.out.decisions.append(self.decision(
             "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
-            target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt))
+            target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt,
+            overrides=inherited(last)))
         return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)
+
+    def recheck(self, record: EventRecord, res: Resolution, last: DecisionRecord) -> Verdict | None:
+        """Before a retry: every budget, as for a first approval (this event's VMs counted once, as
+        the approval already counts them); None when it may go. A person's overrides carry over."""
+        allowed = inherited(last)
+        if (res.unresolved or not res.vms) and "all" not in allowed:
+            names = ", ".join(res.unresolved) or "its Resources"
+            reason = f"{names} match no known VM: its budgets cannot be counted, the approval is not resent"
+            self.defer(record, res, "unresolved", reason, None, ())
+            return Verdict(record.key, record.event_id, "unresolved", reason, None, res.vms)
+        budgets = self.uses(res.vms)
+        over = next((u for u in budgets if not u.fits and not overridden(u, allowed)), None)
+        if over is None:
+            return None
+        reason = (f"{over.scope} would have {over.with_event} unavailable, max {over.max}: the approval "
+                  "is not resent")
+        self.defer(record, res, "budget", reason, over.scope, budgets)
+        return Verdict(record.key, record.event_id, "budget", reason, over.scope, res.vms, budgets)
+
+
+def overridden(use: BudgetUse, overrides: Sequence[str]) -> bool:
+    """A person chose to exceed this budget: its scope, its kind (``zone``) or ``all`` is named."""
+    return "all" in overrides or use.scope in overrides or use.kind in overrides
+
+
+def inherited(last: DecisionRecord) -> tuple[str, ...]:
+    """The overrides of an approval (a person's approve-now), which its retries keep."""
+    values = last.data.get("Overrides")
+    return tuple(v for v in values if isinstance(v, str)) if isinstance(values, list) else ()
 
 
 def evaluate(state: FleetState, policy: Policy, now: float) -> Evaluation:

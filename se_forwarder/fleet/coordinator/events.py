@@ -18,7 +18,14 @@ Attributes:
 ``subject``        the EventId; the scope for ``pause``/``resume``
 ``time``           when the decision was made (UTC)
 ``eventtype``      extension: the event's EventType, when there is an event
+``keyid``          extension: 16 hex of SHA-256 of the raw public key of the coordinator's key
+``signature``      extension: base64 Ed25519 signature over every other member (``signed``)
 =================  ================================================================================
+
+``keyid`` and ``signature`` follow approvals/signing.py to the byte (docs/coordinator.md, "Decision
+signatures"):
+the signature covers every attribute and ``data`` in canonical JSON, so no member can be changed,
+added or removed. trust.py lets a decision into the fold only when it verifies.
 
 ``data`` (``application/json``), every member always present (null when it does not apply):
 
@@ -32,9 +39,10 @@ Attributes:
 ``Affected``       [{``name``, ``vmId``, ``group``}] the VMs those names resolved to
 ``Target``         approve only: {``name``, ``vmId``, ``group``}, the watched affected VM whose
                    queue gets the signed approval message
-``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``retry-no-echo``,
-                   ``retry-rejected``; defer: ``too-early`` ... ``budget``; ``breach``; control:
-                   ``pause``, ``resume``, ``hold``, ``release``)
+``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``approve-now-override``
+                   (a person exceeded a budget), ``retry-no-echo``, ``retry-rejected``; defer:
+                   ``too-early`` ... ``budget``; ``breach``; control: ``pause``, ``resume``,
+                   ``hold``, ``release``)
 ``Reason``         one short sentence for people ("group:... would have 2 unavailable, max 1")
 ``Actor``          ``coordinator`` for its own decisions, else who acted (as the service names
                    them, e.g. ``person:alice``)
@@ -51,8 +59,10 @@ Attributes:
 ``Scope``          pause/resume: the scope (``fleet`` = everything); defer: the scope behind the
                    reason (``paused``, ``queued``, ``budget``), else null; breach: the first
                    breached scope
-``Sequence``       pause/resume/hold/release: 1, 2, ... per scope or event (the latest wins)
-``Overrides``      approve-now: the scopes whose budget the person chose to exceed ([] otherwise)
+``Sequence``       pause/resume/hold/release: 1, 2, ... per scope or event, each exactly one more
+                   than the current one, at most 2^53 (switches.py)
+``Overrides``      approve-now: the scopes (or kinds, or ``all``) whose budget the person chose to
+                   exceed, kept by its retries ([] otherwise)
 =================  ================================================================================
 
 The service sends an approval message for each ``approve`` that is not ``Shadow``, to
@@ -65,13 +75,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from ...approvals import signing
 from ...timestamps import rfc3339
 from .fold import DECISION_PREFIX
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 COORDINATOR = "coordinator"  # Actor of the coordinator's own decisions
 _FORMAT = JSONFormat()
@@ -175,6 +189,11 @@ def to_json(decision: Decision, source: str) -> str:
 
 
 def to_dict(decision: Decision, source: str) -> dict[str, Any]:
-    """The structured-mode dict the fold reads (what comes back from the hub)."""
+    """The structured-mode dict the fold reads (what comes back from the hub, less the signature)."""
     parsed: dict[str, Any] = json.loads(to_json(decision, source))
     return parsed
+
+
+def signed(decision: Decision, source: str, key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The decision as published: ``to_dict`` with ``keyid`` and ``signature`` made with ``key``."""
+    return signing.sign(to_dict(decision, source), key)

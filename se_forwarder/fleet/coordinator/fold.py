@@ -11,8 +11,8 @@ What it reads (``type`` = ``com.azure.scheduledevents.<suffix>``):
 ``approvalrejected``   the VM refused an approval message (``data.Message.Id``, ``ReasonCode``)
 ``prepared``           the VM's prepare hook succeeded; ``preparefailed``: it failed
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
-``coordinator.<kind>`` the coordinator's own decisions (approve, defer, breach, pause, resume,
-                       hold, release), so a restarted or standby instance knows what was decided
+``coordinator.<kind>`` the coordinator's own decisions (approve, ..., release), as trust.py let
+                       them through; pause/resume/hold/release only in sequence (switches.py)
 =====================  =========================================================================
 
 Anything else (another type, a missing ``id``/``time``/``type``, a ``data`` that is not an object)
@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 from ...model import TYPE_PREFIX, Kind, MalformedDocument, parse_not_before
+from . import switches
 from .state import (
     CANCELED,
     COMPLETED,
@@ -343,30 +344,24 @@ def _canonical(record: DecisionRecord) -> tuple[float, str]:
     return (record.time, json.dumps(record.data, sort_keys=True, default=str))
 
 
-def _decision(state: FleetState, record: DecisionRecord) -> str:
+def _decision(state: FleetState, record: DecisionRecord, chained: bool = True) -> str:
+    """Fold one decision; ``chained=False`` for a snapshot's (switches.py)."""
     known = state.decisions.get(record.id)
     if known is not None:
-        if known.kind == record.kind and _canonical(known) <= _canonical(record):
-            return FOLDED  # the same decision again (or the other instance's twin: keep one)
         if known.kind != record.kind:
             return MALFORMED
-    if record.kind in ("pause", "resume"):
-        if not record.scope:
-            return MALFORMED
-        state.decisions[record.id] = record
-        _switch(state.pauses, record.scope, Switch(record.kind == "pause", record))
-        return FOLDED
+        if _canonical(known) <= _canonical(record):
+            return FOLDED  # the same decision again (or the other instance's twin: keep one)
+    if record.kind in ("pause", "resume", "hold", "release"):
+        return _switch(state, record, known is not None, chained)
     event_id = record.data.get("EventId")
     if not _is_event_id(event_id):
         return MALFORMED
     if event_id.lower() in state.gone:
         return LATE
-    if record.kind == "approve" and record.attempt < 1:
+    if record.kind == "approve" and not switches.valid(record.attempt):
         return MALFORMED
     state.decisions[record.id] = record
-    if record.kind in ("hold", "release"):
-        _switch(state.holds, event_id.lower(), Switch(record.kind == "hold", record))
-        return FOLDED
     target = _event(state, event_id)
     if record.kind == "approve":
         old = target.approvals.get(record.attempt)
@@ -379,7 +374,17 @@ def _decision(state: FleetState, record: DecisionRecord) -> str:
     return FOLDED
 
 
-def _switch(table: dict[str, Switch], key: str, switch: Switch) -> None:
-    old = table.get(key)
-    if old is None or old.record.id == switch.record.id or switch.order() > old.order():
-        table[key] = switch
+def _switch(state: FleetState, record: DecisionRecord, known: bool, chained: bool) -> str:
+    """A pause/resume of ``data.Scope`` or a hold/release of ``data.EventId``, by the sequence rule."""
+    table, key, on = state.pauses, record.scope, record.kind == "pause"
+    if record.kind in ("hold", "release"):
+        event_id = record.data.get("EventId")
+        if not _is_event_id(event_id):
+            return MALFORMED
+        if event_id.lower() in state.gone:
+            return LATE
+        table, key, on = state.holds, event_id.lower(), record.kind == "hold"
+    if not key or not switches.put(table, key, Switch(on, record), chained=chained):
+        return FOLDED if known else MALFORMED  # a twin of a superseded switch changes nothing
+    state.decisions[record.id] = record
+    return FOLDED

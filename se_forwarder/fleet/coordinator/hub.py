@@ -11,7 +11,9 @@ and handed on as a ``Batch``.
 
 ``HubPublisher`` publishes decisions as structured-mode CloudEvents (``application/cloudevents+json``,
 the form AMQP and Kafka consumers read alike) in as few ``send_batch`` calls as fit, with a timeout:
-the lease margin counts on a publish that either lands within it or fails (blobs.py).
+the lease margin counts on a publish that either lands within it or fails (blobs.py). They all
+carry one partition key (the coordinator's source), so they land in one partition in the order
+they were made, and every instance reads them in that order (switches.py counts on it).
 """
 
 from __future__ import annotations
@@ -196,8 +198,8 @@ def partition_ends(settings: EventHubSettings) -> dict[str, int]:
 class HubPublisher:
     """Publishes decision CloudEvents (JSON texts); one producer for the service's life."""
 
-    def __init__(self, settings: EventHubSettings) -> None:
-        self.settings = settings
+    def __init__(self, settings: EventHubSettings, partition_key: str | None = None) -> None:
+        self.settings, self.partition_key = settings, partition_key
         self._producer: Any = None
 
     def warm(self) -> None:
@@ -220,7 +222,7 @@ class HubPublisher:
         try:
             if self._producer is None:
                 self._producer = producer(self.settings)
-            batch = self._producer.create_batch()
+            batch = self._producer.create_batch(partition_key=self.partition_key)
             for text in texts:
                 data = EventData(text)
                 data.content_type = CONTENT_TYPE
@@ -228,7 +230,7 @@ class HubPublisher:
                     batch.add(data)
                 except ValueError:  # full: send what we have, start another
                     self._producer.send_batch(batch, timeout=PUBLISH_TIMEOUT)
-                    batch = self._producer.create_batch()
+                    batch = self._producer.create_batch(partition_key=self.partition_key)
                     batch.add(data)
             if len(batch):
                 self._producer.send_batch(batch, timeout=PUBLISH_TIMEOUT)

@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from . import trust
+
 if TYPE_CHECKING:
     from .service import Service
 
@@ -25,9 +27,9 @@ def values(service: Service) -> dict[str, Any]:
     skipped = dict(service.stats.skipped)
     return {
         "folded": dict(service.stats.folded),
-        "skipped": {"not-cloudevent": service.not_cloudevents, "other-coordinator": service.foreign,
-                    "malformed": service.stats.malformed, "late": service.stats.late,
-                    "other-type": sum(skipped.values())},
+        "skipped": {"not-cloudevent": service.not_cloudevents, "malformed": service.stats.malformed,
+                    "late": service.stats.late, "other-type": sum(skipped.values())},
+        "refused": {code: service.refused[code] for code in trust.REASON_CODES},
         "decisions": service.decisions_made, "published": out.published,
         "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
@@ -54,6 +56,13 @@ def render(v: dict[str, Any]) -> bytes:
             for reason, count in v["skipped"].items():
                 skipped.add_metric([reason], count)
             yield skipped
+            refused = CounterMetricFamily(PREFIX + "refused", "Hub events dropped before the fold by "
+                                          "trust.py, by reason: forged (a decision in this coordinator's "
+                                          "name that does not verify), foreign (another coordinator's).",
+                                          labels=["reason"])
+            for reason, count in v["refused"].items():
+                refused.add_metric([reason], count)
+            yield refused
             for name, help_text in (
                 ("decisions", "Decisions made by this instance."),
                 ("published", "Decisions published to the hub by this instance."),

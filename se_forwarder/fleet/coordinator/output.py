@@ -1,19 +1,22 @@
 """The way out: decisions published to the hub in order, then their approval messages sent.
 
-The service folds each decision as it makes it and hands it here (``put``). One thread publishes
-what is queued, in order, and only after a publish succeeded sends the approval messages among
+The service folds each decision as it makes it and hands it here (``put``). One thread signs
+(``Signer.decision``: this is the one place decisions are signed) and publishes what is queued,
+in order, and only after a publish succeeded sends the approval messages among
 those decisions (``approve``, not shadow): the hub always knows of an approval before any agent
 does, so an instance taking over never misses one. Before every publish and every send it asks
 ``may_act(term)``: the decision must come from the current leadership term, and the lease must
 still be comfortably held (blobs.py). When that fails with decisions still unpublished, they are
 dropped and ``on_lost`` is called: the service's fold holds decisions nobody else will ever see,
 so it rebuilds the fold from the snapshot and the hub. A publish that fails is retried (backoff
-up to 5 s) while the term lasts; a send that fails is logged and counted, and the core sends the
-approval elsewhere when no echo comes (``echo_timeout``).
+up to 5 s) while the term lasts, and so is one whose signing key cannot be read: nothing goes out
+unsigned. A send that fails is logged and counted, and the core sends the approval elsewhere when
+no echo comes (``echo_timeout``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -23,8 +26,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import ConfigError
 from ...telemetry import fields
-from .events import Decision, to_json
+from .events import Decision
 from .hub import HubPublisher, PublishError
 from .sender import Sender
 
@@ -39,7 +43,7 @@ class Outgoing:
     decision: Decision
     term: int
     trigger: float | None = None  # monotonic arrival of the hub input that led to it (latency)
-    done: Future[Any] | None = None  # resolved once published (control requests wait for it)
+    done: Future[Any] | None = None  # resolved with the signed CloudEvent once published
 
 
 @dataclass
@@ -116,14 +120,15 @@ class Output:
         term = items[0].term
         same = [i for i in items if i.term == term]
         rest = items[len(same):]
-        if not self._publish(same):
+        published = self._publish(same)
+        if published is None:
             self._drop(items)
             return
         now = time.time()
-        for item in same:
+        for item, event in zip(same, published, strict=True):
             d = item.decision
             if item.done is not None and not item.done.done():
-                item.done.set_result(d)
+                item.done.set_result(event)
             if d.kind != "approve" or d.shadow:
                 self.observe(d, "published", None)
                 continue
@@ -150,16 +155,18 @@ class Output:
         if rest:
             self._handle(rest)
 
-    def _publish(self, items: list[Outgoing]) -> bool:
-        texts = [to_json(i.decision, self.source) for i in items]
+    def _publish(self, items: list[Outgoing]) -> list[dict[str, Any]] | None:
+        """The signed CloudEvents, once published; None when this instance stopped leading."""
+        events: list[dict[str, Any]] = []
         term = items[0].term
         for attempt in range(1_000_000):
             if not self.may_act(term):
-                return False
+                return None
             began = time.monotonic()
             try:
-                self.publisher.publish(texts)
-            except PublishError as exc:
+                events = events or [self.sender.signer.decision(i.decision) for i in items]
+                self.publisher.publish([json.dumps(e, separators=(",", ":")) for e in events])
+            except (PublishError, ConfigError) as exc:
                 self.stats.publish_failures += 1
                 self.stats.last_publish_error = str(exc)
                 if self.stats.failing_since is None:
@@ -167,11 +174,11 @@ class Output:
                 log.error("%s; retrying", exc)
                 time.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
                 continue
-            self.stats.published += len(texts)
+            self.stats.published += len(events)
             self.stats.failing_since = None
-            log.debug("published %d decision(s) in %.3f s", len(texts), time.monotonic() - began)
-            return True
-        return False
+            log.debug("published %d decision(s) in %.3f s", len(events), time.monotonic() - began)
+            return events
+        return None
 
     def _drop(self, items: list[Outgoing]) -> None:
         self.stats.dropped += len(items)

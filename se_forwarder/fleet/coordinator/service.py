@@ -8,10 +8,11 @@ to the output (output.py), which publishes it and then sends its approval messag
 it prunes; while leading, every ``snapshot_interval`` and at a clean stop it saves the fold with
 the positions it covers (blobs.py), when nothing is waiting to be published.
 
-Input rules: agent CloudEvents and this coordinator's own decisions (``source`` =
-``urn:se-forwarder:coordinator:<name>``) are folded; decisions of another coordinator name and
-anything else are counted and skipped (so a shadow coordinator under its own name can watch the
-same hub as a live one).
+Input rules: every event read from the hub passes trust.py first (``_fold``): agent CloudEvents,
+and this coordinator's own decisions when signed by a trusted key, are folded; decisions of
+another coordinator name (``foreign``: a shadow coordinator under its own name can watch the same
+hub as a live one) and forgeries (``forged``) are counted by reason and dropped. The decisions
+this instance makes are folded as it makes them, before they are signed and published (output.py).
 
 A standby folds the same input and makes no decision. Control requests that change something are
 refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
@@ -27,16 +28,19 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from ...approvals import signing
 from ...errors import SeForwarderError, StateError
-from . import access
+from . import access, trust
 from .blobs import Lease, Snapshots
+from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, to_dict
-from .fold import DECISION_PREFIX, FoldStats, fold_event
+from .fold import FOLDED, FoldStats, fold_event
 from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
 from .leader import Leadership
 from .output import Outgoing, Output
@@ -69,8 +73,9 @@ class Service:
         self.source = settings.source
         self.state, self.stats = FleetState(), FoldStats()
         self.positions: dict[str, Position] = {}
-        self.foreign = 0  # decisions of another coordinator name
+        self.refused: Counter[str] = Counter()  # trust.py's reason code -> events dropped
         self.not_cloudevents = 0
+        self._forged_said = 0.0  # monotonic: when the next forged decision may be logged
         self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.evaluation: Evaluation | None = None
@@ -80,17 +85,22 @@ class Service:
         self._rebuild_term: int | None = None
         self._rebuilt_terms: set[int] = set()
         self.started = time.monotonic()
+        trusted = signing.parse_public_keys("\n".join(settings.coordinator_keys), "trust.coordinator_keys") \
+            if settings.coordinator_keys else []
+        self.signer = Signer(settings.key_file, self.source, trusted)
+        self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         container = access.container(settings.storage)
         self.container = container
-        self.snapshots = Snapshots(container, settings.name, self._hub_label())
+        self.snapshots = Snapshots(container, settings.name, self._hub_label(), self.signer.key,
+                                   self.signer.verify_keys)
         api = settings.api.advertise or settings.api.url
         self.leadership = Leadership(
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             lambda: partition_ends(settings.eventhub))
-        self.sender = Sender(access.Queues(settings.queues), Signer(settings.key_file, self.source),
-                             settings.queues.template, settings.queues.message_ttl)
-        self.output = Output(HubPublisher(settings.eventhub), self.sender, self.source,
-                             self.leadership.may_act, self._lost)
+        self.sender = Sender(access.Queues(settings.queues), self.signer, settings.queues.template,
+                             settings.queues.message_ttl)
+        self.output = Output(HubPublisher(settings.eventhub, partition_key=self.source), self.sender,
+                             self.source, self.leadership.may_act, self._lost)
         self.reader: HubReader | None = None
         self.last_snapshot: tuple[float, int] | None = None  # (time, bytes)
 
@@ -149,20 +159,24 @@ class Service:
 
     def _load(self) -> None:
         """The fold from the last snapshot (or empty), and the hub read on from its positions."""
+        refused = False
         try:
             found = self.snapshots.load()
-        except StateError as exc:
+            restored = restore(found.state) if found is not None else None
+        except StateError as exc:  # one line: what is wrong with it, and what happens instead
             log.error("%s; reading the hub from the start of its retention instead", exc)
-            found = None
-        if found is not None:
-            self.state = restore(found.state)
+            found = restored = None
+            refused = True
+        if found is not None and restored is not None:
+            self.state = restored
             self.positions = dict(found.positions)
             log.info("fold restored from the snapshot written by %s at %s; reading on from %s",
                      found.instance, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(found.written_at)),
                      ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(self.positions.items())) or "-")
         else:
             self.state, self.positions = FleetState(), {}
-            log.info("no snapshot: reading the hub from the start of its retention")
+            if not refused:
+                log.info("no snapshot: reading the hub from the start of its retention")
         self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put)
         self.reader.start()
 
@@ -210,14 +224,21 @@ class Service:
                 return
 
     def _fold(self, batch: Batch) -> None:
+        keys = self.signer.verify_keys()
         for event, position in batch.events:
             if event is None:
                 self.not_cloudevents += 1
-            elif (str(event.get("type", "")).startswith(DECISION_PREFIX)
-                  and event.get("source") != self.source):
-                self.foreign += 1
             else:
-                fold_event(self.state, event, self.stats)
+                verdict = trust.check(event, source=self.source, keys=keys)
+                if verdict.trusted:
+                    fold_event(self.state, event, self.stats)
+                else:
+                    self.refused[verdict.code or ""] += 1
+                    if verdict.code == trust.FORGED and time.monotonic() >= self._forged_said:
+                        self._forged_said = time.monotonic() + 60  # one line a minute at most
+                        log.warning("dropped a forged decision (%d so far), %s %s: %s",
+                                    self.refused[trust.FORGED], str(event.get("type"))[:80],
+                                    str(event.get("id"))[:120], verdict.detail)
             self.positions[batch.partition] = position
         self.last_input = batch.arrived
         self._dirty = True
@@ -240,12 +261,25 @@ class Service:
             self._publish(decision, term.number, trigger)
 
     def _publish(self, decision: Decision, term: int, trigger: float | None = None,
-                 done: Future[Any] | None = None) -> None:
-        fold_event(self.state, to_dict(decision, self.source))
+                 done: Future[Any] | None = None) -> str:
+        """Fold ``decision``, then hand it to the output; the fold's outcome (published only when
+        ``folded``: what would not fold here would not fold anywhere)."""
+        outcome = fold_event(self.state, to_dict(decision, self.source))
+        extra = {"event_id": decision.event_id, "reason": decision.code}
+        if outcome != FOLDED:
+            log.error("%s %s not published: it does not fold (%s)", decision.kind, decision.id[:200],
+                      outcome, extra=extra)
+            return outcome
         self.decisions_made += 1
-        log.info("%s %s: %s", decision.kind, decision.subject, decision.reason,
-                 extra={"event_id": decision.event_id, "reason": decision.code})
+        over = [f"{u.scope} {u.with_event}/{u.max}" for u in decision.budgets if not u.fits]
+        if decision.kind == "approve" and (over or decision.code == OVERRIDE):
+            log.warning("%s %s OVERRIDES budgets (%s) on the word of %s: %s", decision.kind,
+                        decision.subject, ", ".join(over) or "not counted", decision.actor,
+                        decision.reason, extra=extra)
+        else:
+            log.info("%s %s: %s", decision.kind, decision.subject, decision.reason, extra=extra)
         self.output.put(Outgoing(decision, term, trigger, done))
+        return outcome
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -296,7 +330,10 @@ class Service:
         assert term is not None
         decision = make(self.state, time.time())
         published: Future[Any] = Future()
-        self._publish(decision, term.number, None, published)
+        outcome = self._publish(decision, term.number, None, published)
+        if outcome != FOLDED:
+            raise ControlRefused("not-folded", f"the {decision.kind} of {decision.subject[:100]} would not "
+                                 f"fold ({outcome}), so it was not published and nothing changed")
         return published
 
     def status(self, all_scopes: bool = False, decisions: int = 50) -> dict[str, Any]:
@@ -322,6 +359,7 @@ class Service:
                        else {"instance": holder.instance, "api": holder.api} if holder else None),
             "positions": {p: pos.sequence for p, pos in sorted(self.positions.items())},
             "folded": sum(self.stats.folded.values()),
-            "skipped": sum(self.stats.skipped.values()) + self.not_cloudevents + self.foreign,
+            "skipped": sum(self.stats.skipped.values()) + self.not_cloudevents,
+            "refused": {code: self.refused[code] for code in trust.REASON_CODES},
             "decisionsMade": self.decisions_made,
         }

@@ -33,6 +33,12 @@ module reads the others and rejects any other top-level key::
     [signing]
     key_file = "/etc/se-forwarder/coordinator-signing.key"   # the Ed25519 private key ('fleet keygen')
 
+    [trust]                              # decisions are folded only when signed by a trusted key:
+                                         # key_file's own, and these public keys (base64 or PEM)
+    coordinator_keys = []                # e.g. the previous key while rotating, a standby's key
+    coordinator_keys_file = ""           # ... one per line (# comments), and/or
+    coordinator_keys_env = ""            # ... an environment variable (comma or space separated)
+
     [api]
     listen = "127.0.0.1:8470"            # the control API, /metrics and /healthz
     token_file = "/etc/se-forwarder/coordinator-api.token"   # the bearer token of the control API
@@ -50,6 +56,7 @@ Secrets come only from environment variables and files, never from this file.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -57,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...approvals import signing
 from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
@@ -67,7 +75,8 @@ from .web.settings import WebSettings, load_web
 CREDENTIALS = ("managed-identity", "default", "connection-string")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "api", "telemetry", "web", "notify")
+SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "web",
+            "notify")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -138,6 +147,7 @@ class ServiceSettings:
     source_file: str = field(default="", compare=False)
     web: WebSettings | None = None
     notify: tuple[NotifySettings, ...] = ()
+    coordinator_keys: tuple[str, ...] = ()  # [trust]: more public keys whose decisions are folded
 
     @property
     def source(self) -> str:
@@ -160,7 +170,7 @@ def load(path: str | Path) -> ServiceSettings:
     return ServiceSettings(**{**settings.__dict__, "source_file": str(path)})
 
 
-def from_dict(raw: Mapping[str, Any]) -> ServiceSettings:
+def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> ServiceSettings:
     for key in raw:
         if key not in SECTIONS and key not in POLICY_SECTIONS:
             raise ConfigError(f"unknown section or key {key!r} (known: "
@@ -185,6 +195,7 @@ def from_dict(raw: Mapping[str, Any]) -> ServiceSettings:
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
+        coordinator_keys=_trust(_table(raw, "trust"), os.environ if environ is None else environ),
     )
 
 
@@ -296,3 +307,30 @@ def _api(t: dict[str, Any]) -> ApiSettings:
     if advertise and not re.match(r"^https?://[^/\s]+\Z", advertise):
         raise ConfigError(f"api.advertise: {advertise!r} is not a base URL like http://10.0.0.5:8470")
     return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise)
+
+
+def _trust(t: dict[str, Any], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """``[trust] coordinator_keys``: the public keys (base64 of the raw 32 bytes) read from the list,
+    the file and the variable given, checked now; () when none is given."""
+    no_unknown(t, "trust", ("coordinator_keys", "coordinator_keys_file", "coordinator_keys_env"))
+    listed = t.get("coordinator_keys", [])
+    if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
+        raise ConfigError("trust.coordinator_keys: must be a list of public keys (base64 or PEM)")
+    texts = [("trust.coordinator_keys", "\n".join(listed))] if listed else []
+    if t.get("coordinator_keys_file"):
+        file = _path(t["coordinator_keys_file"], "trust.coordinator_keys_file")
+        try:
+            texts.append((f"trust.coordinator_keys_file {file}", Path(file).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+            raise ConfigError(f"trust.coordinator_keys_file: {file} cannot be read ({why})") from None
+    env = as_str(t.get("coordinator_keys_env", ""), "trust.coordinator_keys_env").strip()
+    if env:
+        if not _ENV.match(env):
+            raise ConfigError(f"trust.coordinator_keys_env: {env[:60]!r} is not an environment variable name")
+        if not environ.get(env, "").strip():
+            raise ConfigError(f"trust.coordinator_keys_env: the environment variable {env} is not set "
+                              "or empty")
+        texts.append((f"trust.coordinator_keys_env ({env})", environ[env]))
+    keys = [key for where, text in texts for key in signing.parse_public_keys(text, where)]
+    return tuple(dict.fromkeys(signing.public_key_line(k) for k in keys))

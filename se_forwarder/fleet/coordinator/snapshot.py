@@ -125,7 +125,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
             state.groups.union(members[0], other)
     state.gone = {str(k): float(v) for k, v in data["gone"].items()}
     for ident, kind, moment, payload in data["decisions"]:
-        if fold._decision(state, DecisionRecord(str(ident), str(kind), float(moment), dict(payload))) \
-                != fold.FOLDED:
+        decision = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
+        if fold._decision(state, decision, chained=False) != fold.FOLDED:
             raise ValueError(f"decision {str(ident)[:80]} does not fold")
     return state

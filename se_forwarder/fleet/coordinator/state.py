@@ -156,7 +156,7 @@ class EventRecord:
 
 @dataclass(slots=True)
 class Switch:
-    """The latest pause/resume of a scope, or hold/release of an event (greatest sequence wins)."""
+    """The current pause/resume of a scope, or hold/release of an event (switches.py: in sequence)."""
 
     on: bool  # paused / held
     record: DecisionRecord

@@ -1,0 +1,58 @@
+"""``[trust] coordinator_keys``: more public keys whose decisions and snapshots the coordinator takes
+(a previous key while rotating, a standby's), as a list, a file and/or an environment variable,
+base64 or PEM like the agents' verify keys; anything else is one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from se_forwarder.approvals import signing
+from se_forwarder.errors import ConfigError
+from se_forwarder.fleet.coordinator.service_config import from_dict
+
+BASE = {"signing": {"key_file": "/k"},
+        "eventhub": {"fully_qualified_namespace": "ns.servicebus.windows.net"},
+        "storage": {"account_url": "https://a.blob.core.windows.net"},
+        "queues": {"account_url": "https://a.queue.core.windows.net"},
+        "api": {"token_file": "/t"}}
+ONE, TWO, THREE = (signing.generate_private_key() for _ in range(3))
+
+
+def pem(key) -> str:
+    return key.public_key().public_bytes(serialization.Encoding.PEM,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def trust(section: dict, env: dict | None = None) -> tuple[str, ...]:
+    return from_dict({**BASE, "trust": section}, environ=env or {}).coordinator_keys
+
+
+def test_no_trust_section_trusts_only_the_signing_key():
+    assert from_dict(BASE, environ={}).coordinator_keys == ()
+
+
+def test_keys_come_from_the_list_the_file_and_the_variable_together(tmp_path: Path):
+    file = tmp_path / "coordinator-keys"
+    file.write_text(f"# the standby\n{pem(TWO)}")
+    keys = trust({"coordinator_keys": [signing.public_key_line(ONE)], "coordinator_keys_file": str(file),
+                  "coordinator_keys_env": "OLD_KEYS"}, {"OLD_KEYS": signing.public_key_line(THREE)})
+    assert keys == tuple(signing.public_key_line(k) for k in (ONE, TWO, THREE))
+
+
+@pytest.mark.parametrize(("section", "env", "says"), [
+    ({"coordinator_keys": ["bm90IGEga2V5"]}, {}, "trust.coordinator_keys: key #1 is 9 bytes"),
+    ({"coordinator_keys": "AAAA"}, {}, "trust.coordinator_keys: must be a list"),
+    ({"coordinator_keys_file": "/nonexistent/keys"}, {}, "trust.coordinator_keys_file: /nonexistent/keys "
+                                                         "cannot be read"),
+    ({"coordinator_keys_env": "MISSING"}, {}, "the environment variable MISSING is not set"),
+    ({"coordinator_keys_env": "KEYS"}, {"KEYS": signing.private_key_pem(ONE).decode()},
+     "holds a PRIVATE key"),
+    ({"coordinator_key": []}, {}, "coordinator_key"),
+])
+def test_a_bad_trust_entry_is_one_line_naming_it(section, env, says):
+    with pytest.raises(ConfigError) as refused:
+        trust(section, env)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
