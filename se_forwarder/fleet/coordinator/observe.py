@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .limits import CAPS
+
 if TYPE_CHECKING:
     from .service import Service
 
@@ -27,7 +29,8 @@ def values(service: Service) -> dict[str, Any]:
         "folded": dict(service.stats.folded),
         "skipped": {"not-cloudevent": service.not_cloudevents, "other-coordinator": service.foreign,
                     "malformed": service.stats.malformed, "late": service.stats.late,
-                    "other-type": sum(skipped.values())},
+                    "other-type": sum(skipped.values()), "capped": service.stats.dropped},
+        "capped": {reason: service.stats.capped.get(reason, 0) for reason in CAPS},
         "decisions": service.decisions_made, "published": out.published,
         "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
@@ -54,6 +57,12 @@ def render(v: dict[str, Any]) -> bytes:
             for reason, count in v["skipped"].items():
                 skipped.add_metric([reason], count)
             yield skipped
+            capped = CounterMetricFamily(PREFIX + "capped", "What the fold dropped of agents' reports by "
+                                         "a [limits] cap or rule (whole reports and parts), by why.",
+                                         labels=["reason"])
+            for reason, count in v["capped"].items():
+                capped.add_metric([reason], count)
+            yield capped
             for name, help_text in (
                 ("decisions", "Decisions made by this instance."),
                 ("published", "Decisions published to the hub by this instance."),

@@ -217,7 +217,7 @@ class Service:
                   and event.get("source") != self.source):
                 self.foreign += 1
             else:
-                fold_event(self.state, event, self.stats)
+                fold_event(self.state, event, self.stats, self.settings.limits, position.enqueued)
             self.positions[batch.partition] = position
         self.last_input = batch.arrived
         self._dirty = True

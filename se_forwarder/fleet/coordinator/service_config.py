@@ -42,6 +42,7 @@ module reads the others and rejects any other top-level key::
     log_format = "auto"                  # auto | json | text
     log_level = "info"
 
+    [limits]                             # optional: how much of the fold one VM may take (limits.py)
     [web]                                # optional: the fleet page's own listener (web/settings.py)
     [[notify]]                           # optional, repeatable: Teams/Slack messages (notifier.py)
 
@@ -60,6 +61,7 @@ from typing import Any
 from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
+from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notifier import NotifySettings, load_notify
 from .settings import POLICY_SECTIONS, Policy, load_policy, parse_duration
 from .web.settings import WebSettings, load_web
@@ -67,7 +69,8 @@ from .web.settings import WebSettings, load_web
 CREDENTIALS = ("managed-identity", "default", "connection-string")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "api", "telemetry", "web", "notify")
+SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "api", "telemetry", "limits", "web",
+            "notify")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -138,6 +141,7 @@ class ServiceSettings:
     source_file: str = field(default="", compare=False)
     web: WebSettings | None = None
     notify: tuple[NotifySettings, ...] = ()
+    limits: Limits = DEFAULT_LIMITS
 
     @property
     def source(self) -> str:
@@ -185,6 +189,7 @@ def from_dict(raw: Mapping[str, Any]) -> ServiceSettings:
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
+        limits=load_limits(raw.get("limits")),
     )
 
 
