@@ -13,6 +13,7 @@ from typing import Any
 import requests
 
 from ...errors import ConfigError, SeForwarderError
+from ...printable import strip_tree
 from .api import read_tokens
 
 TIMEOUT = 20.0
@@ -68,9 +69,10 @@ class Client:
         return result
 
 
-def render_status(s: dict[str, Any]) -> str:
+def render_status(status: dict[str, Any]) -> str:
     """``coordinator status`` for people: who leads, scopes with budget use, what waits and why, and
-    the VMs not watched."""
+    the VMs not watched. Names and reasons come from VMs: their control characters are stripped."""
+    s: dict[str, Any] = strip_tree(status)
     svc = s.get("service", {})
     leader = svc.get("leader") or {}
     lines = [f"coordinator {svc.get('name')}: this instance {svc.get('instance')} is {svc.get('role')}"
