@@ -53,8 +53,9 @@ def run(config: str | None) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     from ..fleet.coordinator.access import check_connection_strings
     from ..fleet.coordinator.addons import start_addons
-    from ..fleet.coordinator.api import ApiServer, read_tokens
+    from ..fleet.coordinator.api import ApiServer
     from ..fleet.coordinator.service import Service
+    from ..fleet.coordinator.tokens import read_tokens
     from ..sinks.azure_common import quiet_sdk_logs
     from ..telemetry import setup_logging
 
@@ -138,9 +139,7 @@ reason_option = click.option("--reason", required=True, help="Why (kept in the a
 
 def _act(kind: str, config: str | None, url: str | None, token_file: str | None,
          body: dict[str, Any]) -> None:
-    from ..fleet.coordinator.client import actor
-
-    result = _client(config, url, token_file).act(kind, {**body, "actor": actor()})
+    result = _client(config, url, token_file).act(kind, body)
     d = result.get("decision", {})
     data = d.get("data", {})
     target = data.get("Target") or {}

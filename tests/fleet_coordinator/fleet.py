@@ -138,6 +138,7 @@ class Fleet:
         self.key_file = base / "signing.key"  # the coordinator's Ed25519 private key
         key = signing.generate_private_key()
         self.key_file.write_bytes(signing.private_key_pem(key))
+        self.key_file.chmod(0o600)
         self.public_key_file = base / "signing.pub"  # what the agents verify with
         self.public_key_file.write_text(signing.public_key_line(key) + "\n")
         self.token_file = base / "api.token"

@@ -1,20 +1,20 @@
 """The control commands' side of the API: requests to a running coordinator, and ``status`` as text.
 
 The base URL and the token come from ``coordinator.toml`` (``[api] listen`` or ``advertise``, and
-``token_file``), or from ``--url`` and ``--token-file``. The token is only ever read from a file.
+``token_file``), or from ``--url`` and ``--token-file``. The token is only ever read from a file (the
+first entry of a token table, tokens.py), and the coordinator records each action under that
+token's name in its own table.
 """
 
 from __future__ import annotations
 
-import getpass
-import socket
 from typing import Any
 
 import requests
 
 from ...errors import ConfigError, SeForwarderError
 from ...printable import strip_tree
-from .api import read_tokens
+from .tokens import read_tokens
 
 TIMEOUT = 20.0
 
@@ -23,19 +23,10 @@ class Refused(SeForwarderError):
     """The coordinator answered with an error; the message is its one line."""
 
 
-def actor() -> str:
-    """Who acts, as the audit records it: ``person:<login>@<host>``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"person:{user}@{socket.gethostname() or 'localhost'}"
-
-
 class Client:
     def __init__(self, base_url: str, token_file: str) -> None:
         self.base = base_url.rstrip("/")
-        self.token = read_tokens(token_file)[0]
+        self.token = read_tokens(token_file).first
         self.http = requests.Session()
         self.http.trust_env = False  # the API is local or on the private network: no proxy
 

@@ -35,8 +35,10 @@ module reads the others and rejects any other top-level key::
 
     [api]
     listen = "127.0.0.1:8470"            # the control API, /metrics and /healthz
-    token_file = "/etc/se-forwarder/coordinator-api.token"   # the bearer token of the control API
+    token_file = "/etc/se-forwarder/coordinator-api.token"   # the API's token table (tokens.py)
     advertise = ""                       # the URL a standby names as the leader's (default http://<listen>)
+    allowed_hosts = []                   # host names the API and page answer to, besides localhost and
+                                         # IP addresses (api.py: no DNS rebinding)
 
     [telemetry]
     log_format = "auto"                  # auto | json | text
@@ -77,6 +79,7 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]\Z")
 _CONSUMER_GROUP = re.compile(r"^(\$Default|[A-Za-z0-9][A-Za-z0-9._-]{0,49})\Z")
 _ACCESS = ("credential", "client_id", "connection_string_env", "connection_string_file")
+_HOST = re.compile(r"^(?=.{1,253}\Z)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\Z")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class ApiSettings:
     port: int
     token_file: str
     advertise: str
+    allowed_hosts: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -288,7 +292,7 @@ def _queues(t: dict[str, Any]) -> QueueSettings:
 
 
 def _api(t: dict[str, Any]) -> ApiSettings:
-    no_unknown(t, "api", ("listen", "token_file", "advertise"))
+    no_unknown(t, "api", ("listen", "token_file", "advertise", "allowed_hosts"))
     listen = as_str(t.get("listen", DEFAULT_LISTEN), "api.listen").strip()
     host, sep, port_text = listen.rpartition(":")
     host = host.strip("[]")
@@ -300,4 +304,19 @@ def _api(t: dict[str, Any]) -> ApiSettings:
     advertise = as_str(t.get("advertise", ""), "api.advertise").strip().rstrip("/")
     if advertise and not re.match(r"^https?://[^/\s]+\Z", advertise):
         raise ConfigError(f"api.advertise: {advertise!r} is not a base URL like http://10.0.0.5:8470")
-    return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise)
+    return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise,
+                       _host_names(t.get("allowed_hosts", []), advertise))
+
+
+def _host_names(value: Any, advertise: str) -> tuple[str, ...]:
+    """``[api] allowed_hosts`` (DNS names, no ports), with the host of ``advertise`` when it is a name."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("api.allowed_hosts: must be a list of host names, e.g. [\"coordinator.internal\"]")
+    names = [v.strip().lower().rstrip(".") for v in value]
+    for name in names:
+        if not _HOST.match(name):
+            raise ConfigError(f"api.allowed_hosts: {name!r} is not a host name (no scheme, port or path)")
+    shown = advertise.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]").lower() if advertise else ""
+    if shown and _HOST.match(shown):
+        names.append(shown)
+    return tuple(dict.fromkeys(names))
