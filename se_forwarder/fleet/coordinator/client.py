@@ -107,6 +107,10 @@ def render_status(status: dict[str, Any]) -> str:
         lines += ["", "STARTED"]
         lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
                   f"{', '.join(x.get('affected') or [])}" for x in started]
+    conflicts = s.get("queueConflicts") or []
+    if conflicts:
+        lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
+        lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
     lines += ["", "VMS NOT WATCHED (no heartbeat within heartbeat_timeout)"]
     unwatched = s.get("unwatched", [])
     for u in unwatched:

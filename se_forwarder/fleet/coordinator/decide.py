@@ -22,8 +22,10 @@ For each event not yet approved, in this order (the first that fails is the verd
 ``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
 ``budget``         a budgeted scope would exceed its limit with every affected VM counted
                    (VMs already unavailable counted once; approvals earlier in this pass count)
-``fits``           all passed: **approve**, to one watched affected VM (the first by name among
-                   those that reported the event Scheduled, else among the others)
+``queue-conflict`` no affected VM can be sent the approval: each one's queue is another VM's too
+``fits``           all passed: **approve**, to one watched affected VM whose queue no other VM
+                   shares (the first by name among those that reported the event Scheduled,
+                   else among the others)
 =================  ==============================================================================
 
 A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision only
@@ -138,9 +140,10 @@ class DecisionPass:
                 self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
 
     def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
-        """Watched affected VMs, those that reported the event Scheduled first, then by name."""
+        """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
+        reported the event Scheduled first, then by name."""
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.watched(vm)),
+        return sorted((vm for vm in vms if self.watched(vm) and vm not in self.idx.shared_queue),
                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
@@ -248,6 +251,10 @@ class DecisionPass:
                 return ("budget", f"{use.scope} would have {use.with_event} unavailable, max {use.max}",
                         use.scope)
         if not self.targets(record, res.vms):
+            shared = [self.state.vms[v].name for v in res.vms if v in self.idx.shared_queue]
+            if shared:
+                return ("queue-conflict", f"the approval queue of {', '.join(shared)} is another VM's "
+                        "too: no affected VM to send the approval to", None)
             return ("not-watched", "no affected VM is watched", None)
         tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
         detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .limits import CAPS
+from .scopes import index
 
 if TYPE_CHECKING:
     from .service import Service
@@ -35,6 +36,7 @@ def values(service: Service) -> dict[str, Any]:
         "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
         "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
+        "queue_conflicts": len(index(state, service.policy).shared_queue),
         "latencies": list(out.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
     }
@@ -77,6 +79,7 @@ def render(v: dict[str, Any]) -> bytes:
                 ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
                 ("vms", "VMs in the fold."),
                 ("open_events", "Events not completed or canceled."),
+                ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
             if v["last_input_age"] is not None:

@@ -40,6 +40,7 @@ from .fold import DECISION_PREFIX, FoldStats, fold_event
 from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
 from .leader import Leadership
 from .output import Outgoing, Output
+from .queues import QueueConflictLog
 from .retention import prune
 from .sender import Sender, Signer
 from .service_config import ServiceSettings
@@ -93,6 +94,7 @@ class Service:
                              self.leadership.may_act, self._lost)
         self.reader: HubReader | None = None
         self.last_snapshot: tuple[float, int] | None = None  # (time, bytes)
+        self.queue_conflicts = QueueConflictLog()
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -236,6 +238,8 @@ class Service:
         trigger = self.last_input if self._dirty else None
         self._dirty = False
         self.evaluation = result = evaluate(self.state, self.policy, now)
+        for line in self.queue_conflicts.news(self.state, result.index):
+            log.warning("%s", line)
         for decision in result.decisions:
             self._publish(decision, term.number, trigger)
 

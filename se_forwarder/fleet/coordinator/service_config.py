@@ -56,7 +56,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +185,12 @@ def from_dict(raw: Mapping[str, Any]) -> ServiceSettings:
     if not signing.get("key_file"):
         raise ConfigError("signing.key_file: missing (the key that signs approval messages; "
                           "make one with 'se-forwarder fleet keygen --out FILE')")
+    queues = _queues(_table(raw, "queues"))
     return ServiceSettings(
         name=name, instance=instance, eventhub=_eventhub(_table(raw, "eventhub")),
-        storage=_storage(_table(raw, "storage")), queues=_queues(_table(raw, "queues")),
+        storage=_storage(_table(raw, "storage")), queues=queues,
         key_file=_path(signing["key_file"], "signing.key_file"), api=_api(_table(raw, "api")),
-        policy=load_policy(raw),
+        policy=replace(load_policy(raw), queue_template=queues.template),
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
