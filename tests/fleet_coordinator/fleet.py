@@ -145,12 +145,13 @@ class Fleet:
         self.token_file.write_text("test-token-" + os.urandom(12).hex() + "\n")
         self.token_file.chmod(0o600)
 
-    def start(self) -> Fleet:
+    def start(self, vms: list[str] | None = None) -> Fleet:
+        """Everything, with an agent on each VM of ``vms`` (default: every VM of the topology)."""
         self.broker.start()
         self.blob.start()
         self.queue.start()
         self.server.start()
-        for name in TOPOLOGY.vm_names:
+        for name in TOPOLOGY.vm_names if vms is None else vms:
             self.start_agent(name)
         return self
 
