@@ -67,8 +67,10 @@ def test_any_text_renders_as_itself_and_never_as_markup(text: str) -> None:
 
 
 def test_a_vm_named_like_a_link_is_no_link_in_a_slack_message() -> None:
-    body = render("slack", agent_event("scheduled", machine=vm(name=f"{LINK} {SLACK_LINK} <!channel>")), NOW)
+    name = f"{LINK} {SLACK_LINK} <!channel>\r\nfake line"
+    body = render("slack", agent_event("scheduled", machine=vm(name=name)), NOW)
     assert body is not None and not slack_problems(body)
+    assert "\n" not in body["blocks"][0]["text"]["text"] and "\n" not in body["text"]
     text = str(body)
     assert "<https://" not in text and "<!channel>" not in text
     assert "&lt;https://evil.example/approve|Re-approve&gt;" in text
