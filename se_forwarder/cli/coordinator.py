@@ -114,8 +114,9 @@ def _client(config: str | None, url: str | None, token_file: str | None) -> Any:
 
 def _api_options(func: F) -> F:
     func = click.option("--token-file", type=click.Path(dir_okay=False),
-                        help="File holding the API's bearer token (default: the config's "
-                             "api.token_file).")(func)
+                        help="File whose first entry is your API token; the coordinator records "
+                             "your actions under its name in its token table (default: the "
+                             "config's api.token_file).")(func)
     func = click.option("--url", help="The coordinator's API (default: from the config's [api]).")(func)
     return config_option(func)  # type: ignore[no-any-return]
 
