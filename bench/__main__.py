@@ -60,6 +60,9 @@ BENCHMARKS = (
               module="bench.fleet_fanin"),
     Benchmark("coordinator_fold", "coordinator core at 10,000 VMs: fold rate, decision pass, snapshot, RSS",
               commands=(("bench/coordinator_fold.py",),)),
+    Benchmark("coordinator_flood", "coordinator core at 10,000 VMs with and without a flood from one VM "
+              "(issue 22): RSS and decision pass p99 side by side",
+              commands=(("bench/coordinator_flood.py",),)),
     Benchmark("coordinator_e2e", "coordinator service, 10,000 VMs through the broker: ingest, "
               "hub -> queue latency, RSS", commands=(("bench/coordinator_e2e.py",),)),
     Benchmark("fleet_page", "the fleet page at 1,000 and 10,000 VMs: document size, build time, "

@@ -21,7 +21,8 @@ import resource
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,8 +44,10 @@ from se_forwarder.fleet.coordinator import (  # noqa: E402
 )
 from se_forwarder.fleet.coordinator.blobs import signed_json  # noqa: E402
 from se_forwarder.fleet.coordinator.events import Decision, signed  # noqa: E402
+from se_forwarder.fleet.coordinator.limits import Limits  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()
+T_BURST = T0 + 180
 SUB = "11111111-2222-3333-4444-555555555555"
 SOURCE = "urn:se-forwarder:coordinator:bench"
 POLICY = load_policy({
@@ -116,18 +119,23 @@ def transition(state: str, v: dict, event_id: str, names: list[str], t: float, n
     })
 
 
+# The whole fleet joins in its first minute here (as if restored from a snapshot); on a hub, a real
+# fleet's history spreads over hours, which the default limits admit (1,000 new VMs a minute).
+LIMITS = Limits(new_vms_per_minute=1_000_000)
+
+
 class Folder:
-    def __init__(self) -> None:
-        self.state, self.stats = FleetState(), FoldStats()
+    def __init__(self, limits: Limits = LIMITS) -> None:
+        self.state, self.stats, self.limits = FleetState(), FoldStats(), limits
         self.fold_seconds = self.parse_seconds = 0.0
         self.count = 0
 
-    def feed(self, texts: Iterator[str]) -> None:
+    def feed(self, texts: Iterator[str], received: float | None = None) -> None:
         for text in texts:
             began = time.perf_counter()
             json.loads(text)
             middle = time.perf_counter()
-            fold_json(self.state, text, self.stats)
+            fold_json(self.state, text, self.stats, self.limits, received)
             self.fold_seconds += time.perf_counter() - middle
             self.parse_seconds += middle - began
             self.count += 1
@@ -138,61 +146,61 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vms", type=int, default=10_000)
-    parser.add_argument("--events", type=int, default=1_000, help="platform events in the burst")
-    args = parser.parse_args()
-    proc = psutil.Process()
-    gc.collect()
-    rss_start = proc.memory_info().rss / 1e6
-    groups = fleet(args.vms)
-    vms = [v for g in groups for v in g]
-    folder = Folder()
-    rows: list[tuple[str, str]] = []
+Event = tuple[str, list[dict], list[str], float]  # EventId, the VMs that see it, affected names, NotBefore
 
-    # 1. three minutes of heartbeats from every VM
-    start, n0 = folder.fold_seconds, folder.count
-    for minute in range(3):
+
+def heartbeat_minutes(folder: Folder, vms: list[dict], minutes: int = 3,
+                      between: Callable[[int], None] | None = None) -> None:
+    """``minutes`` minutes of heartbeats from every VM; ``between(minute)`` after each."""
+    for minute in range(minutes):
         folder.feed(heartbeat(v, T0 + minute * 60 + i % 60, []) for i, v in enumerate(vms))
-    hb = folder.count - n0
-    rows.append(("heartbeats folded", f"{hb:,} in {folder.fold_seconds - start:.2f} s = "
-                 f"{hb / (folder.fold_seconds - start):,.0f} events/s"))
+        if between is not None:
+            between(minute)
 
-    # 2. a burst: one platform event per group, reported by every VM of the group, heartbeats going on
-    t_burst = T0 + 180
-    events: list[tuple[str, list[dict], list[str], float]] = []
-    for e in range(args.events):
+
+def burst_events(groups: list[list[dict]], count: int) -> list[Event]:
+    """One platform event per group in turn (one VM each), due 10 to 58 minutes after the burst."""
+    events: list[Event] = []
+    for e in range(count):
         members = groups[e % len(groups)]
         affected = [members[(e // len(groups)) % len(members)]]
-        events.append((f"EV-{e:05d}", members, [a["name"] for a in affected], t_burst + 600 + (e % 97) * 30))
+        events.append((f"EV-{e:05d}", members, [a["name"] for a in affected], T_BURST + 600 + (e % 97) * 30))
+    return events
 
-    def burst() -> Iterator[str]:
-        beat = 0
-        for k, (event_id, members, names, nb) in enumerate(events):
-            for v in members:
-                yield transition("scheduled", v, event_id, names, t_burst + k * 0.001, nb)
-            for _ in range(len(members) // 12 + 1):  # about 170 heartbeats a second alongside
-                v = vms[beat % len(vms)]
-                beat += 1
-                yield heartbeat(v, t_burst + 1, [])
 
-    start, parse0, n0 = folder.fold_seconds, folder.parse_seconds, folder.count
-    folder.feed(burst())
-    burst_n, burst_s = folder.count - n0, folder.fold_seconds - start
-    rows.append(("burst folded (scheduled reports + heartbeats)",
-                 f"{burst_n:,} in {burst_s:.2f} s = {burst_n / burst_s:,.0f} events/s"))
-    rows.append(("  baseline: json.loads of the same texts",
-                 f"{burst_n / (folder.parse_seconds - parse0):,.0f} events/s"))
+def burst(events: list[Event], vms: list[dict]) -> Iterator[str]:
+    """Each event reported by every VM of its group, about 170 heartbeats a second alongside."""
+    beat = 0
+    for k, (event_id, members, names, nb) in enumerate(events):
+        for v in members:
+            yield transition("scheduled", v, event_id, names, T_BURST + k * 0.001, nb)
+        for _ in range(len(members) // 12 + 1):
+            v = vms[beat % len(vms)]
+            beat += 1
+            yield heartbeat(v, T_BURST + 1, [])
 
-    # 3. the rollout: decision passes; approved events start and complete; heartbeats go on
+
+@dataclass
+class Rollout:
+    latencies: list[float]
+    first: tuple[float, int]  # the first pass: seconds, decisions
+    approvals: int
+    decisions: int
+    pending: int
+    made: list[Decision]  # every decision of the passes, in order
+
+
+def rollout(folder: Folder, events: list[Event], vms: list[dict], steps: int = 60) -> Rollout:
+    """A decision pass every 10 s of fleet time (timed, with folding its decisions); approved events
+    start and complete 20 s later; heartbeats go on."""
     by_id = {event_id: (members, names, nb) for event_id, members, names, nb in events}
     latencies: list[float] = []
     approvals = decisions = 0
     made: list[Decision] = []
-    now = t_burst + 30
+    now = T_BURST + 30
     running: list[tuple[str, float]] = []
-    for step in range(60):
+    first = (0.0, 0)
+    for step in range(steps):
         now += 10
         folder.feed(heartbeat(v, now, []) for v in vms[(step * 1700) % len(vms):][:1700])
         done = [(e, t) for e, t in running if t <= now]
@@ -217,14 +225,50 @@ def main() -> int:
         approvals += len(fresh)
         running += [(d.event_id or "", now + 20) for d in fresh]
     pending = sum(1 for v in result.verdicts.values() if v.code != "approved")
+    return Rollout(latencies, first, approvals, decisions, pending, made)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vms", type=int, default=10_000)
+    parser.add_argument("--events", type=int, default=1_000, help="platform events in the burst")
+    args = parser.parse_args()
+    proc = psutil.Process()
+    gc.collect()
+    rss_start = proc.memory_info().rss / 1e6
+    groups = fleet(args.vms)
+    vms = [v for g in groups for v in g]
+    folder = Folder()
+    rows: list[tuple[str, str]] = []
+
+    # 1. three minutes of heartbeats from every VM
+    start, n0 = folder.fold_seconds, folder.count
+    heartbeat_minutes(folder, vms)
+    hb = folder.count - n0
+    rows.append(("heartbeats folded", f"{hb:,} in {folder.fold_seconds - start:.2f} s = "
+                 f"{hb / (folder.fold_seconds - start):,.0f} events/s"))
+
+    # 2. a burst: one platform event per group, reported by every VM of the group, heartbeats going on
+    events = burst_events(groups, args.events)
+    start, parse0, n0 = folder.fold_seconds, folder.parse_seconds, folder.count
+    folder.feed(burst(events, vms))
+    burst_n, burst_s = folder.count - n0, folder.fold_seconds - start
+    rows.append(("burst folded (scheduled reports + heartbeats)",
+                 f"{burst_n:,} in {burst_s:.2f} s = {burst_n / burst_s:,.0f} events/s"))
+    rows.append(("  baseline: json.loads of the same texts",
+                 f"{burst_n / (folder.parse_seconds - parse0):,.0f} events/s"))
+
+    # 3. the rollout: decision passes; approved events start and complete; heartbeats go on
+    run = rollout(folder, events, vms)
+    latencies = run.latencies
     p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
     rows.append(("decision pass (evaluate + fold its decisions)",
                  f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(latencies) * 1000:.1f} ms "
                  f"over {len(latencies)} passes"))
-    rows.append(("  first pass after the burst", f"{first[0] * 1000:.0f} ms (scope index built for "
-                 f"{len(vms):,} VMs, {first[1]} decisions made and folded)"))
-    rows.append(("  rollout", f"{approvals} approvals, {decisions} decisions, {pending} events waiting, "
-                 f"{len(folder.state.events)} events and {len(folder.state.vms):,} VMs in the fold"))
+    rows.append(("  first pass after the burst", f"{run.first[0] * 1000:.0f} ms (scope index built for "
+                 f"{len(vms):,} VMs, {run.first[1]} decisions made and folded)"))
+    rows.append(("  rollout", f"{run.approvals} approvals, {run.decisions} decisions, {run.pending} events "
+                 f"waiting, {len(folder.state.events)} events and {len(folder.state.vms):,} VMs in the fold"))
 
     # 4. snapshot and memory
     began = time.perf_counter()
@@ -244,7 +288,7 @@ def main() -> int:
     assert trust.snapshot(json.loads(body), keys).trusted
     rows.append(("  signed as saved, verified as loaded", f"{sign_s:.2f} s (snapshot, canonical JSON, "
                  f"Ed25519), {time.perf_counter() - began:.2f} s (parse, canonical JSON, Ed25519)"))
-    sample = made[:500]
+    sample = run.made[:500]
     if sample:
         began = time.perf_counter()
         published = [signed(d, SOURCE, key) for d in sample]

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 import requests
 
+from .approvals.queue.names import names_the_vm
 from .config import Settings
 from .enrichment import hostname
 from .errors import StateError, one_line, root_cause
@@ -179,7 +180,7 @@ def check_sink(settings: Settings, sink_settings: object) -> tuple[bool, str]:
     return (False, problem) if problem else (True, "")
 
 
-def check_queue(settings: Settings) -> tuple[bool | None, str]:
+def check_queue(settings: Settings) -> tuple[bool | str | None, str]:
     """The remote approval queue (``approvals.queue.client.check``)."""
     if not settings.approvals.queue:
         return True, "not configured (remote approvals off)"
@@ -190,7 +191,14 @@ def check_queue(settings: Settings) -> tuple[bool | None, str]:
     except ImportError as exc:
         return False, (f"needs the package {getattr(exc, 'name', None) or exc}: "
                        "pip install 'se-forwarder[queue]'")
-    return (False, problem) if problem else (True, "reachable")
+    if problem:
+        return False, problem
+    template = settings.approvals.queue.queue
+    if not names_the_vm(template):
+        return WARN, (f"reachable, but the template {template!r} names no VM: every VM using it shares "
+                      "one queue, and the coordinator sends none of them an approval (put {vm_name} or "
+                      "{vm_id} in [approvals.queue] queue)")
+    return True, "reachable"
 
 
 def check_prometheus(host: str, port: int) -> tuple[bool, str]:

@@ -15,6 +15,7 @@ from typing import Any
 from .cloudevents import ce_id
 from .model import Kind, MalformedDocument, parse_document
 from .outbox import Outbox
+from .printable import strip_tree
 from .timestamps import rfc3339
 
 APPROVAL_TYPES = (Kind.APPROVED.type, Kind.APPROVAL_REJECTED.type)
@@ -133,8 +134,9 @@ def ago(seconds: float | None) -> str:
     return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
-def render_status(info: dict[str, Any]) -> str:
-    """The human table."""
+def render_status(status: dict[str, Any]) -> str:
+    """The human table (control characters in what IMDS and the sinks said are stripped)."""
+    info: dict[str, Any] = strip_tree(status)
     lp = info["last_poll"]
     lines = [f"state         {info['state_dir']}"]
     vm = info.get("vm")

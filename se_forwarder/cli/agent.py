@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..printable import strip_controls
 from .common import Commands, config_option, friendly_errors, imds_option, progress, state_option
 
 
@@ -100,8 +101,8 @@ def events(imds_url: str | None, api_version: str | None, as_json: bool) -> None
     for e in doc.events:
         nb = e.not_before.strftime("%Y-%m-%d %H:%M:%S") if e.not_before else "-"
         dur = "-" if e.duration is None else str(e.duration)
-        click.echo(f"{e.event_id:<38} {e.event_type:<10} {e.status:<10} {e.source or '-':<9} "
-                   f"{dur:>8}  {nb:<22} {','.join(e.resources)}")
+        click.echo(strip_controls(f"{e.event_id:<38} {e.event_type:<10} {e.status:<10} {e.source or '-':<9} "
+                                  f"{dur:>8}  {nb:<22} {','.join(e.resources)}"))
 
 
 @click.command()

@@ -53,8 +53,9 @@ def run(config: str | None) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     from ..fleet.coordinator.access import check_connection_strings
     from ..fleet.coordinator.addons import start_addons
-    from ..fleet.coordinator.api import ApiServer, read_tokens
+    from ..fleet.coordinator.api import ApiServer
     from ..fleet.coordinator.service import Service
+    from ..fleet.coordinator.tokens import read_tokens
     from ..sinks.azure_common import quiet_sdk_logs
     from ..telemetry import setup_logging
 
@@ -113,8 +114,9 @@ def _client(config: str | None, url: str | None, token_file: str | None) -> Any:
 
 def _api_options(func: F) -> F:
     func = click.option("--token-file", type=click.Path(dir_okay=False),
-                        help="File holding the API's bearer token (default: the config's "
-                             "api.token_file).")(func)
+                        help="File whose first entry is your API token; the coordinator records "
+                             "your actions under its name in its token table (default: the "
+                             "config's api.token_file).")(func)
     func = click.option("--url", help="The coordinator's API (default: from the config's [api]).")(func)
     return config_option(func)  # type: ignore[no-any-return]
 
@@ -138,9 +140,7 @@ reason_option = click.option("--reason", required=True, help="Why (kept in the a
 
 def _act(kind: str, config: str | None, url: str | None, token_file: str | None,
          body: dict[str, Any]) -> None:
-    from ..fleet.coordinator.client import actor
-
-    result = _client(config, url, token_file).act(kind, {**body, "actor": actor()})
+    result = _client(config, url, token_file).act(kind, body)
     d = result.get("decision", {})
     data = d.get("data", {})
     target = data.get("Target") or {}

@@ -9,14 +9,16 @@ fallback shown in notifications; at most 50 blocks. Blocks used here:
 - ``context`` with at most 10 ``elements`` (text objects).
 
 Text objects are ``{"type": "mrkdwn", "text": ...}``; ``&``, ``<`` and ``>`` are escaped as Slack
-asks, so an event's text can never mention ``<!channel>`` or forge a link. Limits are applied after
-escaping.
+asks, so an event's text can never mention ``<!channel>`` or forge a link (``<url|text>``; Slack
+makes no link of Markdown's ``[text](url)``), and control characters become spaces. Limits are
+applied after escaping.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..printable import strip_controls
 from .describe import Notice
 
 MAX_BLOCKS = 50
@@ -28,8 +30,9 @@ FALLBACK_CHARS = 3000
 
 
 def escape(text: str) -> str:
-    """Slack's three control characters, escaped as its formatting reference says."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Slack's three control characters, escaped as its formatting reference says (and any control
+    character, a line break among them, as a space: text from a VM stays on its line)."""
+    return strip_controls(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def payload(notice: Notice) -> dict[str, Any]:

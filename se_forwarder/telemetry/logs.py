@@ -2,6 +2,9 @@
 
 Records carry consistent extra fields (event_id, state, sink, incarnation...): pass them with
 ``log.info(msg, extra=fields(event_id=...))``. Every line goes through ``redaction.redact``.
+Messages carry text from outside (a VM's name, an EventId from the hub): a text line writes its
+control characters as escapes (``\x1b``, ``\n``: printable.py), so one record is one line and
+nothing in it reaches the terminal as a control sequence; JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..printable import escape_controls
 from ..redaction import redact
 
 FIELDS = ("event_id", "state", "sink", "incarnation", "reason", "rule", "origin")
@@ -46,11 +50,12 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        extra = " ".join(f"{k}={getattr(record, k)}" for k in FIELDS if hasattr(record, k))
+        extra = " ".join(f"{k}={escape_controls(str(getattr(record, k)))}" for k in FIELDS
+                         if hasattr(record, k))
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
-        text = f"{stamp} {record.levelname.lower():<7} {record.getMessage()}"
+        text = f"{stamp} {record.levelname.lower():<7} {escape_controls(record.getMessage())}"
         if record.exc_info and record.levelno >= logging.ERROR:
-            text += f" ({self.formatException(record.exc_info).splitlines()[-1]})"
+            text += f" ({escape_controls(self.formatException(record.exc_info).splitlines()[-1])})"
         return redact(f"{text}  [{extra}]" if extra else text)
 
 

@@ -113,6 +113,17 @@ class RemoteAgent:
                  timeout=15, what=f"the agent seeing {event_id}")
 
 
+def queue_config(azurite, signing_key: KeyPair, template: str, server: SimulatorServer, monkeypatch,
+                 tmp_path: Path) -> Path:
+    """An agent's config with ``[approvals.queue]`` on Azurite (secrets in the environment)."""
+    monkeypatch.setenv("APPROVALS_CONN", azurite.connection_string)
+    monkeypatch.setenv("APPROVALS_PUBLIC_KEYS", signing_key.public)
+    return write_agent_config(tmp_path / "agent.toml", imds_url=server.url, state_dir=tmp_path / "s",
+                              sink_path=tmp_path / "out.jsonl", queue={
+                                  "queue": template, "connection_string_env": "APPROVALS_CONN",
+                                  "verify_keys_env": "APPROVALS_PUBLIC_KEYS"})
+
+
 def _approval_time(record: dict) -> float:
     return datetime.fromisoformat(record["time"]).timestamp()
 
@@ -383,13 +394,8 @@ def test_check_reports_missing_queues_then_reachable(azurite, signing_key, uniqu
     from se_forwarder import config
     from se_forwarder.approvals.queue import client as approval_queue
 
-    monkeypatch.setenv("APPROVALS_CONN", azurite.connection_string)
-    monkeypatch.setenv("APPROVALS_PUBLIC_KEYS", signing_key.public)
     with SimulatorServer() as server:
-        path = write_agent_config(tmp_path / "agent.toml", imds_url=server.url, state_dir=tmp_path / "s",
-                            sink_path=tmp_path / "out.jsonl", queue={
-                                "queue": unique_queue, "connection_string_env": "APPROVALS_CONN",
-                                "verify_keys_env": "APPROVALS_PUBLIC_KEYS"})
+        path = queue_config(azurite, signing_key, unique_queue, server, monkeypatch, tmp_path)
         settings = config.load(path)
         coordinator = Coordinator(azurite, unique_queue, signing_key)
         assert approval_queue.check(settings) == (
@@ -481,3 +487,38 @@ def test_a_message_signed_by_openssl_as_the_readme_describes_is_approved(azurite
         assert post["started"]
         (approved,) = wait_for(lambda: cloudevents(remote.sink, "approved"), what="approved")
         assert approved["data"]["ApprovedBy"] == "coordinator:urn:independent:signer"
+
+
+def test_an_agent_says_when_its_queue_would_be_a_peers_too(azurite, signing_key, unique_queue, agents,
+                                                          tmp_path):
+    template = unique_queue.replace("-{vm_name}", "-every-vm")  # names no VM: one queue for all
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, template, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator)
+        remote.start(agents)
+        event_id = server.sim.add_event({"EventType": "Reboot", "Resources": ["vm0", "vm7"]})["EventId"]
+        remote.knows(event_id)
+        coordinator.send(json.dumps(coordinator.message(event_id)))  # the agent reads the document for it
+
+        def said(text: str) -> list[dict]:
+            return [r for r in log_records(remote.log) if text in r["message"]]
+
+        (peer,) = wait_for(lambda: said("VM vm7's approval queue is this VM's too"), timeout=20,
+                           what="the warning about vm7")
+        assert peer["level"] == "warning" and coordinator.name in peer["message"]
+        (template_warning,) = said("names no VM: every VM using it shares queue")
+        assert template_warning["level"] == "warning"
+
+
+def test_check_warns_that_a_template_naming_no_vm_gives_every_vm_one_queue(
+        azurite, signing_key, unique_queue, monkeypatch, tmp_path):
+    from se_forwarder import checks, config
+
+    template = unique_queue.replace("-{vm_name}", "-every-vm")
+    with SimulatorServer() as server:
+        path = queue_config(azurite, signing_key, template, server, monkeypatch, tmp_path)
+        coordinator = Coordinator(azurite, template, signing_key)
+        coordinator.queue.create_queue()
+        coordinator.poison.create_queue()
+        ok, text = checks.check_queue(config.load(path))
+        assert ok == checks.WARN and f"the template {template!r} names no VM" in text

@@ -21,6 +21,7 @@ from se_forwarder.fleet.coordinator import (
     fold_event,
     to_dict,
 )
+from se_forwarder.fleet.coordinator.limits import Limits
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, 12:00 UTC
 SUB = "11111111-2222-3333-4444-555555555555"
@@ -135,10 +136,11 @@ class Fleet:
     policy: Policy = field(default_factory=Policy)
     state: FleetState = field(default_factory=FleetState)
     stats: FoldStats = field(default_factory=FoldStats)
+    limits: Limits = field(default_factory=Limits)
 
     def fold(self, *events: dict[str, Any]) -> None:
         for event in events:
-            fold_event(self.state, event, self.stats)
+            fold_event(self.state, event, self.stats, self.limits)
 
     def fold_one(self, event: dict[str, Any]) -> str:
         """Fold one event; the fold's outcome."""

@@ -97,7 +97,7 @@ def test_a_resource_resolves_among_the_group_even_before_that_vm_reported_the_ev
 
 def test_equal_names_in_other_resource_groups_do_not_collide():
     twin = AgentVm("web-1", rg="rg-other")  # same name, another resource group, not watched
-    fleet = avset()
+    fleet = avset(Policy(queue_template="se-approvals-{vm_id}"))  # their queues differ (test_queue_conflicts)
     fleet.fold(report("scheduled", twin, "X", T0 - 9000), report("completed", twin, "X", T0 - 8000))
     fleet.announce("E1", [SET[1]], SET)
     result = fleet.decide(T0)

@@ -130,11 +130,13 @@ def test_a_heartbeat_listing_a_started_event_counts_it_as_started():
     assert fleet.state.events["e1"].rank == STARTED
 
 
-def test_a_heartbeat_can_make_an_event_known_before_its_own_report():
+def test_a_heartbeat_alone_never_makes_an_event_known():
     fleet = Fleet()
     fleet.fold(heartbeat(A, T0, events=(("E9", "Scheduled", "Freeze"),)))
-    record = fleet.state.events["e9"]
-    assert record.event_type == "Freeze" and not record.has_resources and record.rank == SCHEDULED
+    assert fleet.state.events == {} and fleet.stats.capped == {"unreported-event": 1}
+    fleet.fold(report("scheduled", B, "E9", T0 + 10, event_type="Freeze"),
+               heartbeat(A, T0 + 60, events=(("E9", "Started", "Freeze"),)))
+    assert fleet.state.events["e9"].reports == {B.key: SCHEDULED, A.key: STARTED}
 
 
 def test_an_echo_records_who_approved():

@@ -45,3 +45,22 @@ def test_the_example_config_loads_and_points_at_the_unit_credentials() -> None:
     assert settings.policy.shadow is True  # a first deployment decides and publishes, sends nothing
     assert settings.eventhub.access.credential == "managed-identity"
     assert "SharedAccessKey" not in EXAMPLE.read_text()
+
+
+def test_every_value_the_example_shows_is_the_default_unless_it_says_otherwise() -> None:
+    import re
+    import tomllib
+
+    from se_forwarder.fleet.coordinator.service_config import from_dict
+
+    text = EXAMPLE.read_text()
+    whole = from_dict(tomllib.loads(text))
+    lines = text.splitlines()
+    shown = [i for i, line in enumerate(lines) if re.match(r"^[a-z_]+ = ", line)]
+    plain = [i for i in shown if "set this" not in lines[i] and "recommended" not in lines[i]]
+    assert len(plain) > 20
+    for i in plain:  # left out, a value said to be the default changes nothing
+        without = "\n".join(lines[:i] + lines[i + 1:])
+        assert from_dict(tomllib.loads(without)) == whole, f"line {i + 1} is not the default: {lines[i]}"
+    marked = [lines[i] for i in shown if "recommended" in lines[i]]
+    assert any(line.startswith("shadow = true") for line in marked)  # the code's default is false

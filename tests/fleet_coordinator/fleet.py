@@ -138,18 +138,20 @@ class Fleet:
         self.key_file = base / "signing.key"  # the coordinator's Ed25519 private key
         key = signing.generate_private_key()
         self.key_file.write_bytes(signing.private_key_pem(key))
+        self.key_file.chmod(0o600)
         self.public_key_file = base / "signing.pub"  # what the agents verify with
         self.public_key_file.write_text(signing.public_key_line(key) + "\n")
         self.token_file = base / "api.token"
         self.token_file.write_text("test-token-" + os.urandom(12).hex() + "\n")
         self.token_file.chmod(0o600)
 
-    def start(self) -> Fleet:
+    def start(self, vms: list[str] | None = None) -> Fleet:
+        """Everything, with an agent on each VM of ``vms`` (default: every VM of the topology)."""
         self.broker.start()
         self.blob.start()
         self.queue.start()
         self.server.start()
-        for name in TOPOLOGY.vm_names:
+        for name in TOPOLOGY.vm_names if vms is None else vms:
             self.start_agent(name)
         return self
 

@@ -142,3 +142,20 @@ def test_a_plaintext_connection_string_to_a_remote_host_is_refused_in_one_line(
     line = one_error(result.output.strip())
     assert f"{part}.connection_string_env: " in line and all(w in line for w in words), line
     assert KEY not in result.output
+
+
+def test_check_warns_when_group_or_others_can_read_the_signing_key_or_the_token_file(
+        files: dict[str, Path]) -> None:
+    from se_forwarder.fleet.coordinator import check
+    from se_forwarder.fleet.coordinator.service_config import load
+
+    settings = load(config(files))
+    files["key"].chmod(0o640)
+    files["token"].chmod(0o604)
+    key_ok, key_text = check._key(settings)
+    token_ok, token_text = check._token(settings)
+    assert key_ok == check.WARN and f"mode 0640): chmod 600 {files['key']}" in key_text
+    assert token_ok == check.WARN and f"mode 0604): chmod 600 {files['token']}" in token_text
+    files["key"].chmod(0o600)
+    files["token"].chmod(0o400)
+    assert check._key(settings)[0] is True and check._token(settings)[0] is True

@@ -33,6 +33,7 @@ import pytest
 import requests
 
 from se_forwarder.approvals.queue import queue_name
+from se_forwarder.fleet.coordinator.tokens import unnamed
 from tests.azurite import find_binary
 from tests.support.waiting import wait_for
 
@@ -187,7 +188,8 @@ def test_a_paused_scope_gets_nothing(rollout: dict[str, Any]) -> None:
         assert timeline.started[ids[vm]] >= rollout["resumed_api_at"], f"{vm} started while api was paused"
     pauses = [d for d in rollout["live_decisions"] if d["data"]["Decision"] == "pause"]
     assert {d["subject"] for d in pauses} == {"fleet", API_GROUP}
-    assert all(d["data"]["Actor"].startswith("person:") and d["data"]["Reason"] for d in pauses)
+    actor = unnamed(rollout["fleet"].token_file.read_text().strip())  # the token table's one entry
+    assert all(d["data"]["Actor"] == actor and d["data"]["Reason"] for d in pauses)
 
 
 def test_a_held_event_is_not_approved_until_released(rollout: dict[str, Any]) -> None:

@@ -53,11 +53,10 @@ def dialog_open(driver: Any, dialog_id: str) -> bool:
     return driver.find_element("id", dialog_id).get_attribute("open") is not None
 
 
-def give_token(driver: Any, token: str, actor: str) -> None:
+def give_token(driver: Any, token: str) -> None:
     """Answer the page's token dialog, which its first action opens."""
     wait_for(lambda: dialog_open(driver, "token-dialog"), 10, "the token dialog")
     driver.find_element("id", "token-input").send_keys(token)
-    driver.find_element("id", "actor-input").send_keys(actor)
     driver.find_element("id", "token-save").click()
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from bench.coordinator_fold import fleet, heartbeat, iso, transition
+from bench.coordinator_fold import LIMITS, fleet, heartbeat, iso, transition
 from se_forwarder.fleet.coordinator import FleetState, evaluate, fold_json, load_policy, to_dict
 from se_forwarder.fleet.coordinator.fold import fold_event
 
@@ -39,7 +39,7 @@ def fleet_state(vms: int, events: int, now: float) -> tuple[FleetState, list[lis
             v["tags"] = {"group": name}
     for members in groups:
         for v in members:
-            fold_json(state, heartbeat(v, now - 5, []))
+            fold_json(state, heartbeat(v, now - 5, []), limits=LIMITS)  # the whole fleet at once
     for n, members in enumerate(groups[:events]):
         event_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"event/{n}")).upper()
         target = members[n % len(members)]

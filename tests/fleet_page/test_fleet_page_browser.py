@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from se_forwarder.fleet.coordinator.tokens import unnamed
 from tests.fleet_coordinator.fleet import DECISION, TOPOLOGY, Fleet
 from tests.support.waiting import wait_for
 
@@ -91,12 +92,13 @@ def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approva
 
     # Pause everything with the button: the page asks for the token, then for a reason.
     browser.find_element(By.ID, "pause-fleet").click()
-    give_token(browser, fleet.token_file.read_text().strip(), "tester")
+    token = fleet.token_file.read_text().strip()
+    give_token(browser, token)
     give_reason(browser, "change freeze for the release")
     wait_for(lambda: browser.find_elements(By.ID, "paused-banner"), 20, "the paused banner")
     paused = coordinator.get("/v1/status")["paused"]
     assert [(p["scope"], p["actor"], p["reason"]) for p in paused] == \
-        [("fleet", "person:tester (fleet page)", "change freeze for the release")]
+        [("fleet", unnamed(token), "change freeze for the release")]  # the token file's one entry
 
     # Paused: a new Reboot waits with reason "paused" and nothing is approved or sent for it.
     waiting = fleet.add("web-1")

@@ -1,6 +1,6 @@
 """The fleet page's steering buttons clicked in headless Chromium: hold and release an event, pause
 and resume a group, approve an event now. Each asks for a reason, and the coordinator records the
-decision with the page's actor and that reason.
+decision with that reason and, as its actor, the name of the page's token in its token table.
 
 The coordinator is tests/fleet_page/local.py (the pure core's fold with real agent CloudEvents),
 served by the real Starlette app over real HTTP; the end-to-end fleet's browser test
@@ -15,6 +15,7 @@ import pytest
 
 from se_forwarder.fleet.coordinator import load_policy
 from se_forwarder.fleet.coordinator.api import ApiServer
+from se_forwarder.fleet.coordinator.tokens import TokenTable
 from tests.support.waiting import wait_for
 
 from .browser import chrome, console_errors, dialog_open, give_reason, give_token
@@ -23,7 +24,7 @@ from .local import LocalCoordinator, fleet_state
 pytestmark = pytest.mark.timeout(180)
 
 TOKEN = "buttons-test-token-0123456789abcdef"
-ACTOR = "person:tester (fleet page)"
+ACTOR = "tester"  # the token's name in the coordinator's table
 # NotBefore is 20 minutes ahead or more: nothing is approved early unless a person says so.
 POLICY = load_policy({
     "policy": {"approve_within": "5m", "min_healthy": "2m", "heartbeat_timeout": "1h", "group_tag": "group"},
@@ -35,7 +36,7 @@ POLICY = load_policy({
 def page():
     state, _ = fleet_state(40, 2, time.time())
     coordinator = LocalCoordinator(state, POLICY).start()
-    server = ApiServer(coordinator, "127.0.0.1", 0, [TOKEN])
+    server = ApiServer(coordinator, "127.0.0.1", 0, TokenTable(((ACTOR, TOKEN),)))
     server.start()
     browser = chrome()
     try:
@@ -81,7 +82,7 @@ def answer(browser, reason: str) -> None:
     wait_for(lambda: dialog_open(browser, "token-dialog") or dialog_open(browser, "action-dialog"), 10,
              "a dialog")
     if dialog_open(browser, "token-dialog"):
-        give_token(browser, TOKEN, "tester")
+        give_token(browser, TOKEN)
     give_reason(browser, reason)
 
 

@@ -63,6 +63,7 @@ class QueueSettings:
     """``[approvals.queue]`` resolved for this VM (secrets read, SDK present)."""
 
     name: str
+    template: str = ""  # the [approvals.queue] queue the name was made from
     account_url: str | None = None
     connection_string: str | None = dataclasses.field(repr=False, default=None)
     client_id: str | None = None
@@ -117,6 +118,7 @@ def resolve(raw: QueueConfig, vm: VmIdentity,
     keys = KeySource(raw.verify_keys_env, raw.verify_keys_file, environ)
     return QueueSettings(
         name=queue_name(raw.queue, vm.name, vm.vm_id),
+        template=raw.queue,
         account_url=account_url,
         connection_string=conn,
         client_id=raw.client_id,

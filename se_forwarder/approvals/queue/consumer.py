@@ -37,6 +37,7 @@ from ...timestamps import rfc3339
 from ..audit import rejection_event
 from ..messages import APPROVE, REJECT, WAIT, Verdict, validate
 from .client import QueueSettings, create_if_missing
+from .names import names_the_vm, sharing_peers
 
 log = logging.getLogger("se_forwarder.approvals.queue")
 
@@ -82,6 +83,7 @@ class QueueConsumer:
                                 timeout=approver.imds.timeout,
                                 first_call_timeout=approver.imds.timeout)
         self._waiting_logged: set[str] = set()
+        self._sharing_logged: set[str] = set()
         self._last_problem: str | None = None
         self._failures = 0
         self._no_update_logged = False
@@ -98,6 +100,10 @@ class QueueConsumer:
             keys = self.settings.keys.keys().ids if self.settings.keys else []
             log.info("listening for approval messages on queue %s (verify keys: %s)",
                      self.settings.name, ", ".join(keys) or "none")
+            if self.settings.template and not names_the_vm(self.settings.template):
+                log.warning("approval queue template %r names no VM: every VM using it shares queue %s, "
+                            "and the coordinator sends none of them an approval (put {vm_name} or {vm_id} "
+                            "in it)", self.settings.template, self.settings.name)
             while not stop.is_set():
                 delay = self._cycle(outbox, stop)
                 if delay > 0:
@@ -124,6 +130,7 @@ class QueueConsumer:
         if not batch:
             return self.settings.poll_interval
         document = self._document()
+        self._note_sharing(document)
         for message in batch:
             if stop.is_set():
                 break  # the rest become visible again after the visibility timeout
@@ -163,6 +170,18 @@ class QueueConsumer:
             log.warning("IMDS unavailable for approval messages, using the last polled document: %s",
                         exc)
             return self.approver.current()
+
+    def _note_sharing(self, document: Document | None) -> None:
+        """Say once per peer when an event names a VM whose approval queue is this VM's too."""
+        if document is None or not self.settings.template:
+            return
+        peers = {p for e in document.events for p in sharing_peers(self.settings.template, self.vm.name,
+                                                                  e.resources)}
+        for peer in sorted(peers - self._sharing_logged):
+            self._sharing_logged.add(peer)
+            log.warning("VM %s's approval queue is this VM's too (%s): the coordinator sends neither "
+                        "of them an approval; rename a VM or put {vm_id} in the queue template",
+                        peer, self.settings.name)
 
     # -- one message ----------------------------------------------------------------------
     def _handle(self, outbox: Outbox, message: Any, document: Document | None) -> None:

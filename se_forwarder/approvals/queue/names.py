@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -66,6 +67,34 @@ def queue_name(template: str, vm_name: str, vm_id: str = "") -> str:
             f"(the poison queue adds {POISON_SUFFIX!r})"
         )
     return text
+
+
+def names_the_vm(template: str) -> bool:
+    """Whether the template gives each VM a queue of its own (``{vm_name}`` or ``{vm_id}`` in it);
+    without either, every VM of the fleet shares one queue."""
+    return "{vm_name}" in template or "{vm_id}" in template
+
+
+def sharing_peers(template: str, vm_name: str, peers: Iterable[str]) -> list[str]:
+    """The names among ``peers`` (VM names, as an event's Resources gives them) whose queue under
+    ``template`` is this VM's too. A peer named like this VM but for case is taken to be this VM;
+    a template with ``{vm_id}`` gives every VM its own queue."""
+    if "{vm_id}" in template:
+        return []
+    try:
+        mine = queue_name(template, vm_name)
+    except ConfigError:
+        return []
+    out = []
+    for peer in dict.fromkeys(peers):
+        if peer.lower() == vm_name.lower():
+            continue
+        try:
+            if queue_name(template, peer) == mine:
+                out.append(peer)
+        except ConfigError:
+            continue
+    return out
 
 
 def vm_for_queue(template: str, queue: str) -> str | None:

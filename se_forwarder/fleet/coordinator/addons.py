@@ -29,18 +29,15 @@ class Addons:
 
 def start_addons(service: Any, settings: Any) -> Addons:
     """Start what is configured; ConfigError (one line) when a hook URL or the web port is unusable."""
-    from .api import ApiServer, read_tokens
+    from .api import ApiServer
     from .notifier import Notifier
+    from .tokens import read_tokens
 
     notifier = Notifier.from_settings(settings.notify, service) if settings.notify else None
     web = None
     if settings.web is not None:
         token_file = settings.web.token_file or settings.api.token_file
-        try:
-            tokens = read_tokens(token_file)
-        except ConfigError as exc:
-            raise ConfigError(str(exc).replace("api.token_file", "web.token_file", 1)
-                              if settings.web.token_file else str(exc)) from None
+        tokens = read_tokens(token_file, "web.token_file" if settings.web.token_file else "api.token_file")
         try:
             web = ApiServer(service, settings.web.host, settings.web.port, tokens)
         except ConfigError as exc:

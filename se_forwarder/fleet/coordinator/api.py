@@ -9,64 +9,98 @@ route                          what                                             
                                ``?all=1`` every scope, ``?decisions=N`` the log's length
 ``GET /v1/groups``             view.groups (``?group=``, ``?search=``)                       bearer
 ``GET /v1/state``              the fold's digest and positions (two instances compare)       bearer
-``POST /v1/pause|resume``      ``{"scope", "reason", "actor"}``                              bearer
-``POST /v1/hold|release``      ``{"eventId", "reason", "actor"}``                            bearer
-``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason", "actor"}``           bearer
+``POST /v1/pause|resume``      ``{"scope", "reason"}``                                       bearer
+``POST /v1/hold|release``      ``{"eventId", "reason"}``                                     bearer
+``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason"}``                    bearer
 =============================  ===========================================================  =======
 
 A control request answers 200 with the decision (its signed CloudEvent) once it is published and
 folded, 409 ``{"error", "code"}`` when the core refuses it or its decision would not fold
 (control.py), 503 ``{"error", "leader"}`` on a standby (with the
 leader's advertised address) or while a new leader catches up, 401 without the right token,
-400 for a malformed body. The token file holds one token per line (several while rotating).
-The server binds ``[api] listen``, 127.0.0.1:8470 by default.
+400 for a malformed body. The actor a decision records is the name of the token that authorised
+the request in the token table (tokens.py); an ``actor`` in the body is ignored. The server binds
+``[api] listen``, 127.0.0.1:8470 by default.
+
+Every route, the fleet page's too, answers 400 to a request whose ``Host`` is not a trusted host
+(``host_allowed``): ``localhost``, an IP address, or a name in ``[api] allowed_hosts``. This stops
+DNS rebinding: a page from a name the attacker controls, whose DNS then points at this listener
+(or at the loopback end of an ``ssh -L`` tunnel), sends its own name as the Host and gets
+nothing. An IP address cannot be rebound, so addresses need no configuring.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import ipaddress
 import logging
 import socket
 import threading
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
 from . import control, observe
 from .control import ControlRefused
+from .tokens import TokenTable, bearer, read_tokens
 from .view import groups
 
 if TYPE_CHECKING:
     from .service import Service
 
+__all__ = ["ApiServer", "BadRequest", "bearer", "host_allowed", "make_app", "read_tokens"]
+
 log = logging.getLogger("se_forwarder.coordinator.api")
 
 REQUEST_TIMEOUT = 10.0  # s a request waits for the service thread, and for its decision's publication
-MIN_TOKEN = 16
 MAX_BODY = 64 * 1024
 
 
-def read_tokens(path: str) -> list[str]:
-    """The bearer tokens in ``path`` (one per line, ``#`` comments); ConfigError naming the problem."""
+def host_allowed(header: str, names: Iterable[str] = ()) -> bool:
+    """Whether a ``Host`` header names a trusted host: ``localhost``, an IP address (IPv6 in
+    brackets), or one of ``names``; any port."""
+    host = header.strip().lower()
+    if host.startswith("["):
+        address, closed, rest = host[1:].partition("]")
+        return bool(closed) and _ip(address) and (not rest or (rest[:1] == ":" and rest[1:].isdigit()))
+    name, sep, port = host.partition(":")
+    if sep and not port.isdigit():
+        return False
+    name = name.rstrip(".")
+    return bool(name) and (name == "localhost" or _ip(name) or name in {n.lower() for n in names})
+
+
+def _ip(text: str) -> bool:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        raise ConfigError(f"api.token_file: {path} cannot be read ({why})") from None
-    tokens = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-    tokens = [t for t in tokens if t]
-    if not tokens:
-        raise ConfigError(f"api.token_file: {path} holds no token")
-    if any(len(t) < MIN_TOKEN or any(c.isspace() for c in t) for t in tokens):
-        raise ConfigError(f"api.token_file: {path}: a token must be at least {MIN_TOKEN} characters "
-                          "without spaces (e.g. head -c 32 /dev/urandom | base64)")
-    return tokens
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
-def make_app(service: Service, tokens: list[str]) -> Any:
+class TrustedHosts:
+    """ASGI middleware: 400 for a request whose Host is not trusted (``host_allowed``)."""
+
+    def __init__(self, app: Any, names: Iterable[str] = ()) -> None:
+        self.app, self.names = app, tuple(names)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+            if not host_allowed(host, self.names):
+                from starlette.responses import JSONResponse
+
+                refusal = JSONResponse({"error": "this Host is not one the coordinator answers to "
+                                        "(localhost, an IP address, or [api] allowed_hosts)"},
+                                       status_code=400)
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
@@ -74,15 +108,9 @@ def make_app(service: Service, tokens: list[str]) -> Any:
     from .service import NotLeading
     from .web import page_routes
 
-    def authorised(request: Request) -> bool:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            return False
-        ok = False
-        for token in tokens:
-            ok |= hmac.compare_digest(token.encode(), given.strip().encode())
-        return ok
+    table = TokenTable.of(tokens)
+    api = getattr(getattr(service, "settings", None), "api", None)
+    trusted = tuple(getattr(api, "allowed_hosts", ()))
 
     async def on_service(func: Callable[[], Any]) -> Any:
         return await asyncio.wait_for(asyncio.wrap_future(service.submit(func)), REQUEST_TIMEOUT)
@@ -91,9 +119,11 @@ def make_app(service: Service, tokens: list[str]) -> Any:
 
     def guarded(handler: Handler) -> Handler:
         async def wrapper(request: Request) -> Response:
-            if not authorised(request):
+            name = bearer(request, table)
+            if name is None:
                 return JSONResponse({"error": "a valid bearer token is required (api.token_file)"},
                                     status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            request.state.actor = name
             try:
                 return await handler(request)
             except ControlRefused as exc:
@@ -136,7 +166,7 @@ def make_app(service: Service, tokens: list[str]) -> Any:
     def action(kind: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             body = await _json(request)
-            actor, reason = _field(body, "actor"), _field(body, "reason")
+            actor, reason = request.state.actor, _field(body, "reason")  # the token's name, never the body's
             make = _maker(kind, body, actor, reason, service)
             published = await on_service(lambda: service.control(make))
             event = await asyncio.wait_for(asyncio.wrap_future(published), REQUEST_TIMEOUT)
@@ -149,9 +179,9 @@ def make_app(service: Service, tokens: list[str]) -> Any:
         Route("/v1/state", guarded(state)),
         *[Route(f"/v1/{kind}", guarded(action(kind)), methods=["POST"])
           for kind in ("pause", "resume", "hold", "release", "approve")],
-        *page_routes(service, tokens),
+        *page_routes(service, table),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(TrustedHosts, names=trusted)])
 
 
 class BadRequest(Exception):
@@ -210,7 +240,7 @@ def _maker(kind: str, body: dict[str, Any], actor: str, reason: str, service: Se
 class ApiServer:
     """uvicorn serving the app on a socket bound here (so a taken port is one clear error)."""
 
-    def __init__(self, service: Service, host: str, port: int, tokens: list[str]) -> None:
+    def __init__(self, service: Service, host: str, port: int, tokens: TokenTable | list[str]) -> None:
         import uvicorn
 
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

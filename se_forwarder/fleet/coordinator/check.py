@@ -3,10 +3,15 @@
 Parts: the signing key, the API token file, the Event Hub (partitions readable in the consumer
 group), the storage container (the lease and the snapshot), the approval queues' account, and a
 running coordinator's ``/healthz``. Nothing is changed: no lease is taken, no message sent.
+
+The signing key and the token file are secrets: each is a ``warn`` line when group or others may
+read it (its mode has a read bit for them), saying the ``chmod`` that fixes it.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 
 from ...approvals import signing
@@ -14,8 +19,8 @@ from ...errors import describe
 from ...sinks.azure_common import scrub
 from ...telemetry import redact
 from . import access
-from .api import read_tokens
 from .service_config import ServiceSettings
+from .tokens import read_tokens
 
 WARN = "warn"
 
@@ -42,15 +47,25 @@ def run_checks(settings: ServiceSettings, echo: Callable[[str], None]) -> int:
     return failures
 
 
-def _key(settings: ServiceSettings) -> tuple[bool, str]:
+def _key(settings: ServiceSettings) -> tuple[bool | str, str]:
     key = signing.load_signing_key(file=settings.key_file)
-    return True, (f"{settings.key_file} (Ed25519, key id {signing.keyid(key)}; the agents verify "
-                  f"with its public key {signing.public_key_line(key)})")
+    return _private(settings.key_file, f"{settings.key_file} (Ed25519, key id {signing.keyid(key)}; the "
+                    f"agents verify with its public key {signing.public_key_line(key)})")
 
 
-def _token(settings: ServiceSettings) -> tuple[bool, str]:
-    tokens = read_tokens(settings.api.token_file)
-    return True, f"{settings.api.token_file} ({len(tokens)} token(s))"
+def _token(settings: ServiceSettings) -> tuple[bool | str, str]:
+    table = read_tokens(settings.api.token_file)
+    names = ", ".join(name for name, _ in table.entries)
+    return _private(settings.api.token_file, f"{settings.api.token_file} ({len(table)} token(s): {names})")
+
+
+def _private(path: str, text: str) -> tuple[bool | str, str]:
+    """ok with ``text``, or WARN when group or others can read the secret file ``path``."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o044:
+        return WARN, (f"{text}; it can be read by group or others (mode {mode:04o}): "
+                      f"chmod 600 {path}")
+    return True, text
 
 
 def _hub(settings: ServiceSettings) -> tuple[bool, str]:

@@ -1,19 +1,20 @@
 """The control commands' side of the API: requests to a running coordinator, and ``status`` as text.
 
 The base URL and the token come from ``coordinator.toml`` (``[api] listen`` or ``advertise``, and
-``token_file``), or from ``--url`` and ``--token-file``. The token is only ever read from a file.
+``token_file``), or from ``--url`` and ``--token-file``. The token is only ever read from a file (the
+first entry of a token table, tokens.py), and the coordinator records each action under that
+token's name in its own table.
 """
 
 from __future__ import annotations
 
-import getpass
-import socket
 from typing import Any
 
 import requests
 
 from ...errors import ConfigError, SeForwarderError
-from .api import read_tokens
+from ...printable import strip_tree
+from .tokens import read_tokens
 
 TIMEOUT = 20.0
 
@@ -22,19 +23,10 @@ class Refused(SeForwarderError):
     """The coordinator answered with an error; the message is its one line."""
 
 
-def actor() -> str:
-    """Who acts, as the audit records it: ``person:<login>@<host>``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"person:{user}@{socket.gethostname() or 'localhost'}"
-
-
 class Client:
     def __init__(self, base_url: str, token_file: str) -> None:
         self.base = base_url.rstrip("/")
-        self.token = read_tokens(token_file)[0]
+        self.token = read_tokens(token_file).first
         self.http = requests.Session()
         self.http.trust_env = False  # the API is local or on the private network: no proxy
 
@@ -68,9 +60,10 @@ class Client:
         return result
 
 
-def render_status(s: dict[str, Any]) -> str:
+def render_status(status: dict[str, Any]) -> str:
     """``coordinator status`` for people: who leads, scopes with budget use, what waits and why, and
-    the VMs not watched."""
+    the VMs not watched. Names and reasons come from VMs: their control characters are stripped."""
+    s: dict[str, Any] = strip_tree(status)
     svc = s.get("service", {})
     leader = svc.get("leader") or {}
     lines = [f"coordinator {svc.get('name')}: this instance {svc.get('instance')} is {svc.get('role')}"
@@ -118,6 +111,10 @@ def render_status(s: dict[str, Any]) -> str:
         lines += ["", "STARTED"]
         lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
                   f"{', '.join(x.get('affected') or [])}" for x in started]
+    conflicts = s.get("queueConflicts") or []
+    if conflicts:
+        lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
+        lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
     lines += ["", "VMS NOT WATCHED (no heartbeat within heartbeat_timeout)"]
     unwatched = s.get("unwatched", [])
     for u in unwatched:

@@ -22,8 +22,10 @@ For each event not yet approved, in this order (the first that fails is the verd
 ``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
 ``budget``         a budgeted scope would exceed its limit with every affected VM counted
                    (VMs already unavailable counted once; approvals earlier in this pass count)
-``fits``           all passed: **approve**, to one watched affected VM (the first by name among
-                   those that reported the event Scheduled, else among the others)
+``queue-conflict`` no affected VM can be sent the approval: each one's queue is another VM's too
+``fits``           all passed: **approve**, to one watched affected VM whose queue no other VM
+                   shares (the first by name among those that reported the event Scheduled,
+                   else among the others)
 =================  ==============================================================================
 
 A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision only
@@ -60,12 +62,12 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
-from .events import COORDINATOR, BudgetUse, Decision, VmRef
+from .events import BudgetUse, Decision, VmRef
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
 from .settings import Policy
 from .state import SCHEDULED, DecisionRecord, EventRecord, FleetState
+from .wording import hhmm, span, who, why
 
 NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
 
@@ -140,9 +142,10 @@ class DecisionPass:
                 self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
 
     def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
-        """Watched affected VMs, those that reported the event Scheduled first, then by name."""
+        """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
+        reported the event Scheduled first, then by name."""
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.watched(vm)),
+        return sorted((vm for vm in vms if self.watched(vm) and vm not in self.idx.shared_queue),
                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
@@ -208,17 +211,17 @@ class DecisionPass:
         never fit (a breach) is told ``budget``, not ``queued``."""
         state, policy, now = self.state, self.policy, self.now
         if record.not_before is not None and record.not_before - now > policy.approve_within:
-            return ("too-early", f"NotBefore {_hhmm(record.not_before)} is more than "
-                    f"{_span(policy.approve_within)} ahead", None)
+            return ("too-early", f"NotBefore {hhmm(record.not_before)} is more than "
+                    f"{span(policy.approve_within)} ahead", None)
         held = state.held(record.key)
         if held is not None:
-            return ("held", f"held by {_who(held.record.data)}{_why(held.record.data)}", None)
+            return ("held", f"held by {who(held.record.data)}{why(held.record.data)}", None)
         scopes = sorted({s for vm in res.vms for s in self.idx.scopes_of.get(vm, ())} | {FLEET},
                         key=lambda s: (s != FLEET, s))
         paused = next((s for s in scopes if state.paused(s)), None)
         if paused is not None:
             data = state.pauses[paused].record.data
-            return ("paused", f"{paused} is paused by {_who(data)}{_why(data)}", paused)
+            return ("paused", f"{paused} is paused by {who(data)}{why(data)}", paused)
         blackout = policy.blackout_at(now)
         if blackout is not None:
             return ("blackout", f"inside the blackout window {blackout.name!r}", None)
@@ -250,6 +253,10 @@ class DecisionPass:
                 return ("budget", f"{use.scope} would have {use.with_event} unavailable, max {use.max}",
                         use.scope)
         if not self.targets(record, res.vms):
+            shared = [self.state.vms[v].name for v in res.vms if v in self.idx.shared_queue]
+            if shared:
+                return ("queue-conflict", f"the approval queue of {', '.join(shared)} is another VM's "
+                        "too: no affected VM to send the approval to", None)
             return ("not-watched", "no affected VM is watched", None)
         tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
         detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""
@@ -261,7 +268,7 @@ class DecisionPass:
             beat = last_heartbeat(self.state, self.idx, vm)
             if beat is None:
                 return f"{name} is not watched (no heartbeat yet)"
-            return f"{name} is not watched (last heartbeat {_span(self.now - beat)} ago)"
+            return f"{name} is not watched (last heartbeat {span(self.now - beat)} ago)"
         why = next((r for k, (_, r) in record.prepare_failed.items() if self.idx.key(k) == vm and r), "")
         return f"prepare failed on {name}" + (f": {why}" if why else "")
 
@@ -281,7 +288,7 @@ class DecisionPass:
             budgets = tuple(BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.counts[s], own[s],
                                       self.idx.limit(s)) for s in over)
             first = budgets[0]
-            reason = (f"at NotBefore {_hhmm(record.not_before)} this event alone takes {first.with_event} "
+            reason = (f"at NotBefore {hhmm(record.not_before)} this event alone takes {first.with_event} "
                       f"VMs of {first.scope} down, max {first.max}")
             self.out.decisions.append(self.decision(
                 "breach", record, f"{record.event_id}/coordinator/breach/{digest}", "breach", reason, res,
@@ -326,7 +333,7 @@ class DecisionPass:
         code = "retry-rejected" if rejected else "retry-no-echo"
         reason = (f"{before} rejected the approval; sending it to {self.state.vms[target].name}"
                   if rejected else f"no approved echo from {before} within "
-                  f"{_span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
+                  f"{span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
         attempt = max(record.approvals) + 1
         self.out.decisions.append(self.decision(
             "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
@@ -368,29 +375,3 @@ def evaluate(state: FleetState, policy: Policy, now: float) -> Evaluation:
     """The decisions of one pass and the verdict on every Scheduled event (module docstring)."""
     return DecisionPass(state, policy, now).run()
 
-
-def _hhmm(moment: float | None) -> str:
-    if moment is None:
-        return "unknown"
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _span(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    if seconds < 172800:
-        return f"{seconds // 3600} h"
-    return f"{seconds // 86400} d"
-
-
-def _who(data: dict[str, object]) -> str:
-    actor = data.get("Actor")
-    return actor if isinstance(actor, str) and actor else COORDINATOR
-
-
-def _why(data: dict[str, object]) -> str:
-    reason = data.get("Reason")
-    return f": {reason}" if isinstance(reason, str) and reason else ""

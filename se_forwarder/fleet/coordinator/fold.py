@@ -21,6 +21,12 @@ carries ``data.Vm`` (shared-contracts.md): the VM's identity and topology. Every
 EventId by a VM joins that VM to the group of the VMs that reported it before (co-reception:
 availability sets and scale-set placement groups receive each other's events).
 
+Bounded whatever a VM sends: the fold keeps of each VM's word only what ``Limits`` allow (limits.py:
+events a heartbeat lists, tags, text lengths, Resources, events per VM, new VM keys per minute of
+``received``, the hub's enqueued time), and never makes an event known from heartbeats alone;
+``FoldStats.capped`` counts each drop by reason. ``FoldStats.skipped`` names at most
+``SKIPPED_TYPES`` CloudEvent types and counts the rest together.
+
 Merging rules (see state.py): a VM's status for an event is the highest it reported
 (scheduled < started < canceled < completed); topology comes from the newest report; a
 decision id seen twice keeps one record (the earlier, then the smaller by content), so decisions
@@ -28,21 +34,37 @@ published twice or by two instances are harmless. A report of an EventId that ``
 is counted as ``late`` and skipped.
 
 The fold updates ``state`` in place in O(1) per report (plus O(number of events a heartbeat
-lists)); nothing scans the fleet.
+lists), at most ``events_per_heartbeat``); nothing scans the fleet.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from ...model import TYPE_PREFIX, Kind, MalformedDocument, parse_not_before
+from ...model import TYPE_PREFIX, Kind
+from ...printable import has_controls
 from . import switches
+from .intake import (
+    CAPPED,
+    FOLDED,
+    LATE,
+    MALFORMED,
+    SKIPPED,
+    Dropped,
+    FoldStats,
+    admit,
+    free_text,
+    identifier,
+    may_report,
+    moment,
+    not_before,
+    resources,
+    topology,
+)
+from .limits import DEFAULT_LIMITS, MAX_REJECTIONS, Limits
 from .state import (
     CANCELED,
     COMPLETED,
@@ -66,31 +88,11 @@ _SEEN_SCHEDULED = (Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED)
 AGENT_TYPES = (*_TRANSITIONS, *_SEEN_SCHEDULED, Kind.APPROVAL_REJECTED, Kind.HEARTBEAT)
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 
-FOLDED, SKIPPED, MALFORMED, LATE = "folded", "skipped", "malformed", "late"
 MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
 
 
-@dataclass
-class FoldStats:
-    """Counters for ``/metrics`` (not part of the state: a restart starts them at zero)."""
-
-    folded: Counter[str] = field(default_factory=Counter)  # by type suffix
-    skipped: Counter[str] = field(default_factory=Counter)  # by CloudEvent type
-    malformed: int = 0
-    late: int = 0
-
-    def count(self, outcome: str, kind: str) -> None:
-        if outcome == FOLDED:
-            self.folded[kind] += 1
-        elif outcome == SKIPPED:
-            self.skipped[kind[:200]] += 1
-        elif outcome == MALFORMED:
-            self.malformed += 1
-        else:
-            self.late += 1
-
-
-def fold_json(state: FleetState, text: str | bytes, stats: FoldStats | None = None) -> str:
+def fold_json(state: FleetState, text: str | bytes, stats: FoldStats | None = None,
+              limits: Limits = DEFAULT_LIMITS, received: float | None = None) -> str:
     """``fold_event`` on a structured-mode CloudEvent's JSON text."""
     try:
         event = json.loads(text)
@@ -100,34 +102,40 @@ def fold_json(state: FleetState, text: str | bytes, stats: FoldStats | None = No
         if stats is not None:
             stats.count(MALFORMED, "")
         return MALFORMED
-    return fold_event(state, event, stats)
+    return fold_event(state, event, stats, limits, received)
 
 
-def fold_event(state: FleetState, event: Mapping[str, Any], stats: FoldStats | None = None) -> str:
-    """Fold one CloudEvent; the outcome: ``folded``, ``skipped``, ``malformed`` or ``late``."""
+def fold_event(state: FleetState, event: Mapping[str, Any], stats: FoldStats | None = None,
+               limits: Limits = DEFAULT_LIMITS, received: float | None = None) -> str:
+    """Fold one CloudEvent; the outcome: ``folded``, ``skipped``, ``malformed``, ``late`` or
+    ``capped`` (dropped by a limit). ``received``: when the hub enqueued it (epoch seconds)."""
     kind = event.get("type")
     kind = kind if isinstance(kind, str) else ""
+    counted = stats if stats is not None else FoldStats()
     try:
-        outcome = _fold(state, event, kind)
+        outcome = _fold(state, event, kind, limits, counted, received)
+    except Dropped as drop:
+        counted.capped[drop.reason] += 1
+        outcome = CAPPED
     except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
         outcome = MALFORMED  # a report with fields of the wrong shape: counted, never fatal
-    if stats is not None:
-        stats.count(outcome, kind.removeprefix(PREFIX) if outcome == FOLDED else kind)
+    counted.count(outcome, kind.removeprefix(PREFIX) if outcome == FOLDED else kind)
     return outcome
 
 
-def _fold(state: FleetState, event: Mapping[str, Any], kind: str) -> str:
+def _fold(state: FleetState, event: Mapping[str, Any], kind: str, limits: Limits, stats: FoldStats,
+          received: float | None) -> str:
     if kind.startswith(DECISION_PREFIX):
         suffix = kind[len(DECISION_PREFIX):]
         if suffix not in DECISION_KINDS:
             return SKIPPED
     elif not kind.startswith(PREFIX) or kind[len(PREFIX):] not in AGENT_TYPES:
         return SKIPPED
-    ident, moment = event.get("id"), _time(event.get("time"))
+    ident, when = event.get("id"), moment(event.get("time"))
     data = event.get("data")
     if isinstance(data, str | bytes):
         data = json.loads(data)
-    if not isinstance(ident, str) or not ident or moment is None or not isinstance(data, dict):
+    if not isinstance(ident, str) or not ident or when is None or not isinstance(data, dict):
         return MALFORMED
     if kind.startswith(DECISION_PREFIX):
         try:  # kept as read (the log, snapshots): strict JSON of a sane size only
@@ -136,75 +144,68 @@ def _fold(state: FleetState, event: Mapping[str, Any], kind: str) -> str:
             return MALFORMED
         if size > MAX_DECISION_BYTES or len(ident) > 600:
             return MALFORMED
-        return _decision(state, DecisionRecord(ident, kind[len(DECISION_PREFIX):], moment, data))
+        return _decision(state, DecisionRecord(ident, kind[len(DECISION_PREFIX):], when, data))
     suffix = kind[len(PREFIX):]
-    stamp = (moment, ident)
-    vm = _vm(state, event, data, stamp)
+    stamp = (when, ident)
+    vm = _vm(state, event, data, stamp, limits, stats.capped, when if received is None else received)
     if vm is None:
         return MALFORMED
     if suffix == Kind.HEARTBEAT:
-        return _heartbeat(state, vm, data, moment)
+        return _heartbeat(state, vm, data, when, limits, stats.capped)
     event_id = data.get("EventId") or event.get("subject")
     if not _is_event_id(event_id):
         return MALFORMED
-    if event_id.lower() in state.gone:
+    key = event_id.lower()
+    if key in state.gone:
         return LATE
-    record = _event(state, event_id)
     if suffix == Kind.APPROVAL_REJECTED:
-        return _rejection(record, vm.key, data)
-    _info(record, event, data, stamp)
-    _report(state, record, vm.key, _TRANSITIONS.get(suffix, SCHEDULED), moment)
+        known = state.events.get(key)
+        if known is None or not known.reports:
+            raise Dropped("unreported-event")
+        return _rejection(known, vm.key, data, stats.capped)
+    if not may_report(state, vm.key, key, limits):
+        raise Dropped("vm-events")
+    record = _event(state, event_id)
+    _info(record, event, data, stamp, limits, stats.capped)
+    _report(state, record, vm.key, _TRANSITIONS.get(suffix, SCHEDULED), when)
     _terminated(state, record)
     if suffix == Kind.APPROVED:
-        by = data.get("ApprovedBy")
-        echo = (moment, by[:200] if isinstance(by, str) else "")
+        echo = (when, free_text(data.get("ApprovedBy"), 200, stats.capped))
         old = record.echoes.get(vm.key)
         if old is None or echo < old:
             record.echoes[vm.key] = echo
     elif suffix == Kind.PREPARED:
-        record.prepared[vm.key] = max(moment, record.prepared.get(vm.key, moment))
+        record.prepared[vm.key] = max(when, record.prepared.get(vm.key, when))
     elif suffix == Kind.PREPARE_FAILED:
-        reason = data.get("Reason")
-        failure = (moment, reason[:300] if isinstance(reason, str) else "")
+        failure = (when, free_text(data.get("Reason"), 300, stats.capped))
         old_failure = record.prepare_failed.get(vm.key)
         if old_failure is None or failure > old_failure:
             record.prepare_failed[vm.key] = failure
     return FOLDED
 
 
-def _time(value: Any) -> float | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def _text(value: Any) -> str:
-    return sys.intern(value) if isinstance(value, str) and len(value) <= 300 else ""
-
-
-def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp: Stamp) -> Vm | None:
-    """The reporting VM's record, created or updated from ``data.Vm``."""
+def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp: Stamp, limits: Limits,
+        capped: Counter[str], clock: float) -> Vm | None:
+    """The reporting VM's record, created (within ``new_vms_per_minute`` of ``clock``) or updated
+    from ``data.Vm``."""
     info = data.get("Vm")
     info = info if isinstance(info, dict) else {}
-    vm_id, name = _text(info.get("vmId")), _text(info.get("name"))
+    chars = limits.text_chars
+    vm_id, name = identifier(info.get("vmId"), chars, capped), identifier(info.get("name"), chars, capped)
     complete = info.get("complete") is not False and bool(vm_id)
     if not info:  # an older agent: the source says /virtualMachines/<name>, the extension the id
         source, ext = event.get("source"), event.get("vmid")
         if isinstance(source, str) and "/virtualMachines/" in source:
-            name = _text(source.rsplit("/virtualMachines/", 1)[1].split("/")[0])
+            name = identifier(source.rsplit("/virtualMachines/", 1)[1].split("/")[0], chars, capped)
         complete = isinstance(source, str) and source.startswith("/subscriptions/") and bool(ext)
-        vm_id = _text(ext) if complete else ""
+        vm_id = identifier(ext, chars, capped) if complete else ""
+        complete = complete and bool(vm_id)
     if not complete and not name:
         return None
     key = vm_id.lower() if complete else "host:" + name.lower()
     vm = state.vms.get(key)
     if vm is None:
+        admit(state, limits, clock)
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id)
         state.version += 1
     if stamp[0] > vm.last_heard:
@@ -215,45 +216,45 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         before = vm.topology()
         vm.topology_stamp = stamp
         vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
-        vm.resource_id = _text(info.get("resourceId"))
-        vm.subscription = _text(info.get("subscriptionId")).lower()
-        vm.resource_group = _text(info.get("resourceGroupName")).lower()
-        vm.location = _text(info.get("location")).lower()
-        vm.zone = _text(str(info.get("zone") or ""))
-        vm.scale_set = _text(info.get("vmScaleSetName")).lower()
-        vm.fault_domain = _text(str(info.get("platformFaultDomain") or ""))
-        vm.update_domain = _text(str(info.get("platformUpdateDomain") or ""))
-        vm.placement_group = _text(info.get("placementGroupId"))
-        tags = info.get("tags")
-        vm.tags = ({_text(str(k).lower()): _text(str(v)) for k, v in tags.items()}
-                   if isinstance(tags, dict) else {})
+        topology(vm, info, limits, capped)
         if vm.topology() != before:
             state.version += 1
     return vm
 
 
-def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], moment: float) -> str:
+def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], moment: float, limits: Limits,
+               capped: Counter[str]) -> str:
     if vm.last_heartbeat is None or moment > vm.last_heartbeat:
         vm.last_heartbeat = moment
-        version = data.get("AgentVersion")
-        vm.agent_version = version[:40] if isinstance(version, str) else ""
+        vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
     listed = data.get("Events")
-    for item in listed if isinstance(listed, list) else ():
+    if not isinstance(listed, list):
+        return FOLDED
+    if len(listed) > limits.events_per_heartbeat:
+        capped["heartbeat-events"] += len(listed) - limits.events_per_heartbeat
+        listed = listed[:limits.events_per_heartbeat]
+    for item in listed:
         if not isinstance(item, dict):
             continue
         event_id, status = item.get("EventId"), item.get("EventStatus")
         rank = _HEARTBEAT_STATUS.get(status) if isinstance(status, str) else None
         if not _is_event_id(event_id) or rank is None or event_id.lower() in state.gone:
             continue
-        record = _event(state, event_id)
-        if not record.event_type and isinstance(item.get("EventType"), str):
-            record.event_type = _text(item["EventType"])
+        record = state.events.get(event_id.lower())
+        if record is None or not record.reports:  # only heartbeats name it: it stays unknown
+            capped["unreported-event"] += 1
+            continue
+        if not may_report(state, vm.key, record.key, limits):
+            capped["vm-events"] += 1
+            continue
+        if not record.event_type:
+            record.event_type = identifier(item.get("EventType"), limits.text_chars, capped)
         _report(state, record, vm.key, rank, moment)
     return FOLDED
 
 
 def _is_event_id(value: Any) -> TypeGuard[str]:
-    return isinstance(value, str) and 0 < len(value) <= 200
+    return isinstance(value, str) and 0 < len(value) <= 200 and not has_controls(value)
 
 
 def _event(state: FleetState, event_id: str) -> EventRecord:
@@ -266,30 +267,27 @@ def _event(state: FleetState, event_id: str) -> EventRecord:
     return record
 
 
-def _info(record: EventRecord, event: Mapping[str, Any], data: dict[str, Any], stamp: Stamp) -> None:
+def _info(record: EventRecord, event: Mapping[str, Any], data: dict[str, Any], stamp: Stamp,
+          limits: Limits, capped: Counter[str]) -> None:
     """What the event is, from the newest full report (NotBefore from the newest that has one)."""
-    resources = data.get("Resources")
-    if isinstance(resources, list) and stamp > record.info_stamp:
-        names = tuple(_text(r) for r in resources if isinstance(r, str) and r)
+    listed, chars = data.get("Resources"), limits.text_chars
+    names = (resources(listed, limits, capped)
+             if isinstance(listed, list) and stamp > record.info_stamp else None)
+    if names is not None:
         if not record.has_resources or names != record.resources:
             record.revision += 1
         record.info_stamp, record.resources, record.has_resources = stamp, names, True
-        record.event_type = _text(data.get("EventType") or event.get("eventtype")) or record.event_type
-        record.event_source = _text(data.get("EventSource"))
-        record.description = _text(data.get("Description"))
+        record.event_type = (identifier(data.get("EventType") or event.get("eventtype"), chars, capped)
+                             or record.event_type)
+        record.event_source = identifier(data.get("EventSource"), chars, capped)
+        record.description = free_text(data.get("Description"), chars, capped)
         duration = data.get("DurationInSeconds")
         record.duration = duration if isinstance(duration, int) and not isinstance(duration, bool) else None
     elif not record.event_type:
-        record.event_type = _text(data.get("EventType") or event.get("eventtype"))
-    not_before = _time(data.get("NotBeforeUtc"))
-    if not_before is None and data.get("NotBefore"):
-        try:
-            parsed = parse_not_before(data.get("NotBefore"))
-            not_before = parsed.timestamp() if parsed else None
-        except MalformedDocument:
-            not_before = None
-    if not_before is not None and stamp > record.not_before_stamp:
-        record.not_before, record.not_before_stamp = not_before, stamp
+        record.event_type = identifier(data.get("EventType") or event.get("eventtype"), chars, capped)
+    due = not_before(data)
+    if due is not None and stamp > record.not_before_stamp:
+        record.not_before, record.not_before_stamp = due, stamp
 
 
 def _report(state: FleetState, record: EventRecord, vm_key: str, rank: int, moment: float) -> None:
@@ -327,16 +325,19 @@ def _terminated(state: FleetState, record: EventRecord) -> None:
             state.version += 1
 
 
-def _rejection(record: EventRecord, vm_key: str, data: dict[str, Any]) -> str:
+def _rejection(record: EventRecord, vm_key: str, data: dict[str, Any], capped: Counter[str]) -> str:
     message = data.get("Message")
     message_id = message.get("Id") if isinstance(message, dict) else None
-    code = data.get("ReasonCode")
-    if not isinstance(message_id, str) or not message_id:
+    if not isinstance(message_id, str) or not message_id or has_controls(message_id[:300]):
         return MALFORMED
-    rejection = (vm_key, code[:60] if isinstance(code, str) else "")
-    old = record.rejections.get(message_id[:300])
+    ident = message_id[:300]
+    if (ident not in record.rejections and len(record.rejections) >= MAX_REJECTIONS
+            and all(d.id != ident for d in record.approvals.values())):
+        raise Dropped("rejections")
+    rejection = (vm_key, free_text(data.get("ReasonCode"), 60, capped))
+    old = record.rejections.get(ident)
     if old is None or rejection < old:
-        record.rejections[message_id[:300]] = rejection
+        record.rejections[ident] = rejection
     return FOLDED
 
 

@@ -46,10 +46,12 @@ SOCKET_TIMEOUT = 0.05
 
 @dataclass(frozen=True)
 class Position:
-    """Where a partition was read up to: the last event folded."""
+    """Where a partition was read up to: the last event folded (``enqueued``: when the hub took it,
+    epoch seconds, for the fold's limits; not part of a saved position)."""
 
     sequence: int
     offset: str
+    enqueued: float | None = field(default=None, compare=False)
 
     def as_data(self) -> dict[str, Any]:
         return {"sequence": self.sequence, "offset": self.offset}
@@ -150,7 +152,8 @@ class HubReader:
             return
         arrived = time.monotonic()
         batch = Batch(context.partition_id,
-                      [(decode(e), Position(e.sequence_number, str(e.offset))) for e in events], arrived)
+                      [(decode(e), Position(e.sequence_number, str(e.offset), _enqueued(e))) for e in events],
+                      arrived)
         self.health.last_batch = arrived
         self.deliver(batch)
         try:
@@ -176,6 +179,11 @@ class HubReader:
             closer.join(10)
         for thread in self._threads:
             thread.join(10)
+
+
+def _enqueued(event_data: Any) -> float | None:
+    when = getattr(event_data, "enqueued_time", None)
+    return when.timestamp() if when is not None else None
 
 
 def _close_quietly(client: Any) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import trust
+from .limits import CAPS
+from .scopes import index
 
 if TYPE_CHECKING:
     from .service import Service
@@ -28,12 +30,15 @@ def values(service: Service) -> dict[str, Any]:
     return {
         "folded": dict(service.stats.folded),
         "skipped": {"not-cloudevent": service.not_cloudevents, "malformed": service.stats.malformed,
-                    "late": service.stats.late, "other-type": sum(skipped.values())},
+                    "late": service.stats.late, "other-type": sum(skipped.values()),
+                    "capped": service.stats.dropped},
         "refused": {code: service.refused[code] for code in trust.REASON_CODES},
+        "capped": {reason: service.stats.capped.get(reason, 0) for reason in CAPS},
         "decisions": service.decisions_made, "published": out.published,
         "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
         "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
+        "queue_conflicts": len(index(state, service.policy).shared_queue),
         "latencies": list(out.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
     }
@@ -63,6 +68,12 @@ def render(v: dict[str, Any]) -> bytes:
             for reason, count in v["refused"].items():
                 refused.add_metric([reason], count)
             yield refused
+            capped = CounterMetricFamily(PREFIX + "capped", "What the fold dropped of agents' reports by "
+                                         "a [limits] cap or rule (whole reports and parts), by why.",
+                                         labels=["reason"])
+            for reason, count in v["capped"].items():
+                capped.add_metric([reason], count)
+            yield capped
             for name, help_text in (
                 ("decisions", "Decisions made by this instance."),
                 ("published", "Decisions published to the hub by this instance."),
@@ -77,6 +88,7 @@ def render(v: dict[str, Any]) -> bytes:
                 ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
                 ("vms", "VMs in the fold."),
                 ("open_events", "Events not completed or canceled."),
+                ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
             if v["last_input_age"] is not None:

@@ -54,6 +54,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .queues import shared_queues
 from .settings import Budget, Policy
 from .state import COMPLETED, STARTED, EventRecord, FleetState, Vm
 
@@ -78,6 +79,7 @@ class ScopeIndex:
     size: Counter[str]
     budget_of: dict[str, Budget]  # scope -> its budget
     names: dict[str, dict[str, list[str]]]  # group -> lower-case name -> VM keys
+    shared_queue: dict[str, str] = field(default_factory=dict)  # VM -> its queue another VM shares
     resolved: dict[str, tuple[int, Resolution]] = field(default_factory=dict)
     unwatched_at: tuple[tuple[float, float], set[str]] | None = None
 
@@ -90,7 +92,7 @@ class ScopeIndex:
 
 def index(state: FleetState, policy: Policy) -> ScopeIndex:
     """The scope index for this state and policy (cached on the state until its version changes)."""
-    cache_key = (state.version, policy.group_tag, tuple(sorted(policy.by_kind)))
+    cache_key = (state.version, policy.group_tag, tuple(sorted(policy.by_kind)), policy.queue_template)
     cached = state.cache.get("index")
     if cached is not None and cached[0] == cache_key:
         return cached[1]
@@ -137,7 +139,7 @@ def _build(state: FleetState, policy: Policy) -> ScopeIndex:
         budget_scopes_of[key] = tuple(budgeted)
         names.setdefault(group, {}).setdefault(vm.name.lower(), []).append(key)
     return ScopeIndex(members, alias, extra, group_of, scopes_of, budget_scopes_of, kind_of, size,
-                      budget_of, names)
+                      budget_of, names, shared_queues(state, members, policy.queue_template))
 
 
 def _retired(state: FleetState) -> set[str]:

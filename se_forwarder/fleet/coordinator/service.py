@@ -44,6 +44,7 @@ from .fold import FOLDED, FoldStats, fold_event
 from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
 from .leader import Leadership
 from .output import Outgoing, Output
+from .queues import QueueConflictLog
 from .retention import prune
 from .sender import Sender, Signer
 from .service_config import ServiceSettings
@@ -103,6 +104,7 @@ class Service:
                              self.source, self.leadership.may_act, self._lost)
         self.reader: HubReader | None = None
         self.last_snapshot: tuple[float, int] | None = None  # (time, bytes)
+        self.queue_conflicts = QueueConflictLog()
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -231,7 +233,7 @@ class Service:
             else:
                 verdict = trust.check(event, source=self.source, keys=keys)
                 if verdict.trusted:
-                    fold_event(self.state, event, self.stats)
+                    fold_event(self.state, event, self.stats, self.settings.limits, position.enqueued)
                 else:
                     self.refused[verdict.code or ""] += 1
                     if verdict.code == trust.FORGED and time.monotonic() >= self._forged_said:
@@ -257,6 +259,8 @@ class Service:
         trigger = self.last_input if self._dirty else None
         self._dirty = False
         self.evaluation = result = evaluate(self.state, self.policy, now)
+        for line in self.queue_conflicts.news(self.state, result.index):
+            log.warning("%s", line)
         for decision in result.decisions:
             self._publish(decision, term.number, trigger)
 

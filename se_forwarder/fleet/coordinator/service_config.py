@@ -41,13 +41,16 @@ module reads the others and rejects any other top-level key::
 
     [api]
     listen = "127.0.0.1:8470"            # the control API, /metrics and /healthz
-    token_file = "/etc/se-forwarder/coordinator-api.token"   # the bearer token of the control API
+    token_file = "/etc/se-forwarder/coordinator-api.token"   # the API's token table (tokens.py)
     advertise = ""                       # the URL a standby names as the leader's (default http://<listen>)
+    allowed_hosts = []                   # host names the API and page answer to, besides localhost and
+                                         # IP addresses (api.py: no DNS rebinding)
 
     [telemetry]
     log_format = "auto"                  # auto | json | text
     log_level = "info"
 
+    [limits]                             # optional: how much of the fold one VM may take (limits.py)
     [web]                                # optional: the fleet page's own listener (web/settings.py)
     [[notify]]                           # optional, repeatable: Teams/Slack messages (notifier.py)
 
@@ -60,7 +63,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,7 @@ from ...approvals import signing
 from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
+from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notifier import NotifySettings, load_notify
 from .settings import POLICY_SECTIONS, Policy, load_policy, parse_duration
 from .web.settings import WebSettings, load_web
@@ -75,14 +79,15 @@ from .web.settings import WebSettings, load_web
 CREDENTIALS = ("managed-identity", "default", "connection-string")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "web",
-            "notify")
+SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "limits",
+            "web", "notify")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]\Z")
 _CONSUMER_GROUP = re.compile(r"^(\$Default|[A-Za-z0-9][A-Za-z0-9._-]{0,49})\Z")
 _ACCESS = ("credential", "client_id", "connection_string_env", "connection_string_file")
+_HOST = re.compile(r"^(?=.{1,253}\Z)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\Z")
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,7 @@ class ApiSettings:
     port: int
     token_file: str
     advertise: str
+    allowed_hosts: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -148,6 +154,7 @@ class ServiceSettings:
     web: WebSettings | None = None
     notify: tuple[NotifySettings, ...] = ()
     coordinator_keys: tuple[str, ...] = ()  # [trust]: more public keys whose decisions are folded
+    limits: Limits = DEFAULT_LIMITS
 
     @property
     def source(self) -> str:
@@ -187,15 +194,17 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
     if not signing.get("key_file"):
         raise ConfigError("signing.key_file: missing (the key that signs approval messages; "
                           "make one with 'se-forwarder fleet keygen --out FILE')")
+    queues = _queues(_table(raw, "queues"))
     return ServiceSettings(
         name=name, instance=instance, eventhub=_eventhub(_table(raw, "eventhub")),
-        storage=_storage(_table(raw, "storage")), queues=_queues(_table(raw, "queues")),
+        storage=_storage(_table(raw, "storage")), queues=queues,
         key_file=_path(signing["key_file"], "signing.key_file"), api=_api(_table(raw, "api")),
-        policy=load_policy(raw),
+        policy=replace(load_policy(raw), queue_template=queues.template),
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
         coordinator_keys=_trust(_table(raw, "trust"), os.environ if environ is None else environ),
+        limits=load_limits(raw.get("limits")),
     )
 
 
@@ -294,7 +303,7 @@ def _queues(t: dict[str, Any]) -> QueueSettings:
 
 
 def _api(t: dict[str, Any]) -> ApiSettings:
-    no_unknown(t, "api", ("listen", "token_file", "advertise"))
+    no_unknown(t, "api", ("listen", "token_file", "advertise", "allowed_hosts"))
     listen = as_str(t.get("listen", DEFAULT_LISTEN), "api.listen").strip()
     host, sep, port_text = listen.rpartition(":")
     host = host.strip("[]")
@@ -306,7 +315,8 @@ def _api(t: dict[str, Any]) -> ApiSettings:
     advertise = as_str(t.get("advertise", ""), "api.advertise").strip().rstrip("/")
     if advertise and not re.match(r"^https?://[^/\s]+\Z", advertise):
         raise ConfigError(f"api.advertise: {advertise!r} is not a base URL like http://10.0.0.5:8470")
-    return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise)
+    return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise,
+                       _host_names(t.get("allowed_hosts", []), advertise))
 
 
 def _trust(t: dict[str, Any], environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -334,3 +344,18 @@ def _trust(t: dict[str, Any], environ: Mapping[str, str]) -> tuple[str, ...]:
         texts.append((f"trust.coordinator_keys_env ({env})", environ[env]))
     keys = [key for where, text in texts for key in signing.parse_public_keys(text, where)]
     return tuple(dict.fromkeys(signing.public_key_line(k) for k in keys))
+
+
+
+def _host_names(value: Any, advertise: str) -> tuple[str, ...]:
+    """``[api] allowed_hosts`` (DNS names, no ports), with the host of ``advertise`` when it is a name."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("api.allowed_hosts: must be a list of host names, e.g. [\"coordinator.internal\"]")
+    names = [v.strip().lower().rstrip(".") for v in value]
+    for name in names:
+        if not _HOST.match(name):
+            raise ConfigError(f"api.allowed_hosts: {name!r} is not a host name (no scheme, port or path)")
+    shown = advertise.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]").lower() if advertise else ""
+    if shown and _HOST.match(shown):
+        names.append(shown)
+    return tuple(dict.fromkeys(names))

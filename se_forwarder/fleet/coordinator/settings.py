@@ -136,6 +136,7 @@ class Policy:
     group_tag: str = ""  # lower case; "" = groups are scale sets and learned availability sets
     shadow: bool = False
     blackouts: tuple[Blackout, ...] = ()
+    queue_template: str = "se-approvals-{vm_name}"  # not a [policy] key: [queues] queue (queues.py)
     by_kind: dict[str, Budget] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

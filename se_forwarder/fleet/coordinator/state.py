@@ -223,6 +223,10 @@ class FleetState:
     terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
     retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
     version: int = 0
+    # Derived, not in snapshots (fold.py's limits): the events each VM reported (None: rebuilt from
+    # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
+    vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
+    new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def paused(self, scope: str) -> Switch | None:

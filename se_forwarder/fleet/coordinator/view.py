@@ -13,13 +13,15 @@
      "started": [{"eventId", "eventType", "startedUtc", "affected"}],
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
                     "attempt", "target", "scope"}],
-     "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}]}
+     "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
+     "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}]}
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
 decide.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
-first (``decisions_limit``).
+first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
+(queues.py); none of those VMs is sent an approval.
 
 ``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
@@ -36,6 +38,7 @@ from typing import Any
 
 from ...timestamps import rfc3339
 from .decide import Evaluation, evaluate
+from .queues import queue_conflicts
 from .scopes import last_heartbeat, resolve, unwatched
 from .settings import Policy
 from .state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
@@ -140,6 +143,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "started": started,
         "decisions": [_decision(d) for d in log],
         "unwatched": not_watched,
+        "queueConflicts": queue_conflicts(state, idx),
     }
 
 

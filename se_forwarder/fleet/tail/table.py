@@ -2,7 +2,9 @@
 
 Every VM's agent publishes its CloudEvents to one hub (partition key = vmId). The same platform event
 seen by several VMs arrives once per VM with the same ``subject`` (EventId) and ``type`` and a
-different ``source``; the table shows it once, with how many VMs saw it.
+different ``source``; the table shows it once, with how many VMs saw it. Any VM can send anything
+to the hub, so every text a row keeps has its control characters stripped (printable.py): no
+escape sequence reaches the terminal through the table, its lines or its JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import Kind
+from ...printable import strip_controls
 
 STATE_ORDER: dict[str, int] = {Kind.SCHEDULED: 0, Kind.APPROVED: 1, Kind.STARTED: 2, Kind.COMPLETED: 3,
                                Kind.CANCELED: 4}
@@ -64,23 +67,24 @@ class FleetTable:
                 return None
             if ce_type in (Kind.HEARTBEAT.type, Kind.IDENTITY.type):
                 return None  # an agent's sign of life or registration, not an event of the fleet
-            key = (str(subject), str(ce_type))
+            key = (_shown(subject), _shown(ce_type))
             row = self.rows.get(key)
             if row is None:
                 data: dict[str, Any] = event["data"] if isinstance(event.get("data"), dict) else {}
+                not_before = data.get("NotBeforeUtc")
                 row = Row(
                     subject=key[0],
                     ce_type=key[1],
-                    eventtype=str(event.get("eventtype") or data.get("EventType") or ""),
-                    first_seen=str(event.get("time") or ""),
-                    not_before=data.get("NotBeforeUtc"),
+                    eventtype=_shown(event.get("eventtype") or data.get("EventType") or ""),
+                    first_seen=_shown(event.get("time") or ""),
+                    not_before=_shown(not_before) if not_before else None,
                 )
                 self.rows[key] = row
-            elif event.get("time") and str(event["time"]) < row.first_seen:
-                row.first_seen = str(event["time"])
-            if source in row.sources:
+            elif event.get("time") and _shown(event["time"]) < row.first_seen:
+                row.first_seen = _shown(event["time"])
+            if _shown(source) in row.sources:
                 return None
-            row.sources.add(str(source))
+            row.sources.add(_shown(source))
             return row
 
     def sorted_rows(self) -> list[Row]:
@@ -115,3 +119,8 @@ class FleetTable:
 
 def _row_text(first: str, state: str, kind: str, subject: str, vms: str, not_before: str) -> str:
     return f"{first:<19}  {state:<16}  {kind:<10}  {subject:<38}  {vms:>3}  {not_before}"
+
+
+def _shown(value: Any) -> str:
+    """A value from the hub as one printable line."""
+    return strip_controls(str(value))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import hmac
 import ipaddress
 import json
 import threading
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..tokens import TokenTable, bearer
 from .model import page_view
 
 if TYPE_CHECKING:
@@ -87,7 +87,8 @@ class ViewCache:
             return self.raw, self.packed
 
 
-def page_routes(service: Service, tokens: list[str], open_on_loopback: bool | None = None) -> list[Any]:
+def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopback: bool | None = None
+                ) -> list[Any]:
     """The routes to add to a Starlette app serving ``service`` with bearer ``tokens``."""
     from starlette.requests import Request
     from starlette.responses import FileResponse, JSONResponse, Response
@@ -98,15 +99,10 @@ def page_routes(service: Service, tokens: list[str], open_on_loopback: bool | No
         web = getattr(getattr(service, "settings", None), "web", None)
         open_on_loopback = True if web is None else web.open_on_loopback
     cache = ViewCache(service)
+    table = TokenTable.of(tokens)
 
     def token_ok(request: Request) -> bool:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return False
-        ok = False
-        for token in tokens:
-            ok |= hmac.compare_digest(token.encode(), given.strip().encode())
-        return ok
+        return bearer(request, table) is not None
 
     async def page(_request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8",

@@ -9,7 +9,6 @@
   const BIG_FLEET = 300; // above this many VMs, quiet groups start collapsed
   const NAMED_TILES = 60; // groups up to this size show VM names on their tiles
   const TOKEN_KEY = "se-coordinator-token";
-  const ACTOR_KEY = "se-coordinator-actor";
 
   const $ = (id) => document.getElementById(id);
   const stats = { renders: 0, lastRenderMs: 0, lastFetchMs: 0, lastBytes: 0, lastVms: 0, polls: 0, errors: 0 };
@@ -85,16 +84,11 @@
   // -- the token and the buttons ------------------------------------------------------------
 
   function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
-  function actor() {
-    const name = (sessionStorage.getItem(ACTOR_KEY) || "").trim();
-    return `person:${name || "unnamed"} (fleet page)`;
-  }
 
   function askToken() {
     return new Promise((resolve) => {
       const dialog = $("token-dialog");
       $("token-input").value = token();
-      $("actor-input").value = sessionStorage.getItem(ACTOR_KEY) || "";
       const done = (ok) => {
         $("token-form").onsubmit = null; $("token-cancel").onclick = null; $("token-forget").onclick = null;
         dialog.close();
@@ -105,7 +99,6 @@
         const value = $("token-input").value.trim();
         if (!value) return;
         sessionStorage.setItem(TOKEN_KEY, value);
-        sessionStorage.setItem(ACTOR_KEY, $("actor-input").value.trim());
         done(true);
         poll();
       };
@@ -134,7 +127,7 @@
     if (!token() && !(await askToken())) return;
     const reason = await askReason(title, text, kind === "approve");
     if (reason === null) return;
-    const payload = { ...body, reason: reason.text, actor: actor() };
+    const payload = { ...body, reason: reason.text }; // the server records the token's name as the actor
     if (kind === "approve") payload.scopes = reason.override ? ["all"] : [];
     let reply;
     try {

@@ -1,0 +1,38 @@
+"""The words of verdicts and decisions: times, durations and who acted, as people read them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from .events import COORDINATOR
+
+
+def hhmm(moment: float | None) -> str:
+    """A moment as people read it in a reason: ``2026-11-25 19:05 UTC``."""
+    if moment is None:
+        return "unknown"
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def span(seconds: float) -> str:
+    """A duration in its largest whole unit: ``45s``, ``12 min``, ``3 h``, ``2 d``."""
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def who(data: dict[str, object]) -> str:
+    """Who made a decision: its ``Actor``, else the coordinator."""
+    actor = data.get("Actor")
+    return actor if isinstance(actor, str) and actor else COORDINATOR
+
+
+def why(data: dict[str, object]) -> str:
+    """``": <Reason>"`` of a decision, or nothing."""
+    reason = data.get("Reason")
+    return f": {reason}" if isinstance(reason, str) and reason else ""
