@@ -76,6 +76,33 @@ def test_at_10000_vms_quiet_groups_are_collapsed_and_the_search_box_finds_a_vm(b
         browser.quit()
 
 
+@pytest.mark.timeout(300)
+def test_at_10000_vms_the_timeline_shows_groups_with_maintenance_collapsed_until_one_is_opened(big) -> None:
+    url, groups = big
+    browser = chrome()
+    try:
+        browser.get(url + "/")
+        wait_for(lambda: browser.execute_script("return window.sePage && window.sePage.renders"), 60,
+                 "the first render")
+        shown = browser.execute_script(
+            "return [...document.querySelectorAll('.tl-group')].map(g => [g.dataset.group, g.dataset.open,"
+            " g.querySelectorAll('.tl-row[data-vm]').length, g.querySelectorAll('.tl-down').length])")
+        busy = {"tag/" + members[0]["tags"]["group"] for members in groups[:50]}  # one Reboot each
+        assert {group for group, *_ in shown} == busy
+        assert {(opened, rows, lines) for _, opened, rows, lines in shown} == {("0", 0, 1)}
+        quiet = browser.execute_script("return document.getElementById('timeline').lastChild.textContent")
+        assert quiet == f"{len(groups) - 50} groups with no maintenance in this window"
+        first = f'.tl-group[data-group="{shown[0][0]}"]'
+        browser.find_element("css selector", f"{first} .tl-head").click()
+        rows = f"return document.querySelectorAll('{first} .tl-row[data-vm]').length"
+        wait_for(lambda: browser.execute_script(rows) == 10, 10, "the group's ten VM rows")
+        scheduled = f"return document.querySelectorAll('{first} rect.k-scheduled').length"
+        assert browser.execute_script(scheduled) == 1
+        assert console_errors(browser) == []
+    finally:
+        browser.quit()
+
+
 def test_the_document_is_gzipped_and_viewing_is_open_on_loopback_only(big) -> None:
     url, _ = big
     reply = HTTP.get(url + "/page/v1/view", headers={"Accept-Encoding": "gzip"}, stream=True, timeout=30)
