@@ -77,7 +77,7 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
     events: list[dict[str, Any]] = []
     numbers: dict[tuple[str, str], int] = {}
     out_groups = []
-    line = Timeline(state, policy, idx)
+    line = TimelineLayout(state, policy, idx)
     for g in groups(state, policy, now, ev, keys=True):
         scope = f"group:{g['group']}".lower()
         vms = []
@@ -108,7 +108,7 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
             "timeline": line.header(policy), "groups": out_groups}
 
 
-class Timeline:
+class TimelineLayout:
     """The timeline's spans laid out on the page's groups (module docstring)."""
 
     def __init__(self, state: FleetState, policy: Policy, idx: ScopeIndex) -> None:
