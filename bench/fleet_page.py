@@ -4,11 +4,14 @@ For each fleet size: VMs heard from just now (bench/coordinator_fold.py's fleet:
 of 10 and scale sets of 50 in three zones), 50 pending Reboots. Groups are named by a tag (as a
 fleet that sets ``group_tag`` has them); ``--learned`` leaves the tag out, so every availability-set
 VM that has not shared an event yet is a group of its own (the worst case: one header per VM).
+``--rollout`` replaces the 50 Reboots by half an hour of a rollout through every group (one Reboot
+per VM, paced by the real decision pass: tests/fleet_page/local.rollout_state), so the timeline
+has four spans or so per VM that went through it.
 The page is served by the real Starlette app over uvicorn on loopback, from an in-process fold
 (tests/fleet_page/local.py), and loaded in headless Chromium. Figures are printed; nothing is
 asserted. Baseline: the view.status + view.groups documents the control API serves for the same fold.
 
-    .venv/bin/python bench/fleet_page.py [--vms 1000 10000] [--learned]
+    .venv/bin/python bench/fleet_page.py [--vms 1000 10000] [--learned | --rollout]
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from se_forwarder.fleet.coordinator.api import ApiServer  # noqa: E402
 from se_forwarder.fleet.coordinator.view import groups, status  # noqa: E402
 from se_forwarder.fleet.coordinator.web.model import page_view  # noqa: E402
 from tests.fleet_page.browser import chrome  # noqa: E402
-from tests.fleet_page.local import POLICY, LocalCoordinator, fleet_state  # noqa: E402
+from tests.fleet_page.local import POLICY, LocalCoordinator, fleet_state, rollout_state, tagged  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 
@@ -41,9 +44,13 @@ def best_of(runs: int, func) -> tuple[float, object]:
     return best, value
 
 
-def measure(vms: int, learned: bool) -> list[tuple[str, str]]:
+def measure(vms: int, learned: bool, rollout: bool = False) -> list[tuple[str, str]]:
     now = time.time()
-    state, _ = fleet_state(vms, 50, now)
+    if rollout:
+        every = tuple(members[0]["tags"]["group"] for members in tagged(vms))
+        state, _ = rollout_state(now, every, vms)
+    else:
+        state, _ = fleet_state(vms, 50, now)
     policy = replace(POLICY, group_tag="") if learned else POLICY
     build, document = best_of(3, lambda: page_view(state, policy, now))
     raw = json.dumps(document, separators=(",", ":")).encode()
@@ -57,6 +64,7 @@ def measure(vms: int, learned: bool) -> list[tuple[str, str]]:
     base_build, base = best_of(3, baseline)
     rows = [
         ("groups", f"{len(document['groups'])}"),
+        ("timeline spans", f"{sum(len(g['spans']) for g in document['groups'])}"),
         ("document build (server, best of 3)", f"{build * 1000:.0f} ms   (baseline status+groups: "
                                                f"{base_build * 1000:.0f} ms)"),
         ("document size", f"{len(raw) / 1024:.0f} KB raw, {len(packed) / 1024:.0f} KB gzipped   "
@@ -77,6 +85,7 @@ def measure(vms: int, learned: bool) -> list[tuple[str, str]]:
         rows.append(("page load to first render (wall)", f"{first * 1000:.0f} ms"))
         rows.append(("first render (collapsed groups)", f"{stats['lastRenderMs']:.0f} ms, fetch+parse "
                                                         f"{stats['lastFetchMs']:.0f} ms"))
+        rows.append(("of which the timeline", f"{stats['lastTimelineMs']:.0f} ms"))
         wait_for(lambda: browser.execute_script("return window.sePage.renders") >= 3, 30, "two more polls")
         stats = browser.execute_script("return window.sePage")
         rows.append(("render of a later poll", f"{stats['lastRenderMs']:.0f} ms"))
@@ -101,11 +110,14 @@ def measure(vms: int, learned: bool) -> list[tuple[str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vms", type=int, nargs="+", default=[1000, 10_000])
-    parser.add_argument("--learned", action="store_true", help="no group tag: groups not learned yet")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--learned", action="store_true", help="no group tag: groups not learned yet")
+    kind.add_argument("--rollout", action="store_true", help="a rollout through every group")
     args = parser.parse_args()
     for vms in args.vms:
-        print(f"fleet page, {vms} VMs{' (groups not learned yet)' if args.learned else ''}:")
-        for figure, value in measure(vms, args.learned):
+        what = " (groups not learned yet)" if args.learned else " (mid-rollout)" if args.rollout else ""
+        print(f"fleet page, {vms} VMs{what}:")
+        for figure, value in measure(vms, args.learned, args.rollout):
             print(f"  {figure:<38} {value}")
     return 0
 

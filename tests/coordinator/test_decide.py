@@ -38,6 +38,21 @@ def test_an_event_past_its_not_before_gets_no_decision():
     assert result.decisions == [] and fleet.verdict(result, "E1").code == "due"
 
 
+@pytest.mark.parametrize("event_type", ["Freeze", "Preempt", "Terminate"])
+def test_an_unmanaged_event_names_the_vms_it_affects(event_type):
+    fleet = avset()
+    fleet.announce("U1", [SET[1], SET[4]], SET, event_type=event_type)
+    verdict = fleet.verdict(fleet.decide(T0 + 1), "U1")
+    assert verdict.code == "unmanaged" and verdict.affected == (SET[1].key, SET[4].key)
+
+
+def test_an_event_past_its_not_before_names_the_vms_it_affects():
+    fleet = avset()
+    fleet.announce("E1", [SET[2]], SET, not_before=T0 - 1)
+    verdict = fleet.verdict(fleet.decide(T0), "E1")
+    assert verdict.code == "due" and verdict.affected == (SET[2].key,)
+
+
 def test_an_event_further_ahead_than_approve_within_is_deferred_too_early():
     fleet = avset(Policy(approve_within=3600))
     fleet.announce("E1", [SET[1]], SET, not_before=T0 + 3601)

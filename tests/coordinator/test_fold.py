@@ -46,6 +46,19 @@ def test_the_not_before_of_the_scheduled_report_survives_a_started_report_withou
     assert record.not_before == T0 + 600 and record.rank == STARTED and record.started_at == T0 + 60
 
 
+def test_an_event_keeps_when_it_was_first_reported_scheduled_whatever_the_order():
+    fleet = Fleet()
+    fleet.fold(report("started", A, "E1", T0 + 60), report("scheduled", B, "E1", T0 + 20),
+               heartbeat(C, T0 + 10, (("E1", "Scheduled", "Reboot"),)), report("scheduled", A, "E1", T0 + 30))
+    assert fleet.state.events["e1"].scheduled_at == T0 + 10
+
+
+def test_an_event_first_seen_started_has_no_scheduled_time():
+    fleet = Fleet()
+    fleet.fold(report("started", A, "E1", T0 + 60), report("completed", A, "E1", T0 + 90))
+    assert fleet.state.events["e1"].scheduled_at is None
+
+
 def test_a_vm_status_only_moves_forward_whatever_the_order_of_reports():
     fleet = Fleet()
     fleet.fold(report("completed", A, "E1", T0 + 120), report("scheduled", A, "E1", T0),

@@ -18,6 +18,7 @@ from se_forwarder.fleet.coordinator import (
     snapshot,
     status,
 )
+from se_forwarder.fleet.coordinator.client import render_status
 
 from .fleet import SET, SOURCE, T0, AgentVm, approved, avset, iso
 
@@ -50,6 +51,18 @@ def test_status_lists_pending_events_with_the_reason_each_waits():
     assert [(p["eventId"], p["reasonCode"]) for p in pending] == [("E1", "approved"), ("E2", "budget")]
     assert pending[1]["reason"] == f"group:{GROUP} would have 3 unavailable, max 2"
     assert pending[1]["notBeforeUtc"] == iso(T0 + 1100) and pending[1]["affected"] == ["web-2"]
+
+
+def test_status_names_the_vms_of_events_left_alone_or_past_their_not_before():
+    fleet = busy_fleet()
+    fleet.announce("F1", [SET[3]], SET, t=T0 + 400, event_type="Freeze", not_before=T0 + 900)
+    fleet.announce("D1", [SET[4]], SET, t=T0 + 400, not_before=T0 + 401)
+    doc = status(fleet.state, fleet.policy, T0 + 402)
+    pending = {p["eventId"]: p for p in doc["pending"]}
+    assert (pending["F1"]["reasonCode"], pending["F1"]["affected"]) == ("unmanaged", ["web-3"])
+    assert (pending["D1"]["reasonCode"], pending["D1"]["affected"]) == ("due", ["web-4"])
+    printed = render_status({**doc, "service": {"name": "c", "instance": "i", "role": "leader"}})
+    assert any(line.startswith("  F1  Freeze") and line.endswith("web-3") for line in printed.splitlines())
 
 
 def test_status_shows_who_approved_a_pending_event_and_when():
@@ -137,6 +150,17 @@ def test_a_restored_snapshot_decides_as_the_original():
     for now in (T0 + 402, T0 + 900, T0 + 2000):
         mine, theirs = evaluate(fleet.state, fleet.policy, now), evaluate(copy, fleet.policy, now)
         assert mine.decisions == theirs.decisions
+
+
+def test_a_snapshot_written_before_events_kept_their_scheduled_time_restores_without_it():
+    fleet = busy_fleet()
+    data = json.loads(json.dumps(snapshot(fleet.state)))
+    for event in data["events"]:
+        del event["scheduledAt"]
+    older = restore(data)
+    assert older.events["e1"].scheduled_at is None
+    now = T0 + 402
+    assert evaluate(older, fleet.policy, now).decisions == evaluate(fleet.state, fleet.policy, now).decisions
 
 
 @pytest.mark.parametrize("data", [None, [], {"format": 2}, {"format": 1}, {"format": 1, "vms": [{}]},

@@ -7,6 +7,7 @@ queue (there is none here).
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -27,16 +28,22 @@ POLICY = load_policy({
 })
 
 
-def fleet_state(vms: int, events: int, now: float) -> tuple[FleetState, list[list[dict]]]:
-    """``vms`` VMs heard from just now, each availability set and scale set named by a ``group``
-    tag; ``events`` Reboots, one per availability set, reported by every VM of the set, NotBefore 20
-    to 80 minutes ahead."""
-    state = FleetState()
+def tagged(vms: int) -> list[list[dict]]:
+    """bench/coordinator_fold.py's fleet, each availability set and scale set named by a ``group`` tag."""
     groups = fleet(vms)
     for members in groups:
         name = members[0]["vmScaleSetName"] or members[0]["name"].split("-")[0]
         for v in members:
             v["tags"] = {"group": name}
+    return groups
+
+
+def fleet_state(vms: int, events: int, now: float) -> tuple[FleetState, list[list[dict]]]:
+    """``vms`` VMs heard from just now, each availability set and scale set named by a ``group``
+    tag; ``events`` Reboots, one per availability set, reported by every VM of the set, NotBefore 20
+    to 80 minutes ahead."""
+    state = FleetState()
+    groups = tagged(vms)
     for members in groups:
         for v in members:
             fold_json(state, heartbeat(v, now - 5, []), limits=LIMITS)  # the whole fleet at once
@@ -46,6 +53,54 @@ def fleet_state(vms: int, events: int, now: float) -> tuple[FleetState, list[lis
         for v in members:
             fold_json(state, transition("scheduled", v, event_id, [target["name"]], now - 1,
                                         now + 1200 + 60 * (n % 60)))
+    return state, groups
+
+
+def report(state: str, v: dict, event_id: str, names: list[str], t: float, not_before: float,
+           event_type: str = "Reboot") -> dict:
+    """An agent's transition CloudEvent (bench/coordinator_fold.py's) of any event type."""
+    event = json.loads(transition(state, v, event_id, names, t, not_before))
+    event["eventtype"] = event["data"]["EventType"] = event_type
+    return dict(event)
+
+
+def rollout_state(now: float, rolling: tuple[str, ...] = ("web0", "ss0"), vms: int = 40, took: float = 1750,
+                  policy: Any = POLICY) -> tuple[FleetState, list[list[dict]]]:
+    """A rollout that began ``took`` seconds before ``now``: every VM of the ``rolling`` groups got its
+    own platform Reboot (NotBefore an hour after ``now``), reported Scheduled by its whole group. The
+    real decision pass ran every 10 s of that time and its decisions were folded back; Azure and the
+    agents are played here: each approved event Started 5 s after its approval and completed 60 s
+    later. So the group budget paced them, and the last ones are still going on or waiting at ``now``."""
+    state, groups = FleetState(), tagged(vms)
+    start = now - took
+    for members in groups:
+        for v in members:
+            fold_json(state, heartbeat(v, start, []))
+    by_name = {v["name"]: v for members in groups for v in members}
+    nb = now + 3600
+    for members in groups:
+        if members[0]["tags"]["group"] in rolling:
+            for v in members:
+                event_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"rollout/{v['name']}")).upper()
+                for other in members:
+                    fold_json(state, transition("scheduled", other, event_id, [v["name"]], start + 1, nb))
+    later: list[tuple[float, dict]] = []  # (when, the report Azure's side sends then)
+    t = start + 10
+    while t < now:
+        for when, event in [item for item in later if item[0] <= t]:
+            fold_event(state, event)
+        later = [item for item in later if item[0] > t]
+        for decision in evaluate(state, policy, t).decisions:
+            fold_event(state, to_dict(decision, SOURCE))
+            if decision.kind == "approve" and decision.target is not None:
+                v = by_name[decision.target.name]
+                names = list(decision.resources)
+                later.append((t + 5, report("started", v, decision.event_id or "", names, t + 5, nb)))
+                later.append((t + 65, report("completed", v, decision.event_id or "", names, t + 65, nb)))
+        t += 10
+    for when, event in later:
+        if when <= now:
+            fold_event(state, event)
     return state, groups
 
 

@@ -40,40 +40,67 @@ def big():
     coordinator.stop()
 
 
-@pytest.mark.timeout(300)
-def test_at_10000_vms_quiet_groups_are_collapsed_and_the_search_box_finds_a_vm(big) -> None:
+@pytest.fixture(scope="module")
+def loaded(big):
+    """Chromium with the page loaded and rendered once."""
     url, groups = big
     browser = chrome()
     try:
         browser.get(url + "/")
         wait_for(lambda: browser.execute_script("return window.sePage && window.sePage.renders"), 60,
                  "the first render")
-        counts = browser.execute_script(
-            "const all = (s) => document.querySelectorAll(s).length;"
-            "return [all('.group'), all('.group .grid'), all('.group .vm'),"
-            " document.getElementById('fleet-counts').textContent]")
-        assert counts[0] == len(groups)  # every group has its header
-        assert 0 < counts[1] <= 50  # only groups with something going on are open (50 events here)
-        assert counts[2] < 2_000  # far fewer tiles than VMs
-        assert counts[3].startswith("10000 VMs")
-        # A VM deep in a collapsed scale set, found by the search box and shown in the detail.
-        wanted = groups[-1][7]["name"]
-        box = browser.find_element("id", "search")
-        box.send_keys(wanted)
-        wait_for(lambda: browser.find_element("id", "search-result").text == "1 VM match", 10, "one match")
-        tile = browser.find_element("css selector", ".vm.match")
-        assert tile.get_attribute("data-vm") == wanted
-        detail = wait_for(lambda: browser.find_element("id", "vm-detail").text, 5, "the VM's detail")
-        assert detail.startswith(f"{wanted} (zone ") and "watched" in detail
-        box.send_keys(Keys.CONTROL, "a")
-        box.send_keys(Keys.DELETE)  # (clear() fires no input event)
-        wait_for(lambda: browser.find_element("id", "search-result").text == "", 10, "the search to clear")
-        browser.find_element("id", "expand-all").click()
-        tiles = "return document.querySelectorAll('.group .vm').length"
-        wait_for(lambda: browser.execute_script(tiles) == 10_000, 30, "every VM as a tile")
-        assert console_errors(browser) == []
+        yield browser, groups
     finally:
         browser.quit()
+
+
+@pytest.mark.timeout(300)
+def test_at_10000_vms_quiet_groups_are_collapsed_and_the_search_box_finds_a_vm(loaded) -> None:
+    browser, groups = loaded
+    counts = browser.execute_script(
+        "const all = (s) => document.querySelectorAll(s).length;"
+        "return [all('.group'), all('.group .grid'), all('.group .vm'),"
+        " document.getElementById('fleet-counts').textContent]")
+    assert counts[0] == len(groups)  # every group has its header
+    assert 0 < counts[1] <= 50  # only groups with something going on are open (50 events here)
+    assert counts[2] < 2_000  # far fewer tiles than VMs
+    assert counts[3].startswith("10000 VMs")
+    # A VM deep in a collapsed scale set, found by the search box and shown in the detail.
+    wanted = groups[-1][7]["name"]
+    box = browser.find_element("id", "search")
+    box.send_keys(wanted)
+    wait_for(lambda: browser.find_element("id", "search-result").text == "1 VM match", 10, "one match")
+    tile = browser.find_element("css selector", ".vm.match")
+    assert tile.get_attribute("data-vm") == wanted
+    detail = wait_for(lambda: browser.find_element("id", "vm-detail").text, 5, "the VM's detail")
+    assert detail.startswith(f"{wanted} (zone ") and "watched" in detail
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)  # (clear() fires no input event)
+    wait_for(lambda: browser.find_element("id", "search-result").text == "", 10, "the search to clear")
+    browser.find_element("id", "expand-all").click()
+    tiles = "return document.querySelectorAll('.group .vm').length"
+    wait_for(lambda: browser.execute_script(tiles) == 10_000, 30, "every VM as a tile")
+    assert console_errors(browser) == []
+
+
+@pytest.mark.timeout(300)
+def test_at_10000_vms_the_timeline_shows_the_groups_with_maintenance_collapsed(loaded) -> None:
+    browser, groups = loaded
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('.tl-group')].map(g => [g.dataset.group, g.dataset.open,"
+        " g.querySelectorAll('.tl-row[data-vm]').length, g.querySelectorAll('.tl-down').length])")
+    busy = {"tag/" + members[0]["tags"]["group"] for members in groups[:50]}  # one Reboot each
+    assert {group for group, *_ in shown} == busy
+    assert {(opened, rows, lines) for _, opened, rows, lines in shown} == {("0", 0, 1)}
+    quiet = browser.execute_script("return document.getElementById('timeline').lastChild.textContent")
+    assert quiet == f"{len(groups) - 50} groups with no maintenance in this window"
+    first = f'.tl-group[data-group="{shown[0][0]}"]'
+    browser.find_element("css selector", f"{first} .tl-head").click()
+    rows = f"return document.querySelectorAll('{first} .tl-row[data-vm]').length"
+    wait_for(lambda: browser.execute_script(rows) == 10, 10, "the group's ten VM rows")
+    scheduled = f"return document.querySelectorAll('{first} rect.k-scheduled').length"
+    assert browser.execute_script(scheduled) == 1
+    assert console_errors(browser) == []
 
 
 def test_the_document_is_gzipped_and_viewing_is_open_on_loopback_only(big) -> None:

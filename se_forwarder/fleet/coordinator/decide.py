@@ -28,8 +28,9 @@ For each event not yet approved, in this order (the first that fails is the verd
                    else among the others)
 =================  ==============================================================================
 
-A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision only
-when its ReasonCode differs from the event's last recorded defer: once per change of reason (a
+Every verdict names the VMs the event affects (its Resources resolved, scopes.py), whatever its
+code. A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision
+only when its ReasonCode differs from the event's last recorded defer: once per change of reason (a
 budget that fails in another scope is the same reason; the read model shows the current one).
 ``queued`` is what makes "earliest NotBefore first" hold within a scope: an event that does
 not fit keeps the scopes where it failed from later events in the same pass (unless it can never
@@ -81,7 +82,7 @@ class Verdict:
     code: str
     reason: str
     scope: str | None = None
-    affected: tuple[str, ...] = ()  # VM keys
+    affected: tuple[str, ...] = ()  # VM keys (every verdict: the resolved Resources)
     budgets: tuple[BudgetUse, ...] = ()
 
 
@@ -175,9 +176,10 @@ class DecisionPass:
             return self.retry(record, res)
         if record.event_type not in self.policy.manage:
             return Verdict(record.key, record.event_id, "unmanaged",
-                           f"{record.event_type or 'this type'} is not in manage: left alone")
+                           f"{record.event_type or 'this type'} is not in manage: left alone", None, res.vms)
         if record.not_before is not None and record.not_before <= self.now:
-            return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now")
+            return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now",
+                           None, res.vms)
         impossible = self.breach(record, res)
         code, reason, scope = self.check(record, res, impossible)
         budgets = self.uses(res.vms)

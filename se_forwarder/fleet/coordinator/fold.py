@@ -300,6 +300,8 @@ def _report(state: FleetState, record: EventRecord, vm_key: str, rank: int, mome
         record.rank = max(record.rank, rank)
     if moment > record.last_report:
         record.last_report = moment
+    if rank == SCHEDULED and (record.scheduled_at is None or moment < record.scheduled_at):
+        record.scheduled_at = moment
     if rank == STARTED and (record.started_at is None or moment < record.started_at):
         record.started_at = moment
     elif rank >= TERMINAL:

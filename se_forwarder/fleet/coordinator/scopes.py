@@ -283,16 +283,24 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
             continue
         if done.completed_at + policy.min_healthy <= now:
             continue
-        own: dict[str, float] = {}
-        for reporter, moment in done.finished.items():
-            vm = idx.key(reporter)
-            own[vm] = max(moment, own.get(vm, moment))
-        for vm in resolve(state, idx, done).vms:
-            if own.get(vm, done.completed_at) + policy.min_healthy > now:
+        for vm, moment in completions(idx, done, resolve(state, idx, done).vms).items():
+            if moment + policy.min_healthy > now:
                 out.setdefault(vm, "completed")
     for key in unwatched(state, policy, idx, now):
         out.setdefault(key, "not-watched")
     return out
+
+
+def completions(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, float]:
+    """When each of ``vms`` completed ``record``: its own latest completed report, else the event's
+    latest one; empty while nothing completed."""
+    if record.completed_at is None:
+        return {}
+    own: dict[str, float] = {}
+    for reporter, moment in record.finished.items():
+        vm = idx.key(reporter)
+        own[vm] = max(moment, own.get(vm, moment))
+    return {vm: own.get(vm, record.completed_at) for vm in vms}
 
 
 def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> set[str]:

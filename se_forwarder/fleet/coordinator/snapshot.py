@@ -66,7 +66,7 @@ def _event(e: EventRecord) -> dict[str, Any]:
         "notBeforeStamp": _stamp(e.not_before_stamp), "reports": dict(sorted(e.reports.items())),
         "rank": e.rank, "startedAt": e.started_at, "completedAt": e.completed_at,
         "finished": dict(sorted(e.finished.items())), "endedAt": e.ended_at,
-        "lastReport": _num(e.last_report),
+        "lastReport": _num(e.last_report), "scheduledAt": e.scheduled_at,
         "echoes": {k: list(v) for k, v in sorted(e.echoes.items())},
         "prepared": dict(sorted(e.prepared.items())),
         "prepareFailed": {k: list(v) for k, v in sorted(e.prepare_failed.items())},
@@ -108,6 +108,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
             rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
             finished=dict(item["finished"]), ended_at=item["endedAt"],
             last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
+            scheduled_at=item.get("scheduledAt"),  # absent from snapshots written before it was kept
             echoes={k: (float(v[0]), str(v[1])) for k, v in item["echoes"].items()},
             prepared=dict(item["prepared"]),
             prepare_failed={k: (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},

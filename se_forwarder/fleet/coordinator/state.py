@@ -119,6 +119,7 @@ class EventRecord:
     not_before_stamp: Stamp = NO_STAMP
     reports: dict[str, int] = field(default_factory=dict)  # VM key -> highest status rank
     rank: int = 0  # highest rank of any report
+    scheduled_at: float | None = None  # earliest scheduled report (the timeline's Scheduled span)
     started_at: float | None = None  # earliest started report
     completed_at: float | None = None  # latest completed report
     finished: dict[str, float] = field(default_factory=dict)  # VM -> its latest completed report

@@ -175,8 +175,8 @@ def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]
 
 
 def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation | None = None, *,
-           group: str | None = None, search: str | None = None) -> list[dict[str, Any]]:
-    """Per group, its VMs and their state (module docstring)."""
+           group: str | None = None, search: str | None = None, keys: bool = False) -> list[dict[str, Any]]:
+    """Per group, its VMs and their state (module docstring); ``keys``: each VM's fold key too."""
     ev = evaluation if evaluation is not None else evaluate(state, policy, now)
     assert ev.index is not None
     idx, events = ev.index, _events_by_vm(state, ev)
@@ -204,6 +204,8 @@ def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             "faultDomain": vm.fault_domain, "updateDomain": vm.update_domain, "state": state_name,
             "watched": key not in not_watched, "heartbeatAgeSeconds": _age(now, beat), "event": event,
         })
+        if keys:
+            entry["vms"][-1]["key"] = key
     result = [g for g in out.values() if g["vms"] or not needle]
     for g in result:
         g["vms"].sort(key=lambda v: (v["faultDomain"], v["updateDomain"], v["name"].lower()))

@@ -11,14 +11,22 @@ kilobytes (about a tenth of that gzipped)::
                   "affectedCount", "held": bool, "scopeLabel"}],
      "started": [...], "decisions": [{... as view.status, "subject": a label for people}],
      "events": [{"eventId", "eventType", "notBeforeUtc", "status"}],
+     "timeline": {"kinds": timeline.KINDS, "events": [[eventId, eventType, notBefore | null]],
+                  "start": <epoch s> | null, "minHealthy": <s>},
      "groups": [{"group", "label", "scope", "size", "unavailable", "max", "paused", "zonal",
-                 "vms": [[name, zone, faultDomain, updateDomain, state, heartbeatAge, event, watched]]}]}
+                 "vms": [[name, zone, faultDomain, updateDomain, state, heartbeatAge, event, watched]],
+                 "spans": [[vm, kind, start, end | null, event]], "down": [[time, VMs]], "peak"}]}
 
 ``state`` is view.groups' (``ok``, ``pending``, ``approved``, ``started``, ``completed``,
 ``prepare-failed``, ``not-watched``); ``heartbeatAge`` whole seconds or -1 (never heard);
 ``event`` an index into ``events`` or -1; ``watched`` 1 or 0. ``max`` is the group's budget, or
 null when groups have none. Labels come from se_forwarder.notify.describe, as the chat messages
 say them.
+
+The timeline (timeline.py) rides on the groups: a group's ``spans`` are its VMs' stages (``vm`` an
+index into its ``vms``, ``kind`` into ``timeline.kinds``, ``event`` into ``timeline.events``; times in
+epoch seconds, ``end`` null while it goes on), ``down`` its budget line and ``peak`` the most VMs
+down at once on it. ``timeline.start`` is the earliest span's start.
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from typing import Any
 
 from ....notify.describe import group_label, scope_label
 from ..decide import evaluate
+from ..scopes import ScopeIndex
 from ..settings import Policy
 from ..state import FleetState
+from ..timeline import KINDS, Span, down, peak, spans
 from ..view import groups, status
 
 VERSION = 1
@@ -67,11 +77,15 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
     events: list[dict[str, Any]] = []
     numbers: dict[tuple[str, str], int] = {}
     out_groups = []
-    for g in groups(state, policy, now, ev):
+    line = TimelineLayout(state, policy, idx)
+    for g in groups(state, policy, now, ev, keys=True):
         scope = f"group:{g['group']}".lower()
         vms = []
         zonal = False
-        for vm in g["vms"]:
+        busy: list[tuple[int, str]] = []  # (row, VM key) of its VMs on the timeline
+        for row, vm in enumerate(g["vms"]):
+            if vm["key"] in line.by_vm:
+                busy.append((row, vm["key"]))
             ref = vm["event"]
             number = -1
             if ref is not None:
@@ -88,6 +102,50 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
             "group": g["group"], "label": group_label(g["group"]), "scope": scope, "size": g["size"],
             "unavailable": g["unavailable"], "max": idx.limit(scope) if scope in idx.budget_of else None,
             "paused": scope in paused, "zonal": zonal, "vms": vms,
+            **line.group(busy),
         })
     return {"version": VERSION, "now": round(now, 3), "service": service, **st, "events": events,
-            "groups": out_groups}
+            "timeline": line.header(policy), "groups": out_groups}
+
+
+class TimelineLayout:
+    """The timeline's spans laid out on the page's groups (module docstring)."""
+
+    def __init__(self, state: FleetState, policy: Policy, idx: ScopeIndex) -> None:
+        self.state = state
+        self.by_vm: dict[str, list[Span]] = {}
+        self.start: float | None = None
+        for span in spans(state, policy, idx):
+            self.by_vm.setdefault(span.vm, []).append(span)
+            self.start = span.start if self.start is None else min(self.start, span.start)
+        self.events: list[list[Any]] = []
+        self.numbers: dict[str, int] = {}
+
+    def number(self, event_key: str) -> int:
+        if event_key not in self.numbers:
+            record = self.state.events[event_key]
+            self.numbers[event_key] = len(self.events)
+            self.events.append([record.event_id, record.event_type, _at(record.not_before)])
+        return self.numbers[event_key]
+
+    def group(self, busy: list[tuple[int, str]]) -> dict[str, Any]:
+        """``spans``, ``down`` and ``peak`` of a group, given (row, VM key) of its VMs with spans."""
+        mine: list[Span] = []
+        rows: list[list[Any]] = []
+        for row, key in busy:
+            for span in self.by_vm[key]:
+                mine.append(span)
+                rows.append([row, KINDS.index(span.kind), _at(span.start), _at(span.end),
+                             self.number(span.event)])
+        if not mine:
+            return {"spans": rows, "down": [], "peak": 0}
+        budget_line = down(mine)
+        return {"spans": rows, "down": [[_at(t), n] for t, n in budget_line], "peak": peak(budget_line)}
+
+    def header(self, policy: Policy) -> dict[str, Any]:
+        return {"kinds": list(KINDS), "events": self.events, "start": _at(self.start),
+                "minHealthy": policy.min_healthy}
+
+
+def _at(moment: float | None) -> float | None:
+    return None if moment is None else round(moment, 3)

@@ -188,6 +188,7 @@
     renderStarted();
     renderDecisions();
     renderGroups();
+    renderTimeline();
     renderDetail();
     stats.lastRenderMs = performance.now() - started;
     stats.renders += 1;
@@ -196,6 +197,14 @@
       `${(stats.lastBytes / 1024).toFixed(0)} KB, fetched in ${stats.lastFetchMs.toFixed(0)} ms, ` +
       `rendered in ${stats.lastRenderMs.toFixed(0)} ms · as of ${doc.time}`;
     document.body.dataset.rendered = String(stats.renders);
+  }
+
+  function renderTimeline() {
+    if (!doc) return;
+    const started = performance.now();
+    window.seTimeline.render($("timeline"), doc, { el, needle: search.toLowerCase(), big: doc.fleet.vms > BIG_FLEET,
+      range: Number($("tl-range").value) || 0, rerender: renderTimeline });
+    stats.lastTimelineMs = performance.now() - started;
   }
 
   function renderHeader() {
@@ -513,6 +522,7 @@
         if (!doc) return;
         const started = performance.now();
         renderGroups();
+        renderTimeline();
         renderDetail();
         stats.lastSearchMs = performance.now() - started;
       }, 150);
@@ -525,6 +535,7 @@
     $("token-button").addEventListener("click", () => askToken().then(showTokenState));
     $("expand-all").addEventListener("click", () => setAll(true));
     $("collapse-all").addEventListener("click", () => setAll(false));
+    $("tl-range").addEventListener("change", renderTimeline);
     showTokenState();
     setInterval(tick, 1000);
     poll();
