@@ -9,7 +9,8 @@ same decisions come back from the hub harmlessly (deterministic ids).
 For each event not yet approved, in this order (the first that fails is the verdict):
 
 =================  ==============================================================================
-``unmanaged``      its type is not in ``manage``: left alone, no decision at all
+``unmanaged``      its type is not in ``manage`` (reported under several types: one of them is
+                   not): left alone, no decision at all
 ``due``            its NotBefore has passed: Azure starts it now, nothing to decide
 ``too-early``      NotBefore is more than ``approve_within`` ahead
 ``held``           a person held it
@@ -45,9 +46,9 @@ verdicts: held, paused, too early), once per event and set of scopes (again only
 added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
 it reserves no scope.
 
-Approved events (an echo from an agent, or a counted approve decision) are not decided again.
-An approve decision that got no ``approved`` echo within ``echo_timeout``, or whose message the
-target VM rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is retried
+Approved events (an echo from a VM the event affects, or a counted approve decision) are not
+decided again. An approve decision that got no such echo within ``echo_timeout``, or whose message
+its target VM itself rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is retried
 as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next watched
 affected VM by name that has not rejected it (cycling; the same VM when it is the only one), while
 NotBefore is ahead, the event is neither held, paused nor in a blackout, and every budget still fits
@@ -64,8 +65,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef
-from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
+from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .settings import Policy
 from .state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from .wording import hhmm, span, who, why
@@ -172,11 +174,13 @@ class DecisionPass:
 
     def consider(self, record: EventRecord) -> Verdict:
         res = resolve(self.state, self.idx, record)
-        if record.echoes or record.last_approval(self.policy.shadow) is not None:
+        if echoes(self.idx, record, res.vms) or record.last_approval(self.policy.shadow) is not None:
             return self.retry(record, res)
-        if record.event_type not in self.policy.manage:
+        unmanaged = [t for t in record.types or (record.event_type,) if t not in self.policy.manage]
+        if unmanaged:
+            said = " and ".join(record.types) if len(record.types) > 1 else unmanaged[0] or "this type"
             return Verdict(record.key, record.event_id, "unmanaged",
-                           f"{record.event_type or 'this type'} is not in manage: left alone", None, res.vms)
+                           f"{said} is not in manage: left alone", None, res.vms)
         if record.not_before is not None and record.not_before <= self.now:
             return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now",
                            None, res.vms)
@@ -300,10 +304,11 @@ class DecisionPass:
     def retry(self, record: EventRecord, res: Resolution) -> Verdict:
         """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
         last = record.last_approval(self.policy.shadow)
-        status = ("echoed by an agent" if record.echoes else "in shadow mode, nothing sent"
+        echoed = bool(echoes(self.idx, record, res.vms))
+        status = ("echoed by an agent" if echoed else "in shadow mode, nothing sent"
                   if last is not None and last.shadow else "waiting for the echo")
         approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
-        if record.echoes or last is None or last.shadow or self.policy.shadow:
+        if echoed or last is None or last.shadow or self.policy.shadow:
             return approved
         if record.not_before is not None and record.not_before <= self.now:
             return approved
@@ -311,9 +316,9 @@ class DecisionPass:
                 or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
                 or self.state.paused(FLEET)):
             return approved
-        ours = {r.id for r in record.approvals.values()}
+        targets = {r.id: self.idx.key(r.target_key) for r in record.approvals.values()}
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
-                    if msg in ours and code not in NO_RETRY_CODES}
+                    if msg in targets and self.idx.key(vm) == targets[msg] and code not in NO_RETRY_CODES}
         rejected = last.id in refusals
         if not rejected and self.now < last.time + self.policy.echo_timeout:
             return approved

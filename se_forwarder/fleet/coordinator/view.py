@@ -37,9 +37,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...timestamps import rfc3339
+from .availability import echoes, unwatched
 from .decide import Evaluation, evaluate
 from .queues import queue_conflicts
-from .scopes import last_heartbeat, resolve, unwatched
+from .scopes import ScopeIndex, last_heartbeat, resolve
 from .settings import Policy
 from .state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
 
@@ -58,15 +59,16 @@ def _switch(switch: Switch, key: str, name: str) -> dict[str, Any]:
             "reason": data.get("Reason")}
 
 
-def _approvals(state: FleetState, record: EventRecord) -> list[dict[str, Any]]:
+def _approvals(state: FleetState, record: EventRecord, idx: ScopeIndex, vms: tuple[str, ...],
+               ) -> list[dict[str, Any]]:
     """Who approved the event and when: the coordinator's (or a person's) approve decisions, then
-    the agents' echoes (``by`` = their ApprovedBy)."""
+    the echoes that count, of VMs the event affects (``by`` = their ApprovedBy)."""
     out: list[dict[str, Any]] = []
     for attempt, d in sorted(record.approvals.items()):
         target = d.data.get("Target")
         out.append({"by": d.data.get("Actor"), "time": _utc(d.time), "attempt": attempt, "shadow": d.shadow,
                     "vm": target.get("name") if isinstance(target, dict) else None, "echo": False})
-    for vm, (moment, by) in sorted(record.echoes.items(), key=lambda item: item[1]):
+    for vm, (moment, by) in sorted(echoes(idx, record, vms).items(), key=lambda item: item[1]):
         name = state.vms[vm].name if vm in state.vms else vm
         out.append({"by": by, "time": _utc(moment), "attempt": None, "shadow": False, "vm": name,
                     "echo": True})
@@ -113,7 +115,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             "notBeforeUtc": _utc(record.not_before), "resources": list(record.resources),
             "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
             "reason": verdict.reason, "scope": verdict.scope,
-            "budgets": [u.as_data() for u in verdict.budgets], "approvals": _approvals(state, record),
+            "budgets": [u.as_data() for u in verdict.budgets],
+            "approvals": _approvals(state, record, idx, verdict.affected),
         })
     started = []
     for key in sorted(state.open_events):
