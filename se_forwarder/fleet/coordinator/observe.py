@@ -39,6 +39,8 @@ def values(service: Service) -> dict[str, Any]:
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
         "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
         "queue_conflicts": len(index(state, service.policy).shared_queue),
+        "identities": len(state.identities), "waiting": service.gate.held(state),
+        "rekeyed": service.gate.registered.get("rekeyed", 0),
         "latencies": list(out.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
     }
@@ -62,9 +64,9 @@ def render(v: dict[str, Any]) -> bytes:
                 skipped.add_metric([reason], count)
             yield skipped
             refused = CounterMetricFamily(PREFIX + "refused", "Hub events dropped before the fold by "
-                                          "trust.py, by reason: forged (a decision in this coordinator's "
-                                          "name that does not verify), foreign (another coordinator's).",
-                                          labels=["reason"])
+                                          "trust.py, by reason (its reason table: forged and foreign "
+                                          "decisions, unsigned, unregistered, bad-signature and wrong-vm "
+                                          "reports, identity-* registrations).", labels=["reason"])
             for reason, count in v["refused"].items():
                 refused.add_metric([reason], count)
             yield refused
@@ -81,6 +83,7 @@ def render(v: dict[str, Any]) -> bytes:
                 ("sent", "Approval messages sent to the agents' queues."),
                 ("send_failures", "Approval messages that could not be sent."),
                 ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
+                ("rekeyed", "vmIds that registered a new identity key with a newer document (reinstalls)."),
             ):
                 yield CounterMetricFamily(PREFIX + name, help_text, value=v[name])
             for name, help_text in (
@@ -89,6 +92,8 @@ def render(v: dict[str, Any]) -> bytes:
                 ("vms", "VMs in the fold."),
                 ("open_events", "Events not completed or canceled."),
                 ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
+                ("identities", "VMs with a registered identity key."),
+                ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
             if v["last_input_age"] is not None:

@@ -14,14 +14,20 @@
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
                     "attempt", "target", "scope"}],
      "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
-     "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}]}
+     "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}],
+     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"]}],
+     "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
+                    "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]}}
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
 decide.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
 first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
-(queues.py); none of those VMs is sent an approval.
+(queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
+claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
+``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
+first) and keys registered for several VMs (registrations.py).
 
 ``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
@@ -37,9 +43,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...timestamps import rfc3339
-from .availability import echoes, unwatched
+from .availability import conflicts, echoes, unwatched
 from .decide import Evaluation, evaluate
 from .queues import queue_conflicts
+from .registrations import shared_keys
 from .scopes import ScopeIndex, last_heartbeat, resolve
 from .settings import Policy
 from .state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
@@ -147,6 +154,35 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "decisions": [_decision(d) for d in log],
         "unwatched": not_watched,
         "queueConflicts": queue_conflicts(state, idx),
+        "nameConflicts": name_conflicts(state, policy, idx, now),
+        "identities": identities(state),
+    }
+
+
+def _named(state: FleetState, key: str) -> str:
+    vm = state.vms.get(key)
+    return f"{vm.name} ({vm.vm_id or key})" if vm is not None else key
+
+
+def name_conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> list[dict[str, Any]]:
+    """Sets of VMs that claim one name (or resourceId), each once, sorted."""
+    seen: set[tuple[str, ...]] = set()
+    out: list[dict[str, Any]] = []
+    for key, others in sorted(conflicts(state, policy, idx, now).items()):
+        members = tuple(sorted({key, *others}))
+        if members not in seen:
+            seen.add(members)
+            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members]})
+    return out
+
+
+def identities(state: FleetState) -> dict[str, Any]:
+    return {
+        "registered": len(state.identities),
+        "rekeyed": [{"name": state.vms[r.vm].name if r.vm in state.vms else "", "vmId": r.vm, "old": r.old,
+                     "new": r.new, "time": _utc(r.time)} for r in reversed(state.rekeyed)],
+        "sharedKeys": [{"keyid": kid, "vms": [_named(state, k) for k in vms]}
+                       for kid, vms in shared_keys(state)],
     }
 
 
