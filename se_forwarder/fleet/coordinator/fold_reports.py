@@ -20,9 +20,9 @@ Times. A report's ``time`` is the sender's word: it is clamped to the hub's enqu
 VM watched. A report dated in the past is the sender's word about itself (its own heartbeat is
 stale, its own completion older); it cannot end an event for another VM.
 
-An event stays *open* (``state.open_events``) until every VM named in its Resources reported it
-completed or canceled itself; ``prune`` keeps it until then (or until nobody reported it for
-``forget_after``).
+An event stays *open* (``state.open_events``) until every VM that goes by a name of its Resources
+reported it completed or canceled itself; ``prune`` keeps it until then (or until nobody reported
+it for ``forget_after``).
 
 Unverified reports (``[trust] require_signed_reports = false``, a fleet mid-upgrade; trust.py lets
 them through only for VMs without a registered key) can only make the coordinator more careful:
@@ -160,6 +160,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
     if vm is None:
         admit(state, limits, clock)
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id if complete else "")
+        state.rename(key, None, name)
         state.version += 1
     if stamp[0] > vm.last_heard:
         if key in state.retired:
@@ -169,6 +170,8 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
     if info and own and stamp > vm.topology_stamp:
         before = vm.topology()
         vm.topology_stamp = stamp
+        if name and name != vm.name:
+            state.rename(key, vm.name, name)
         vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
         topology(vm, info, limits, capped)
         if vm.topology() != before:
@@ -289,20 +292,16 @@ def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when:
 
 
 def closed(state: FleetState, record: EventRecord) -> bool:
-    """Every name of its Resources is a reporter's that reported it over, and no reporter of such a
-    name still sees it (without Resources: every reporter reported it over)."""
+    """Every VM that goes by a name of its Resources reported it over itself, and every such name is
+    some VM's (without Resources: every reporter reported it over). A VM cannot close an event for
+    a peer by taking the peer's name."""
     if not record.has_resources:
         return bool(record.reports) and all(rank >= TERMINAL for rank in record.reports.values())
-    wanted = {name.lower() for name in record.resources}
-    done: set[str] = set()
-    for key, rank in record.reports.items():
-        vm = state.vms.get(key)
-        name = vm.name.lower() if vm is not None else ""
-        if name in wanted:
-            if rank < TERMINAL:
-                return False
-            done.add(name)
-    return done == wanted
+    for name in record.resources:
+        bearers = state.named(name.lower())
+        if not bearers or any(record.reports.get(key, 0) < TERMINAL for key in bearers):
+            return False
+    return True
 
 
 def track(state: FleetState, record: EventRecord) -> None:

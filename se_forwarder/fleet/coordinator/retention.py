@@ -79,6 +79,8 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident in stale:
         del state.decisions[ident]
     state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
+    if old_vms:
+        state.names = None  # the fold's index of names, rebuilt when next needed
     if old_vms or old_events:
         state.vm_events = None  # the fold's count of each VM's events, rebuilt when next needed
     return Pruned(len(old_vms), len(old_events), len(stale))

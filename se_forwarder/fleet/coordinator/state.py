@@ -268,12 +268,29 @@ class FleetState:
     # Derived, not in snapshots (fold.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
+    names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def paused(self, scope: str) -> Switch | None:
         switch = self.pauses.get(scope)
         return switch if switch is not None and switch.on else None
+
+    def named(self, name: str) -> set[str]:
+        """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
+        if self.names is None:
+            self.names = {}
+            for key, vm in self.vms.items():
+                self.names.setdefault(vm.name.lower(), set()).add(key)
+        return self.names.get(name, set())
+
+    def rename(self, key: str, old: str | None, new: str) -> None:
+        """Keep ``names`` true when a VM is added (``old`` None) or changes its name."""
+        if self.names is None:
+            return
+        if old is not None:
+            self.names.get(old.lower(), set()).discard(key)
+        self.names.setdefault(new.lower(), set()).add(key)
 
     def event(self, event_id: str) -> EventRecord:
         """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""
