@@ -206,6 +206,7 @@ class Fleet:
             "[signing]", f"key_file = {toml_value(str(self.key_file))}",
             "[api]", f'listen = "127.0.0.1:{port}"', f"token_file = {toml_value(str(self.token_file))}",
             "[telemetry]", 'log_format = "json"',
+            *self.trust_section(),
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
             "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
@@ -214,6 +215,13 @@ class Fleet:
                "COORD_BLOB_CONN": self.blob.connection_string,
                "COORD_QUEUE_CONN": self.queue.connection_string}
         return Coordinator(name, instance, config, folder / "coordinator.log", port, self.token_file, env)
+
+    def trust_section(self) -> list[str]:
+        """``[trust]``: the agents' attested documents chain to the simulator's per-run CA (its
+        intermediate given, as Azure's documents leave it out); reports must be signed (default)."""
+        return ["[trust]", f"attestation_roots = [{toml_value(str(self.server.attestation_ca_file))}]",
+                f"attestation_intermediates = [{toml_value(str(self.server.attestation_intermediate_file))}]",
+                "fetch_intermediates = false"]
 
     # -- what the tests read --------------------------------------------------------------------
 
