@@ -186,9 +186,11 @@ class Fleet:
         self.blob.stop()
         self.broker.stop()
 
-    def coordinator(self, name: str, instance: str = "a", *, extra: str = "", **policy: Any) -> Coordinator:
+    def coordinator(self, name: str, instance: str = "a", *, extra: str = "", unsigned_reports: bool = False,
+                    **policy: Any) -> Coordinator:
         """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
-        TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it."""
+        TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
+        ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade)."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -206,7 +208,7 @@ class Fleet:
             "[signing]", f"key_file = {toml_value(str(self.key_file))}",
             "[api]", f'listen = "127.0.0.1:{port}"', f"token_file = {toml_value(str(self.token_file))}",
             "[telemetry]", 'log_format = "json"',
-            *self.trust_section(),
+            *self.trust_section(), *(["require_signed_reports = false"] if unsigned_reports else []),
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
             "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
