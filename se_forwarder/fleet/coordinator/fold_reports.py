@@ -168,8 +168,11 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         vm.last_heard = stamp[0]
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
     if info and own and stamp > vm.topology_stamp:
-        before = vm.topology()
         vm.topology_stamp = stamp
+        if info == vm.info:
+            return vm  # as read before: nothing to parse again
+        vm.info = info
+        before = vm.topology()
         if name and name != vm.name:
             state.rename(key, vm.name, name)
         vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete

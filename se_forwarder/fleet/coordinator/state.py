@@ -56,6 +56,7 @@ class Vm:
     agent_version: str = ""
     listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
 
     def topology(self) -> tuple[Any, ...]:
         return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
