@@ -29,7 +29,7 @@ def values(service: Service) -> dict[str, Any]:
     skipped = dict(service.stats.skipped)
     return {
         "folded": dict(service.stats.folded),
-        "skipped": {"not-cloudevent": service.not_cloudevents, "malformed": service.stats.malformed,
+        "skipped": {"not-cloudevent": service.admission.not_cloudevents, "malformed": service.stats.malformed,
                     "late": service.stats.late, "other-type": sum(skipped.values()),
                     "capped": service.stats.dropped},
         "refused": {code: service.refused[code] for code in trust.REASON_CODES},

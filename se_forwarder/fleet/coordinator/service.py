@@ -8,14 +8,14 @@ to the output (output.py), which publishes it and then sends its approval messag
 it prunes; while leading, every ``snapshot_interval`` and at a clean stop it saves the fold with
 the positions it covers (blobs.py), when nothing is waiting to be published.
 
-Input rules: every event read from the hub passes the gate first (gate.py, with trust.py's
-verdicts): agents' registrations bind each vmId to its key, their reports are folded when signed by
-that key, and this coordinator's own decisions when signed by a trusted key; decisions of another
-coordinator name (``foreign``: a shadow coordinator under its own name can watch the same hub as a
-live one), forgeries and refused reports are counted by reason and dropped (one log line a minute
-per reason). A registration whose attested document needs an intermediate not configured waits
-while intermediates.py fetches it on its own thread. The decisions this instance makes are folded
-as it makes them, before they are signed and published (output.py).
+Input rules: every event read from the hub passes the gate first (admission.py around gate.py,
+with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
+folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
+decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
+watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
+(one log line a minute per reason). A registration whose attested document needs an intermediate
+not configured waits while intermediates.py fetches it on its own thread. The decisions this
+instance makes are folded as it makes them, before they are signed and published (output.py).
 
 A standby folds the same input and makes no decision. Control requests that change something are
 refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
@@ -39,14 +39,13 @@ from typing import Any
 from ...approvals import signing
 from ...errors import SeForwarderError, StateError
 from . import access, trust
+from .admission import Admission
 from .blobs import Lease, Snapshots
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, to_dict
 from .fold import FOLDED, fold_event
-from .gate import Edge, Gate
 from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
-from .intermediates import Intermediates
 from .leader import Leadership
 from .output import Outgoing, Output
 from .queues import QueueConflictLog
@@ -65,12 +64,6 @@ PRUNE_EVERY = 60.0
 MAX_FOLD_PER_TURN = 20_000  # events folded before the loop looks at requests and the clock again
 
 
-_REFUSED = {trust.FORGED: "a forged decision", trust.FOREIGN: "another coordinator's decision",
-            trust.UNSIGNED: "an unsigned report", trust.UNREGISTERED: "a report of an unregistered VM",
-            trust.BAD_SIGNATURE: "a report that does not verify with its VM's key",
-            trust.WRONG_VM: "a report about another VM"}
-
-
 class NotLeading(SeForwarderError):
     """This instance does not lead (or has not caught up): the leader's API address, if known."""
 
@@ -85,9 +78,6 @@ class Service:
         self.source = settings.source
         self.state = FleetState()
         self.positions: dict[str, Position] = {}
-        self.not_cloudevents = 0
-        self._said: dict[str, float] = {}  # refusal reason -> monotonic time it may be logged again
-        self.hub_time: float | None = None  # the newest enqueued time read from the hub
         self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.evaluation: Evaluation | None = None
@@ -101,15 +91,8 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
-        ts = settings.trust
-        self.fetched_urls: queue.Queue[str] = queue.Queue()
-        self.intermediates = Intermediates(ts.intermediate_hosts, self.fetched_urls.put) \
-            if ts.fetch_intermediates else None
-        self.gate = Gate(Edge(
-            self.source, self.signer.verify_keys,
-            trust.Attestation(ts.anchors(), ts.subscriptions,
-                              self.intermediates.lookup if self.intermediates is not None else None),
-            ts.require_signed_reports, ts.report_skew, settings.limits))
+        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
+        self.gate = self.admission.gate
         self.stats = self.gate.stats
         container = access.container(settings.storage)
         self.container = container
@@ -153,9 +136,7 @@ class Service:
                     last_pass = now
                 self._fetched()
                 if now - last_prune >= PRUNE_EVERY:
-                    if self.hub_time is not None and self.gate.sweep(self.state, self.hub_time):
-                        self._refusal_said(trust.UNREGISTERED, "reports waited in vain for their VM's "
-                                           "registration and were dropped")
+                    self.admission.sweep(self.state)
                     pruned = prune(self.state, self.policy, now)
                     if pruned.vms or pruned.events or pruned.decisions:
                         log.info("pruned %d VM(s), %d event(s), %d decision(s)", pruned.vms, pruned.events,
@@ -232,8 +213,7 @@ class Service:
             self.reader.close()
         self.sender.queues.close()
         self.output.publisher.drop()
-        if self.intermediates is not None:
-            self.intermediates.close()
+        self.admission.close()
 
     # -- the fold -------------------------------------------------------------------------------
 
@@ -254,47 +234,14 @@ class Service:
                 return
 
     def _fold(self, batch: Batch) -> None:
-        for event, position in batch.events:
-            if event is None:
-                self.not_cloudevents += 1
-            else:
-                outcome = self.gate.admit(self.state, event, position.enqueued)
-                if outcome in trust.REASON_CODES:
-                    self._refused(outcome)
-            if position.enqueued is not None and (self.hub_time is None or position.enqueued > self.hub_time):
-                self.hub_time = position.enqueued
-            self.positions[batch.partition] = position
-        for rekey in self.gate.rekeys:
-            vm = self.state.vms.get(rekey.vm)
-            log.warning("vmId %s (%s) registered a new identity key %s, replacing %s (a reinstall, or its "
-                        "state directory moved away)", rekey.vm, vm.name if vm else "not heard from yet",
-                        rekey.new, rekey.old)
-        self.gate.rekeys.clear()
+        self.admission.fold(self.state, batch)
+        if batch.events:
+            self.positions[batch.partition] = batch.events[-1][1]
         self.last_input = batch.arrived
         self._dirty = True
 
-    def _refused(self, code: str) -> None:
-        last = self.gate.last_refusal
-        if last is None:
-            return
-        _, verdict, event = last
-        what = f"{str(event.get('type'))[:80]} {str(event.get('id'))[:120]}"
-        self._refusal_said(code, f"{what}: {verdict.detail}")
-
-    def _refusal_said(self, code: str, what: str) -> None:
-        """One warning a minute at most per reason, with the count so far."""
-        if time.monotonic() >= self._said.get(code, 0.0):
-            self._said[code] = time.monotonic() + 60
-            log.warning("dropped %s (%d so far): %s", _REFUSED.get(code, f"an event ({code})"),
-                        self.gate.refused[code], what)
-
     def _fetched(self) -> None:
-        while True:
-            try:
-                url = self.fetched_urls.get_nowait()
-            except queue.Empty:
-                return
-            self.gate.fetched(self.state, url)
+        if self.admission.fetched(self.state):
             self._dirty = True
 
     @property
@@ -419,7 +366,7 @@ class Service:
                        else {"instance": holder.instance, "api": holder.api} if holder else None),
             "positions": {p: pos.sequence for p, pos in sorted(self.positions.items())},
             "folded": sum(self.stats.folded.values()),
-            "skipped": sum(self.stats.skipped.values()) + self.not_cloudevents,
+            "skipped": sum(self.stats.skipped.values()) + self.admission.not_cloudevents,
             "refused": {code: self.refused[code] for code in trust.REASON_CODES},
             "waiting": self.gate.held(self.state),
             "decisionsMade": self.decisions_made,
