@@ -26,6 +26,14 @@ class Row:
     ratio: str = ""  # to the baseline measured in the same run, e.g. "0.41x the sample loop"
 
 
+def print_table(title: str, rows: list[tuple[str, str]]) -> None:
+    """A script's figures: the title line, then one indented ``name  value`` line each, aligned."""
+    width = max(len(name) for name, _ in rows)
+    print(title)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+
+
 def verdict(met: bool) -> str:
     """The note next to a figure with a goal."""
     return "met" if met else "MISSED"

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import print_table  # noqa: E402
 from bench.coordinator_fold import LIMITS, T0, burst, burst_events, fleet, heartbeat  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, registrations, trust  # noqa: E402
@@ -121,11 +122,8 @@ def main() -> int:
         ("fold states equal", str(sorted(state.vms) == sorted(checked.vms)
                                   and sorted(state.events) == sorted(checked.events))),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"coordinator edge, {args.vms:,} VMs, {args.events} platform events, {n:,} reports "
-          f"(CPython {sys.version.split()[0]})")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
+    print_table(f"coordinator edge, {args.vms:,} VMs, {args.events} platform events, {n:,} reports "
+                f"(CPython {sys.version.split()[0]})", rows)
     return 0
 
 

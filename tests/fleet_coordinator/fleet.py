@@ -260,6 +260,20 @@ class Fleet:
         return {e["EventId"] for e in self.server.sim.events()}
 
 
+def shut_down(fleet: Fleet, *coordinators: Coordinator | None, closing: Any = None) -> None:
+    """The end of a module's fleet: ``closing`` closed (an attacker's client), every coordinator
+    still running stopped, the fleet stopped, and the end of each coordinator's log printed."""
+    if closing is not None:
+        closing.close()
+    for c in coordinators:
+        if c is not None and c.alive():
+            c.stop()
+    fleet.stop()
+    for c in coordinators:
+        if c is not None and c.log.exists():
+            print(f"--- {c.name}-{c.instance} log (end) ---\n" + c.log.read_text()[-4000:])
+
+
 class Timeline:
     """When each event Started and completed, from the simulator's own change notices."""
 

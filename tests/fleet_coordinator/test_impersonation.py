@@ -31,7 +31,17 @@ from se_forwarder.identity.attested import nonce_for
 from tests.azurite import find_binary
 from tests.support.waiting import wait_for
 
-from .fleet import ECHO_TIMEOUT, HEARTBEAT_TIMEOUT, MIN_HEALTHY, NOTICE, STARTED, Coordinator, Fleet, Timeline
+from .fleet import (
+    ECHO_TIMEOUT,
+    HEARTBEAT_TIMEOUT,
+    MIN_HEALTHY,
+    NOTICE,
+    STARTED,
+    Coordinator,
+    Fleet,
+    Timeline,
+    shut_down,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -138,13 +148,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         attacker = Attacker(fleet)
         yield {"fleet": fleet, "live": live, "attacker": attacker, "timeline": timeline, "events": {}}
     finally:
-        if attacker is not None:
-            attacker.close()
-        if live is not None and live.alive():
-            live.stop()
-        fleet.stop()
-        if live is not None and live.log.exists():
-            print("--- live coordinator log (end) ---\n" + live.log.read_text()[-4000:])
+        shut_down(fleet, live, closing=attacker)
 
 
 def add(scene: dict[str, Any], *vms: str) -> str:
