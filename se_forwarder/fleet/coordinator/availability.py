@@ -94,32 +94,19 @@ def _silent(state: FleetState, idx: ScopeIndex, vm: str, record: EventRecord, af
 def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, str]:
     """VM key -> the first reason it is unavailable now (module docstring); others are absent."""
     found: dict[str, set[str]] = {}
-    for key in sorted(state.open_events | state.settling):
+    for key in sorted(state.open_events):
         record = state.events.get(key)
-        if record is None:
+        if record is not None:
+            _open_event(state, policy, idx, record, now, found)
+    for key in sorted(state.settling - state.open_events):  # every VM of it reported it over itself
+        record = state.events.get(key)
+        if record is None or record.completed_at is None or record.completed_at + policy.min_healthy <= now:
             continue
-        affected = resolve(state, idx, record).vms
-        ranks = own_ranks(idx, record)
-        done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy)
-        approved = counted_approval(idx, record, affected, policy)
-        for vm, rank in ranks.items():
-            if rank == STARTED and vm not in done:
-                found.setdefault(vm, set()).add("started")
-        for vm in affected:
-            if vm in done:
-                back = done[vm]
-                if back is not None and back + policy.min_healthy > now:
-                    found.setdefault(vm, set()).add("completed")
-                continue
-            if record.ran:
-                found.setdefault(vm, set()).add("started")
-            elif approved:
-                found.setdefault(vm, set()).add("approved")
-        for reporter, (failed_at, _) in record.prepare_failed.items():
+        affected = set(resolve(state, idx, record).vms)
+        for reporter, moment in record.finished.items():
             vm = idx.key(reporter)
-            later = failed_at >= record.prepared.get(reporter, float("-inf"))
-            if vm in affected and vm not in done and later:
-                found.setdefault(vm, set()).add("prepare-failed")
+            if vm in affected and moment + policy.min_healthy > now:
+                found.setdefault(vm, set()).add("completed")
     for vm in conflicts(state, policy, idx, now):
         found.setdefault(vm, set()).add("name-conflict")
     for vm in unwatched(state, policy, idx, now):
@@ -128,28 +115,53 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
             if vm in idx.group_of}
 
 
+def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, now: float,
+                found: dict[str, set[str]]) -> None:
+    """The reasons an event that some VM has not reported over gives its VMs (module docstring)."""
+    affected = resolve(state, idx, record).vms
+    ranks = own_ranks(idx, record)
+    done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy)
+    approved = counted_approval(idx, record, affected, policy)
+    for vm, rank in ranks.items():
+        if rank == STARTED and vm not in done:
+            found.setdefault(vm, set()).add("started")
+    for vm in affected:
+        if vm in done:
+            back = done[vm]
+            if back is not None and back + policy.min_healthy > now:
+                found.setdefault(vm, set()).add("completed")
+            continue
+        if record.ran:
+            found.setdefault(vm, set()).add("started")
+        elif approved:
+            found.setdefault(vm, set()).add("approved")
+    for reporter, (failed_at, _) in record.prepare_failed.items():
+        vm = idx.key(reporter)
+        later = failed_at >= record.prepared.get(reporter, float("-inf"))
+        if vm in affected and vm not in done and later:
+            found.setdefault(vm, set()).add("prepare-failed")
+
+
 def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, list[str]]:
     """VM key -> the other VMs that claim its name in its group or its resourceId, among VMs heard
-    from within ``heartbeat_timeout`` (cached per index and time)."""
-    cached = idx.cache.get("conflicts")
-    if cached is not None and cached[0] == (now, policy.heartbeat_timeout):
-        return cached[1]  # type: ignore[no-any-return]
+    from within ``heartbeat_timeout``. The claims shared by several VMs are found once per index;
+    each pass only looks at those."""
+    shared = idx.cache.get("shared-claims")
+    if shared is None:
+        claims: dict[tuple[str, str], list[str]] = {}
+        for key in idx.members:
+            vm = state.vms[key]
+            claims.setdefault(("name", f"{idx.group_of[key]}\n{vm.name.lower()}"), []).append(key)
+            if vm.resource_id:
+                claims.setdefault(("id", vm.resource_id.lower()), []).append(key)
+        shared = idx.cache["shared-claims"] = [keys for keys in claims.values() if len(keys) > 1]
     recent = now - policy.heartbeat_timeout
-    claims: dict[tuple[str, str], list[str]] = {}
-    for key in idx.members:
-        vm = state.vms[key]
-        if vm.last_heard < recent:
-            continue
-        claims.setdefault(("name", f"{idx.group_of[key]}\n{vm.name.lower()}"), []).append(key)
-        if vm.resource_id:
-            claims.setdefault(("id", vm.resource_id.lower()), []).append(key)
     out: dict[str, list[str]] = {}
-    for keys in claims.values():
-        if len(keys) > 1:
-            for key in keys:
-                out.setdefault(key, [])
-                out[key] = sorted(set(out[key]) | {k for k in keys if k != key})
-    idx.cache["conflicts"] = ((now, policy.heartbeat_timeout), out)
+    for keys in shared:
+        live = [k for k in keys if state.vms[k].last_heard >= recent]
+        if len(live) > 1:
+            for key in live:
+                out[key] = sorted(set(out.get(key, [])) | {k for k in live if k != key})
     return out
 
 

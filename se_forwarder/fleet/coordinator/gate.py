@@ -35,7 +35,7 @@ from typing import Any
 
 from ...approvals import signing
 from . import registrations, trust
-from .fold import FOLDED, FoldStats, Sender, fold_event
+from .fold import DECISION_PREFIX, FOLDED, FoldStats, Sender, fold_event
 from .fold_reports import CLAIMED, DEFAULT_SKEW
 from .limits import DEFAULT_LIMITS, Limits
 from .state import FleetState, Rekey
@@ -44,6 +44,7 @@ WAIT_PER_VM = 50
 WAIT_TOTAL = 5000
 WAIT_SECONDS = 600.0
 WAITING, REGISTERED = "waiting", "registered"
+_NO_KEYS = signing.VerifyKeys(())  # what a report is checked with: no coordinator key is needed
 
 
 @dataclass
@@ -72,7 +73,9 @@ class Gate:
         """Judge and fold (or hold) one event; the outcome: a fold outcome, ``registered``,
         ``waiting`` or the reason code it was refused for."""
         edge = self.edge
-        verdict = trust.check(event, source=edge.source, keys=edge.keys(),
+        kind = event.get("type")
+        keys = edge.keys() if isinstance(kind, str) and kind.startswith(DECISION_PREFIX) else _NO_KEYS
+        verdict = trust.check(event, source=edge.source, keys=keys,
                               registered=lambda vm: registrations.verifier(state, vm), attested=edge.attested,
                               now=enqueued, require_signed=edge.require_signed)
         if verdict.trusted:
