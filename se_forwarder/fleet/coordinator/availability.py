@@ -148,13 +148,16 @@ def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
     each pass only looks at those."""
     shared = idx.cache.get("shared-claims")
     if shared is None:
-        claims: dict[tuple[str, str], list[str]] = {}
+        by_name: dict[tuple[str, str], list[str]] = {}
+        by_id: dict[str, list[str]] = {}
+        vms, group_of = state.vms, idx.group_of
         for key in idx.members:
-            vm = state.vms[key]
-            claims.setdefault(("name", f"{idx.group_of[key]}\n{vm.name.lower()}"), []).append(key)
+            vm = vms[key]
+            by_name.setdefault((group_of[key], vm.name.lower()), []).append(key)
             if vm.resource_id:
-                claims.setdefault(("id", vm.resource_id.lower()), []).append(key)
-        shared = idx.cache["shared-claims"] = [keys for keys in claims.values() if len(keys) > 1]
+                by_id.setdefault(vm.resource_id.lower(), []).append(key)
+        shared = idx.cache["shared-claims"] = [keys for claims in (by_name, by_id) for keys in claims.values()
+                                               if len(keys) > 1]
     recent = now - policy.heartbeat_timeout
     out: dict[str, list[str]] = {}
     for keys in shared:

@@ -191,12 +191,15 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
         listed = listed[:limits.events_per_heartbeat]
     items = [(item.get("EventId"), item.get("EventStatus"), item) for item in listed
              if isinstance(item, dict)]
-    if verified and (vm.last_heartbeat is None or when > vm.last_heartbeat):
-        vm.last_heartbeat = when
-        vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
+    if verified and (vm.last_heartbeat is None or when >= vm.last_heartbeat):
         polled = moment(data.get("LastPollUtc"))
-        vm.polled = when if polled is None else min(polled, when)
-        vm.listed = tuple(sorted({sys.intern(e.lower()) for e, _, _ in items if event_id_ok(e)}))
+        polled = when if polled is None else min(polled, when)
+        seen = tuple(sorted({sys.intern(e.lower()) for e, _, _ in items if event_id_ok(e)})) if items else ()
+        if vm.last_heartbeat is None or when > vm.last_heartbeat:
+            vm.last_heartbeat, vm.polled, vm.listed = when, polled, seen
+            vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
+        elif (polled, seen) > (vm.polled or float("-inf"), vm.listed):  # two of one time: in any order
+            vm.polled, vm.listed = polled, seen
     for event_id, status, item in items:
         rank = _HEARTBEAT_STATUS.get(status) if isinstance(status, str) else None
         if not event_id_ok(event_id) or rank is None or event_id.lower() in state.gone:
