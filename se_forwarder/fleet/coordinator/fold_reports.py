@@ -6,7 +6,7 @@ and whether it was verified. A verified report changes only what is its sender's
 for an event, its echo, its ``prepared``/``preparefailed``, its rejections. What an event is across
 VMs merges everyone's word so that no report makes another VM look more available:
 
-- ``Resources`` is the union of every report's (sorted; never shrinks; at most
+- ``Resources`` is the union of every report's (in natural order; never shrinks; at most
   ``resources_per_event`` names: a report that would add more adds nothing, counted);
 - ``rank``, ``started_at``, ``completed_at`` say that *someone* saw it go that far: a VM of
   Resources that has not itself reported the event over stays unavailable (availability.py);
@@ -40,6 +40,7 @@ anything else               nothing: no heartbeat, status, echo, ``prepared``, R
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -73,7 +74,8 @@ AGENT_TYPES = (*TRANSITIONS, Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED, 
                Kind.HEARTBEAT)
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 MAX_TYPES = 4  # EventTypes kept per event (a real event has one)
-DEFAULT_SKEW = 60.0  # seconds a report's time may be ahead of the hub's enqueued time
+DEFAULT_SKEW = 60.0
+_DIGITS = re.compile(r"(\d+)")  # seconds a report's time may be ahead of the hub's enqueued time
 
 
 @dataclass(frozen=True)
@@ -262,13 +264,21 @@ def _info(record: EventRecord, event: Mapping[str, Any], data: dict[str, Any], s
 
 
 def _union(kept: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
-    """Both lists' names, each once (case-insensitively: the smallest spelling), sorted."""
+    """Both lists' names, each once (case-insensitively: the smallest spelling), in natural order
+    (web-2 before web-10), whatever order the reports came in."""
+    if names == kept:
+        return kept
     by_lower: dict[str, str] = {}
     for name in (*kept, *names):
         low = name.lower()
         if low not in by_lower or name < by_lower[low]:
             by_lower[low] = name
-    return tuple(sorted(by_lower.values(), key=lambda n: (n.lower(), n)))
+    return tuple(sorted(by_lower.values(), key=_natural))
+
+
+def _natural(name: str) -> tuple[tuple[tuple[int, str], ...], str]:
+    return tuple((1, part) if not part.isdigit() else (0, part.zfill(20))
+                 for part in _DIGITS.split(name.lower())), name
 
 
 def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when: float) -> None:
