@@ -199,8 +199,8 @@ def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]
     keys = list(state.open_events) + [k for k in state.settling if k in state.events]
     for key in sorted(keys):
         record = state.events[key]
-        if record.rank == STARTED:
-            status, w = "started", 4
+        if record.rank == STARTED or (record.ran and key in state.open_events):
+            status, w = "started", 4  # started, or ended for some VMs but not for all of them
         elif record.rank == COMPLETED:
             status, w = "completed", 2
         elif ev.verdicts.get(key) is not None and ev.verdicts[key].code == "approved":
