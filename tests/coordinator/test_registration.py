@@ -58,11 +58,23 @@ def test_a_document_is_judged_at_the_hubs_enqueued_time_not_at_the_readers_clock
     short = AttestationAuthority(lifetime=60)  # its certificates are valid from 5 minutes ago
     agent = SignedVm(WEB0)
     event = agent.identity(agent.document(created=time.time() - 150, signer=short))  # expired 90 s ago
-    coordinator = Coordinator()
-    coordinator.gate.edge.attested = trust.Attestation(
-        anchors([short.ca_file], [short.intermediate_file]))
-    assert coordinator.admit(event, t=time.time() - 120) == ["registered"]  # enqueued while fresh
-    assert coordinator.admit(event) == ["identity-expired"]  # enqueued now
+    fresh, late = Coordinator(), Coordinator()
+    for coordinator in (fresh, late):
+        coordinator.gate.edge.attested = trust.Attestation(anchors([short.ca_file],
+                                                                   [short.intermediate_file]))
+    assert fresh.admit(event, t=time.time() - 120) == ["registered"]  # enqueued while fresh
+    assert late.admit(event) == ["identity-expired"]  # enqueued now
+
+
+def test_a_registration_announced_again_is_not_verified_again():
+    agent, coordinator = SignedVm(WEB0), Coordinator()
+    event = agent.identity(agent.document(created=time.time() - 60))
+    coordinator.admit(event)
+    coordinator.gate.edge.attested = None  # nothing could be verified now
+    assert coordinator.admit(event) == ["registered"]
+    assert coordinator.gate.registered == {"bound": 1, "same": 1}
+    newer = SignedVm(WEB0)
+    assert coordinator.admit(newer.identity()) == ["identity-untrusted"]  # a new one is verified
 
 
 def test_a_document_with_the_nonce_of_another_key_is_refused():

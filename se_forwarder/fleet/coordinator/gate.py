@@ -9,7 +9,9 @@ verdict                     what happens
 a decision, a report        folded (fold.py), a report for its sender (verified or not, trust.py)
 a registration              bound (registrations.py); ``replayed``/``stale`` counted as
                             ``identity-replayed``/``identity-stale``; a new key for a vmId that had
-                            one is noted in ``rekeys`` for the service to log
+                            one is noted in ``rekeys`` for the service to log. The same key and
+                            document as one that bound the VM's current key is ``same`` at once
+                            (an agent announces it again after each restart): not verified again
 a registration waiting      held with its VM's waiting reports until the intermediate it needs was
 for an intermediate         fetched (``fetches``: the URLs for the service to fetch); then admitted
                             again (``fetched``)
@@ -28,6 +30,7 @@ them again after a restore (and asks again for the intermediates they wait for).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ WAIT_TOTAL = 5000
 WAIT_SECONDS = 600.0
 WAITING, REGISTERED = "waiting", "registered"
 _NO_KEYS = signing.VerifyKeys(())  # what a report is checked with: no coordinator key is needed
+KNOWN_DOCUMENTS = 50_000  # registrations remembered as verified (a few per VM)
 
 
 @dataclass
@@ -68,19 +72,23 @@ class Gate:
     rekeys: list[Rekey] = field(default_factory=list)  # new keys for known vmIds, for the log
     fetches: set[str] = field(default_factory=set)  # intermediates to fetch before admitting again
     last_refusal: tuple[str, trust.Verdict, Mapping[str, Any]] | None = None
+    documents: dict[str, tuple[str, str]] = field(default_factory=dict)  # verified: -> (VM, key id)
 
     def admit(self, state: FleetState, event: Mapping[str, Any], enqueued: float | None) -> str:
         """Judge and fold (or hold) one event; the outcome: a fold outcome, ``registered``,
         ``waiting`` or the reason code it was refused for."""
         edge = self.edge
         kind = event.get("type")
+        if kind == trust.IDENTITY_TYPE and self._known(state, event):
+            self.registered[registrations.SAME] += 1
+            return REGISTERED
         keys = edge.keys() if isinstance(kind, str) and kind.startswith(DECISION_PREFIX) else _NO_KEYS
         verdict = trust.check(event, source=edge.source, keys=keys,
                               registered=lambda vm: registrations.verifier(state, vm), attested=edge.attested,
                               now=enqueued, require_signed=edge.require_signed)
         if verdict.trusted:
             if verdict.claim is not None:
-                return self._register(state, verdict.claim)
+                return self._register(state, verdict.claim, event)
             sender = (Sender(verdict.sender) if verdict.verified
                       else Sender(None, verified=False) if verdict is trust.UNVERIFIED else CLAIMED)
             return fold_event(state, event, self.stats, edge.limits, enqueued, sender, edge.skew)
@@ -107,7 +115,15 @@ class Gate:
         held.append((enqueued if enqueued is not None else 0.0, dict(event)))
         return True
 
-    def _register(self, state: FleetState, claim: registrations.Claim) -> str:
+    def _known(self, state: FleetState, event: Mapping[str, Any]) -> bool:
+        """The same key and attested document as a registration that bound the VM's current key
+        (an agent announces it again after a restart, once per Event Hubs sink): nothing to verify
+        again, nothing changes."""
+        seen = self.documents.get(_fingerprint(event))
+        bound = state.identities.get(seen[0]) if seen is not None else None
+        return bound is not None and seen is not None and bound.keyid == seen[1]
+
+    def _register(self, state: FleetState, claim: registrations.Claim, event: Mapping[str, Any]) -> str:
         outcome = registrations.bind(state, claim)
         self.registered[outcome] += 1
         if outcome in registrations.REFUSALS:
@@ -115,6 +131,9 @@ class Gate:
             return f"identity-{outcome}"
         if outcome == registrations.REKEYED:
             self.rekeys.append(state.rekeyed[-1])
+        if len(self.documents) >= KNOWN_DOCUMENTS:
+            self.documents.clear()
+        self.documents[_fingerprint(event)] = (claim.vm, claim.identity.keyid)
         self._release(state, claim.vm)
         return REGISTERED
 
@@ -153,3 +172,13 @@ class Gate:
 
     def folded(self, outcome: str) -> bool:
         return outcome in (FOLDED, REGISTERED)
+
+
+def _fingerprint(event: Mapping[str, Any]) -> str:
+    """The registration's key and attested document, as one digest."""
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        return ""
+    document = data.get("AttestedDocument")
+    text = document.get("signature") if isinstance(document, Mapping) else None
+    return hashlib.sha256(f"{data.get('PublicKey')}\n{text}".encode()).hexdigest()
