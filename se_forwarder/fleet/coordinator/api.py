@@ -14,11 +14,17 @@ route                          what                                             
 ``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason", "actor"}``           bearer
 =============================  ===========================================================  =======
 
-A control request answers 200 with the decision once it is published, 409 ``{"error", "code"}``
-when the core refuses it (control.py), 503 ``{"error", "leader"}`` on a standby (with the
-leader's advertised address) or while a new leader catches up, 401 without the right token,
-400 for a malformed body. The token file holds one token per line (several while rotating).
-The server binds ``[api] listen``, 127.0.0.1:8470 by default.
+A control request answers 200 with the decision once it is published, or 202 with
+``"published": false`` when it is made and in force on this instance but the hub has not taken
+it within ``PUBLISH_WAIT`` (the hub is unreachable: it is published when the hub answers again);
+409 ``{"error", "code"}`` when the core refuses it (control.py), 503 ``{"error", "leader"}`` on a
+standby (with the leader's advertised address) or while this instance cannot act (catching up,
+its lease not renewed: the error says why), 401 without the right token, 400 for a malformed body.
+The token file holds one token per line (several while rotating). The server binds ``[api]
+listen``, 127.0.0.1:8470 by default.
+
+Nothing here waits on the Azure services: requests that read the fold run on the service's loop,
+which never blocks on them (service.py), and ``/healthz`` reads no fold at all.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("se_forwarder.coordinator.api")
 
-REQUEST_TIMEOUT = 10.0  # s a request waits for the service thread, and for its decision's publication
+REQUEST_TIMEOUT = 10.0  # s a request waits for the service thread (it answers within a turn: < 1 s)
+PUBLISH_WAIT = 1.0  # s a control request waits for its decision's publication before answering 202
 MIN_TOKEN = 16
 MAX_BODY = 64 * 1024
 
@@ -108,7 +115,10 @@ def make_app(service: Service, tokens: list[str]) -> Any:
         return wrapper
 
     async def healthz(_request: Request) -> Response:
-        ok, line = observe.health(service)
+        try:
+            ok, line = observe.health(service)
+        except RuntimeError:  # a partition seen for the first time while reading: ask again
+            ok, line = observe.health(service)
         return PlainTextResponse(line + "\n", status_code=200 if ok else 503,
                                  headers={"Cache-Control": "no-store"})
 
@@ -138,9 +148,14 @@ def make_app(service: Service, tokens: list[str]) -> Any:
             body = await _json(request)
             actor, reason = _field(body, "actor"), _field(body, "reason")
             make = _maker(kind, body, actor, reason, service)
-            published = await on_service(lambda: service.control(make))
-            decision = await asyncio.wait_for(asyncio.wrap_future(published), REQUEST_TIMEOUT)
-            return JSONResponse({"decision": to_dict(decision, service.source)})
+            decision, published = await on_service(lambda: service.control(make))
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(published)), PUBLISH_WAIT)
+            except TimeoutError:
+                return JSONResponse({"decision": to_dict(decision, service.source), "published": False,
+                                     "note": "made and in force on this instance; not yet on the Event Hub "
+                                     "(it is published as soon as the hub answers)"}, status_code=202)
+            return JSONResponse({"decision": to_dict(decision, service.source), "published": True})
         return handler
 
     routes = [

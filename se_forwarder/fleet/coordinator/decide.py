@@ -43,7 +43,11 @@ added). Such an event is never approved early (it cannot fit); it waits for its 
 it reserves no scope.
 
 Approved events (an echo from an agent, or a counted approve decision) are not decided again.
-An approve decision that got no ``approved`` echo within ``echo_timeout``, or whose message the
+An approval's message goes out until it is sent: while the latest approve decision of an event has
+no ``sent`` record (events.py), and the event is not echoed, held, paused, in a blackout or past
+NotBefore, its id is listed in ``Evaluation.sends`` (the service sends those, under their own
+message id). An approve decision that got no ``approved`` echo within ``echo_timeout`` of its
+``sent`` record, or whose message the
 target VM rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is retried
 as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next watched
 affected VM by name that has not rejected it (cycling; the same VM when it is the only one), while
@@ -89,6 +93,7 @@ class Evaluation:
     unavailable: dict[str, str] = field(default_factory=dict)  # VM key -> reason (before the pass)
     used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
     index: ScopeIndex | None = None
+    sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
 
 
 class DecisionPass:
@@ -183,13 +188,18 @@ class DecisionPass:
         if code == "fits":
             targets = self.targets(record, res.vms)
             attempt = max(record.approvals, default=0) + 1
-            self.out.decisions.append(self.decision(
+            self.approve(self.decision(
                 "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
                 target=self.ref(targets[0]), budgets=budgets, attempt=attempt))
             self.take(res.vms)
             return Verdict(record.key, record.event_id, "approved", reason, None, res.vms, budgets)
         self.defer(record, res, code, reason, scope, budgets)
         return Verdict(record.key, record.event_id, code, reason, scope, res.vms, budgets)
+
+    def approve(self, decision: Decision) -> None:
+        self.out.decisions.append(decision)
+        if not decision.shadow:
+            self.out.sends.append(decision.id)
 
     def defer(self, record: EventRecord, res: Resolution, code: str, reason: str, scope: str | None,
               budgets: tuple[BudgetUse, ...]) -> None:
@@ -289,8 +299,10 @@ class DecisionPass:
     def retry(self, record: EventRecord, res: Resolution) -> Verdict:
         """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
         last = record.last_approval(self.policy.shadow)
+        sent = record.sends.get(last.attempt) if last is not None else None
         status = ("echoed by an agent" if record.echoes else "in shadow mode, nothing sent"
-                  if last is not None and last.shadow else "waiting for the echo")
+                  if last is not None and last.shadow else "sent, waiting for the echo" if sent is not None
+                  else "its message not sent yet")
         approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
         if record.echoes or last is None or last.shadow or self.policy.shadow:
             return approved
@@ -304,7 +316,11 @@ class DecisionPass:
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
                     if msg in ours and code not in NO_RETRY_CODES}
         rejected = last.id in refusals
-        if not rejected and self.now < last.time + self.policy.echo_timeout:
+        if sent is None and not rejected:
+            self.out.sends.append(last.id)
+            return approved
+        since = sent.time if sent is not None else last.time
+        if not rejected and self.now < since + self.policy.echo_timeout:
             return approved
         rejecters = {self.idx.key(vm) for vm in refusals.values()}
         candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
@@ -323,7 +339,7 @@ class DecisionPass:
                   if rejected else f"no approved echo from {before} within "
                   f"{_span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
         attempt = max(record.approvals) + 1
-        self.out.decisions.append(self.decision(
+        self.approve(self.decision(
             "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
             target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt))
         return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)

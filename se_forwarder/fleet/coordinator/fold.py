@@ -12,7 +12,8 @@ What it reads (``type`` = ``com.azure.scheduledevents.<suffix>``):
 ``prepared``           the VM's prepare hook succeeded; ``preparefailed``: it failed
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
 ``coordinator.<kind>`` the coordinator's own decisions (approve, defer, breach, pause, resume,
-                       hold, release), so a restarted or standby instance knows what was decided
+                       hold, release), so a restarted or standby instance knows what was decided,
+                       and its ``sent`` records: when an approval's message was put in its queue
 =====================  =========================================================================
 
 Anything else (another type, a missing ``id``/``time``/``type``, a ``data`` that is not an object)
@@ -58,7 +59,7 @@ from .state import (
 
 PREFIX = TYPE_PREFIX
 DECISION_PREFIX = PREFIX + "coordinator."
-DECISION_KINDS = ("approve", "defer", "breach", "pause", "resume", "hold", "release")
+DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release")
 _TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
                                 Kind.COMPLETED: COMPLETED}
 _SEEN_SCHEDULED = (Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED)
@@ -361,17 +362,18 @@ def _decision(state: FleetState, record: DecisionRecord) -> str:
         return MALFORMED
     if event_id.lower() in state.gone:
         return LATE
-    if record.kind == "approve" and record.attempt < 1:
+    if record.kind in ("approve", "sent") and record.attempt < 1:
         return MALFORMED
     state.decisions[record.id] = record
     if record.kind in ("hold", "release"):
         _switch(state.holds, event_id.lower(), Switch(record.kind == "hold", record))
         return FOLDED
     target = _event(state, event_id)
-    if record.kind == "approve":
-        old = target.approvals.get(record.attempt)
+    if record.kind in ("approve", "sent"):
+        table = target.approvals if record.kind == "approve" else target.sends
+        old = table.get(record.attempt)
         if old is None or old.id == record.id or (record.time, record.id) < (old.time, old.id):
-            target.approvals[record.attempt] = record
+            table[record.attempt] = record
     elif record.kind == "defer":
         target.defers[record.id] = record
     else:

@@ -1,8 +1,11 @@
 """The coordinator's ``/metrics`` (Prometheus text) and ``/healthz`` (200 or 503, one line), as the agent has.
 
 Metric values are read on the service's own thread (``Service.submit``), so a scrape never sees a
-half-updated fold. ``/healthz`` is 503 when the hub has not been readable, the storage account not
-reachable, or decisions not publishable for ``UNHEALTHY_AFTER`` seconds.
+half-updated fold; that thread never waits on the Azure services (service.py), so a scrape is
+answered during an outage too. ``/healthz`` reads only what the service's parts record (reach.py),
+never the fold, so it answers even while the loop is busy: 200 with ``ok: ...``, or ``degraded:``
+naming each part that is unreachable now with its last success, and 503 once a part has been
+unreachable for ``UNHEALTHY_AFTER`` seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ PREFIX = "se_forwarder_coordinator_"
 
 def values(service: Service) -> dict[str, Any]:
     """Everything ``/metrics`` shows, read on the service thread."""
-    out = service.output.stats
+    out, sends = service.output.stats, service.output.sending.stats
     state = service.state
     skipped = dict(service.stats.skipped)
     return {
@@ -29,11 +32,14 @@ def values(service: Service) -> dict[str, Any]:
                     "malformed": service.stats.malformed, "late": service.stats.late,
                     "other-type": sum(skipped.values())},
         "decisions": service.decisions_made, "published": out.published,
-        "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
+        "publish_failures": out.publish_failures, "sent": sends.sent, "send_failures": sends.failures,
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
         "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
-        "latencies": list(out.latencies),
+        "pending_sends": service.output.sending.pending(),
+        "latencies": list(sends.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
+        "reach": {name: (r.reachable, r.failures, r.overdue, r.last_success)
+                  for name, r in service.reach.items()},
     }
 
 
@@ -59,7 +65,7 @@ def render(v: dict[str, Any]) -> bytes:
                 ("published", "Decisions published to the hub by this instance."),
                 ("publish_failures", "Failed attempts to publish decisions (retried)."),
                 ("sent", "Approval messages sent to the agents' queues."),
-                ("send_failures", "Approval messages that could not be sent."),
+                ("send_failures", "Attempts to send an approval message that failed (retried)."),
                 ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
             ):
                 yield CounterMetricFamily(PREFIX + name, help_text, value=v[name])
@@ -68,8 +74,26 @@ def render(v: dict[str, Any]) -> bytes:
                 ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
                 ("vms", "VMs in the fold."),
                 ("open_events", "Events not completed or canceled."),
+                ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
+            reachable = GaugeMetricFamily(PREFIX + "reachable", "1 while the part answers (storage, queues, "
+                                          "hub-read, hub-publish).", labels=["part"])
+            failures = CounterMetricFamily(PREFIX + "call_failures", "Failed calls to each part, by kind "
+                                           "(error, or timeout: no answer by the deadline).",
+                                           labels=["part", "kind"])
+            success = GaugeMetricFamily(PREFIX + "last_success_timestamp_seconds",
+                                        "When a call to the part last succeeded (unix time).",
+                                        labels=["part"])
+            for part, (ok, failed, overdue, last) in v["reach"].items():
+                reachable.add_metric([part], int(ok))
+                failures.add_metric([part, "error"], failed - overdue)
+                failures.add_metric([part, "timeout"], overdue)
+                if last is not None:
+                    success.add_metric([part], round(last, 3))
+            yield reachable
+            yield failures
+            yield success
             if v["last_input_age"] is not None:
                 yield GaugeMetricFamily(PREFIX + "last_input_age_seconds",
                                         "Seconds since the last event arrived from the hub.",
@@ -87,20 +111,16 @@ def render(v: dict[str, Any]) -> bytes:
 
 
 def health(service: Service) -> tuple[bool, str]:
-    """(healthy, one line)."""
-    now = time.monotonic()
-    reader = service.reader.health if service.reader is not None else None
-    if reader is not None and reader.last_error_at is not None:
-        since = reader.last_batch if reader.last_batch is not None else service.started
-        if reader.last_error_at > since and now - since > UNHEALTHY_AFTER:
-            return False, f"the Event Hub has not been readable for {now - since:.0f} s: {reader.errors[-1]}"
-    failing = service.leadership.failing_since
-    if failing is not None and now - failing > UNHEALTHY_AFTER:
-        return False, (f"the storage account has failed for {now - failing:.0f} s (leader lease): "
-                       f"{service.leadership.last_error}")
-    out = service.output.stats
-    if out.failing_since is not None and now - out.failing_since > UNHEALTHY_AFTER:
-        return False, f"decisions have not been publishable for {now - out.failing_since:.0f} s: " \
-                      f"{out.last_publish_error}"
+    """(healthy, one line): what this instance is doing, and every part that does not answer."""
+    down = [r for r in service.reach.values() if not r.reachable]
     where = ", ".join(f"{p}:{s.sequence}" for p, s in sorted(service.positions.items())) or "nothing yet"
-    return True, f"ok: {service.role}, {len(service.state.vms)} VMs, read up to {where}"
+    line = f"{service.role}, {len(service.state.vms)} VMs, read up to {where}"
+    if not service.acting() and service.leadership.term is not None:
+        line += f"; not acting: {service.why_not()}"
+    if not down:
+        return True, f"ok: {line}"
+    worst = max(r.failing_for() for r in down)
+    text = "; ".join(r.line() for r in down)
+    if worst > UNHEALTHY_AFTER:
+        return False, f"unhealthy: {text}; {line}"
+    return True, f"degraded: {text}; {line}"
