@@ -50,7 +50,7 @@ from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
-REGAINED = "the Event Hub (reading) answers again"  # the coordinator's log line: its reader has the hub back
+REGAINED = "reached the Event Hub (reading) again"  # the coordinator's log line: its reader has the hub back
 CAUGHT_UP = "caught up with the Event Hub"
 
 

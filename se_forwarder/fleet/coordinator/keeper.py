@@ -64,13 +64,14 @@ class Keeper:
 
     # -- saving ------------------------------------------------------------------------------------
 
-    def saving(self) -> bool:
-        return self._saving is not None
+    def can_save(self) -> bool:
+        """No upload under way, and not in the backoff after a failed one (ask before making one)."""
+        return self._saving is None and time.monotonic() >= self._save_after
 
     def save(self, data: dict[str, Any], positions: dict[str, Position]) -> bool:
         """Start uploading ``data`` (``snapshot.snapshot`` of the fold) unless one is under way or
         the last failed too recently; whether it started."""
-        if self._saving is not None or time.monotonic() < self._save_after:
+        if not self.can_save():
             return False
         frozen = dict(positions)
         self._saving = begin(lambda: self.snapshots.save(data, frozen, self.instance), "coordinator-snapshot")

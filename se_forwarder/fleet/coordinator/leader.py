@@ -57,11 +57,16 @@ class Leadership:
         self.stepped = False  # the lease was asked at least once
         self.numbers = 0
         self.lost_why = ""  # why the last term ended
+        self.calling: tuple[str, float] | None = None  # the lease call under way, since (monotonic)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="coordinator-lease", daemon=True)
 
     def _storage_call(self, func: Callable[[], Any], what: str) -> Any:
-        return self.storage.call(func, LEASE_DEADLINE, what)
+        self.calling = (what, time.monotonic())
+        try:
+            return self.storage.call(func, LEASE_DEADLINE, what)
+        finally:
+            self.calling = None
 
     @property
     def last_error(self) -> str:
@@ -103,9 +108,11 @@ class Leadership:
                 return f"the leader lease cannot be taken: {self.storage.last_error}"
             return self.lost_why or "it does not hold the leader lease"
         if not self.lease.acting():
-            renewed = self.lease.renewed_at
+            renewed, calling = self.lease.renewed_at, self.calling
             ago = f"{time.monotonic() - renewed:.0f} s ago" if renewed is not None else "never"
-            problem = f": {self.storage.last_error}" if not self.storage.reachable else ""
+            problem = (f": {self.storage.last_error}" if not self.storage.reachable
+                       else f": {calling[0]}: no answer for {time.monotonic() - calling[1]:.0f} s" if calling
+                       else "")
             return f"its leader lease was last renewed {ago} and could not be renewed since{problem}"
         if term.ends is None:
             problem = f" ({self.hub.last_error})" if not self.hub.reachable else ""

@@ -4,8 +4,9 @@ Four parts, each a ``Reach``: ``storage`` (the lease and the snapshots), ``queue
 messages), ``hub-read`` (the reader) and ``hub-publish`` (decisions). Every call to one of them
 records its outcome: when it last succeeded, since when it fails, the last error, how many calls
 failed and how many of those got no answer in time. ``/healthz``, ``status`` and ``/metrics`` show
-it. A part logs once when it becomes unreachable, once a minute while it stays so, and once when it
-answers again (with how long it was out), so an outage is a handful of lines, not one per call.
+it. A part logs once when it becomes unreachable ("cannot reach ..."), once a minute while it stays
+so, and once when it answers again ("reached ... again after N s"), so an outage is a handful of
+lines, not one per call.
 
 ``begin(func)`` runs ``func`` on a thread of its own and returns its ``Future``; ``Reach.call``
 waits for it at most ``timeout`` seconds. A call that has not returned by then is a failure
@@ -105,7 +106,7 @@ class Reach:
             self.last_success = time.time()
             since, self.failing_since, self.failing_since_wall = self.failing_since, None, None
         if since is not None:
-            log.info("%s answers again after %.0f s%s", self.what, time.monotonic() - since,
+            log.info("reached %s again after %.0f s%s", self.what, time.monotonic() - since,
                      f"; {detail}" if detail else "", extra={"part": self.name})
 
     def failed(self, error: str, overdue: bool = False) -> None:
@@ -122,10 +123,10 @@ class Reach:
             if remind:
                 self._reminded = now
         if first:
-            log.warning("%s is unreachable: %s", self.what, error, extra={"part": self.name})
+            log.warning("cannot reach %s: %s", self.what, error, extra={"part": self.name})
         elif remind:
-            log.warning("%s still unreachable after %.0f s: %s", self.what, now - (self.failing_since or now),
-                        error, extra={"part": self.name})
+            log.warning("still cannot reach %s after %.0f s: %s", self.what,
+                        now - (self.failing_since or now), error, extra={"part": self.name})
         else:
             log.debug("%s: %s", self.what, error, extra={"part": self.name})
 

@@ -149,8 +149,8 @@ class Service:
                                  pruned.decisions)
                     last_prune = now
                 interval = self.settings.storage.snapshot_interval
-                if acting and now - last_save >= interval and self.output.idle() \
-                        and self.keeper.save(snapshot(self.state), self.positions):
+                if acting and now - last_save >= interval and self.output.idle() and self.keeper.can_save():
+                    self.keeper.save(snapshot(self.state), self.positions)
                     last_save = now
         finally:
             self._shutdown()
@@ -339,14 +339,14 @@ class Service:
     def control(self, make: Callable[[FleetState, float], Decision]) -> tuple[Decision, Future[Any]]:
         """Make a control decision (on this thread) and publish it; it, and the future of its publication."""
         if not self.acting():
-            holder = self.leadership.holder
-            why = self.why_not()
-            if self.leadership.term is not None or not self._ready:
-                raise NotLeading(f"this instance ({self.settings.instance}) cannot act now: {why}; "
-                                 "try again in a few seconds")
-            where = f" ({holder.instance} at {holder.api})" if holder and holder.api else ""
-            raise NotLeading(f"this instance ({self.settings.instance}) is a standby ({why}); send control "
-                             f"requests to the leader{where}", holder.api if holder else "")
+            holder, why = self.leadership.holder, self.why_not()
+            if (self.leadership.term is None and self._ready and holder is not None and holder.api
+                    and self.reach["storage"].reachable):
+                raise NotLeading(f"this instance ({self.settings.instance}) is a standby ({why}); send "
+                                 f"control requests to the leader ({holder.instance} at {holder.api})",
+                                 holder.api)
+            raise NotLeading(f"this instance ({self.settings.instance}) cannot act now: {why}; "
+                             "try again in a few seconds")
         term = self.leadership.term
         assert term is not None
         decision = make(self.state, time.time())
