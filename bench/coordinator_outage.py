@@ -18,6 +18,8 @@ is the coordinator's own recovery, not the agents'.
    hub back -> decision, hub back -> queue message. "On the hub" is when the broker stored the first
    of the event's reports.
 
+3. The coordinator's CPU while the hub is away, beside its CPU with the hub up.
+
 Prints figures with the baseline beside them; asserts nothing.
 
     .venv/bin/python bench/coordinator_outage.py [--vms 200] [--events 5] [--rounds 3] [--outage 30]
@@ -42,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import percentile  # noqa: E402
@@ -200,6 +203,16 @@ def main() -> int:
                 base_sent.append(sent - on_hub)
             time.sleep(0.5)
         publisher.close()
+        process = psutil.Process(proc.pid)
+
+        def cpu_share(seconds: float) -> float:
+            """The coordinator's CPU over the next ``seconds``, as a share of one core."""
+            before = sum(process.cpu_times()[:2])
+            time.sleep(seconds)
+            return (sum(process.cpu_times()[:2]) - before) / seconds
+
+        cpu_up = cpu_share(min(args.outage, 10.0))
+        cpu_down: list[float] = []
 
         back_hub: list[float] = []
         back_read: list[float] = []
@@ -210,7 +223,8 @@ def main() -> int:
         missing = 0
         for r in range(args.rounds):
             broker.stop()
-            time.sleep(args.outage)
+            time.sleep(2)  # the reader notices (it asks the hub every 2 s)
+            cpu_down.append(cpu_share(args.outage - 2))
             broker.start()
             back = time.time()
             producer = Publisher(broker.connection_string())
@@ -248,6 +262,10 @@ def main() -> int:
         rows.append(("  event on the hub -> decision", spread(back_hub_made)))
         rows.append(("  hub back -> decision", spread(back_made)))
         rows.append(("  hub back -> queue message", spread(back_sent)))
+        rows.append(("coordinator CPU with the hub up (heartbeats flowing)",
+                     f"{cpu_up * 100:.1f}% of a core"))
+        rows.append(("coordinator CPU while the hub refuses connections",
+                     f"{max(cpu_down) * 100:.1f}% of a core (the most of {len(cpu_down)} outages)"))
         if missing:
             rows.append(("  rounds without a decision within 90 s", str(missing)))
     finally:

@@ -1,9 +1,10 @@
 """Leader election: a thread that keeps (or tries to take) the lease, and the catch-up rule.
 
-Every ``lease_duration / 5`` seconds the leader renews its lease and a standby tries to take it
-(blobs.Lease). Each call has a deadline (``blobs.LEASE_DEADLINE``, through reach.py): a renewal
-that hangs fails at its deadline like one that was refused, so this thread never waits on the
-storage account for longer than that. The leader may act only while its last renewal is recent
+Every ``lease_duration / 5`` seconds (sooner when its last renewal would not be renewed in time
+otherwise) the leader renews its lease and a standby tries to take it (blobs.Lease). Each call
+has a deadline (``blobs.LEASE_DEADLINE``, through reach.py): a renewal that hangs fails at its
+deadline like one that was refused, so this thread never waits on the storage account for longer
+than that. The leader may act only while its last renewal is recent
 enough (``Lease.acting``: a clock, not a call), so it stops acting before its lease could have
 expired, whether renewals fail or hang; once the lease has run out it lets the lease go and tries
 to take it again like a standby.
@@ -130,7 +131,16 @@ class Leadership:
                 if self.term is not None and not self.lease.acting():
                     self._lost("its lease could not be renewed in time")
             self.stepped = True
-            self._stop.wait(self.interval)
+            self._stop.wait(self._next_step())
+
+    def _next_step(self) -> float:
+        """Seconds to the next step: ``interval``, or sooner when a renewal must start now to land
+        before the lease stops being usable (after a call that took long, e.g. storage back from
+        an outage answering its queued requests late)."""
+        if not self.lease.held:
+            return self.interval
+        left = self.lease.valid_until - time.monotonic() - LEASE_DEADLINE
+        return min(self.interval, max(0.5, left))
 
     def _step(self) -> None:
         if self.lease.held:

@@ -72,6 +72,8 @@ class Output:
         self._busy = 0
         self._unpublished: set[str] = set()  # approve ids put and not yet published
         self._lingering: Future[None] | None = None
+        self._stopping = threading.Event()  # a clean stop gave up waiting for the hub
+        self.gave_up = False  # decisions were dropped at the stop: the fold is not the hub's
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="coordinator-output", daemon=True)
 
@@ -99,8 +101,11 @@ class Output:
             return self._busy == 0
 
     def close(self, timeout: float = 10.0) -> None:
+        """Publish what is queued, for at most ``timeout`` seconds; then give up (dropped unpublished)."""
         self._queue.put(None)
         self._thread.join(timeout)
+        self._stopping.set()
+        self._thread.join(PUBLISH_DEADLINE + 1)
         self.sending.close()
 
     def _published(self, ident: str) -> bool:
@@ -155,14 +160,14 @@ class Output:
         texts = [to_json(i.decision, self.source) for i in items]
         term = items[0].term
         attempt = 0
-        while self.may_act(term):
+        while self.may_act(term) and not self._stopping.is_set():
             began = time.monotonic()
             try:
                 self._attempt(texts)
             except Exception as exc:  # noqa: BLE001 - PublishError, Overdue: recorded by reach
                 self.stats.publish_failures += 1
                 log.debug("publishing %d decision(s) failed: %s", len(texts), describe_error(exc))
-                time.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
+                self._stopping.wait(BACKOFF[min(attempt, len(BACKOFF) - 1)])
                 attempt += 1
                 continue
             self.stats.published += len(texts)
@@ -195,6 +200,11 @@ class Output:
             if item.done is not None and not item.done.done():
                 item.done.set_exception(RuntimeError("this instance stopped leading before the decision "
                                                      "was published; nothing was done"))
+        if self._stopping.is_set():
+            self.gave_up = True
+            log.warning("dropped %d unpublished decision(s): the Event Hub did not take them before the "
+                        "stop (whoever leads next decides again)", len(items))
+            return
         log.warning("dropped %d unpublished decision(s): this instance no longer leads; rebuilding the "
                     "fold from the snapshot and the hub", len(items))
         self.on_lost(items[0].term)

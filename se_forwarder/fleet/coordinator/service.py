@@ -215,7 +215,7 @@ class Service:
     def _shutdown(self) -> None:
         leading = self.leadership.term is not None
         self.output.close(15)
-        if leading and self.output.idle() and self.acting():
+        if leading and self.output.idle() and not self.output.gave_up and self.acting():
             self.keeper.save_now(snapshot(self.state), self.positions, 20)
         self.leadership.stop(release=True)
         if self.reader is not None:
