@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 import requests  # noqa: E402
 
-from bench.common import percentile  # noqa: E402
+from bench.common import end, percentile, print_figures  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
@@ -355,20 +355,13 @@ def main() -> int:
         rows.append(("coordinator RSS", f"{rss_after_ingest:.0f} MB after ingest, {rss:.0f} MB after the "
                      f"approvals ({len(vms):,} VMs in the fold; goal <= 300 MB)"))
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        end(proc)
         queue.stop()
         blob.stop()
         broker.stop()
-    width = max(len(name) for name, _ in rows)
-    print(f"coordinator service, {args.vms:,} VMs, {len(groups)} groups, {args.events} events, "
-          f"broker with {PARTITIONS} partitions, all on one machine (CPython {sys.version.split()[0]})")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
+    print_figures(f"coordinator service, {args.vms:,} VMs, {len(groups)} groups, {args.events} events, "
+                  f"broker with {PARTITIONS} partitions, all on one machine "
+                  f"(CPython {sys.version.split()[0]})", rows)
     print(MEANING)
     return 0
 

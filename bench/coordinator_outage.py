@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 import requests  # noqa: E402
 
-from bench.common import percentile  # noqa: E402
+from bench.common import end, percentile, print_figures  # noqa: E402
 from bench.coordinator_e2e import Publisher, fleet, heartbeat, scheduled, write_config  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
@@ -272,21 +272,13 @@ def main() -> int:
         if beats is not None:
             beats.stop.set()
             beats.join(10)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        end(proc)
         queue.stop()
         blob.stop()
         broker.stop()
-    width = max(len(name) for name, _ in rows)
-    print(f"coordinator through Event Hub outages: {len(vms)} VMs in {len(groups)} availability sets, "
-          f"heartbeats every second, broker with 4 partitions, all on one machine "
-          f"(CPython {sys.version.split()[0]})")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
+    print_figures(f"coordinator through Event Hub outages: {len(vms)} VMs in {len(groups)} availability "
+                  "sets, heartbeats every second, broker with 4 partitions, all on one machine "
+                  f"(CPython {sys.version.split()[0]})", rows)
     return 0
 
 

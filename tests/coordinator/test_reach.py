@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from se_forwarder.fleet.coordinator.reach import Overdue, Reach, begin
+from se_forwarder.fleet.coordinator.client import render_status
+from se_forwarder.fleet.coordinator.reach import Overdue, Reach, begin, parts
 
 
 class Refused(Exception):
@@ -96,3 +97,19 @@ def test_what_status_and_healthz_show_of_a_part() -> None:
     assert (data["lastError"], data["failures"], data["timeouts"]) == ("renewing: no answer within 5 s", 1, 1)
     assert reach.line().startswith("the storage account (leader lease, snapshots) unreachable for 0 s "
                                    "(last success 20")
+
+
+def test_the_status_text_lists_every_part_with_its_last_success_and_why_this_instance_waits() -> None:
+    reach = parts()
+    for part in reach.values():
+        part.succeeded()
+    reach["queues"].failed("sending approval E1/coordinator/approve/1: no answer within 5 s", overdue=True)
+    service = {"name": "prod", "instance": "a", "role": "leader (not acting)", "pendingSends": 2,
+               "notActing": "its leader lease was last renewed 9 s ago and could not be renewed since",
+               "reachability": {name: r.as_data() for name, r in reach.items()}}
+    lines = render_status({"service": service}).splitlines()
+    assert lines[1] == f"not acting: {service['notActing']}"
+    assert lines[2] == "reachability:" and lines[3].startswith("  storage      ok           last success 20")
+    assert lines[4].startswith("  queues       UNREACHABLE  since 20")
+    assert lines[4].endswith(": sending approval E1/coordinator/approve/1: no answer within 5 s")
+    assert lines[7] == "  2 approval message(s) waiting to be sent"

@@ -252,6 +252,13 @@ def test_healthz_says_what_is_unreachable(outages: dict[str, Any], phase: str) -
 
 
 @pytest.mark.parametrize("phase", ["blob", "queue", "hub"])
+def test_metrics_say_which_part_does_not_answer(outages: dict[str, Any], phase: str) -> None:
+    text = phases(outages)[phase]["asked"]["metrics"].text
+    assert f'se_forwarder_coordinator_reachable{{part="{PART[phase]}"}} 0.0' in text
+    assert 'se_forwarder_coordinator_reachable{part="queues"} 1.0' in text or phase == "queue"
+
+
+@pytest.mark.parametrize("phase", ["blob", "queue", "hub"])
 def test_status_reports_the_part_unreachable_with_its_last_success(outages: dict[str, Any],
                                                                    phase: str) -> None:
     reach = phases(outages)[phase]["asked"]["status"].json()["service"]["reachability"]

@@ -11,7 +11,8 @@ the outcome when it comes by (``poll``):
   and counted by reach.py); the next one waits for it to end. A snapshot that is not saved costs
   nothing but a longer read of the hub at the next start.
 - ``load()``: the last snapshot is downloaded and restored in the background (creating the
-  container first if that could not be done at start); ``poll`` hands over the result once.
+  container first, at the first load); ``poll`` hands over the result once. A container that
+  cannot be made (no such account, a bad name) is logged as an error at each attempt.
   While the storage account does not answer, it is tried again (5 s doubling to 30 s): until
   then the service knows nothing it could act on, and it cannot hold the lease anyway. A
   snapshot that is damaged or of another hub is logged and the hub read from the start.
@@ -26,7 +27,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import StateError
+from ...errors import SeForwarderError, StateError
 from .blobs import SNAPSHOT_DEADLINE, Snapshot, Snapshots
 from .hub import Position
 from .reach import Reach, begin, describe_error
@@ -138,7 +139,7 @@ class Keeper:
         if before is not None:
             before()
         if self.prepare is not None:
-            self.prepare()
+            self.storage.call(self.prepare, SNAPSHOT_DEADLINE, "creating the container")
             self.prepare = None
         found = self.storage.call(self._fetch, SNAPSHOT_DEADLINE, "loading the snapshot")
         if isinstance(found, StateError):
@@ -177,5 +178,7 @@ class Keeper:
             self._load_failures += 1
             delay = LOAD_BACKOFF[min(self._load_failures - 1, len(LOAD_BACKOFF) - 1)]
             self._load_after = time.monotonic() + delay
-            log.debug("snapshot not loaded (%s); trying again in %.0f s", describe_error(exc), delay)
+            said = log.error if isinstance(exc, SeForwarderError) else log.debug  # a configuration problem
+            said("the fold cannot be loaded: %s; trying again in %.0f s",
+                 exc if isinstance(exc, SeForwarderError) else describe_error(exc), delay)
             return None

@@ -41,7 +41,7 @@ from typing import Any
 
 from ...errors import SeForwarderError
 from . import access
-from .blobs import LEASE_DEADLINE, Lease, Snapshots
+from .blobs import Lease, Snapshots
 from .decide import Evaluation, evaluate
 from .events import Decision, sent, to_dict
 from .fold import DECISION_PREFIX, FoldStats, fold_event
@@ -49,7 +49,7 @@ from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
 from .keeper import Keeper, Loaded
 from .leader import Leadership
 from .output import Outgoing, Output
-from .reach import Reach, describe_error, parts
+from .reach import Reach, parts
 from .retention import prune
 from .sender import Approval, Sender, Signer
 from .service_config import ServiceSettings
@@ -120,8 +120,7 @@ class Service:
         return self.keeper.last_snapshot
 
     def run(self) -> int:
-        self._start_container()
-        self.keeper.load()
+        self.keeper.load()  # creates the container first, off the loop
         self.output.start()
         self.leadership.start()
         last_pass = last_prune = last_save = 0.0
@@ -155,17 +154,6 @@ class Service:
         finally:
             self._shutdown()
         return 0
-
-    def _start_container(self) -> None:
-        """Create the container now if the account answers; if it does not, the first load does."""
-        try:
-            self.reach["storage"].call(self._ensure_container, LEASE_DEADLINE * 2, "creating the container")
-        except SeForwarderError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - unreachable: recorded by reach; tried again by the load
-            log.debug("container not created at start: %s", describe_error(exc))
-        else:
-            self.keeper.prepare = None
 
     def _ensure_container(self) -> None:
         from azure.core.exceptions import HttpResponseError, ResourceExistsError
