@@ -226,6 +226,17 @@ max_unavailable = "10%"
     return config
 
 
+def start_coordinator(base: Path, port: int, hub: str, blob: Azurite, queue: Azurite, log: Path,
+                      log_level: str = "info") -> subprocess.Popen[bytes]:
+    """``coordinator run`` with ``write_config``'s file, logging to ``log``."""
+    config = write_config(base, port, log_level)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_EH": hub, "BENCH_BLOB": blob.connection_string,
+           "BENCH_QUEUE": queue.connection_string}
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run", "--config",
+                                 str(config)], cwd=ROOT, env=env, stdout=out, stderr=out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vms", type=int, default=10_000)
@@ -265,14 +276,10 @@ def main() -> int:
             queue.client(f"se-approvals-{v['name']}").create_queue()
 
         port = free_port()
-        config = write_config(base, port, os.environ.get("BENCH_LOG_LEVEL", "info"))
-        token = (base / "api.token").read_text().strip()
         log = base / "coordinator.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_EH": broker.connection_string(),
-               "BENCH_BLOB": blob.connection_string, "BENCH_QUEUE": queue.connection_string}
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run", "--config",
-                                     str(config)], cwd=ROOT, env=env, stdout=out, stderr=out)
+        proc = start_coordinator(base, port, broker.connection_string(), blob, queue, log,
+                                 os.environ.get("BENCH_LOG_LEVEL", "info"))
+        token = (base / "api.token").read_text().strip()
         http = requests.Session()
         http.trust_env = False
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +46,7 @@ import psutil  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import end, percentile, print_figures  # noqa: E402
-from bench.coordinator_e2e import Publisher, fleet, heartbeat, scheduled, write_config  # noqa: E402
+from bench.coordinator_e2e import Publisher, fleet, heartbeat, scheduled, start_coordinator  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
@@ -148,14 +146,9 @@ def main() -> int:
         for members in groups:
             queue.client(f"se-approvals-{members[0]['name']}").create_queue()
         port = free_port()
-        config = write_config(base, port)
-        token = (base / "api.token").read_text().strip()
         log_path = base / "coordinator.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_EH": broker.connection_string(),
-               "BENCH_BLOB": blob.connection_string, "BENCH_QUEUE": queue.connection_string}
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run", "--config",
-                                     str(config)], cwd=ROOT, env=env, stdout=out, stderr=out)
+        proc = start_coordinator(base, port, broker.connection_string(), blob, queue, log_path)
+        token = (base / "api.token").read_text().strip()
         log = Log(log_path)
         http = requests.Session()
         http.trust_env = False
