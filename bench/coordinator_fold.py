@@ -30,6 +30,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import print_figures  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.fleet.coordinator import (  # noqa: E402
     FleetState,
@@ -309,11 +310,8 @@ def main() -> int:
                  f"libraries alone: {rss_start:.0f} MB; goal <= 300 MB)"))
     rows.append(("events folded in all", f"{folder.count:,} ({dict(folder.stats.folded)}, "
                  f"skipped {sum(folder.stats.skipped.values())}, malformed {folder.stats.malformed})"))
-    width = max(len(name) for name, _ in rows)
-    print(f"coordinator core, {args.vms:,} VMs, {len(groups)} groups, {args.events} platform events "
-          f"(CPython {sys.version.split()[0]})")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
+    print_figures(f"coordinator core, {args.vms:,} VMs, {len(groups)} groups, {args.events} platform events "
+                  f"(CPython {sys.version.split()[0]})", rows)
     return 0
 
 

@@ -12,7 +12,8 @@ What it reads (``type`` = ``com.azure.scheduledevents.<suffix>``):
 ``prepared``           the VM's prepare hook succeeded; ``preparefailed``: it failed
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
 ``coordinator.<kind>`` the coordinator's own decisions (approve, ..., release), as trust.py let
-                       them through; pause/resume/hold/release only in sequence (switches.py)
+                       them through; pause/resume/hold/release only in sequence (switches.py);
+                       and its ``sent`` records: when an approval's message was put in its queue
 =====================  =========================================================================
 
 Anything else (another type, a missing ``id``/``time``/``type``, a ``data`` that is not an object)
@@ -81,7 +82,7 @@ from .state import (
 
 PREFIX = TYPE_PREFIX
 DECISION_PREFIX = PREFIX + "coordinator."
-DECISION_KINDS = ("approve", "defer", "breach", "pause", "resume", "hold", "release")
+DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release")
 _TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
                                 Kind.COMPLETED: COMPLETED}
 _SEEN_SCHEDULED = (Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED)
@@ -362,14 +363,15 @@ def _decision(state: FleetState, record: DecisionRecord, chained: bool = True) -
         return MALFORMED
     if event_id.lower() in state.gone:
         return LATE
-    if record.kind == "approve" and not switches.valid(record.attempt):
+    if record.kind in ("approve", "sent") and not switches.valid(record.attempt):
         return MALFORMED
     state.decisions[record.id] = record
     target = _event(state, event_id)
-    if record.kind == "approve":
-        old = target.approvals.get(record.attempt)
+    if record.kind in ("approve", "sent"):
+        table = target.approvals if record.kind == "approve" else target.sends
+        old = table.get(record.attempt)
         if old is None or old.id == record.id or (record.time, record.id) < (old.time, old.id):
-            target.approvals[record.attempt] = record
+            table[record.attempt] = record
     elif record.kind == "defer":
         target.defers[record.id] = record
     else:
