@@ -99,3 +99,17 @@ def test_a_sent_record_survives_a_snapshot():
     fleet.sent(FIRST, t=T0 + 5)
     restored = restore(snapshot(fleet.state))
     assert restored.events["e1"].sends[1].time == T0 + 5
+
+
+def test_an_unsent_approval_goes_out_only_while_every_budget_still_fits():
+    """Sending its message is what approves the event: when a VM of its group went down before the
+    message could go out, it waits (deferred for the budget), and goes out once the group has room."""
+    fleet = unsent_approval()
+    fleet.transition("started", "S1", [SET[3]], t=T0 + 10)
+    fleet.beat(*SET, t=T0 + 20)
+    result = fleet.decide(T0 + 20, send=False)
+    assert kinds(result) == [("defer", "E1", "budget")] and result.sends == []
+    fleet.transition("completed", "S1", [SET[3]], t=T0 + 30)
+    later = T0 + 31 + fleet.policy.min_healthy
+    fleet.beat(*SET, t=later)
+    assert fleet.decide(later, send=False).sends == [FIRST]
