@@ -64,13 +64,16 @@ def test_approved_by_this_agent_then_vanished_is_started_and_completed(agents, t
 
 def test_not_before_passed_then_vanished_is_started_and_completed(simulator, agents, tmp_path):
     start(simulator.url, tmp_path, agents)
-    # Its 2 s notice must not pass before the agent (slow to start on a loaded machine) polls.
+    # Its notice must not pass before the agent (slow to start on a loaded machine) has seen it.
     wait_for(lambda: simulator.sim.requests(), what="the agent polling")
-    event_id = simulator.sim.add_event({"EventType": "Reboot", "NotBeforeInSeconds": 2,
+    event_id = simulator.sim.add_event({"EventType": "Reboot", "NotBeforeInSeconds": 5,
                                         "StartedSeconds": 1})["EventId"]
     wait_for(lambda: (event_id, "scheduled") in events(tmp_path), what="scheduled")
-    # IMDS answers garbage from just before NotBefore until after the event is gone.
-    simulator.sim.add_fault({"body": "not json", "seconds": 4})
+    # IMDS answers garbage from before NotBefore until the event is gone.
+    simulator.sim.add_fault({"body": "not json", "seconds": 60})
+    wait_for(lambda: event_id not in {e["EventId"] for e in simulator.sim.events()}, timeout=20,
+             what="the event to start and end")
+    simulator.sim.clear_faults()
     wait_for(lambda: ended(tmp_path, event_id), timeout=20, what="the end of the event")
     assert simulator.sim.approvals() == []  # nobody approved it: NotBefore passed
     assert_inferred_run(tmp_path, event_id, "not-before-passed")

@@ -196,9 +196,16 @@ def test_recover_gets_completed_when_a_vanished_scheduled_event_must_have_run(si
               hooks={"prepare": hook(tmp_path, "prepare"), "recover": hook(tmp_path, "recover"),
                      "approve_after_prepare": False})
     env.start(agents)
-    event_id = control.add(EventType="Reboot", NotBeforeInSeconds=2, StartedSeconds=1)["EventId"]
+    # Its notice must not pass before the agent (slow to start on a loaded machine) sees it.
+    wait_for(lambda: simulator.sim.requests(), what="the agent polling")
+    event_id = control.add(EventType="Reboot", NotBeforeInSeconds=5, StartedSeconds=1)["EventId"]
+    wait_for(lambda: cloudevents(env.sink, "scheduled"), timeout=15, what="the agent seeing it Scheduled")
+    # IMDS answers garbage from before NotBefore until the event is gone: its Started phase is never seen.
+    control.faults(body="not json", seconds=60)
     wait_for(lambda: runs(tmp_path, "prepare"), timeout=15, what="prepare")
-    control.faults(body="not json", seconds=4)  # its Started phase is never seen
+    wait_for(lambda: event_id not in {e["EventId"] for e in simulator.sim.events()}, timeout=20,
+             what="the event to start and end")
+    control.clear_faults()
     (run,) = wait_for(lambda: runs(tmp_path, "recover"), timeout=20, what="recover")
     assert run["env"]["SE_EVENT_ID"] == event_id
     assert run["env"]["SE_EVENT_STATUS"] == "Scheduled"  # the last status seen

@@ -20,6 +20,7 @@ from typing import Any
 import requests
 
 from se_forwarder.approvals import signing
+from se_forwarder.fleet.coordinator.tokens import read_tokens
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
@@ -72,6 +73,11 @@ class Coordinator:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def token(self) -> str:
+        """The control API's token: the token file's first entry, as the commands send it."""
+        return read_tokens(str(self.token_file)).first
+
     def start(self) -> Coordinator:
         self._log = open(self.log, "ab")  # noqa: SIM115 - closed in stop/kill
         self.proc = subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run",
@@ -97,9 +103,8 @@ class Coordinator:
         return code
 
     def get(self, path: str, **params: Any) -> Any:
-        token = self.token_file.read_text().strip()
         r = requests.get(f"{self.url}{path}", params=params, timeout=10,
-                         headers={"Authorization": f"Bearer {token}"}, proxies={"http": ""})
+                         headers={"Authorization": f"Bearer {self.token}"}, proxies={"http": ""})
         r.raise_for_status()
         return r.json()
 
@@ -128,7 +133,9 @@ class Coordinator:
 class Fleet:
     """Everything but the coordinators, started once for a test module."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, token_name: str | None = None) -> None:
+        """``token_name``: the name of the control API's one token in its table (the actor its
+        requests are recorded under); without one the token stands alone and is named token-<8 hex>."""
         self.base = base
         self.broker = EventHubsBroker()
         self.blob = Azurite("blob", workdir=base)
@@ -142,7 +149,8 @@ class Fleet:
         self.public_key_file = base / "signing.pub"  # what the agents verify with
         self.public_key_file.write_text(signing.public_key_line(key) + "\n")
         self.token_file = base / "api.token"
-        self.token_file.write_text("test-token-" + os.urandom(12).hex() + "\n")
+        token = "test-token-" + os.urandom(12).hex()
+        self.token_file.write_text(f"{token_name} {token}\n" if token_name else token + "\n")
         self.token_file.chmod(0o600)
 
     def start(self, vms: list[str] | None = None) -> Fleet:

@@ -73,7 +73,7 @@ def ask(c: Coordinator, phase: str) -> dict[str, Any]:
     instead of an answer when it did not answer in time)."""
     http = requests.Session()
     http.trust_env = False
-    auth = {"Authorization": f"Bearer {c.token_file.read_text().strip()}"}
+    auth = {"Authorization": f"Bearer {c.token}"}
     out: dict[str, Any] = {}
 
     def call(key: str, method: str, path: str, **kwargs: Any) -> Any:

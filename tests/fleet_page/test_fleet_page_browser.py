@@ -7,6 +7,7 @@ Set SE_SCREENSHOT_DIR=docs to refresh the README's screenshot (docs/fleet-page.p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,11 @@ def js(browser, script: str):
     return browser.execute_script(script)
 
 
+def text(browser, selector: str) -> str:
+    """The text of what ``selector`` finds, read in one go: the page redraws its cards every poll."""
+    return js(browser, f"return document.querySelector({json.dumps(selector)}).innerText")
+
+
 def tiles(browser) -> dict[str, str]:
     return js(browser, "const o = {}; for (const n of document.querySelectorAll('.group .vm[data-vm]')) "
                        "o[n.dataset.vm] = n.dataset.state; return o;")
@@ -76,8 +82,8 @@ def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approva
     freeze = fleet.add("web-3", "Freeze")
     card = f'.event[data-event="{freeze}"]'
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, card), 30, "the Freeze among pending events")
-    assert browser.find_element(By.CSS_SELECTOR, f"{card} .why .code").text == "unmanaged"
-    first = browser.find_element(By.CSS_SELECTOR, f"{card} .countdown").text
+    assert text(browser, f"{card} .why .code") == "unmanaged"
+    first = text(browser, f"{card} .countdown")
     assert re.fullmatch(r"in (29|30):\d\d", first), first
     wait_for(lambda: browser.find_element(By.CSS_SELECTOR, f"{card} .countdown").text != first, 5,
              "the countdown to move")
@@ -106,7 +112,7 @@ def test_the_page_shows_the_fleet_counts_down_and_its_pause_button_stops_approva
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f"{wcard} .why .code")
              and browser.find_element(By.CSS_SELECTOR, f"{wcard} .why .code").text == "paused", 30,
              "the Reboot to wait because of the pause")
-    assert re.fullmatch(r"in (29|30):\d\d", browser.find_element(By.CSS_SELECTOR, f"{wcard} .countdown").text)
+    assert re.fullmatch(r"in (29|30):\d\d", text(browser, f"{wcard} .countdown"))
     time.sleep(8)
     assert approvals_on_hub(fleet, waiting) == []
     assert fleet.requests_for(waiting) == []

@@ -126,16 +126,36 @@ def test_each_group_shows_its_budget_line_against_its_max(page) -> None:
     assert "10 Started" in header and "at most 1 down at once (max 1)" in header
 
 
+def click(browser, selector: str, what: str) -> None:
+    """Click what ``selector`` finds now, found again if a poll's redraw replaced it meanwhile."""
+    wait_for(lambda: browser.find_element("css selector", selector).click() or True, 10, what)
+
+
+def vm_rows(browser, group: str) -> int:
+    return js(browser, f"return document.querySelectorAll('.tl-group[data-group=\"tag/{group}\"] "
+                       ".tl-row[data-vm]').length")
+
+
 def test_a_group_collapses_to_its_budget_line_and_opens_again(page) -> None:
     browser = page["browser"]
     sel = '.tl-group[data-group="tag/ss0"]'
-    rows = f"return document.querySelectorAll('{sel} .tl-row[data-vm]').length"
-    assert js(browser, rows) == 10
-    browser.find_element("css selector", f"{sel} .tl-head").click()
-    wait_for(lambda: js(browser, rows) == 0, 10, "the group to collapse")
+    assert vm_rows(browser, "ss0") == 10
+    click(browser, f"{sel} .tl-head", "the group's header")
+    wait_for(lambda: vm_rows(browser, "ss0") == 0, 10, "the group to collapse")
     assert js(browser, f"return document.querySelectorAll('{sel} .tl-down .tl-level').length") > 0
-    browser.find_element("css selector", f"{sel} .tl-head").click()
-    wait_for(lambda: js(browser, rows) == 10, 10, "the group to open again")
+    click(browser, f"{sel} .tl-head", "the group's header")
+    wait_for(lambda: vm_rows(browser, "ss0") == 10, 10, "the group to open again")
+
+
+def test_a_groups_header_clicked_after_a_poll_redrew_the_timeline_still_toggles_it(page) -> None:
+    browser = page["browser"]
+    header = browser.find_element("css selector", '.tl-group[data-group="tag/web0"] .tl-head')
+    renders = js(browser, "return window.sePage.renders")
+    wait_for(lambda: js(browser, "return window.sePage.renders") > renders, 10, "a poll's redraw")
+    header.click()  # the element found before the redraw: the same one, not a replaced copy
+    wait_for(lambda: vm_rows(browser, "web0") == 0, 10, "the group to collapse")
+    header.click()  # and after the redraw of its own click
+    wait_for(lambda: vm_rows(browser, "web0") == 10, 10, "the group to open again")
 
 
 def test_every_pending_event_card_names_its_vm_left_alone_or_past_not_before(page, tmp_path: Path) -> None:

@@ -41,6 +41,10 @@ class Control:
         r = self.http.post(f"{self.base}/control/faults", json=spec, timeout=5)
         assert r.status_code in (200, 201, 204), r.text
 
+    def clear_faults(self) -> None:
+        r = self.http.delete(f"{self.base}/control/faults", timeout=5)
+        assert r.status_code in (200, 204), r.text
+
     def approvals(self) -> list[dict]:
         return self.http.get(f"{self.base}/control/approvals", timeout=5).json()
 

@@ -87,14 +87,29 @@ def test_a_refused_handshake_blocks_delivery_with_a_reason(state_dir):
         assert sink.check() == outcome.reason
 
 
+def gaps(receiver: Receiver) -> list[float]:
+    """Seconds between the POSTs the receiver read, one after the other."""
+    times = [r.at for r in receiver.posts()]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
 def test_the_allowed_rate_of_the_handshake_spaces_the_requests(state_dir):
     with Receiver(allow_origin="*", allowed_rate="240") as receiver:  # 4 a second
         sink = make_sink(url=receiver.url, handshake=True)
 
         assert sink.deliver(record_events(state_dir, 4)).outcomes == [Delivered()] * 4
 
-        times = [r.at for r in receiver.posts()]
-        assert min(b - a for a, b in zip(times, times[1:], strict=False)) >= 0.2
+        assert min(gaps(receiver)) >= 60 / 240  # never closer at the receiver, whatever the load
+
+
+def test_the_allowed_rate_counts_from_each_reply_so_a_slow_receiver_gets_its_spacing_too(state_dir):
+    with Receiver(allow_origin="*", allowed_rate="240") as receiver:  # 4 a second
+        receiver.script(*[Reply(200, delay=0.4)] * 3)  # each answered later than the rate's interval
+        sink = make_sink(url=receiver.url, handshake=True)
+
+        assert sink.deliver(record_events(state_dir, 3)).outcomes == [Delivered()] * 3
+
+        assert min(gaps(receiver)) >= 0.4 + 60 / 240
 
 
 def test_without_handshake_no_options_request_is_made(receiver, state_dir):

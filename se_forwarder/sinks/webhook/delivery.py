@@ -247,6 +247,8 @@ class WebhookSink:
             return Retry(str(exc))
         except HttpError as exc:
             return self._endpoint.failure(exc)
+        finally:
+            self._pacer.done()
         return self._classify(response, response.body)
 
     def _classify(self, response: Reply, reply: bytes) -> Outcome:

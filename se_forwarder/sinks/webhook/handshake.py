@@ -56,7 +56,13 @@ def interval_from_rate(value: str | None) -> float:
 
 
 class Pacer:
-    """Spaces requests by ``interval`` seconds (the allowed rate, or a chat service's pace)."""
+    """Spaces requests by ``interval`` seconds (the allowed rate, or a chat service's pace).
+
+    The interval runs from the end of one request (its reply, or its failure: ``done``) to the start
+    of the next. The receiver had a request before its reply left, so it never sees two closer than
+    ``interval``, however long one took to reach it (a slow connect on a loaded machine). A wait
+    reads the clock again when it ends, so one that ends early never lets a request go too soon.
+    """
 
     def __init__(self, interval: float = 0.0) -> None:
         self.interval = interval
@@ -65,14 +71,15 @@ class Pacer:
 
     def wait_for_slot(self) -> bool:
         """Wait for the next slot; False when closed meanwhile."""
-        if self.interval <= 0:
-            return not self._closed.is_set()
-        now = time.monotonic()
-        wait = self._next_slot - now
-        if wait > 0 and self._closed.wait(wait):
-            return False
-        self._next_slot = max(now, self._next_slot) + self.interval
+        if self.interval > 0:
+            while (wait := self._next_slot - time.monotonic()) > 0:
+                if self._closed.wait(wait):
+                    return False
         return not self._closed.is_set()
+
+    def done(self) -> None:
+        """The request let go by ``wait_for_slot`` has ended: the next may start ``interval`` from now."""
+        self._next_slot = time.monotonic() + self.interval
 
     def close(self) -> None:
         self._closed.set()

@@ -13,6 +13,9 @@
   const STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
   const BAR = { scheduled: [5, 6], approved: [3, 10], started: [1, 14], min_healthy: [4, 8] }; // [y, height]
   const opened = new Map(); // group -> open or not, once the user chose
+  // group -> its header, kept across redraws (a poll redraws every 2 s): a click that began on it
+  // ends on the same element, whatever was redrawn in between
+  const heads = new Map();
 
   function svg(tag, attrs, ...children) {
     const node = document.createElementNS(NS, tag);
@@ -120,16 +123,30 @@
       el("span", { class: "tl-label", text: name, title: name }), track);
   }
 
-  function groupNode(el, doc, g, ax, open, rows, rerender) {
+  // A group's header: made once, brought up to date on every redraw.
+  function head(el, doc, g, open, rerender) {
+    let node = heads.get(g.group);
+    if (!node) {
+      node = el("div", { class: "tl-head", title: g.group,
+        onclick: () => { opened.set(g.group, node.dataset.open !== "1"); rerender(); } },
+      el("span", { class: "caret" }), el("span", { class: "name" }), el("span"));
+      heads.set(g.group, node);
+    }
     const started = g.spans.filter((s) => doc.timeline.kinds[s[1]] === "started").length;
-    const over = g.max !== null && g.peak > g.max;
+    const [caret, name, summary] = node.children;
+    node.dataset.open = open ? "1" : "0";
+    caret.textContent = open ? "▾" : "▸";
+    name.textContent = g.label;
+    summary.className = `muted${g.max !== null && g.peak > g.max ? " over" : ""}`;
+    summary.textContent = `${g.size} VMs · ${started} Started · ` +
+      `at most ${g.peak} down at once${g.max !== null ? ` (max ${g.max})` : ""}`;
+    return node;
+  }
+
+  function groupNode(el, doc, g, ax, open, rows, rerender) {
     const node = el("div", { class: "tl-group", "data-group": g.group, "data-peak": String(g.peak),
       "data-max": g.max === null ? "" : String(g.max), "data-open": open ? "1" : "0" });
-    node.append(el("div", { class: "tl-head", title: g.group, onclick: () => { opened.set(g.group, !open); rerender(); } },
-      el("span", { class: "caret", text: open ? "▾" : "▸" }),
-      el("span", { class: "name", text: g.label }),
-      el("span", { class: `muted${over ? " over" : ""}`, text: `${g.size} VMs · ${started} Started · ` +
-        `at most ${g.peak} down at once${g.max !== null ? ` (max ${g.max})` : ""}` })));
+    node.append(head(el, doc, g, open, rerender));
     node.append(downRow(el, g, ax));
     if (open) {
       const byRow = new Map();
@@ -167,6 +184,8 @@
       const open = needle ? true : (opened.has(g.group) ? opened.get(g.group) : !big);
       shown.push(groupNode(el, doc, g, ax, open, rows, rerender));
     }
+    const drawn = new Set(shown.map((n) => n.dataset.group));
+    for (const group of [...heads.keys()]) if (!drawn.has(group)) heads.delete(group);
     const parts = [axisRow(el, ax), ...shown];
     if (!shown.length) parts.push(el("div", { class: "muted", text: "No maintenance in this window." }));
     if (quiet) parts.push(el("div", { class: "muted", text: `${quiet} group${quiet === 1 ? "" : "s"} with no maintenance in this window` }));
