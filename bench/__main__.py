@@ -68,6 +68,9 @@ BENCHMARKS = (
               commands=(("bench/coordinator_flood.py",),)),
     Benchmark("coordinator_e2e", "coordinator service, 10,000 VMs through the broker: ingest, "
               "hub -> queue latency, RSS", commands=(("bench/coordinator_e2e.py",),)),
+    Benchmark("coordinator_outage", "coordinator through a 30 s Event Hub outage: hub back -> reader "
+              "back, caught up, decision and queue message, beside the decision with the hub up",
+              commands=(("bench/coordinator_outage.py",),)),
     Benchmark("fleet_page", "the fleet page at 1,000 and 10,000 VMs: document size, build time, "
               "first render and polls in headless Chromium", commands=(("bench/fleet_page.py",),)),
 )
@@ -77,7 +80,7 @@ NAMES = tuple(b.name for b in BENCHMARKS)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run the benchmarks (about 11 minutes for all of them on 2 cores) and print "
+        description="Run the benchmarks (about 14 minutes for all of them on 2 cores) and print "
                     "a table of figures, each next to its baseline measured in the same run where "
                     "one exists. Nothing is written unless --write is given.",
         epilog="benchmarks: " + ", ".join(NAMES),

@@ -26,14 +26,6 @@ class Row:
     ratio: str = ""  # to the baseline measured in the same run, e.g. "0.41x the sample loop"
 
 
-def print_table(title: str, rows: list[tuple[str, str]]) -> None:
-    """A script's figures: the title line, then one indented ``name  value`` line each, aligned."""
-    width = max(len(name) for name, _ in rows)
-    print(title)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
-
-
 def verdict(met: bool) -> str:
     """The note next to a figure with a goal."""
     return "met" if met else "MISSED"
@@ -68,3 +60,21 @@ def cpu_seconds(proc: psutil.Process) -> float:
 
 def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 1e6
+
+
+def end(proc: subprocess.Popen[bytes] | None, timeout: float = 40) -> None:
+    """SIGTERM a process the benchmark started, SIGKILL it if it does not stop in ``timeout`` s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def print_figures(title: str, rows: list[tuple[str, str]]) -> None:
+    """``title``, then one figure a line, names aligned."""
+    width = max(len(name) for name, _ in rows)
+    print(title)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 import requests  # noqa: E402
 
-from bench.common import percentile  # noqa: E402
+from bench.common import end, percentile, print_figures  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
@@ -230,6 +230,17 @@ new_vms_per_minute = 1000000
     return config
 
 
+def start_coordinator(base: Path, port: int, hub: str, blob: Azurite, queue: Azurite, log: Path,
+                      log_level: str = "info") -> subprocess.Popen[bytes]:
+    """``coordinator run`` with ``write_config``'s file, logging to ``log``."""
+    config = write_config(base, port, log_level)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_EH": hub, "BENCH_BLOB": blob.connection_string,
+           "BENCH_QUEUE": queue.connection_string}
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run", "--config",
+                                 str(config)], cwd=ROOT, env=env, stdout=out, stderr=out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vms", type=int, default=10_000)
@@ -269,14 +280,10 @@ def main() -> int:
             queue.client(f"se-approvals-{v['name']}").create_queue()
 
         port = free_port()
-        config = write_config(base, port, os.environ.get("BENCH_LOG_LEVEL", "info"))
-        token = (base / "api.token").read_text().strip()
         log = base / "coordinator.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_EH": broker.connection_string(),
-               "BENCH_BLOB": blob.connection_string, "BENCH_QUEUE": queue.connection_string}
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "se_forwarder", "coordinator", "run", "--config",
-                                     str(config)], cwd=ROOT, env=env, stdout=out, stderr=out)
+        proc = start_coordinator(base, port, broker.connection_string(), blob, queue, log,
+                                 os.environ.get("BENCH_LOG_LEVEL", "info"))
+        token = (base / "api.token").read_text().strip()
         http = requests.Session()
         http.trust_env = False
 
@@ -359,20 +366,13 @@ def main() -> int:
         rows.append(("coordinator RSS", f"{rss_after_ingest:.0f} MB after ingest, {rss:.0f} MB after the "
                      f"approvals ({len(vms):,} VMs in the fold; goal <= 300 MB)"))
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        end(proc)
         queue.stop()
         blob.stop()
         broker.stop()
-    width = max(len(name) for name, _ in rows)
-    print(f"coordinator service, {args.vms:,} VMs, {len(groups)} groups, {args.events} events, "
-          f"broker with {PARTITIONS} partitions, all on one machine (CPython {sys.version.split()[0]})")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
+    print_figures(f"coordinator service, {args.vms:,} VMs, {len(groups)} groups, {args.events} events, "
+                  f"broker with {PARTITIONS} partitions, all on one machine "
+                  f"(CPython {sys.version.split()[0]})", rows)
     print(MEANING)
     return 0
 

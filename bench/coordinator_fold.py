@@ -30,7 +30,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table  # noqa: E402
+from bench.common import print_figures  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.fleet.coordinator import (  # noqa: E402
     FleetState,
@@ -310,8 +310,8 @@ def main() -> int:
                  f"libraries alone: {rss_start:.0f} MB; goal <= 300 MB)"))
     rows.append(("events folded in all", f"{folder.count:,} ({dict(folder.stats.folded)}, "
                  f"skipped {sum(folder.stats.skipped.values())}, malformed {folder.stats.malformed})"))
-    print_table(f"coordinator core, {args.vms:,} VMs, {len(groups)} groups, {args.events} platform events "
-                f"(CPython {sys.version.split()[0]})", rows)
+    print_figures(f"coordinator core, {args.vms:,} VMs, {len(groups)} groups, {args.events} platform events "
+                  f"(CPython {sys.version.split()[0]})", rows)
     return 0
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table  # noqa: E402
+from bench.common import print_figures  # noqa: E402
 from bench.coordinator_fold import LIMITS, T0, burst, burst_events, fleet, heartbeat  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, registrations, trust  # noqa: E402
@@ -124,8 +124,8 @@ def main() -> int:
         ("fold states equal", str(sorted(state.vms) == sorted(checked.vms)
                                   and sorted(state.events) == sorted(checked.events))),
     ]
-    print_table(f"coordinator edge, {args.vms:,} VMs, {args.events} platform events, {n:,} reports "
-                f"(CPython {sys.version.split()[0]})", rows)
+    print_figures(f"coordinator edge, {args.vms:,} VMs, {args.events} platform events, {n:,} reports "
+                  f"(CPython {sys.version.split()[0]})", rows)
     return 0
 
 

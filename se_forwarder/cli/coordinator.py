@@ -145,7 +145,9 @@ def _act(kind: str, config: str | None, url: str | None, token_file: str | None,
     data = d.get("data", {})
     target = data.get("Target") or {}
     extra = f" -> approval to {target.get('name')}" if kind == "approve" and target else ""
-    click.echo(f"{kind}: {d.get('subject')} ({d.get('id')}, published){extra}")
+    state = ("in force on the leader, not yet published: the Event Hub does not answer; it is published "
+             "when it does" if result.get("published") is False else "published")
+    click.echo(f"{kind}: {d.get('subject')} ({d.get('id')}, {state}){extra}")
 
 
 @coordinator.command("pause")

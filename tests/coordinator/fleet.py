@@ -21,6 +21,7 @@ from se_forwarder.fleet.coordinator import (
     fold_event,
     to_dict,
 )
+from se_forwarder.fleet.coordinator.events import sent
 from se_forwarder.fleet.coordinator.limits import Limits
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, 12:00 UTC
@@ -164,12 +165,21 @@ class Fleet:
         for vm in affected:
             self.fold(report(state, vm, event_id, t, event_type=event_type, resources=names))
 
-    def decide(self, now: float, *, apply: bool = True) -> Evaluation:
+    def decide(self, now: float, *, apply: bool = True, send: bool = True) -> Evaluation:
+        """A pass; ``apply`` folds its decisions, ``send`` then the ``sent`` record of every approval
+        message it asks for, at ``now`` (the queue answers at once)."""
         result = evaluate(self.state, self.policy, now)
         if apply:
             for decision in result.decisions:
                 fold_event(self.state, to_dict(decision, SOURCE))
+            if send:
+                self.sent(*result.sends, t=now)
         return result
+
+    def sent(self, *approve_ids: str, t: float) -> None:
+        """The service's ``sent`` records: each approval's message is in its queue at ``t``."""
+        for ident in approve_ids:
+            fold_event(self.state, to_dict(sent(self.state.decisions[ident], "queue", t), SOURCE))
 
     def apply(self, *decisions: Any) -> None:
         for decision in decisions:

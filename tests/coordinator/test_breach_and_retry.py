@@ -200,8 +200,8 @@ def test_a_retry_waits_while_another_vm_of_its_group_went_down_meanwhile():
 
 
 def test_an_approval_that_breaks_a_budget_is_never_resent():
-    """However an approval beyond the budgets got into the fold (the review forged one), the retry
-    path does not carry it out: it checks the budgets as a first approval does."""
+    """However an approval beyond the budgets got into the fold (the review forged one), neither
+    its message nor a retry goes out: both check the budgets as a first approval does."""
     fleet = avset(Policy(echo_timeout=60))
     fleet.announce("E2", [SET[1], SET[2]], SET, not_before=T0 + 900)  # 2 VMs of a group of max 1
     fleet.apply(Decision("approve", "E2/coordinator/approve/1", "E2", T0, "fits", "r", event_id="E2",
@@ -209,6 +209,7 @@ def test_an_approval_that_breaks_a_budget_is_never_resent():
     fleet.beat(*SET, t=T0 + 100)
     result = fleet.decide(T0 + 120)
     assert kinds(result) == [("defer", "E2", "budget")]
+    assert result.sends == []
 
 
 def test_a_retry_of_a_persons_override_keeps_the_override_and_only_it():
@@ -217,6 +218,7 @@ def test_a_retry_of_a_persons_override_keeps_the_override_and_only_it():
     fleet.transition("started", "S1", [SET[3]], t=T0)  # group full; web-3 is FD 0
     fleet.announce("E1", [SET[1]], SET, not_before=T0 + 900)  # web-1: FD 1
     fleet.apply(approve_now(fleet.state, fleet.policy, T0, "E1", "person:ops", "customer asked", ["group"]))
+    fleet.sent("E1/coordinator/approve/1", t=T0)
     fleet.beat(*SET, t=T0 + 50)
     (retry,) = fleet.decide(T0 + 60).decisions
     assert (retry.code, retry.overrides) == ("retry-no-echo", ("group",))

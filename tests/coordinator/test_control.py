@@ -173,6 +173,7 @@ def test_an_approve_now_is_retried_like_any_approval():
     fleet = avset(Policy(echo_timeout=60, budgets=(Budget("group", count=2),)))
     fleet.announce("E1", [SET[1], SET[2]], SET, not_before=T0 + 86400)
     fleet.apply(approve_now(fleet.state, fleet.policy, T0, "E1", OPS, "now"))
+    fleet.sent("E1/coordinator/approve/1", t=T0)
     (retry,) = fleet.decide(T0 + 60).decisions
     assert (retry.code, retry.attempt, retry.actor) == ("retry-no-echo", 2, "coordinator")
     assert retry.target.name == "web-2"

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import approve_now, attestation, hold, pause, registrations, trust
-from se_forwarder.fleet.coordinator.events import signed, to_dict
+from se_forwarder.fleet.coordinator.events import sent, signed, to_dict
+from se_forwarder.fleet.coordinator.state import DecisionRecord
 
 from .fleet import SET, SOURCE, T0, avset, heartbeat, report
 
@@ -28,7 +29,7 @@ TRUSTED = signing.VerifyKeys([KEY.public_key(), STANDBY.public_key()])
 
 
 def decisions() -> list[Any]:
-    """One decision of each shape the coordinator publishes."""
+    """One decision of each shape the coordinator publishes (and a ``sent`` record)."""
     fleet = avset()
     fleet.announce("E1", [SET[1]], SET, not_before=T0 + 600)
     fleet.announce("E2", [SET[2], SET[3]], SET, not_before=T0 + 700)
@@ -36,6 +37,8 @@ def decisions() -> list[Any]:
     made.append(pause(fleet.state, fleet.policy, T0, "fleet", "person:ops", "incident"))
     made.append(hold(fleet.state, fleet.policy, T0, "E9", "person:ops", "database primary"))
     made.append(approve_now(fleet.state, fleet.policy, T0, "E1", "person:ops", "asked", ["all"]))
+    approval = next(d for d in made if d.kind == "approve")
+    made.append(sent(DecisionRecord(approval.id, approval.kind, approval.time, approval.data()), "q", T0 + 2))
     return made
 
 

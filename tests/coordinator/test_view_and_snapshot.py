@@ -81,8 +81,9 @@ def test_status_shows_the_decision_log_newest_first_with_actor_and_reason():
     fleet = busy_fleet()
     log = status(fleet.state, fleet.policy, T0 + 402)["decisions"]
     assert [(d["decision"], d["actor"]) for d in log] == [
-        ("defer", "coordinator"), ("approve", "coordinator"), ("hold", "person:ops"), ("pause", "person:ops")]
-    assert log[1]["target"] == "web-1" and log[2]["reason"] == "later"
+        ("defer", "coordinator"), ("sent", "coordinator"), ("approve", "coordinator"), ("hold", "person:ops"),
+        ("pause", "person:ops")]
+    assert log[2]["target"] == "web-1" and log[3]["reason"] == "later"
     assert len(status(fleet.state, fleet.policy, T0 + 402, decisions_limit=1)["decisions"]) == 1
 
 

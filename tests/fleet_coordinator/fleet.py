@@ -194,10 +194,11 @@ class Fleet:
         self.blob.stop()
         self.broker.stop()
 
-    def coordinator(self, name: str, instance: str = "a", *, extra: str = "", unsigned_reports: bool = False,
-                    **policy: Any) -> Coordinator:
+    def coordinator(self, name: str, instance: str = "a", *, extra: str = "", blob_port: int | None = None,
+                    unsigned_reports: bool = False, **policy: Any) -> Coordinator:
         """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
         TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
+        ``blob_port``: reach the blob service through this port (a relay) instead of directly;
         ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade)."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -222,7 +223,8 @@ class Fleet:
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
         ]) + "\n" + extra)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
-               "COORD_BLOB_CONN": self.blob.connection_string,
+               "COORD_BLOB_CONN": self.blob.connection_string.replace(f":{self.blob.port}/", f":{blob_port}/")
+               if blob_port else self.blob.connection_string,
                "COORD_QUEUE_CONN": self.queue.connection_string}
         return Coordinator(name, instance, config, folder / "coordinator.log", port, self.token_file, env)
 

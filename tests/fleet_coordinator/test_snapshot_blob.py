@@ -1,6 +1,7 @@
 """The snapshot blob is signed with the coordinator's key and taken only when it verifies (blobs.py,
-trust.snapshot), on a real blob container (Azurite). Whoever can write the container (the account
-key, a role on it) cannot write the fold."""
+trust.snapshot), on a real blob container (Azurite), also as the service saves and loads it off
+its loop (keeper.py). Whoever can write the container (the account key, a role on it) cannot write
+the fold."""
 
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.errors import StateError
+from se_forwarder.errors import ConfigError, StateError
+from se_forwarder.fleet.coordinator import FleetState, snapshot
 from se_forwarder.fleet.coordinator.blobs import Snapshots
 from se_forwarder.fleet.coordinator.hub import Position
+from se_forwarder.fleet.coordinator.keeper import Keeper, Loaded
+from se_forwarder.fleet.coordinator.reach import Reach
 from se_forwarder.fleet.coordinator.sender import Signer
 from tests.azurite import Azurite, find_binary
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(find_binary("blob") is None, reason="Azurite is not installed")
 
@@ -90,3 +96,46 @@ def test_the_trusted_keys_are_every_key_the_signing_file_held_and_the_configured
     os.utime(file, ns=(1, 1))  # a new mtime even on a coarse clock
     assert set(signer.verify_keys().ids) == {signing.keyid(k) for k in (KEY, STANDBY, OTHER)}
     assert signing.keyid(signer.key()) == signing.keyid(STANDBY)
+
+
+def keeper_for(store: Snapshots) -> Keeper:
+    return Keeper(store, Reach("storage"), "a")
+
+
+def loaded(keeper: Keeper) -> Loaded:
+    keeper.load()
+    return wait_for(keeper.poll, 30, "the keeper to load the snapshot")
+
+
+def test_the_keeper_saves_the_signed_snapshot_off_the_loop_and_loads_it(container):
+    store = snapshots(container, "kept")
+    keeper = keeper_for(store)
+    assert keeper.save(snapshot(FleetState()), {"0": Position(7, "70")})
+    wait_for(lambda: keeper.poll() is None and keeper.last_snapshot is not None, 30, "the save to end")
+    document = json.loads(gzip.decompress(store.blob.download_blob().readall()))
+    assert signing.verify(document, [KEY.public_key()])
+    got = loaded(keeper)
+    assert got.found is not None and got.positions == {"0": Position(7, "70")} and not got.refused
+
+
+def test_the_keeper_reads_the_hub_from_the_start_after_a_snapshot_that_does_not_verify(container, caplog):
+    store = snapshots(container, "refused-by-keeper")
+    store.save(STATE, {"0": Position(1, "1")}, "a")
+    rewrite(store, lambda d: {k: v for k, v in d.items() if k != "signature"})
+    got = loaded(keeper_for(store))
+    assert (got.found, got.positions, got.refused) == (None, {}, True)
+    said = [r.getMessage() for r in caplog.records if "snapshot" in r.getMessage()]
+    assert len(said) == 1 and "not the coordinator's" in said[0]
+
+
+def test_a_snapshot_not_saved_for_an_unreadable_key_is_no_storage_outage(container, caplog):
+    def no_key() -> Any:
+        raise ConfigError("signing.key_file /k cannot be read: No such file or directory")
+
+    store = Snapshots(container, "no-key", HUB, no_key, lambda: signing.VerifyKeys([KEY.public_key()]))
+    keeper = keeper_for(store)
+    assert keeper.save(snapshot(FleetState()), {})
+    wait_for(lambda: keeper.poll() is None and any("snapshot not saved: signing.key_file /k cannot be read"
+                                                    in r.getMessage() for r in caplog.records), 30,
+             "the keeper to say why the snapshot was not saved")
+    assert keeper.storage.reachable and keeper.storage.failures == 0 and keeper.last_snapshot is None

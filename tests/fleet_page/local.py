@@ -145,12 +145,12 @@ class LocalCoordinator:
     def acting(self) -> bool:
         return True
 
-    def control(self, make: Callable[[FleetState, float], Any]) -> Future[Any]:
+    def control(self, make: Callable[[FleetState, float], Any]) -> tuple[Any, Future[Any]]:
         decision = make(self.state, time.time())
         fold_event(self.state, to_dict(decision, SOURCE))
         published: Future[Any] = Future()
         published.set_result(to_dict(decision, SOURCE))  # as published (the service's is also signed)
-        return published
+        return decision, published
 
     def describe(self) -> dict[str, Any]:
         return {"name": "local", "instance": "here", "role": "leader", "acting": True, "source": SOURCE,

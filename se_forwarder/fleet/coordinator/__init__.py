@@ -12,8 +12,11 @@ signed messages and serves the API, and passes ``now`` (UTC epoch seconds) in. O
     result = evaluate(state, policy, now)               # result.decisions: publish these
     for d in result.decisions:
         fold_event(state, to_dict(d, SOURCE))           # fold at once, then publish it signed:
-        # events.signed(d, SOURCE, key); for d.kind == "approve" and not d.shadow, then send a
-        # signed message to d.target's queue, message id = d.id
+        # events.signed(d, SOURCE, key)
+    for ident in result.sends:                          # approvals whose message is to go out now:
+        ...                                             # send a signed message to its target's queue,
+        # message id = ident; once it is in the queue, fold and publish (signed, like a decision)
+        # events.sent(record, queue, when)
     status(state, policy, now, result); groups(state, policy, now, result)   # the read model
 """
 

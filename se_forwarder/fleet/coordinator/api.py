@@ -14,19 +14,26 @@ route                          what                                             
 ``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason"}``                    bearer
 =============================  ===========================================================  =======
 
-A control request answers 200 with the decision (its signed CloudEvent) once it is published and
-folded, 409 ``{"error", "code"}`` when the core refuses it or its decision would not fold
-(control.py), 503 ``{"error", "leader"}`` on a standby (with the
-leader's advertised address) or while a new leader catches up, 401 without the right token,
-400 for a malformed body. The actor a decision records is the name of the token that authorised
-the request in the token table (tokens.py); an ``actor`` in the body is ignored. The server binds
-``[api] listen``, 127.0.0.1:8470 by default.
+A control request answers 200 with the decision (its signed CloudEvent, ``"published": true``)
+once it is published and folded; 202 with the decision (not yet signed: it is signed as it is
+published) and ``"published": false`` when it is made and in force on this instance but the hub
+has not taken it within ``PUBLISH_WAIT`` (the hub is unreachable: it is published when the hub
+answers again); 409 ``{"error", "code"}`` when the core refuses it or its decision would not fold
+(``not-folded``: nothing changed, nothing is published; control.py); 503 ``{"error", "leader"}``
+on a standby (with the leader's advertised address) or while this instance cannot act (catching
+up, its lease not renewed: the error says why), 401 without the right token, 400 for a malformed
+body. The actor a decision records is the name of the token that authorised the request in the
+token table (tokens.py); an ``actor`` in the body is ignored. The server binds ``[api] listen``,
+127.0.0.1:8470 by default.
 
 Every route, the fleet page's too, answers 400 to a request whose ``Host`` is not a trusted host
 (``host_allowed``): ``localhost``, an IP address, or a name in ``[api] allowed_hosts``. This stops
 DNS rebinding: a page from a name the attacker controls, whose DNS then points at this listener
 (or at the loopback end of an ``ssh -L`` tunnel), sends its own name as the Host and gets
 nothing. An IP address cannot be rebound, so addresses need no configuring.
+
+Nothing here waits on the Azure services: requests that read the fold run on the service's loop,
+which never blocks on them (service.py), and ``/healthz`` reads no fold at all.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigError
 from . import control, observe
 from .control import ControlRefused
+from .events import to_dict
 from .tokens import TokenTable, bearer, read_tokens
 from .view import groups
 
@@ -52,7 +60,8 @@ __all__ = ["ApiServer", "BadRequest", "bearer", "host_allowed", "make_app", "rea
 
 log = logging.getLogger("se_forwarder.coordinator.api")
 
-REQUEST_TIMEOUT = 10.0  # s a request waits for the service thread, and for its decision's publication
+REQUEST_TIMEOUT = 10.0  # s a request waits for the service thread (it answers within a turn: < 1 s)
+PUBLISH_WAIT = 1.0  # s a control request waits for its decision's publication before answering 202
 MAX_BODY = 64 * 1024
 
 
@@ -138,7 +147,10 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
         return wrapper
 
     async def healthz(_request: Request) -> Response:
-        ok, line = observe.health(service)
+        try:
+            ok, line = observe.health(service)
+        except RuntimeError:  # a partition seen for the first time while reading: ask again
+            ok, line = observe.health(service)
         return PlainTextResponse(line + "\n", status_code=200 if ok else 503,
                                  headers={"Cache-Control": "no-store"})
 
@@ -168,9 +180,14 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
             body = await _json(request)
             actor, reason = request.state.actor, _field(body, "reason")  # the token's name, never the body's
             make = _maker(kind, body, actor, reason, service)
-            published = await on_service(lambda: service.control(make))
-            event = await asyncio.wait_for(asyncio.wrap_future(published), REQUEST_TIMEOUT)
-            return JSONResponse({"decision": event})
+            decision, published = await on_service(lambda: service.control(make))
+            try:
+                event = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(published)), PUBLISH_WAIT)
+            except TimeoutError:
+                return JSONResponse({"decision": to_dict(decision, service.source), "published": False,
+                                     "note": "made and in force on this instance; not yet on the Event Hub "
+                                     "(it is published as soon as the hub answers)"}, status_code=202)
+            return JSONResponse({"decision": event, "published": True})
         return handler
 
     routes = [

@@ -71,6 +71,9 @@ def render_status(status: dict[str, Any]) -> str:
                 and leader else "")
              + ("; SHADOW MODE (nothing is sent)" if s.get("shadow") else "")
              + (f"; inside blackout {s['blackout']!r}" if s.get("blackout") else "")]
+    if svc.get("notActing") and svc.get("role") != "standby":
+        lines.append(f"not acting: {svc['notActing']}")
+    lines += _reachability(svc.get("reachability") or {}, svc.get("pendingSends") or 0)
     fleet = s.get("fleet", {})
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
@@ -140,3 +143,18 @@ def render_status(status: dict[str, Any]) -> str:
     if not unwatched:
         lines.append("  none")
     return "\n".join(lines)
+
+
+def _reachability(parts: dict[str, Any], pending: int) -> list[str]:
+    """One line per part the service depends on: reachable or not, and its last success."""
+    lines = []
+    for name, r in parts.items():
+        last = f"last success {r.get('lastSuccess') or 'never'}"
+        if r.get("reachable", True):
+            lines.append(f"  {name:<12} ok           {last}")
+        else:
+            lines.append(f"  {name:<12} UNREACHABLE  since {r.get('failingSince')}, {last}: "
+                         f"{r.get('lastError')}")
+    if pending:
+        lines.append(f"  {pending} approval message(s) waiting to be sent")
+    return ["reachability:", *lines] if lines else []

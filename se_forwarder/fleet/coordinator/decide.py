@@ -9,8 +9,7 @@ same decisions come back from the hub harmlessly (deterministic ids).
 For each event not yet approved, in this order (the first that fails is the verdict):
 
 =================  ==============================================================================
-``unmanaged``      its type is not in ``manage`` (reported under several types: one of them is
-                   not): left alone, no decision at all
+``unmanaged``      a type it was reported under is not in ``manage``: left alone, no decision
 ``due``            its NotBefore has passed: Azure starts it now, nothing to decide
 ``too-early``      NotBefore is more than ``approve_within`` ahead
 ``held``           a person held it
@@ -47,15 +46,19 @@ added). Such an event is never approved early (it cannot fit); it waits for its 
 it reserves no scope.
 
 Approved events (an echo from a VM the event affects, or a counted approve decision) are not
-decided again. An approve decision that got no such echo within ``echo_timeout``, or whose message
-its target VM itself rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is retried
-as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next watched
-affected VM by name that has not rejected it (cycling; the same VM when it is the only one), while
-NotBefore is ahead, the event is neither held, paused nor in a blackout, and every budget still fits
-(``budget``/``unresolved`` otherwise; its own VMs counted once, a person's overrides kept). When no
-VM is left: a ``defer`` with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow
-approvals count as approvals there (so a shadow run paces like a live one) and are ignored by a
-live run.
+decided again. An approval's message goes out until it is sent: while the latest approve decision
+of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in a
+blackout or past NotBefore, and every budget still fits as for a retry (below: sending it is
+approving it), its id is listed in ``Evaluation.sends`` (the service sends those, under their own
+message id). An approve decision that got no such echo within ``echo_timeout`` of its ``sent``
+record, or whose message its target VM itself rejected (any reason but ``replayed``,
+``not-scheduled``, ``unknown-event``), is retried as a new ``approve`` (next attempt,
+``retry-no-echo`` / ``retry-rejected``) to the next watched affected VM by name that has not
+rejected it (cycling; the same VM when it is the only one), while NotBefore is ahead, the event is
+neither held, paused nor in a blackout, and every budget still fits (``budget``/``unresolved``
+otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
+with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
+as approvals there (so a shadow run paces like a live one) and are ignored by a live run.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class Evaluation:
     unavailable: dict[str, str] = field(default_factory=dict)  # VM key -> reason (before the pass)
     used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
     index: ScopeIndex | None = None
+    sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
 
 
 class DecisionPass:
@@ -176,8 +180,7 @@ class DecisionPass:
         res = resolve(self.state, self.idx, record)
         if echoes(self.idx, record, res.vms) or record.last_approval(self.policy.shadow) is not None:
             return self.retry(record, res)
-        unmanaged = [t for t in record.types or (record.event_type,) if t not in self.policy.manage]
-        if unmanaged:
+        if unmanaged := [t for t in record.types or (record.event_type,) if t not in self.policy.manage]:
             said = " and ".join(record.types) if len(record.types) > 1 else unmanaged[0] or "this type"
             return Verdict(record.key, record.event_id, "unmanaged",
                            f"{said} is not in manage: left alone", None, res.vms)
@@ -194,13 +197,18 @@ class DecisionPass:
         if code == "fits":
             targets = self.targets(record, res.vms)
             attempt = max(record.approvals, default=0) + 1
-            self.out.decisions.append(self.decision(
+            self.approve(self.decision(
                 "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
                 target=self.ref(targets[0]), budgets=budgets, attempt=attempt))
             self.take(res.vms)
             return Verdict(record.key, record.event_id, "approved", reason, None, res.vms, budgets)
         self.defer(record, res, code, reason, scope, budgets)
         return Verdict(record.key, record.event_id, code, reason, scope, res.vms, budgets)
+
+    def approve(self, decision: Decision) -> None:
+        self.out.decisions.append(decision)
+        if not decision.shadow:
+            self.out.sends.append(decision.id)
 
     def defer(self, record: EventRecord, res: Resolution, code: str, reason: str, scope: str | None,
               budgets: tuple[BudgetUse, ...]) -> None:
@@ -305,8 +313,10 @@ class DecisionPass:
         """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
         last = record.last_approval(self.policy.shadow)
         echoed = bool(echoes(self.idx, record, res.vms))
+        sent = record.sends.get(last.attempt) if last is not None else None
         status = ("echoed by an agent" if echoed else "in shadow mode, nothing sent"
-                  if last is not None and last.shadow else "waiting for the echo")
+                  if last is not None and last.shadow else "sent, waiting for the echo" if sent is not None
+                  else "its message not sent yet")
         approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
         if echoed or last is None or last.shadow or self.policy.shadow:
             return approved
@@ -320,7 +330,13 @@ class DecisionPass:
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
                     if msg in targets and self.idx.key(vm) == targets[msg] and code not in NO_RETRY_CODES}
         rejected = last.id in refusals
-        if not rejected and self.now < last.time + self.policy.echo_timeout:
+        if sent is None and not rejected:  # its message is yet to go out: that approves it too
+            waits = self.recheck(record, res, last)
+            if waits is None:
+                self.out.sends.append(last.id)
+            return waits or approved
+        since = sent.time if sent is not None else last.time
+        if not rejected and self.now < since + self.policy.echo_timeout:
             return approved
         rejecters = {self.idx.key(vm) for vm in refusals.values()}
         candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
@@ -342,7 +358,7 @@ class DecisionPass:
                   if rejected else f"no approved echo from {before} within "
                   f"{span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
         attempt = max(record.approvals) + 1
-        self.out.decisions.append(self.decision(
+        self.approve(self.decision(
             "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
             target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt,
             overrides=inherited(last)))

@@ -7,16 +7,17 @@ Attributes:
 
 =================  ================================================================================
 ``type``           ``com.azure.scheduledevents.coordinator.<kind>``, kind one of ``approve``,
-                   ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``
+                   ``sent``, ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``
 ``id``             deterministic, so the same decision made from the same fold by any instance has
                    the same id (and is folded once): ``<EventId>/coordinator/approve/<attempt>``,
+                   ``<EventId>/coordinator/sent/<attempt>``,
                    ``<EventId>/coordinator/defer/<n>-<ReasonCode>``,
                    ``<EventId>/coordinator/breach/<12 hex of SHA-256 of the sorted scopes>``,
                    ``<EventId>/coordinator/hold|release/<Sequence>``,
                    ``coordinator/pause|resume/<scope>/<Sequence>``
 ``source``         the coordinator (one name for all its instances, given by the service)
 ``subject``        the EventId; the scope for ``pause``/``resume``
-``time``           when the decision was made (UTC)
+``time``           when the decision was made (UTC); ``sent``: when the message was in the queue
 ``eventtype``      extension: the event's EventType, when there is an event
 ``keyid``          extension: 16 hex of SHA-256 of the raw public key of the coordinator's key
 ``signature``      extension: base64 Ed25519 signature over every other member (``signed``)
@@ -37,12 +38,12 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
 ``NotBeforeUtc``   RFC 3339
 ``Resources``      the event's Resources (VM names), as reported
 ``Affected``       [{``name``, ``vmId``, ``group``}] the VMs those names resolved to
-``Target``         approve only: {``name``, ``vmId``, ``group``}, the watched affected VM whose
+``Target``         approve and sent: {``name``, ``vmId``, ``group``}, the watched affected VM whose
                    queue gets the signed approval message
 ``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``approve-now-override``
                    (a person exceeded a budget), ``retry-no-echo``, ``retry-rejected``; defer:
                    ``too-early`` ... ``budget``; ``breach``; control: ``pause``, ``resume``,
-                   ``hold``, ``release``)
+                   ``hold``, ``release``; ``sent``)
 ``Reason``         one short sentence for people ("group:... would have 2 unavailable, max 1")
 ``Actor``          ``coordinator`` for its own decisions, else who acted (as the service names
                    them, e.g. ``person:alice``)
@@ -55,7 +56,7 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
                    when it has a budget. Other decisions without affected VMs: []
 ``Shadow``         true when made in shadow mode (nothing is sent for it)
 ``Attempt``        approve: 1, 2, ... (each is one message; a retry goes to the next affected VM);
-                   else null
+                   sent: the attempt whose message was queued; else null
 ``Scope``          pause/resume: the scope (``fleet`` = everything); defer: the scope behind the
                    reason (``paused``, ``queued``, ``budget``), else null; breach: the first
                    breached scope
@@ -68,6 +69,14 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
 The service sends an approval message for each ``approve`` that is not ``Shadow``, to
 ``Target``'s queue, with the message ``id`` equal to the decision ``id``: an agent processes a
 message id once, so an approval sent by two instances (a leader change) is carried out once.
+
+``sent`` is not a decision but a record of one: published after the approval's message was put in
+its queue (``sent(approval, queue, when)``), with the approval's ``EventId``, ``EventType``,
+``Target`` and ``Attempt`` (``Resources``, ``Affected`` and ``Budgets`` empty, ``Reason`` naming the
+queue). It is signed and verified like every decision (``signed``, trust.py): a forged ``sent``
+would keep an approval's message from ever being sent. Every instance folds it, so each knows that
+the message went out and when: the "no echo" retry counts ``echo_timeout`` from then, and an
+approval without one is sent (again, under the same message id) by whichever instance leads.
 """
 
 from __future__ import annotations
@@ -83,6 +92,7 @@ from cloudevents.core.v1.event import CloudEvent
 from ...approvals import signing
 from ...timestamps import rfc3339
 from .fold import DECISION_PREFIX
+from .state import DecisionRecord
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -164,6 +174,25 @@ class Decision:
             "Sequence": self.sequence,
             "Overrides": list(self.overrides),
         }
+
+
+def sent(approval: DecisionRecord, queue: str, when: float) -> Decision:
+    """The record that the message of ``approval`` (an approve) went into ``queue`` at ``when``."""
+    data = approval.data
+    target: dict[str, Any] = data["Target"] if isinstance(data.get("Target"), dict) else {}
+    event_id = str(data.get("EventId"))
+    return Decision(
+        kind="sent", id=f"{event_id}/coordinator/sent/{approval.attempt}", subject=event_id, time=when,
+        code="sent", reason=f"approval {approval.id} put in queue {queue}", event_id=event_id,
+        event_type=_text(data.get("EventType")), event_source=_text(data.get("EventSource")),
+        target=VmRef(str(target.get("name") or ""), str(target.get("vmId") or ""),
+                     str(target.get("group") or "")),
+        attempt=approval.attempt,
+    )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def to_cloudevent(decision: Decision, source: str) -> CloudEvent:

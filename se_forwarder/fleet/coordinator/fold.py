@@ -13,7 +13,8 @@ it comes from (``sender``; fold_reports.py: a VM speaks only for itself):
 ``prepared``           the VM's prepare hook succeeded; ``preparefailed``: it failed
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
 ``coordinator.<kind>`` the coordinator's own decisions (approve, ..., release), as trust.py let
-                       them through; pause/resume/hold/release only in sequence (fold_decisions.py)
+                       them through; pause/resume/hold/release only in sequence (fold_decisions.py);
+                       and its ``sent`` records: when an approval's message was put in its queue
 =====================  =========================================================================
 
 Registrations (``identity`` events) are not folded here: trust.py verifies them and

@@ -1,5 +1,6 @@
 """The fold's part for the coordinator's own decisions (``coordinator.<kind>``, as trust.py let them
-through): the decision log, each event's approvals, defers and breaches, and the switches. Pure.
+through): the decision log, each event's approvals (and the ``sent`` records of their messages),
+defers and breaches, and the switches. Pure.
 
 A decision id seen twice keeps one record (the earlier, then the smaller by content), so decisions
 published twice or by two instances are harmless. Pause/resume of a scope and hold/release of an
@@ -17,7 +18,7 @@ from . import switches
 from .intake import FOLDED, LATE, MALFORMED, event_id_ok
 from .state import DecisionRecord, FleetState, Switch
 
-DECISION_KINDS = ("approve", "defer", "breach", "pause", "resume", "hold", "release")
+DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release")
 MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
 
 
@@ -53,14 +54,15 @@ def decision(state: FleetState, record: DecisionRecord, chained: bool = True) ->
         return MALFORMED
     if event_id.lower() in state.gone:
         return LATE
-    if record.kind == "approve" and not switches.valid(record.attempt):
+    if record.kind in ("approve", "sent") and not switches.valid(record.attempt):
         return MALFORMED
     state.decisions[record.id] = record
     target = state.event(event_id)
-    if record.kind == "approve":
-        old = target.approvals.get(record.attempt)
+    if record.kind in ("approve", "sent"):
+        table = target.approvals if record.kind == "approve" else target.sends
+        old = table.get(record.attempt)
         if old is None or old.id == record.id or (record.time, record.id) < (old.time, old.id):
-            target.approvals[record.attempt] = record
+            table[record.attempt] = record
     elif record.kind == "defer":
         target.defers[record.id] = record
     else:

@@ -1,8 +1,12 @@
-"""The coordinator's ``/metrics`` (Prometheus text) and ``/healthz`` (200 or 503, one line), as the agent has.
+"""The coordinator's ``/metrics`` (Prometheus text) and ``/healthz`` (200 or 503, one line), as the agent has,
+and ``describe``: what the instance is and does, for ``status`` and ``/v1/state``.
 
 Metric values are read on the service's own thread (``Service.submit``), so a scrape never sees a
-half-updated fold. ``/healthz`` is 503 when the hub has not been readable, the storage account not
-reachable, or decisions not publishable for ``UNHEALTHY_AFTER`` seconds.
+half-updated fold; that thread never waits on the Azure services (service.py), so a scrape is
+answered during an outage too. ``/healthz`` reads only what the service's parts record (reach.py),
+never the fold, so it answers even while the loop is busy: 200 with ``ok: ...``, or ``degraded:``
+naming each part that is unreachable now with its last success (and a signing key that cannot be
+read: nothing can be published), and 503 once one of those has lasted ``UNHEALTHY_AFTER`` seconds.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ PREFIX = "se_forwarder_coordinator_"
 
 def values(service: Service) -> dict[str, Any]:
     """Everything ``/metrics`` shows, read on the service thread."""
-    out = service.output.stats
+    out, sends = service.output.stats, service.output.sending.stats
     state = service.state
     skipped = dict(service.stats.skipped)
     return {
@@ -35,14 +39,17 @@ def values(service: Service) -> dict[str, Any]:
         "refused": {code: service.refused[code] for code in trust.REASON_CODES},
         "capped": {reason: service.stats.capped.get(reason, 0) for reason in CAPS},
         "decisions": service.decisions_made, "published": out.published,
-        "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
+        "publish_failures": out.publish_failures, "sent": sends.sent, "send_failures": sends.failures,
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
         "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
         "queue_conflicts": len(index(state, service.policy).shared_queue),
         "identities": len(state.identities), "waiting": service.gate.held(state),
         "rekeyed": service.gate.registered.get("rekeyed", 0),
-        "latencies": list(out.latencies),
+        "pending_sends": service.output.sending.pending(),
+        "latencies": list(sends.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
+        "reach": {name: (r.reachable, r.failures, r.overdue, r.last_success)
+                  for name, r in service.reach.items()},
     }
 
 
@@ -81,7 +88,7 @@ def render(v: dict[str, Any]) -> bytes:
                 ("published", "Decisions published to the hub by this instance."),
                 ("publish_failures", "Failed attempts to publish decisions (retried)."),
                 ("sent", "Approval messages sent to the agents' queues."),
-                ("send_failures", "Approval messages that could not be sent."),
+                ("send_failures", "Attempts to send an approval message that failed (retried)."),
                 ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
                 ("rekeyed", "vmIds that registered a new identity key with a newer document (reinstalls)."),
             ):
@@ -94,8 +101,26 @@ def render(v: dict[str, Any]) -> bytes:
                 ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
                 ("identities", "VMs with a registered identity key."),
                 ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
+                ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
+            reachable = GaugeMetricFamily(PREFIX + "reachable", "1 while the part answers (storage, queues, "
+                                          "hub-read, hub-publish).", labels=["part"])
+            failures = CounterMetricFamily(PREFIX + "call_failures", "Failed calls to each part, by kind "
+                                           "(error, or timeout: no answer by the deadline).",
+                                           labels=["part", "kind"])
+            success = GaugeMetricFamily(PREFIX + "last_success_timestamp_seconds",
+                                        "When a call to the part last succeeded (unix time).",
+                                        labels=["part"])
+            for part, (ok, failed, overdue, last) in v["reach"].items():
+                reachable.add_metric([part], int(ok))
+                failures.add_metric([part, "error"], failed - overdue)
+                failures.add_metric([part, "timeout"], overdue)
+                if last is not None:
+                    success.add_metric([part], round(last, 3))
+            yield reachable
+            yield failures
+            yield success
             if v["last_input_age"] is not None:
                 yield GaugeMetricFamily(PREFIX + "last_input_age_seconds",
                                         "Seconds since the last event arrived from the hub.",
@@ -113,20 +138,42 @@ def render(v: dict[str, Any]) -> bytes:
 
 
 def health(service: Service) -> tuple[bool, str]:
-    """(healthy, one line)."""
-    now = time.monotonic()
-    reader = service.reader.health if service.reader is not None else None
-    if reader is not None and reader.last_error_at is not None:
-        since = reader.last_batch if reader.last_batch is not None else service.started
-        if reader.last_error_at > since and now - since > UNHEALTHY_AFTER:
-            return False, f"the Event Hub has not been readable for {now - since:.0f} s: {reader.errors[-1]}"
-    failing = service.leadership.failing_since
-    if failing is not None and now - failing > UNHEALTHY_AFTER:
-        return False, (f"the storage account has failed for {now - failing:.0f} s (leader lease): "
-                       f"{service.leadership.last_error}")
-    out = service.output.stats
-    if out.failing_since is not None and now - out.failing_since > UNHEALTHY_AFTER:
-        return False, f"decisions have not been publishable for {now - out.failing_since:.0f} s: " \
-                      f"{out.last_publish_error}"
+    """(healthy, one line): what this instance is doing, and every part that does not answer."""
+    down = [r for r in service.reach.values() if not r.reachable]
     where = ", ".join(f"{p}:{s.sequence}" for p, s in sorted(service.positions.items())) or "nothing yet"
-    return True, f"ok: {service.role}, {len(service.state.vms)} VMs, read up to {where}"
+    line = f"{service.role}, {len(service.state.vms)} VMs, read up to {where}"
+    if not service.acting() and service.leadership.term is not None:
+        line += f"; not acting: {service.why_not()}"
+    unsigned = service.output.unsigned
+    if not down and unsigned is None:
+        return True, f"ok: {line}"
+    problems = [(r.failing_for(), r.line()) for r in down]
+    if unsigned is not None:
+        problems.append((time.monotonic() - unsigned[0], f"decisions cannot be signed for "
+                         f"{time.monotonic() - unsigned[0]:.0f} s: {unsigned[1]}"))
+    worst = max(age for age, _ in problems)
+    text = "; ".join(said for _, said in problems)
+    if worst > UNHEALTHY_AFTER:
+        return False, f"unhealthy: {text}; {line}"
+    return True, f"degraded: {text}; {line}"
+
+
+def describe(service: Service) -> dict[str, Any]:
+    """What this instance is and does: the ``service`` member of ``status`` and ``/v1/state``."""
+    holder = None if service.leadership.term is not None else service.leadership.holder
+    acting = service.acting()
+    return {
+        "name": service.settings.name, "instance": service.settings.instance, "role": service.role,
+        "acting": acting, "notActing": None if acting else service.why_not(), "source": service.source,
+        "leader": ({"instance": service.settings.instance, "api": service.leadership.lease.api}
+                   if service.leadership.term is not None
+                   else {"instance": holder.instance, "api": holder.api} if holder else None),
+        "positions": {p: pos.sequence for p, pos in sorted(service.positions.items())},
+        "folded": sum(service.stats.folded.values()),
+        "skipped": sum(service.stats.skipped.values()) + service.admission.not_cloudevents,
+        "refused": {code: service.refused[code] for code in trust.REASON_CODES},
+        "waiting": service.gate.held(service.state),
+        "decisionsMade": service.decisions_made,
+        "pendingSends": service.output.sending.pending(),
+        "reachability": {name: r.as_data() for name, r in service.reach.items()},
+    }

@@ -1,17 +1,24 @@
-"""The way out: decisions published to the hub in order, then their approval messages sent.
+"""The way out: decisions published to the hub in order; approval messages sent once published.
 
 The service folds each decision as it makes it and hands it here (``put``). One thread signs
-(``Signer.decision``: this is the one place decisions are signed) and publishes what is queued,
-in order, and only after a publish succeeded sends the approval messages among
-those decisions (``approve``, not shadow): the hub always knows of an approval before any agent
-does, so an instance taking over never misses one. Before every publish and every send it asks
-``may_act(term)``: the decision must come from the current leadership term, and the lease must
-still be comfortably held (blobs.py). When that fails with decisions still unpublished, they are
-dropped and ``on_lost`` is called: the service's fold holds decisions nobody else will ever see,
-so it rebuilds the fold from the snapshot and the hub. A publish that fails is retried (backoff
-up to 5 s) while the term lasts, and so is one whose signing key cannot be read: nothing goes out
-unsigned. A send that fails is logged and counted, and the core sends the approval elsewhere when
-no echo comes (``echo_timeout``).
+(``Signer.decision``: this is the one place decisions are signed, ``sent`` records included) and
+publishes what is queued, in order. Approval messages are sent by sending.py, and only for
+approvals that are on the hub already (``published``): the hub always knows of an approval before
+any agent does, so an instance taking over never misses one. Every pass the service says which
+approvals want their message (``want``); that includes the approvals it just made.
+
+Before every publish the thread asks ``may_act(term)``: the decision must come from the current
+leadership term, and the lease must still be comfortably held (blobs.py). When that fails with
+decisions still unpublished, they are dropped and ``on_lost`` is called: the service's fold holds
+decisions nobody else will ever see, so it rebuilds the fold from the snapshot and the hub.
+
+A publish has a deadline (``PUBLISH_DEADLINE``, reach.py): one that fails or gets no answer in time
+is retried with a backoff (up to 2 s, so a hub that is back is used within 2 s) while the term
+lasts, and so is one whose signing key cannot be read (logged once until it can): nothing goes out
+unsigned. The next attempt waits for an attempt that got no answer to end (the SDK's send timeout
+ends it), so that two never use the producer at once. A control request waits for its decision's
+publication through ``Outgoing.done`` (resolved with the signed CloudEvent); the API stops waiting
+after a second (api.py).
 """
 
 from __future__ import annotations
@@ -23,19 +30,24 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
-from ...telemetry import fields
 from .events import Decision
-from .hub import HubPublisher, PublishError
-from .sender import Sender
+from .hub import PUBLISH_TIMEOUT, HubPublisher
+from .reach import Reach, begin, describe_error
+from .sender import Approval, Sender
+from .sending import OnSent, Sending
+from .state import DecisionRecord
 
 log = logging.getLogger("se_forwarder.coordinator.output")
 
-BACKOFF = (0.5, 1.0, 2.0, 5.0)
+BACKOFF = (0.25, 0.5, 1.0, 2.0)
 MAX_PUBLISH = 500  # decisions per publish call
+PUBLISH_DEADLINE = PUBLISH_TIMEOUT + 2.0  # s a publish may take before it counts as failed
+LINGER = 60.0  # s the next publish waits at most for one that got no answer
 
 
 @dataclass
@@ -50,43 +62,61 @@ class Outgoing:
 class OutputStats:
     published: int = 0
     publish_failures: int = 0
-    sent: int = 0
-    send_failures: int = 0
     dropped: int = 0
-    last_publish_error: str = ""
-    failing_since: float | None = None  # monotonic, while publishing fails
-    latencies: list[float] = field(default_factory=list)  # recent approval latencies (s)
 
 
 class Output:
     def __init__(self, publisher: HubPublisher, sender: Sender, source: str,
-                 may_act: Callable[[int], bool], on_lost: Callable[[int], None],
-                 observe: Callable[[Decision, str, float | None], None] | None = None) -> None:
-        self.publisher, self.sender, self.source = publisher, sender, source
-        self.may_act, self.on_lost = may_act, on_lost
-        self.observe = observe or (lambda _d, _outcome, _latency: None)
+                 may_act: Callable[[int], bool], on_lost: Callable[[int], None], on_sent: OnSent,
+                 hub: Reach, queues: Reach) -> None:
+        self.publisher, self.source, self.signer = publisher, source, sender.signer
+        self.may_act, self.on_lost, self.hub = may_act, on_lost, hub
         self.stats = OutputStats()
+        self.sending = Sending(sender, queues, may_act, on_sent, self._published)
         self._queue: queue.Queue[Outgoing | None] = queue.Queue()
         self._busy = 0
+        self._unpublished: set[str] = set()  # approve ids put and not yet published
+        self._lingering: Future[None] | None = None
+        self._stopping = threading.Event()  # a clean stop gave up waiting for the hub
+        self.gave_up = False  # decisions were dropped at the stop: the fold is not the hub's
+        self.unsigned: tuple[float, str] | None = None  # (monotonic since, why) while nothing can be signed
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="coordinator-output", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self.sending.start()
 
     def put(self, item: Outgoing) -> None:
+        d = item.decision
         with self._lock:
             self._busy += 1
+            if d.kind == "approve" and not d.shadow:
+                self._unpublished.add(d.id)
+                if item.trigger is not None:
+                    self.sending.triggers[d.id] = item.trigger
         self._queue.put(item)
 
+    def want(self, approvals: list[DecisionRecord], term: int) -> None:
+        """The approvals whose message is wanted now (sending.py)."""
+        self.sending.want([Approval.of(r) for r in approvals], term)
+
     def idle(self) -> bool:
-        """Nothing waiting to be published or sent (a snapshot now is of published decisions only)."""
+        """Nothing waiting to be published (a snapshot now is of published decisions only)."""
         with self._lock:
             return self._busy == 0
 
     def close(self, timeout: float = 10.0) -> None:
+        """Publish what is queued, for at most ``timeout`` seconds; then give up (dropped unpublished)."""
         self._queue.put(None)
         self._thread.join(timeout)
+        self._stopping.set()
+        self._thread.join(PUBLISH_DEADLINE + 1)
+        self.sending.close()
+
+    def _published(self, ident: str) -> bool:
+        with self._lock:
+            return ident not in self._unpublished
 
     def _take(self) -> list[Outgoing] | None:
         first = self._queue.get()
@@ -124,34 +154,12 @@ class Output:
         if published is None:
             self._drop(items)
             return
-        now = time.time()
+        with self._lock:
+            self._unpublished.difference_update(i.decision.id for i in same)
+        self.sending.wake()
         for item, event in zip(same, published, strict=True):
-            d = item.decision
             if item.done is not None and not item.done.done():
                 item.done.set_result(event)
-            if d.kind != "approve" or d.shadow:
-                self.observe(d, "published", None)
-                continue
-            if not self.may_act(item.term):
-                log.warning("approval %s not sent: this instance no longer leads", d.id,
-                            extra=fields(event_id=d.event_id))
-                self.observe(d, "not-sent", None)
-                continue
-            sent = self.sender.send(d, now)
-            latency = time.monotonic() - item.trigger if item.trigger is not None else None
-            if sent.ok:
-                self.stats.sent += 1
-                if latency is not None:
-                    self.stats.latencies = (self.stats.latencies + [latency])[-10_000:]
-                took = f" ({latency:.3f} s after the event arrived)" if latency is not None else ""
-                log.info("sent approval %s to queue %s for %s%s", d.id, sent.queue,
-                         d.target.name if d.target else "?", took, extra=fields(event_id=d.event_id))
-                self.observe(d, "sent", latency)
-            else:
-                self.stats.send_failures += 1
-                log.error("approval %s not delivered: %s (it goes to another affected VM when no echo "
-                          "comes)", d.id, sent.problem, extra=fields(event_id=d.event_id))
-                self.observe(d, "send-failed", None)
         if rest:
             self._handle(rest)
 
@@ -159,33 +167,69 @@ class Output:
         """The signed CloudEvents, once published; None when this instance stopped leading."""
         events: list[dict[str, Any]] = []
         term = items[0].term
-        for attempt in range(1_000_000):
-            if not self.may_act(term):
-                return None
+        attempt = 0
+        while self.may_act(term) and not self._stopping.is_set():
             began = time.monotonic()
             try:
-                events = events or [self.sender.signer.decision(i.decision) for i in items]
-                self.publisher.publish([json.dumps(e, separators=(",", ":")) for e in events])
-            except (PublishError, ConfigError) as exc:
+                events = events or self._sign(items)
+                self._attempt([json.dumps(e, separators=(",", ":")) for e in events])
+            except Exception as exc:  # noqa: BLE001 - PublishError, Overdue: recorded by reach
                 self.stats.publish_failures += 1
-                self.stats.last_publish_error = str(exc)
-                if self.stats.failing_since is None:
-                    self.stats.failing_since = time.monotonic()
-                log.error("%s; retrying", exc)
-                time.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
+                log.debug("publishing %d decision(s) failed: %s", len(items), describe_error(exc))
+                self._stopping.wait(BACKOFF[min(attempt, len(BACKOFF) - 1)])
+                attempt += 1
                 continue
             self.stats.published += len(events)
-            self.stats.failing_since = None
             log.debug("published %d decision(s) in %.3f s", len(events), time.monotonic() - began)
             return events
         return None
 
+    def _sign(self, items: list[Outgoing]) -> list[dict[str, Any]]:
+        """The decisions' CloudEvents signed (events.signed); a key that cannot be read is said once
+        (and in ``/healthz``, through ``unsigned``)."""
+        try:
+            events = [self.signer.decision(i.decision) for i in items]
+        except ConfigError as exc:
+            if self.unsigned is None:
+                log.error("decisions not published: %s; trying again", exc)
+            since = self.unsigned[0] if self.unsigned is not None else time.monotonic()
+            self.unsigned = (since, str(exc))
+            raise
+        if self.unsigned is not None:
+            log.info("the signing key can be read again: publishing the decisions that waited")
+        self.unsigned = None
+        return events
+
+    def _attempt(self, texts: list[str]) -> None:
+        lingering = self._lingering
+        if lingering is not None:
+            try:
+                lingering.result(LINGER)
+            except FutureTimeout:
+                self.publisher.drop()
+            except Exception:  # noqa: BLE001, S110 - its failure was recorded when it was overdue
+                pass
+            self._lingering = None
+        future = begin(lambda: self.publisher.publish(texts), "coordinator-publish")
+        try:
+            self.hub.wait(future, PUBLISH_DEADLINE, f"publishing {len(texts)} decision(s)")
+        except TimeoutError:
+            self._lingering = future
+            raise
+
     def _drop(self, items: list[Outgoing]) -> None:
         self.stats.dropped += len(items)
+        with self._lock:
+            self._unpublished.difference_update(i.decision.id for i in items)
         for item in items:
             if item.done is not None and not item.done.done():
                 item.done.set_exception(RuntimeError("this instance stopped leading before the decision "
                                                      "was published; nothing was done"))
+        if self._stopping.is_set():
+            self.gave_up = True
+            log.warning("dropped %d unpublished decision(s): the Event Hub did not take them before the "
+                        "stop (whoever leads next decides again)", len(items))
+            return
         log.warning("dropped %d unpublished decision(s): this instance no longer leads; rebuilding the "
                     "fold from the snapshot and the hub", len(items))
         self.on_lost(items[0].term)

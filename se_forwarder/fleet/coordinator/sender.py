@@ -6,9 +6,9 @@
 The message is the agents' Ed25519-signed CloudEvent (``approvals/signing.py``) with ``id`` = the
 decision id, so an agent carries out one decision once however often it arrives, and ``VmName`` =
 the target, so no other VM can use it. The queue is the target's, named by the agents' template
-(``approvals.queue.queue_name``). A failed send is logged and counted, never retried here: the
-decision stays, and the core sends the approval to another affected VM when no ``approved`` echo
-comes within ``echo_timeout``.
+(``approvals.queue.queue_name``). ``Sender.send`` makes one attempt, with no SDK retry and
+timeouts of its own (``SEND_CALL``: a long read timeout, so that a queue that is only slow answers
+the one request rather than receiving a second copy); sending.py retries until the message is sent.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from ...approvals.messages import MAX_TEXT
 from ...approvals.queue import queue_name
 from ...errors import ConfigError
 from .access import Queues
-from .events import Decision, signed
+from .events import Decision, VmRef, signed
+from .state import DecisionRecord
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -79,16 +80,38 @@ class Signer:
         """``decision``'s CloudEvent as published: signed with the current key (events.signed)."""
         return signed(decision, self.source, self.key())
 
-    def message(self, decision: Decision, now: float, ttl: float) -> str:
-        """The queue message text for ``decision`` (an approve with a target), valid ``ttl`` s."""
-        assert decision.event_id is not None and decision.target is not None
+    def message(self, approval: Approval, now: float, ttl: float) -> str:
+        """The queue message text for ``approval``, valid ``ttl`` s."""
         moment = datetime.fromtimestamp(now, UTC)
         message = signing.new_message(
-            decision.event_id, source=self.source, key=self.key(),
-            expires_at=moment + timedelta(seconds=ttl), reason=decision.reason[:MAX_TEXT],
-            vm_name=decision.target.name, now=moment, message_id=decision.id,
+            approval.event_id, source=self.source, key=self.key(),
+            expires_at=moment + timedelta(seconds=ttl), reason=approval.reason[:MAX_TEXT],
+            vm_name=approval.target.name, now=moment, message_id=approval.id,
         )
         return signing.encode(message)
+
+
+SEND_CALL: dict[str, Any] = {"connection_timeout": 5, "read_timeout": 60, "retry_total": 0}
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What an approval message needs from its ``approve`` decision."""
+
+    id: str
+    event_id: str
+    target: VmRef
+    reason: str
+
+    @classmethod
+    def of(cls, record: DecisionRecord) -> Approval:
+        """From the decision as folded (``data`` is its CloudEvent data)."""
+        target = record.data.get("Target")
+        target = target if isinstance(target, dict) else {}
+        return cls(record.id, str(record.data.get("EventId") or ""),
+                   VmRef(str(target.get("name") or ""), str(target.get("vmId") or ""),
+                         str(target.get("group") or "")),
+                   str(record.data.get("Reason") or ""))
 
 
 @dataclass(frozen=True)
@@ -96,6 +119,7 @@ class Sent:
     queue: str
     ok: bool
     problem: str = ""
+    reached: bool = True  # the queue service answered (a refusal, or the message taken)
 
 
 class Sender:
@@ -104,27 +128,28 @@ class Sender:
     def __init__(self, queues: Queues, signer: Signer, template: str, ttl: float) -> None:
         self.queues, self.signer, self.template, self.ttl = queues, signer, template, ttl
 
-    def queue_for(self, decision: Decision) -> str:
-        assert decision.target is not None
-        return queue_name(self.template, decision.target.name, decision.target.vm_id)
+    def queue_for(self, approval: Approval) -> str:
+        return queue_name(self.template, approval.target.name, approval.target.vm_id)
 
-    def send(self, decision: Decision, now: float) -> Sent:
-        """Send the approval of ``decision``; what happened (never raises for a service failure)."""
-        from azure.core.exceptions import AzureError, ResourceNotFoundError
+    def send(self, approval: Approval, now: float) -> Sent:
+        """One attempt to send ``approval``; what happened (never raises for a service failure)."""
+        from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 
         try:
-            name = self.queue_for(decision)
-            text = self.signer.message(decision, now, self.ttl)
-        except ConfigError as exc:
+            name = self.queue_for(approval)
+            text = self.signer.message(approval, now, self.ttl)
+        except (ConfigError, ValueError) as exc:
             return Sent("", False, str(exc))
         try:
-            self.queues.client(name).send_message(text, time_to_live=int(self.ttl))
+            self.queues.client(name).send_message(text, time_to_live=int(self.ttl), **SEND_CALL)
         except ResourceNotFoundError:
-            return Sent(name, False, f"queue {name} does not exist (is the agent on "
-                                     f"{decision.target.name if decision.target else '?'} configured "
-                                     "with [approvals.queue] and running?)")
+            return Sent(name, False, f"queue {name} does not exist (is the agent on {approval.target.name} "
+                                     "configured with [approvals.queue] and running?)")
+        except HttpResponseError as exc:
+            return Sent(name, False, f"queue {name} refused the message: {_first_line(exc)}",
+                        reached=exc.status_code is not None and exc.status_code < 500)
         except (AzureError, ConfigError, OSError) as exc:
-            return Sent(name, False, f"cannot send to queue {name}: {_first_line(exc)}")
+            return Sent(name, False, f"cannot send to queue {name}: {_first_line(exc)}", reached=False)
         return Sent(name, True)
 
 

@@ -1,12 +1,20 @@
 """The coordinator service: the fold kept warm from the hub, decisions made while leading.
 
-One thread (``run``) owns the fold. It folds what the hub reader hands it, carries out control
-requests, and, while this instance leads and has caught up (leader.py), runs a decision pass
-whenever new input arrived (at most every 50 ms) and at least once a second (the clock matters:
-echo timeouts, min_healthy, heartbeats going stale). Each decision is folded at once and handed
-to the output (output.py), which publishes it and then sends its approval message. Every minute
-it prunes; while leading, every ``snapshot_interval`` and at a clean stop it saves the fold with
-the positions it covers (blobs.py), when nothing is waiting to be published.
+One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, carries out
+the API's requests, and, while this instance acts (it leads and has caught up, leader.py), runs a
+decision pass whenever new input arrived (at most every 50 ms) and at least once a second (the
+clock matters: echo timeouts, min_healthy, heartbeats going stale). Each decision is folded at once
+and handed to the output (output.py), which publishes it; each pass also tells the output which
+approvals want their message (decide.py's ``sends``), and every message that went out comes back
+as a ``sent`` record, folded and published like a decision. Every minute it prunes; while acting,
+every ``snapshot_interval`` it saves the fold with the positions it covers, when nothing is
+waiting to be published.
+
+The loop never waits for the storage account, the queues or the hub: the lease, publishing,
+sending and the snapshot's upload and download all run on threads of their own with deadlines
+(keeper.py, leader.py, output.py, sending.py, reach.py), so the API, ``/healthz`` and
+``/metrics`` answer during any outage. It says once when this instance stops acting and why, and
+once when it acts again.
 
 Input rules: every event read from the hub passes the gate first (admission.py around gate.py,
 with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
@@ -37,22 +45,24 @@ from concurrent.futures import Future
 from typing import Any
 
 from ...approvals import signing
-from ...errors import SeForwarderError, StateError
-from . import access, trust
+from ...errors import SeForwarderError
+from . import access, observe
 from .admission import Admission
-from .blobs import Lease, Snapshots
+from .blobs import Lease, Snapshots, ensure_container
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
-from .events import Decision, to_dict
+from .events import Decision, sent, to_dict
 from .fold import FOLDED, fold_event
 from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
+from .keeper import Keeper, Loaded
 from .leader import Leadership
 from .output import Outgoing, Output
 from .queues import QueueConflictLog
+from .reach import Reach, parts
 from .retention import prune
-from .sender import Sender, Signer
+from .sender import Approval, Sender, Signer
 from .service_config import ServiceSettings
-from .snapshot import restore, snapshot
+from .snapshot import snapshot
 from .state import FleetState
 from .view import status
 
@@ -61,7 +71,7 @@ log = logging.getLogger("se_forwarder.coordinator")
 PASS_EVERY = 0.05  # s between decision passes while input keeps arriving
 PASS_AT_LEAST = 1.0  # s: a pass at least this often while leading
 PRUNE_EVERY = 60.0
-MAX_FOLD_PER_TURN = 20_000  # events folded before the loop looks at requests and the clock again
+MAX_FOLD_PER_TURN = 5_000  # events folded before the loop looks at requests and the clock again
 
 
 class NotLeading(SeForwarderError):
@@ -80,10 +90,14 @@ class Service:
         self.positions: dict[str, Position] = {}
         self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self.sent_notes: queue.Queue[tuple[Approval, str, float, int]] = queue.Queue()
         self.evaluation: Evaluation | None = None
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
         self.decisions_made = 0
+        self.reach: dict[str, Reach] = parts()
         self._dirty = False
+        self._ready = False  # the fold is loaded (and not being rebuilt)
+        self._acting = False  # as last said in the log
         self._rebuild_term: int | None = None
         self._rebuilt_terms: set[int] = set()
         self.started = time.monotonic()
@@ -92,22 +106,23 @@ class Service:
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
-        self.gate = self.admission.gate
-        self.stats = self.gate.stats
+        self.gate, self.stats = self.admission.gate, self.admission.gate.stats
         container = access.container(settings.storage)
         self.container = container
-        self.snapshots = Snapshots(container, settings.name, self._hub_label(), self.signer.key,
-                                   self.signer.verify_keys)
+        self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
+                                       self.signer.verify_keys),
+                             self.reach["storage"], settings.instance,
+                             lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         self.leadership = Leadership(
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            lambda: partition_ends(settings.eventhub))
+            lambda: partition_ends(settings.eventhub), self.reach["storage"], self.reach["hub-read"])
         self.sender = Sender(access.Queues(settings.queues), self.signer, settings.queues.template,
                              settings.queues.message_ttl)
         self.output = Output(HubPublisher(settings.eventhub, partition_key=self.source), self.sender,
-                             self.source, self.leadership.may_act, self._lost)
+                             self.source, self.leadership.may_act, self._lost, self._on_sent,
+                             self.reach["hub-publish"], self.reach["queues"])
         self.reader: HubReader | None = None
-        self.last_snapshot: tuple[float, int] | None = None  # (time, bytes)
         self.queue_conflicts = QueueConflictLog()
 
     # -- life -----------------------------------------------------------------------------------
@@ -116,9 +131,12 @@ class Service:
         hub = self.settings.eventhub
         return f"{hub.namespace or '(connection string)'}/{hub.eventhub}/{hub.consumer_group}"
 
+    @property
+    def last_snapshot(self) -> tuple[float, int] | None:
+        return self.keeper.last_snapshot
+
     def run(self) -> int:
-        self._ensure_container()
-        self._load()
+        self.keeper.load()  # creates the container first, off the loop
         self.output.start()
         self.leadership.start()
         last_pass = last_prune = last_save = 0.0
@@ -126,16 +144,22 @@ class Service:
             while not self.stop.is_set():
                 self._fold_available(0.05)
                 self._serve_requests()
-                if self._rebuild_term is not None:
+                self._take_sent()
+                if self.admission.fetched(self.state):
+                    self._dirty = True
+                loaded = self.keeper.poll()
+                if loaded is not None:
+                    self._install(loaded)
+                if self._rebuild_term is not None and not self.keeper.loading():
                     self._rebuild()
                 now = time.time()
                 acting = self.acting()
+                self._say_acting(acting)
                 due = (self._dirty and now - last_pass >= PASS_EVERY) or now - last_pass >= PASS_AT_LEAST
                 if acting and due:
                     self._decide(now)
                     last_pass = now
-                self._fetched()
-                if now - last_prune >= PRUNE_EVERY:
+                if self._ready and now - last_prune >= PRUNE_EVERY:
                     self.admission.sweep(self.state)
                     pruned = prune(self.state, self.policy, now)
                     if pruned.vms or pruned.events or pruned.decisions:
@@ -143,62 +167,40 @@ class Service:
                                  pruned.decisions)
                     last_prune = now
                 interval = self.settings.storage.snapshot_interval
-                if acting and now - last_save >= interval and self.output.idle():
-                    self._save()
+                if acting and now - last_save >= interval and self.output.idle() and self.keeper.can_save():
+                    self.keeper.save(snapshot(self.state), self.positions)
                     last_save = now
         finally:
             self._shutdown()
         return 0
 
-    def _ensure_container(self) -> None:
-        from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
-
-        try:
-            self.container.create_container()
-        except ResourceExistsError:
-            pass
-        except HttpResponseError as exc:
-            if exc.status_code not in (403, 409):  # no right to create it: it must exist then
-                raise SeForwarderError(f"storage container {self.settings.storage.container}: "
-                                       f"{exc.message or exc}") from None
-        except AzureError as exc:
-            raise SeForwarderError(f"storage container {self.settings.storage.container}: "
-                                   f"{str(exc).splitlines()[0][:300]}") from None
-
-    def _load(self) -> None:
-        """The fold from the last snapshot (or empty), and the hub read on from its positions."""
-        refused = False
-        try:
-            found = self.snapshots.load()
-            restored = restore(found.state) if found is not None else None
-        except StateError as exc:  # one line: what is wrong with it, and what happens instead
-            log.error("%s; reading the hub from the start of its retention instead", exc)
-            found = restored = None
-            refused = True
-        if found is not None and restored is not None:
-            self.state = restored
-            self.gate.resume(self.state)
-            self.positions = dict(found.positions)
+    def _install(self, loaded: Loaded) -> None:
+        """The fold the keeper loaded (the snapshot's, or empty); read the hub on from its positions."""
+        found = loaded.found
+        if found is not None:
             log.info("fold restored from the snapshot written by %s at %s; reading on from %s",
                      found.instance, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(found.written_at)),
-                     ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(self.positions.items())) or "-")
-        else:
-            self.state, self.positions = FleetState(), {}
-            if not refused:
-                log.info("no snapshot: reading the hub from the start of its retention")
-        self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put)
+                     ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(loaded.positions.items())) or "-")
+        elif not loaded.refused:  # a refused snapshot was said in one line already (keeper.py)
+            log.info("no snapshot: reading the hub from the start of its retention")
+        while not self.inbox.empty():  # what a reader that was closed still handed on
+            self.inbox.get_nowait()
+        self.state, self.positions = loaded.state, loaded.positions
+        self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
+        self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put,
+                                self.reach["hub-read"])
         self.reader.start()
+        self._ready = True
 
     def _rebuild(self) -> None:
+        """After decisions were dropped: the fold again from the snapshot and the hub (off the loop)."""
         term, self._rebuild_term = self._rebuild_term, None
         if term is None or term in self._rebuilt_terms:
             return
         self._rebuilt_terms.add(term)
-        if self.reader is not None:
-            self.reader.close()
-        while not self.inbox.empty():
-            self.inbox.get_nowait()
-        self._load()
+        self._ready = False
+        reader, self.reader = self.reader, None
+        self.keeper.load(before=reader.close if reader is not None else None)
 
     def _lost(self, term: int) -> None:
         self._rebuild_term = term
@@ -206,8 +208,8 @@ class Service:
     def _shutdown(self) -> None:
         leading = self.leadership.term is not None
         self.output.close(15)
-        if leading and self.output.idle() and self.acting():
-            self._save()
+        if leading and self.output.idle() and not self.output.gave_up and self.acting():
+            self.keeper.save_now(snapshot(self.state), self.positions, 20)
         self.leadership.stop(release=True)
         if self.reader is not None:
             self.reader.close()
@@ -240,20 +242,35 @@ class Service:
         self.last_input = batch.arrived
         self._dirty = True
 
-    def _fetched(self) -> None:
-        if self.admission.fetched(self.state):
-            self._dirty = True
-
     @property
     def refused(self) -> Counter[str]:
-        return self.gate.refused
+        return self.admission.refused
 
     # -- deciding -------------------------------------------------------------------------------
 
     def acting(self) -> bool:
         term = self.leadership.term
-        return (term is not None and self.leadership.may_act(term.number)
-                and self.leadership.caught_up(self.positions))
+        return (self._ready and self._rebuild_term is None and term is not None
+                and self.leadership.may_act(term.number) and self.leadership.caught_up(self.positions))
+
+    def why_not(self) -> str:
+        """Why this instance does not act now ("" when it does)."""
+        if not self._ready or self._rebuild_term is not None:
+            storage = self.reach["storage"]
+            problem = f" ({storage.last_error})" if not storage.reachable else ""
+            return f"it is loading the fold from the snapshot{problem}"
+        return self.leadership.why_not(self.positions)
+
+    def _say_acting(self, acting: bool) -> None:
+        if acting == self._acting:
+            return
+        self._acting = acting
+        term = self.leadership.term
+        if acting and term is not None:
+            log.info("this instance acts as the leader (term %d, %.1f s after it took the lease)",
+                     term.number, time.monotonic() - term.began)
+        elif not acting:
+            log.warning("this instance stopped acting: %s", self.why_not() or "it no longer leads")
 
     def _decide(self, now: float) -> None:
         term = self.leadership.term
@@ -266,6 +283,8 @@ class Service:
             log.warning("%s", line)
         for decision in result.decisions:
             self._publish(decision, term.number, trigger)
+        wanted = [self.state.decisions[i] for i in result.sends if i in self.state.decisions]
+        self.output.want(wanted, term.number)
 
     def _publish(self, decision: Decision, term: int, trigger: float | None = None,
                  done: Future[Any] | None = None) -> str:
@@ -277,31 +296,31 @@ class Service:
             log.error("%s %s not published: it does not fold (%s)", decision.kind, decision.id[:200],
                       outcome, extra=extra)
             return outcome
-        self.decisions_made += 1
+        self.decisions_made += decision.kind != "sent"  # a sent record is no decision (sending.py logs it)
         over = [f"{u.scope} {u.with_event}/{u.max}" for u in decision.budgets if not u.fits]
         if decision.kind == "approve" and (over or decision.code == OVERRIDE):
             log.warning("%s %s OVERRIDES budgets (%s) on the word of %s: %s", decision.kind,
                         decision.subject, ", ".join(over) or "not counted", decision.actor,
                         decision.reason, extra=extra)
-        else:
+        elif decision.kind != "sent":
             log.info("%s %s: %s", decision.kind, decision.subject, decision.reason, extra=extra)
         self.output.put(Outgoing(decision, term, trigger, done))
         return outcome
 
-    # -- snapshots ------------------------------------------------------------------------------
+    def _on_sent(self, approval: Approval, queue_name: str, when: float, term: int) -> None:
+        """From the sending thread: an approval's message is in its queue (handled on the loop)."""
+        self.sent_notes.put((approval, queue_name, when, term))
 
-    def _save(self) -> None:
-        try:
-            size = self.snapshots.save(snapshot(self.state), self.positions, self.settings.instance)
-        except Exception as exc:  # noqa: BLE001 - the next one may work; the hub still has everything
-            log.warning("snapshot not saved: %s", str(exc).splitlines()[0][:300] if str(exc) else exc)
-            return
-        self.last_snapshot = (time.time(), size)
-        log.debug("snapshot saved (%d bytes)", size)
-
-    def digest(self) -> str:
-        text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+    def _take_sent(self) -> None:
+        while True:
+            try:
+                approval, queue_name, when, term = self.sent_notes.get_nowait()
+            except queue.Empty:
+                return
+            record = self.state.decisions.get(approval.id)
+            if record is None or not self._ready or not self.leadership.may_act(term):
+                continue  # whoever leads sends it again under the same id: the agent acts once
+            self._publish(sent(record, queue_name, when), term)
 
     # -- requests from the API (run on this thread) ---------------------------------------------
 
@@ -323,16 +342,17 @@ class Service:
             except Exception as exc:  # noqa: BLE001 - handed to the API, which answers with it
                 future.set_exception(exc)
 
-    def control(self, make: Callable[[FleetState, float], Decision]) -> Future[Any]:
-        """Make a control decision (on this thread) and publish it; the future of its publication."""
+    def control(self, make: Callable[[FleetState, float], Decision]) -> tuple[Decision, Future[Any]]:
+        """Make a control decision (on this thread) and publish it; it, and the future of its publication."""
         if not self.acting():
-            holder = self.leadership.holder
-            if self.leadership.term is not None:
-                raise NotLeading("this instance leads but is still reading the hub up to its end; "
-                                 "try again in a few seconds")
-            where = f" ({holder.instance} at {holder.api})" if holder and holder.api else ""
-            raise NotLeading(f"this instance ({self.settings.instance}) is a standby; send control "
-                             f"requests to the leader{where}", holder.api if holder else "")
+            holder, why = self.leadership.holder, self.why_not()
+            if (self.leadership.term is None and self._ready and holder is not None and holder.api
+                    and self.reach["storage"].reachable):
+                raise NotLeading(f"this instance ({self.settings.instance}) is a standby ({why}); send "
+                                 f"control requests to the leader ({holder.instance} at {holder.api})",
+                                 holder.api)
+            raise NotLeading(f"this instance ({self.settings.instance}) cannot act now: {why}; "
+                             "try again in a few seconds")
         term = self.leadership.term
         assert term is not None
         decision = make(self.state, time.time())
@@ -341,7 +361,8 @@ class Service:
         if outcome != FOLDED:
             raise ControlRefused("not-folded", f"the {decision.kind} of {decision.subject[:100]} would not "
                                  f"fold ({outcome}), so it was not published and nothing changed")
-        return published
+        self._dirty = True  # an approve-now wants its message at the next pass
+        return decision, published
 
     def status(self, all_scopes: bool = False, decisions: int = 50) -> dict[str, Any]:
         now = time.time()
@@ -353,21 +374,15 @@ class Service:
     @property
     def role(self) -> str:
         if self.leadership.term is not None:
-            return "leader" if self.acting() else "leader (catching up)"
+            if self.acting():
+                return "leader"
+            return "leader (not acting)" if not self.leadership.lease.acting() else "leader (catching up)"
         return "standby" if self.leadership.stepped else "starting"
 
     def describe(self) -> dict[str, Any]:
-        holder = None if self.leadership.term is not None else self.leadership.holder
-        return {
-            "name": self.settings.name, "instance": self.settings.instance, "role": self.role,
-            "acting": self.acting(), "source": self.source,
-            "leader": ({"instance": self.settings.instance, "api": self.leadership.lease.api}
-                       if self.leadership.term is not None
-                       else {"instance": holder.instance, "api": holder.api} if holder else None),
-            "positions": {p: pos.sequence for p, pos in sorted(self.positions.items())},
-            "folded": sum(self.stats.folded.values()),
-            "skipped": sum(self.stats.skipped.values()) + self.admission.not_cloudevents,
-            "refused": {code: self.refused[code] for code in trust.REASON_CODES},
-            "waiting": self.gate.held(self.state),
-            "decisionsMade": self.decisions_made,
-        }
+        """The ``service`` member of ``status`` (observe.py)."""
+        return observe.describe(self)
+
+    def digest(self) -> str:
+        text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()

@@ -69,7 +69,7 @@ class DecisionRecord:
     """A coordinator decision as read back from the hub (``data`` is its CloudEvent data)."""
 
     id: str
-    kind: str  # approve | defer | breach | pause | resume | hold | release
+    kind: str  # approve | sent | defer | breach | pause | resume | hold | release
     time: float
     data: dict[str, Any]
 
@@ -137,6 +137,7 @@ class EventRecord:
     prepare_failed: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, reason)
     rejections: dict[str, tuple[str, str]] = field(default_factory=dict)  # message id -> (VM, code)
     approvals: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> decision
+    sends: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> its message was queued
     defers: dict[str, DecisionRecord] = field(default_factory=dict)
     breaches: dict[str, DecisionRecord] = field(default_factory=dict)
     types: tuple[str, ...] = ()  # every EventType a VM reported for it (sorted; a few at most)

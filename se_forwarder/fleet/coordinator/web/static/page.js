@@ -153,7 +153,8 @@
       return;
     }
     const d = answer.decision || {};
-    notice(`${kind}: ${d.subject || ""} published (${d.id || ""})`);
+    const state = answer.published === false ? "in force, not yet published (the Event Hub does not answer)" : "published";
+    notice(`${kind}: ${d.subject || ""} ${state} (${d.id || ""})`);
     poll();
   }
 
