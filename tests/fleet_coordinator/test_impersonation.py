@@ -241,7 +241,8 @@ def test_completed_and_approved_for_a_peers_events_end_nothing_and_block_nothing
         attacker.signed(report("approved", attacker.vm, second, now, ["web-2"], ApprovedBy="cli")),
         attacker.signed(report("completed", web1, first, now, ["web-1"])))  # in web-1's name
     counted(live, before, "bad-signature")
-    wait_for(lambda: second in scene["timeline"].completed, 120, "web-2's event to be approved and roll")
+    wait_for(lambda: second in scene["timeline"].completed and first in scene["timeline"].completed, 120,
+             "web-1's event to complete, then web-2's to be approved and roll")
     assert [d for d in fleet.decisions("live") if d["data"]["EventId"] == second
             and d["data"]["Decision"] == "approve"], "the fake echo kept the coordinator from approving"
     assert scene["timeline"].started[second] >= scene["timeline"].completed[first] + MIN_HEALTHY - 0.2
