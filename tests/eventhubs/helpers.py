@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .broker import EventHubsBroker
 
 # Small retry settings: with the SDK defaults a down broker takes 12-24 s per call to fail.
 FAST_RETRY: dict[str, Any] = {"retry_total": 1, "retry_backoff_factor": 0.1}
@@ -183,3 +187,18 @@ def parse_received(received: Received) -> Any:
         application_data=received.body,
     )
     return from_amqp(message, JSONFormat())
+
+
+def stored_types_and_ids(broker: EventHubsBroker) -> list[tuple[str, str]]:
+    """(type, id) of each CloudEvent the broker stored, structured (JSON body) or binary, read from
+    the broker's own store (no consumer needed)."""
+    out = []
+    for stored in broker.all_messages():
+        message = stored.message()
+        props = message.properties or {}
+        if "cloudEvents_id" in props:
+            out.append((props["cloudEvents_type"], props["cloudEvents_id"]))
+        else:
+            event = json.loads(message.body)
+            out.append((event["type"], event["id"]))
+    return out

@@ -21,7 +21,7 @@ from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
 
 from .broker import EventHubsBroker
-from .helpers import consume, parse_received
+from .helpers import consume, parse_received, stored_types_and_ids
 
 FAST = {"SE_FORWARDER_IMDS_MAX_BACKOFF": "1"}
 IDENTITY = Kind.IDENTITY.type
@@ -54,23 +54,9 @@ def _agent(config: Path, env: dict[str, str], log: Path) -> AgentProcess:
     )
 
 
-def _stored(broker: EventHubsBroker) -> list[tuple[str, str]]:
-    """(type, id) of each CloudEvent the broker stored, structured (JSON body) or binary."""
-    out = []
-    for stored in broker.all_messages():
-        message = stored.message()
-        props = message.properties or {}
-        if "cloudEvents_id" in props:
-            out.append((props["cloudEvents_type"], props["cloudEvents_id"]))
-        else:
-            event = json.loads(message.body)
-            out.append((event["type"], event["id"]))
-    return out
-
-
 def _ids(broker: EventHubsBroker) -> list[str]:
     """Ids of the events about Scheduled Events (not the agents' identity events)."""
-    return [ident for kind, ident in _stored(broker) if kind != IDENTITY]
+    return [ident for kind, ident in stored_types_and_ids(broker) if kind != IDENTITY]
 
 
 def test_agent_delivers_each_transition_once_in_order_in_both_modes(
@@ -117,7 +103,7 @@ def test_agent_delivers_each_transition_once_in_order_in_both_modes(
             (binary_broker, "application/json"),
         ):
             (partition,) = {m.partition for m in broker.all_messages()}  # one VM, one partition
-            identities = sum(kind == IDENTITY for kind, _ in _stored(broker))
+            identities = sum(kind == IDENTITY for kind, _ in stored_types_and_ids(broker))
             got = consume(broker.connection_string(), len(expected) + identities,
                           partition_id=str(partition))
             assert {r.content_type for r in got} == {content_type}
@@ -208,7 +194,7 @@ def test_three_agents_one_hub_and_fleet_tail_shows_each_event_once_with_its_vm_c
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     rows = {(r["subject"], r["state"]): r["vms"] for r in summary["rows"]}
     assert rows == {(freeze, "scheduled"): 3, (freeze, "started"): 3}
-    identities = sum(kind == IDENTITY for kind, _ in _stored(eventhubs_broker))
+    identities = sum(kind == IDENTITY for kind, _ in stored_types_and_ids(eventhubs_broker))
     assert identities >= 3, "each agent registered"
     assert summary["events"] == 6 + identities
     assert set(summary["partitions_read"]) == {str(p) for p in partitions}
