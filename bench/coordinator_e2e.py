@@ -6,7 +6,11 @@ Azurite blob (lease, snapshot) and queue (approval messages), and ``se-forwarder
 as a subprocess. This script plays the fleet: it publishes structured CloudEvents with the real
 ``EventHubProducerClient``, as 10,000 agents would.
 
-1. Ingest. Before the coordinator starts, the hub holds ``--minutes`` rounds of heartbeats from
+Every VM is a registered agent and signs its reports (bench/fleet_identities.py), so the figures
+include the coordinator's verification, as in production.
+
+1. Ingest. Before the coordinator starts, the hub holds every VM's registration, then
+   ``--minutes`` rounds of heartbeats from
    every VM (10,000 a round) and an earlier Freeze (not managed) reported by every VM of each
    availability set, from which the fold learns the sets. The coordinator reads the backlog from
    the start of retention; the figure is events folded per second from its first event to its
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,7 @@ import psutil  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import end, percentile, print_figures  # noqa: E402
+from bench.fleet_identities import Identities  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
@@ -61,8 +67,8 @@ MEANING = """\
 What runs here: broker, Azurite, coordinator and this publisher share one machine's cores; the
 broker is Python and single-threaded. Against a real hub, the publisher and the broker are off
 the coordinator's machine and the hub is not the bottleneck: ingest is then bounded by the
-coordinator's own decoding and folding (bench/coordinator_fold.py: 20,000-55,000 events/s on one
-core, by machine), and the latency adds the network round trips to the hub and to Storage (a few ms each in
+coordinator's own verification, decoding and folding (bench/coordinator_verified.py: about 3,800
+verified reports/s on one core of this machine; the fold alone 17,000-55,000/s by machine), and the latency adds the network round trips to the hub and to Storage (a few ms each in
 one region) to the figures above. 10,000 VMs with a heartbeat a minute are about 170 events/s.
 The fleet here has already learned its availability sets; the first event seen from a set not
 yet known rebuilds the scope index once (0.3-0.8 s at 10,000 VMs)."""
@@ -121,14 +127,24 @@ def scheduled(v: dict[str, Any], event_id: str, names: list[str], t: float, not_
 
 
 class Publisher:
-    """One producer; events spread over the partitions by VM, sent in full batches."""
+    """One producer; events spread over the partitions by VM, sent in full batches, each signed
+    with its VM's key first (``Identities.sign``)."""
 
-    def __init__(self, connection_string: str) -> None:
+    def __init__(self, connection_string: str, sign: Callable[[str], str]) -> None:
         from azure.eventhub import EventHubProducerClient
 
         self.client = EventHubProducerClient.from_connection_string(connection_string, retry_total=2)
+        self.sign = sign
 
     def send(self, items: list[tuple[int, str]]) -> None:
+        """Reports: (partition key, JSON text) each, signed here."""
+        self._send([(key, self.sign(text)) for key, text in items])
+
+    def register(self, items: list[tuple[int, str]]) -> None:
+        """Identity events (``Identities.registration``: signed already) on their VMs' partitions."""
+        self._send(items)
+
+    def _send(self, items: list[tuple[int, str]]) -> None:
         from azure.eventhub import EventData
 
         by_partition: dict[str, list[str]] = {}
@@ -183,7 +199,7 @@ class BrokerProcess:
             self.process.kill()
 
 
-def write_config(base: Path, port: int, log_level: str = "info") -> Path:
+def write_config(base: Path, port: int, trust: str, log_level: str = "info") -> Path:
     key, token = base / "signing.key", base / "api.token"
     key.write_bytes(signing.private_key_pem(signing.generate_private_key()))
     token.write_text("bench-token-" + os.urandom(12).hex() + "\n")
@@ -226,14 +242,15 @@ max_unavailable = "10%"
 # The backlog of the whole fleet is published within a minute or two here; a real fleet's history
 # on the hub spreads over hours, which the default (1,000 new VMs a minute of hub time) admits.
 new_vms_per_minute = 1000000
-""")
+{trust}""")
     return config
 
 
 def start_coordinator(base: Path, port: int, hub: str, blob: Azurite, queue: Azurite, log: Path,
-                      log_level: str = "info") -> subprocess.Popen[bytes]:
-    """``coordinator run`` with ``write_config``'s file, logging to ``log``."""
-    config = write_config(base, port, log_level)
+                      trust: str, log_level: str = "info") -> subprocess.Popen[bytes]:
+    """``coordinator run`` with ``write_config``'s file (``trust``: its [trust] section), logging
+    to ``log``."""
+    config = write_config(base, port, trust, log_level)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_EH": hub, "BENCH_BLOB": blob.connection_string,
            "BENCH_QUEUE": queue.connection_string}
     with open(log, "ab") as out:
@@ -259,9 +276,11 @@ def main() -> int:
     proc = None
     rows: list[tuple[str, str]] = []
     try:
-        publisher = Publisher(broker.connection_string())
+        identities = Identities(vms, base)
+        publisher = Publisher(broker.connection_string(), identities.sign)
         t0 = time.time()
         began = time.monotonic()
+        publisher.register([(i, identities.registration(v)) for i, v in enumerate(vms)])
         for minute in range(args.minutes):
             publisher.send([(i, heartbeat(v, t0 - (args.minutes - minute) * 60 + i % 60))
                             for i, v in enumerate(vms)])
@@ -273,8 +292,9 @@ def main() -> int:
                    for g, members in enumerate(groups) if len(members) == 10 for v in members]
         publisher.send(earlier)
         backlog = args.minutes * len(vms) + len(earlier)
-        rows.append(("backlog published", f"{backlog:,} events ({args.minutes} heartbeats per VM, a Freeze "
-                     f"reported by every availability set) in {time.monotonic() - began:.1f} s"))
+        rows.append(("backlog published", f"{backlog:,} signed reports ({args.minutes} heartbeats per VM, a "
+                     f"Freeze reported by every availability set) after {len(vms):,} registrations, in "
+                     f"{time.monotonic() - began:.1f} s"))
         targets = [g[0] for g in sets]
         for v in targets:  # the agents create their queues; here the bench does
             queue.client(f"se-approvals-{v['name']}").create_queue()
@@ -282,7 +302,7 @@ def main() -> int:
         port = free_port()
         log = base / "coordinator.log"
         proc = start_coordinator(base, port, broker.connection_string(), blob, queue, log,
-                                 os.environ.get("BENCH_LOG_LEVEL", "info"))
+                                 identities.trust_config(), os.environ.get("BENCH_LOG_LEVEL", "info"))
         token = (base / "api.token").read_text().strip()
         http = requests.Session()
         http.trust_env = False

@@ -6,7 +6,8 @@ Azurite blob and queue, and ``se-forwarder coordinator run`` as a subprocess. Th
 fleet of ``--vms`` VMs in availability sets of 10: heartbeats every second from one producer, and
 maintenance events, each reported by every VM of its set and each fitting its budget at once.
 ``heartbeat_timeout`` is 30 min, so no VM stops being watched during an outage: what is measured
-is the coordinator's own recovery, not the agents'.
+is the coordinator's own recovery, not the agents'. Every VM is a registered agent and signs its
+reports (bench/fleet_identities.py), as in production.
 
 1. Baseline: ``--events`` events published one at a time with the hub up; for each, from the
    moment its reports were on the hub (the send returned) to the coordinator's decision (its
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ import requests  # noqa: E402
 
 from bench.common import end, percentile, print_figures  # noqa: E402
 from bench.coordinator_e2e import Publisher, fleet, heartbeat, scheduled, start_coordinator  # noqa: E402
+from bench.fleet_identities import Identities  # noqa: E402
 from tests.azurite import Azurite  # noqa: E402
 from tests.eventhubs.broker import EventHubsBroker  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
@@ -97,16 +100,16 @@ class Heartbeats(threading.Thread):
     """Every VM's heartbeat once a second, from one producer; failures (the hub is down) are
     skipped, and a new producer is made for the next round."""
 
-    def __init__(self, connection: str, vms: list[dict[str, Any]]) -> None:
+    def __init__(self, connection: str, vms: list[dict[str, Any]], sign: Callable[[str], str]) -> None:
         super().__init__(name="heartbeats", daemon=True)
-        self.connection, self.vms = connection, vms
+        self.connection, self.vms, self.sign = connection, vms, sign
         self.stop = threading.Event()
 
     def run(self) -> None:
         publisher: Publisher | None = None
         while not self.stop.wait(1.0):
             try:
-                publisher = publisher or Publisher(self.connection)
+                publisher = publisher or Publisher(self.connection, self.sign)
                 publisher.send([(i, heartbeat(v, time.time())) for i, v in enumerate(self.vms)])
             except Exception:  # noqa: BLE001 - the hub is down: try again next second
                 if publisher is not None:
@@ -137,8 +140,10 @@ def main() -> int:
     proc = beats = None
     rows: list[tuple[str, str]] = []
     try:
-        publisher = Publisher(broker.connection_string())
+        identities = Identities(vms, base)
+        publisher = Publisher(broker.connection_string(), identities.sign)
         t0 = time.time()
+        publisher.register([(index[v["vmId"]], identities.registration(v)) for v in vms])
         publisher.send([(index[v["vmId"]], heartbeat(v, t0)) for v in vms])
         publisher.send([(index[v["vmId"]], scheduled(v, f"FREEZE-{g:03d}", [members[0]["name"]], t0,
                                                       t0 + 3 * 3600, "Freeze"))
@@ -147,7 +152,8 @@ def main() -> int:
             queue.client(f"se-approvals-{members[0]['name']}").create_queue()
         port = free_port()
         log_path = base / "coordinator.log"
-        proc = start_coordinator(base, port, broker.connection_string(), blob, queue, log_path)
+        proc = start_coordinator(base, port, broker.connection_string(), blob, queue, log_path,
+                                 identities.trust_config())
         token = (base / "api.token").read_text().strip()
         log = Log(log_path)
         http = requests.Session()
@@ -166,7 +172,7 @@ def main() -> int:
             time.sleep(0.3)
         else:
             raise RuntimeError("the coordinator did not lead within 2 minutes")
-        beats = Heartbeats(broker.connection_string(), vms)
+        beats = Heartbeats(broker.connection_string(), vms, identities.sign)
         beats.start()
 
         def publish_event(k: int, producer: Publisher) -> tuple[str, float]:
@@ -220,7 +226,7 @@ def main() -> int:
             cpu_down.append(cpu_share(args.outage - 2))
             broker.start()
             back = time.time()
-            producer = Publisher(broker.connection_string())
+            producer = Publisher(broker.connection_string(), identities.sign)
             event_id, on_hub = publish_event(args.events + r, producer)
             producer.close()
             back_hub.append(on_hub - back)
