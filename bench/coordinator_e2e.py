@@ -68,8 +68,9 @@ What runs here: broker, Azurite, coordinator and this publisher share one machin
 broker is Python and single-threaded. Against a real hub, the publisher and the broker are off
 the coordinator's machine and the hub is not the bottleneck: ingest is then bounded by the
 coordinator's own verification, decoding and folding (bench/coordinator_verified.py: about 3,800
-verified reports/s on one core of this machine; the fold alone 17,000-55,000/s by machine), and the latency adds the network round trips to the hub and to Storage (a few ms each in
-one region) to the figures above. 10,000 VMs with a heartbeat a minute are about 170 events/s.
+verified reports/s on one core of this machine; the fold alone 17,000-55,000/s by machine), and
+the latency adds the network round trips to the hub and to Storage (a few ms each in one region)
+to the figures above. 10,000 VMs with a heartbeat a minute are about 170 events/s.
 The fleet here has already learned its availability sets; the first event seen from a set not
 yet known rebuilds the scope index once (0.3-0.8 s at 10,000 VMs)."""
 
