@@ -47,7 +47,7 @@ def check(event: dict[str, Any]) -> trust.Verdict:
 
 
 def test_the_table_names_every_reason_code():
-    assert set(trust.REASON_CODES) == {"forged", "foreign"}
+    assert set(trust.REASON_CODES) == {"forged", "foreign", "azure"}
     for code in trust.REASON_CODES:
         assert f"``{code}``" in (trust.__doc__ or "")
 
@@ -197,3 +197,10 @@ def test_any_input_gets_a_verdict_and_no_decision_without_a_valid_signature_is_t
         assert not verdict.trusted and verdict.code in trust.REASON_CODES
     else:
         assert verdict == trust.REPORT
+
+
+def test_azures_own_event_types_on_the_agents_hub_are_refused_whatever_their_form():
+    for kind in ("Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted",
+                 "microsoft.resourcenotifications.HealthResources.AvailabilityStatusChanged"):
+        verdict = check({"specversion": "1.0", "type": kind, "id": "x", "source": "/subscriptions/s"})
+        assert (verdict.trusted, verdict.code) == (False, "azure")

@@ -16,7 +16,8 @@ For each event not yet approved, in this order (the first that fails is the verd
 ``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
 ``blackout``       now is inside a ``[[blackouts]]`` window
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
-``not-watched``    an affected VM is not watched (its heartbeat is older than heartbeat_timeout)
+``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
+                   heartbeat_timeout) nor by Azure (azure_topology.py)
 ``prepare-failed`` an affected VM reported ``preparefailed`` (and no ``prepared`` after it)
 ``not-prepared``   ``require_prepared`` and an affected VM has not reported ``prepared``
 ``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
@@ -25,7 +26,7 @@ For each event not yet approved, in this order (the first that fails is the verd
 ``queue-conflict`` no affected VM can be sent the approval: each one's queue is another VM's too
 ``fits``           all passed: **approve**, to one watched affected VM whose queue no other VM
                    shares (the first by name among those that reported the event Scheduled,
-                   else among the others)
+                   else among the others); with none, through ``acknowledge`` (azure_paths.py)
 =================  ==============================================================================
 
 Every verdict names the VMs the event affects (its Resources resolved, scopes.py), whatever its
@@ -64,6 +65,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from . import azure_fold, azure_paths, azure_topology
 from .events import BudgetUse, Decision, VmRef
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
 from .settings import Policy
@@ -112,9 +114,17 @@ class DecisionPass:
 
     # -- helpers shared with control.py -------------------------------------------------------
 
-    def watched(self, vm: str) -> bool:
+    def agent_watched(self, vm: str) -> bool:
         beat = last_heartbeat(self.state, self.idx, vm)
         return beat is not None and beat >= self.now - self.policy.heartbeat_timeout
+
+    def watched(self, vm: str) -> bool:
+        """Its agent is watched, or Azure watches it (azure_topology.watched)."""
+        return self.agent_watched(vm) or azure_topology.watched(self.state, self.policy, vm, self.now)
+
+    def arm(self, record: EventRecord, res: Resolution) -> VmRef | None:
+        """The approval's target when it goes through ``acknowledge`` (azure_paths.py)."""
+        return azure_paths.arm_target(self.state, self.policy, self.idx, record, res.vms)
 
     def ref(self, vm: str) -> VmRef:
         record = self.state.vms[vm]
@@ -146,7 +156,7 @@ class DecisionPass:
         """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
         reported the event Scheduled first, then by name."""
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.watched(vm) and vm not in self.idx.shared_queue),
+        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue),
                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
@@ -192,7 +202,8 @@ class DecisionPass:
             attempt = max(record.approvals, default=0) + 1
             self.out.decisions.append(self.decision(
                 "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
-                target=self.ref(targets[0]), budgets=budgets, attempt=attempt))
+                target=self.ref(targets[0]) if targets else self.arm(record, res), budgets=budgets,
+                attempt=attempt, via=None if targets else azure_paths.VIA_ARM))
             self.take(res.vms)
             return Verdict(record.key, record.event_id, "approved", reason, None, res.vms, budgets)
         self.defer(record, res, code, reason, scope, budgets)
@@ -254,12 +265,13 @@ class DecisionPass:
             if not use.fits:
                 return ("budget", f"{use.scope} would have {use.with_event} unavailable, max {use.max}",
                         use.scope)
-        if not self.targets(record, res.vms):
+        if not self.targets(record, res.vms) and self.arm(record, res) is None:
             shared = [self.state.vms[v].name for v in res.vms if v in self.idx.shared_queue]
             if shared:
                 return ("queue-conflict", f"the approval queue of {', '.join(shared)} is another VM's "
                         "too: no affected VM to send the approval to", None)
-            return ("not-watched", "no affected VM is watched", None)
+            return ("not-watched", "no affected VM has a watched agent"
+                    + ("" if policy.acknowledge else " ([azure] acknowledge is off)"), None)
         tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
         detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""
         return ("fits", f"fits every budget{detail}", None)
@@ -319,7 +331,8 @@ class DecisionPass:
             return approved
         rejecters = {self.idx.key(vm) for vm in refusals.values()}
         candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
-        if not candidates:
+        arm = None if candidates or azure_fold.ARM in rejecters else self.arm(record, res)
+        if not candidates and arm is None:
             reason = "no watched affected VM left to send the approval to"
             self.defer(record, res, "no-target", reason, None, ())
             return Verdict(record.key, record.event_id, "no-target", reason, None, res.vms)
@@ -330,17 +343,19 @@ class DecisionPass:
         ordered = sorted(candidates, key=lambda vm: (self.state.vms[vm].name.lower(), vm))
         after = [vm for vm in ordered if (self.state.vms[vm].name.lower(), vm) >
                  (self.state.vms[previous].name.lower() if previous in self.state.vms else "", previous)]
-        target = (after or ordered)[0]
-        before = self.state.vms[previous].name if previous in self.state.vms else "its target"
+        target = self.ref((after or ordered)[0]) if candidates else arm
+        assert target is not None
+        before = ("acknowledge" if last.data.get("Via") == azure_paths.VIA_ARM else
+                  self.state.vms[previous].name if previous in self.state.vms else "its target")
+        where = f"sending it to {target.name}" if candidates else "approving it through acknowledge"
         code = "retry-rejected" if rejected else "retry-no-echo"
-        reason = (f"{before} rejected the approval; sending it to {self.state.vms[target].name}"
-                  if rejected else f"no approved echo from {before} within "
-                  f"{span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
+        reason = (f"{before} rejected the approval; {where}" if rejected else
+                  f"no approved echo from {before} within {span(self.policy.echo_timeout)}; {where}")
         attempt = max(record.approvals) + 1
         self.out.decisions.append(self.decision(
             "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
-            target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt,
-            overrides=inherited(last)))
+            target=target, budgets=self.uses(res.vms), attempt=attempt,
+            overrides=inherited(last), via=None if candidates else azure_paths.VIA_ARM))
         return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)
 
     def recheck(self, record: EventRecord, res: Resolution, last: DecisionRecord) -> Verdict | None:

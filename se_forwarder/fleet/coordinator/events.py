@@ -7,12 +7,14 @@ Attributes:
 
 =================  ================================================================================
 ``type``           ``com.azure.scheduledevents.coordinator.<kind>``, kind one of ``approve``,
-                   ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``
+                   ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``,
+                   ``acknowledge`` (what Azure answered an approval through ARM: azure_paths.py)
 ``id``             deterministic, so the same decision made from the same fold by any instance has
                    the same id (and is folded once): ``<EventId>/coordinator/approve/<attempt>``,
                    ``<EventId>/coordinator/defer/<n>-<ReasonCode>``,
                    ``<EventId>/coordinator/breach/<12 hex of SHA-256 of the sorted scopes>``,
                    ``<EventId>/coordinator/hold|release/<Sequence>``,
+                   ``<EventId>/coordinator/approve/<attempt>/acknowledge``,
                    ``coordinator/pause|resume/<scope>/<Sequence>``
 ``source``         the coordinator (one name for all its instances, given by the service)
 ``subject``        the EventId; the scope for ``pause``/``resume``
@@ -38,7 +40,11 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
 ``Resources``      the event's Resources (VM names), as reported
 ``Affected``       [{``name``, ``vmId``, ``group``}] the VMs those names resolved to
 ``Target``         approve only: {``name``, ``vmId``, ``group``}, the watched affected VM whose
-                   queue gets the signed approval message
+                   queue gets the signed approval message; with ``Via: "arm"`` the resource the
+                   event is filed under (its VM or scale set, ``vmId`` empty)
+``Via``            approve and acknowledge: ``queue`` (a message to the target's agent) or ``arm``
+                   (the Maintenance ``acknowledge``, when no affected VM has a watched agent:
+                   azure_paths.py); null for the other kinds
 ``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``approve-now-override``
                    (a person exceeded a budget), ``retry-no-echo``, ``retry-rejected``; defer:
                    ``too-early`` ... ``budget``; ``breach``; control: ``pause``, ``resume``,
@@ -143,6 +149,7 @@ class Decision:
     scope: str | None = None
     sequence: int | None = None
     overrides: tuple[str, ...] = field(default=())
+    via: str | None = None  # approve: "arm" for an approval through acknowledge, else a queue message
 
     def data(self) -> dict[str, Any]:
         return {
@@ -163,6 +170,7 @@ class Decision:
             "Scope": self.scope,
             "Sequence": self.sequence,
             "Overrides": list(self.overrides),
+            "Via": self.via or ("queue" if self.kind == "approve" else None),
         }
 
 

@@ -74,14 +74,17 @@ class ReaderHealth:
 
 
 def decode(event_data: Any) -> dict[str, Any] | None:
-    """The structured CloudEvent in ``event_data``; the fast path parses the JSON body directly."""
+    """The structured CloudEvent in ``event_data`` (a JSON object, or an array of one as Event Grid
+    delivers); the fast path parses the JSON body directly."""
     props = event_data.properties or {}
     if not any((k.decode() if isinstance(k, bytes) else k) == "cloudEvents_id" for k in props):
         try:
             body = event_data.body
             text = body if isinstance(body, bytes | bytearray) else b"".join(body)
-            if text[:1] == b"{":
+            if text[:1] in (b"{", b"["):
                 parsed = json.loads(text)
+                if isinstance(parsed, list) and len(parsed) == 1:  # Event Grid's delivery: [CloudEvent]
+                    parsed = parsed[0]
                 if isinstance(parsed, dict) and "specversion" in parsed:
                     return parsed
         except (ValueError, TypeError):

@@ -129,7 +129,7 @@ class Output:
             d = item.decision
             if item.done is not None and not item.done.done():
                 item.done.set_result(event)
-            if d.kind != "approve" or d.shadow:
+            if d.kind != "approve" or d.shadow or d.via is not None:  # via ARM: the service acknowledges
                 self.observe(d, "published", None)
                 continue
             if not self.may_act(item.term):

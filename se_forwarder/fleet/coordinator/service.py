@@ -8,6 +8,12 @@ to the output (output.py), which publishes it and then sends its approval messag
 it prunes; while leading, every ``snapshot_interval`` and at a clean stop it saves the fold with
 the positions it covers (blobs.py), when nothing is waiting to be published.
 
+Azure's input (``[azure]``, azure_input.py): the Azure feed hub is read beside the agents' hub into
+the same inbox, its positions kept with theirs; the Resource Graph catch-ups and the outcomes of
+``acknowledge`` come back from their own threads and are folded on this one. An approval through
+ARM (``Via: "arm"``) is acknowledged once it is published, and what Azure answered is published as
+an ``acknowledge`` decision.
+
 Input rules: every event read from the hub passes trust.py first (``_fold``): agent CloudEvents,
 and this coordinator's own decisions when signed by a trusted key, are folded; decisions of
 another coordinator name (``foreign``: a shadow coordinator under its own name can watch the same
@@ -36,6 +42,7 @@ from typing import Any
 from ...approvals import signing
 from ...errors import SeForwarderError, StateError
 from . import access, trust
+from .azure_input import AzureInput
 from .blobs import Lease, Snapshots
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
@@ -105,6 +112,7 @@ class Service:
         self.reader: HubReader | None = None
         self.last_snapshot: tuple[float, int] | None = None  # (time, bytes)
         self.queue_conflicts = QueueConflictLog()
+        self.azure = AzureInput(settings.azure) if settings.azure is not None else None
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -115,6 +123,8 @@ class Service:
     def run(self) -> int:
         self._ensure_container()
         self._load()
+        if self.azure is not None:
+            self.azure.start()
         self.output.start()
         self.leadership.start()
         last_pass = last_prune = last_save = 0.0
@@ -122,6 +132,7 @@ class Service:
             while not self.stop.is_set():
                 self._fold_available(0.05)
                 self._serve_requests()
+                self._take_azure()
                 if self._rebuild_term is not None:
                     self._rebuild()
                 now = time.time()
@@ -181,6 +192,8 @@ class Service:
                 log.info("no snapshot: reading the hub from the start of its retention")
         self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put)
         self.reader.start()
+        if self.azure is not None:
+            self.azure.read_feed(self.positions, self.inbox.put)
 
     def _rebuild(self) -> None:
         term, self._rebuild_term = self._rebuild_term, None
@@ -206,6 +219,8 @@ class Service:
             self.reader.close()
         self.sender.queues.close()
         self.output.publisher.drop()
+        if self.azure is not None:
+            self.azure.close()
 
     # -- the fold -------------------------------------------------------------------------------
 
@@ -226,6 +241,11 @@ class Service:
                 return
 
     def _fold(self, batch: Batch) -> None:
+        if self.azure is not None and self.azure.is_feed(batch):
+            self.azure.fold_feed(self.state, batch)
+            self.positions[batch.partition] = batch.events[-1][1]
+            self.last_input, self._dirty = batch.arrived, True
+            return
         keys = self.signer.verify_keys()
         for event, position in batch.events:
             if event is None:
@@ -282,8 +302,18 @@ class Service:
                         decision.reason, extra=extra)
         else:
             log.info("%s %s: %s", decision.kind, decision.subject, decision.reason, extra=extra)
+        if self.azure is not None:
+            done = self.azure.once_published(self.state, decision,
+                                             lambda: self.leadership.may_act(term), done)
         self.output.put(Outgoing(decision, term, trigger, done))
         return outcome
+
+    def _take_azure(self) -> None:
+        """Fold Azure's catch-ups; publish what acknowledge answered while acting (azure_input.py)."""
+        term = self.leadership.term
+        publish = (lambda d: self._publish(d, term.number)) if term is not None and self.acting() else None
+        if self.azure is not None and self.azure.pump(self.state, publish):
+            self._dirty = True
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -366,4 +396,5 @@ class Service:
             "skipped": sum(self.stats.skipped.values()) + self.not_cloudevents,
             "refused": {code: self.refused[code] for code in trust.REASON_CODES},
             "decisionsMade": self.decisions_made,
+            "azure": self.azure.describe() if self.azure is not None else None,
         }
