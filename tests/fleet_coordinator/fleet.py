@@ -21,6 +21,7 @@ import requests
 
 from se_forwarder.approvals import signing
 from se_forwarder.simulator import SimulatorServer
+from se_forwarder.simulator.azure_side import AzureOptions
 from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
 from tests.azurite import Azurite
@@ -128,12 +129,13 @@ class Coordinator:
 class Fleet:
     """Everything but the coordinators, started once for a test module."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, topology: Topology = TOPOLOGY, azure: AzureOptions | None = None) -> None:
         self.base = base
+        self.topology = topology
         self.broker = EventHubsBroker()
         self.blob = Azurite("blob", workdir=base)
         self.queue = Azurite("queue", workdir=base)
-        self.server = SimulatorServer(topology=TOPOLOGY, time_scale=TIME_SCALE)
+        self.server = SimulatorServer(topology=topology, time_scale=TIME_SCALE, azure=azure)
         self.agents: dict[str, AgentProcess] = {}
         self.key_file = base / "signing.key"  # the coordinator's Ed25519 private key
         key = signing.generate_private_key()
@@ -151,7 +153,7 @@ class Fleet:
         self.blob.start()
         self.queue.start()
         self.server.start()
-        for name in TOPOLOGY.vm_names if vms is None else vms:
+        for name in self.topology.vm_names if vms is None else vms:
             self.start_agent(name)
         return self
 

@@ -14,6 +14,7 @@ from typing import Any
 from ...errors import ConfigError
 from ...sinks.azure_common import check_plaintext, eventhubs_target, read_connection_string, token_credential
 from ...telemetry import add_secrets
+from .azure_config import AzureSettings
 from .service_config import Access, EventHubSettings, QueueSettings, ServiceSettings, StorageSettings
 
 # Few, short SDK retries: the service has its own loops, and a down service must fail fast.
@@ -45,6 +46,11 @@ def check_connection_strings(settings: ServiceSettings) -> None:
     connection_string(settings.queues.access, "queues")
     if settings.azure is not None and settings.azure.feed is not None:
         connection_string(settings.azure.feed.access, "azure.feed")
+
+
+def azure_credential(settings: AzureSettings) -> Any:
+    """The credential for ARM (``[azure] credential``)."""
+    return credential(Access(settings.credential, settings.client_id))
 
 
 def credential(access: Access) -> Any:

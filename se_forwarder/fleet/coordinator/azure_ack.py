@@ -69,8 +69,9 @@ class Acknowledger:
         self._queue.put((approval_id, path))
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(TIMEOUT + 5)
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(TIMEOUT + 5)
         if self._pipeline is not None:
             self._pipeline.close()
 

@@ -6,7 +6,7 @@ problem. Without the section the coordinator reads the agents only, as before::
     arm_endpoint = "https://management.azure.com"  # ARM (Resource Graph, acknowledge, instance views)
     ca_file = ""                         # a PEM bundle to trust instead of the system's (tests, private
                                          # clouds); TLS is verified either way, and http is refused
-    arg_interval = "5m"                  # the Resource Graph catch-up: at start and this often (30s..1d)
+    arg_interval = "5m"                  # the Resource Graph catch-up: at start and this often (5s..1d)
     acknowledge = false                  # true: approve through the Maintenance acknowledge when no
                                          # affected VM has a watched agent (the identity needs the role)
     credential = "managed-identity"      # managed-identity | default (ARM takes a token)
@@ -100,7 +100,7 @@ def load_azure(raw: Any, feed_parser: Callable[[dict[str, Any], str, str], Event
         subscriptions=tuple(dict.fromkeys(s.strip().lower() for s in listed)),
         feed=feed_parser(feed, "azure.feed", "azure-feed") if feed is not None else None,
         arm_endpoint=_endpoint(raw.get("arm_endpoint", ARM)), ca_file=_ca_file(raw.get("ca_file", "")),
-        arg_interval=parse_duration(raw["arg_interval"], "azure.arg_interval", 30.0, 86400.0)
+        arg_interval=parse_duration(raw["arg_interval"], "azure.arg_interval", 5.0, 86400.0)
         if "arg_interval" in raw else 300.0,
         acknowledge=as_bool(raw.get("acknowledge", False), "azure.acknowledge"),
         credential=credential, client_id=as_str(raw.get("client_id", ""), "azure.client_id").strip())

@@ -33,9 +33,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...sinks.azure_common import token_credential
 from ...timestamps import rfc3339
 from . import azure_facts, azure_fold, azure_paths
+from .access import azure_credential
 from .azure_config import AzureSettings
 from .azure_facts import CatchUp
 from .events import Decision
@@ -72,7 +72,7 @@ class AzureInput:
 
     def credential(self) -> Any:
         if self._credential is None:
-            self._credential = token_credential(self.settings.credential, self.settings.client_id or None)
+            self._credential = azure_credential(self.settings)
         return self._credential
 
     # -- life ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import trust
+from . import azure_view, trust
 from .limits import CAPS
 from .scopes import index
 
@@ -41,7 +41,21 @@ def values(service: Service) -> dict[str, Any]:
         "queue_conflicts": len(index(state, service.policy).shared_queue),
         "latencies": list(out.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
+        "azure": _azure(service),
     }
+
+
+def _azure(service: Service) -> dict[str, Any] | None:
+    """Azure's input: what came in (by what happened to it), agentless VMs, findings by field."""
+    if service.azure is None:
+        return None
+    idx = index(service.state, service.policy)
+    by_field: dict[str, int] = {}
+    for finding in azure_view.findings(service.state, idx):
+        field = "tag" if finding["field"].startswith("tag:") else finding["field"]
+        by_field[field] = by_field.get(field, 0) + 1
+    return {"counts": dict(service.azure.counts), "agentless": len(azure_view.agentless(service.state, idx)),
+            "vms": len(service.state.azure.vms), "findings": by_field}
 
 
 def render(v: dict[str, Any]) -> bytes:
@@ -95,6 +109,7 @@ def render(v: dict[str, Any]) -> bytes:
                 yield GaugeMetricFamily(PREFIX + "last_input_age_seconds",
                                         "Seconds since the last event arrived from the hub.",
                                         value=round(v["last_input_age"], 3))
+            yield from _azure_metrics(v["azure"], CounterMetricFamily, GaugeMetricFamily)
             latencies = v["latencies"]
             yield SummaryMetricFamily(PREFIX + "approval_latency_seconds",
                                       "From the hub input that made an approval possible to its queue "
@@ -105,6 +120,23 @@ def render(v: dict[str, Any]) -> bytes:
     registry.register(Collector())  # type: ignore[arg-type]
     ProcessCollector(registry=registry)
     return generate_latest(registry)
+
+
+def _azure_metrics(v: dict[str, Any] | None, counter: Any, gauge: Any) -> Iterator[Any]:
+    if v is None:
+        return
+    inputs = counter(PREFIX + "azure", "Azure's input by what became of it: feed-folded, feed-<refusal>, "
+                     "graph-<refusal> (rows), acknowledge-<outcome>.", labels=["what"])
+    for what, count in sorted(v["counts"].items()):
+        inputs.add_metric([what], count)
+    yield inputs
+    yield gauge(PREFIX + "azure_vms", "VMs Azure lists in the managed subscriptions.", value=v["vms"])
+    yield gauge(PREFIX + "azure_agentless", "VMs Azure lists that no agent reports.", value=v["agentless"])
+    findings = gauge(PREFIX + "azure_findings", "Current disagreements between Azure and an agent, by "
+                     "field (status, fault domain, scale set, ...).", labels=["field"])
+    for field, count in sorted(v["findings"].items()):
+        findings.add_metric([field], count)
+    yield findings
 
 
 def health(service: Service) -> tuple[bool, str]:
