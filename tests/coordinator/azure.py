@@ -15,6 +15,10 @@ from se_forwarder.fleet.coordinator.settings import Policy
 from .fleet import SUB, AgentVm, iso
 
 EVENT_TYPE = azure_facts.EVENT_TYPE
+BASE_CONFIG = {"signing": {"key_file": "/k"},
+               "eventhub": {"fully_qualified_namespace": "ns.servicebus.windows.net"},
+               "storage": {"account_url": "https://a.blob.core.windows.net"},
+               "queues": {"account_url": "https://a.queue.core.windows.net"}, "api": {"token_file": "/t"}}
 FRESH = 600.0  # policy.azure_fresh_for in these tests
 
 

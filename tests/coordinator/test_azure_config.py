@@ -10,7 +10,7 @@ import pytest
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator.service_config import from_dict
 
-from .test_trust_config import BASE
+from .azure import BASE_CONFIG as BASE
 
 SUB = "6e0fea51-f7a4-5898-88ed-282fb2a813c0"
 
