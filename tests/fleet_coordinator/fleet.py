@@ -115,6 +115,12 @@ class Coordinator:
                                str(self.config)], env=self.env, cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
 
+    def cli_ok(self, *args: str) -> str:
+        """``coordinator <args>``'s output; the test fails when it does not exit 0."""
+        done = self.cli(*args)
+        assert done.returncode == 0, f"coordinator {' '.join(args)}: {done.stderr or done.stdout}"
+        return done.stdout
+
     def logged(self) -> list[dict[str, Any]]:
         out = []
         for line in self.log.read_text(errors="replace").splitlines():

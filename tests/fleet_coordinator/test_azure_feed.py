@@ -50,12 +50,6 @@ KILLED = "db-2"
 FAKE = "FAKE0000-0000-4000-8000-000000000000"
 
 
-def cli_ok(coordinator: Any, *args: str) -> str:
-    done = coordinator.cli(*args)
-    assert done.returncode == 0, f"coordinator {' '.join(args)}: {done.stderr or done.stdout}"
-    return done.stdout
-
-
 def azure_event(event_id: str, vm: str) -> dict[str, Any]:
     """A ScheduledEventEmitted CloudEvent as Event Grid would deliver it, for ``vm``."""
     sub, rg = PREFIX.split("/")
@@ -87,7 +81,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                           and len(s["azure"]["findings"]) >= 2)(coordinator.get("/v1/status")),
                  60, "every VM watched, by its agent or by Azure, and the liar's claims seen")
         record["check"] = coordinator.cli("check")
-        cli_ok(coordinator, "pause", "--reason", "schedule the night's maintenance first")
+        coordinator.cli_ok("pause", "--reason", "schedule the night's maintenance first")
 
         ids: dict[str, str] = {}
         for i, vm in enumerate(DB):
@@ -98,12 +92,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["ids"] = ids
         wait_for(lambda: {p["eventId"] for p in coordinator.get("/v1/status")["pending"]}
                  >= set(ids.values()), 60, "the coordinator to see every event (db-5's from Resource Graph)")
-        record["status_text"] = cli_ok(coordinator, "status")
+        record["status_text"] = coordinator.cli_ok("status")
         record["status_paused"] = coordinator.get("/v1/status", all="1")
-        record["pause_by_name"] = cli_ok(coordinator, "pause", "--scope", "group:db", "--reason", "by name")
-        cli_ok(coordinator, "resume", "--scope", "group:db", "--reason", "by its name")
+        record["pause_by_name"] = coordinator.cli_ok("pause", "--scope", "group:db", "--reason", "by name")
+        coordinator.cli_ok("resume", "--scope", "group:db", "--reason", "by its name")
 
-        cli_ok(coordinator, "resume", "--reason", "go")
+        coordinator.cli_ok("resume", "--reason", "go")
         wait_for(lambda: ids["db-0"] in timeline.started, 60, "db-0's event to start")
         fleet.agents[KILLED].kill()
         record["killed_at"] = time.time()

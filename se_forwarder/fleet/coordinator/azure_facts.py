@@ -35,12 +35,12 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from ...approvals.messages import EVENT_ID
 from ...model import MalformedDocument, parse_not_before
 from ...printable import has_controls
+from ...timestamps import seconds
 
 EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
 EVENT_TABLE_TYPE = "microsoft.maintenance/scheduledevents"
@@ -144,16 +144,6 @@ def _text(value: Any, what: str, limit: int = MAX_NAME, *, required: bool = Fals
     return value
 
 
-def _moment(value: Any) -> float | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-
-
 class _Refused(Exception):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
@@ -212,8 +202,8 @@ def feed_event(event: Mapping[str, Any], managed: Sequence[str]) -> EventFacts |
         if not isinstance(data, Mapping):
             raise _Refused("schema", "data is not an object")
         operational = data.get("operationalInfo")
-        as_of = _moment(operational.get("resourceEventTime")) if isinstance(operational, Mapping) else None
-        as_of = as_of if as_of is not None else _moment(event.get("time"))
+        as_of = seconds(operational.get("resourceEventTime")) if isinstance(operational, Mapping) else None
+        as_of = as_of if as_of is not None else seconds(event.get("time"))
         if as_of is None:
             raise _Refused("schema", "neither resourceEventTime nor time is an RFC 3339 time")
         facts = _event(data.get("resourceInfo"), managed, as_of, "feed")
