@@ -6,8 +6,9 @@ its own with a deadline, and its result comes back to the loop through ``take``:
 
 - **The feed.** The Azure feed hub (``[azure.feed]``) is read with the same ``HubReader`` as the
   agents' hub, into the same inbox. Its batches carry partitions named ``feed:<hub>/<partition>``,
-  so their positions are kept and saved with the snapshot beside the agents' hub's, and the loop
-  knows where each batch came from. Only Event Grid's identity may send to that hub (the Bicep
+  so their positions are kept and saved with the snapshot beside the agents' hub's, the loop
+  knows where each batch came from, and a new leader reads it to its end too before it acts
+  (``ends``). Only Event Grid's identity may send to that hub (the Bicep
   grants nothing else), so no VM can write to this input. Each event (Event Grid delivers
   ``[CloudEvent]``; hub.decode takes its one element) is checked by ``azure_facts.feed_event`` and
   folded as Azure's (azure_fold.py); a refusal is counted by reason. Conversely, Azure's types read
@@ -38,8 +39,9 @@ from . import azure_facts, azure_fold, azure_paths
 from .access import azure_credential
 from .azure_config import AzureSettings
 from .azure_facts import CatchUp
+from .azure_graph import describe_error
 from .events import Decision
-from .hub import Batch, HubReader, Position
+from .hub import Batch, HubReader, Position, partition_ends
 from .intake import FOLDED
 from .state import FleetState
 
@@ -97,6 +99,19 @@ class AzureInput:
                                 lambda batch: deliver(replace(batch, partition=prefix + batch.partition)))
         self.reader.start()
 
+    def ends(self) -> dict[str, int]:
+        """The feed hub's partition ends, named as its positions are (leader.py's catch-up rule);
+        none when it cannot be read: the agents' hub alone then decides when a leader may act."""
+        if self.settings.feed is None:
+            return {}
+        try:
+            ends = partition_ends(self.settings.feed)
+        except Exception as exc:  # noqa: BLE001 - one line; the feed is the second input
+            log.warning("the Azure feed hub's ends cannot be read (%s); acting without reading it to its end",
+                        describe_error(exc))
+            return {}
+        return {self.prefix + pid: end for pid, end in ends.items()}
+
     def close(self) -> None:
         self._stop.set()
         if self.reader is not None:
@@ -128,7 +143,7 @@ class AzureInput:
     # -- the catch-up (its own thread) -------------------------------------------------------------
 
     def _poll(self) -> None:
-        from .azure_graph import Graph, describe_error
+        from .azure_graph import Graph
 
         graph: Graph | None = None
         while not self._stop.is_set():

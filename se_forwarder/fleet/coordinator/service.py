@@ -102,9 +102,10 @@ class Service:
         self.snapshots = Snapshots(container, settings.name, self._hub_label(), self.signer.key,
                                    self.signer.verify_keys)
         api = settings.api.advertise or settings.api.url
-        self.leadership = Leadership(
+        self.azure = AzureInput(settings.azure) if settings.azure is not None else None
+        self.leadership = Leadership(  # a new leader acts once it read both hubs up to their ends
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            lambda: partition_ends(settings.eventhub))
+            lambda: {**partition_ends(settings.eventhub), **(self.azure.ends() if self.azure else {})})
         self.sender = Sender(access.Queues(settings.queues), self.signer, settings.queues.template,
                              settings.queues.message_ttl)
         self.output = Output(HubPublisher(settings.eventhub, partition_key=self.source), self.sender,
@@ -112,7 +113,6 @@ class Service:
         self.reader: HubReader | None = None
         self.last_snapshot: tuple[float, int] | None = None  # (time, bytes)
         self.queue_conflicts = QueueConflictLog()
-        self.azure = AzureInput(settings.azure) if settings.azure is not None else None
 
     # -- life -----------------------------------------------------------------------------------
 
