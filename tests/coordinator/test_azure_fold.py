@@ -181,3 +181,12 @@ def test_the_feed_arriving_before_after_or_without_the_agents_reports_gives_the_
         fold_event(fleet.state, facts(item))
     verdicts.append(fleet.decide(T0 + 10, apply=False).verdicts["e9"].code)
     assert verdicts == ["approved"] * 3
+
+
+def test_an_event_azure_shows_ended_that_the_fold_never_knew_is_history_and_not_folded():
+    fleet = fleet_with_azure()
+    history = [row("OLD", "Completed", [SET[4]])]
+    fold_catch_up(fleet.state, catch_up(T0 + 5, [vm_row(vm) for vm in SET], history))
+    assert "old" not in fleet.state.events
+    idx = index(fleet.state, fleet.policy)
+    assert unavailable(fleet.state, fleet.policy, idx, T0 + 6) == {}

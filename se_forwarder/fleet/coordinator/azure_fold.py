@@ -16,6 +16,9 @@ sources, whatever their order:
   Azure still shows it Started or Scheduled is not (Azure: Started, agent: completed -> Started).
   azure_view.py shows and counts each disagreement.
 - Its times (first Scheduled and Started, last completed and ended) include Azure's.
+- An event Azure shows ended that the fold never knew is not folded: Resource Graph keeps past
+  events, and their end is history. (Should the feed deliver an event's end before its start,
+  the next catch-up ends it.)
 
 The coordinator's ``acknowledge`` outcomes (azure_paths.py) fold here too: an approval through
 ``acknowledge`` that Azure answered is the event's echo from ``ARM``, a refusal is a rejection of
@@ -29,7 +32,7 @@ from collections.abc import Iterable
 from . import azure_topology
 from .azure_facts import CatchUp, EventFacts
 from .azure_state import AzureEvent
-from .intake import FOLDED, LATE
+from .intake import FOLDED, LATE, SKIPPED
 from .state import COMPLETED, STARTED, TERMINAL, DecisionRecord, EventRecord, FleetState
 
 ARM = "arm"  # the echo and rejection key of approvals through acknowledge (never a VM key)
@@ -38,10 +41,14 @@ SUFFIX = "/acknowledge"  # an acknowledge decision's id: <its approval's id>/ack
 
 
 def fold_event(state: FleetState, facts: EventFacts) -> str:
-    """Fold one observation of an event by Azure; ``folded``, or ``late`` for a pruned event."""
+    """Fold one observation of an event by Azure; ``folded``, ``late`` for a pruned event, or
+    ``skipped`` for one Azure shows ended that the fold never knew (Resource Graph keeps past events:
+    history, not maintenance to pace)."""
     key = facts.event_id.lower()
     if key in state.gone:
         return LATE
+    if facts.rank >= TERMINAL and key not in state.azure.events and key not in state.events:
+        return SKIPPED
     event = state.azure.events.get(key)
     if event is None:
         event = state.azure.events[key] = AzureEvent(key=key, event_id=facts.event_id)
