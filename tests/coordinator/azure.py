@@ -92,8 +92,9 @@ def vm_row(vm: AgentVm, avset: str = "web", *, fd: str | None = None, ud: str | 
 
 
 def catch_up(t: float, vms: list[dict[str, Any]] = (), events: list[dict[str, Any]] = (),  # type: ignore[assignment]
-             covered: bool = True) -> CatchUp:
-    """What azure_graph.Graph.catch_up would give for these rows (VMs with their views' domains)."""
+             covered: bool = True, opted_in: bool = True) -> CatchUp:
+    """What azure_graph.Graph.catch_up would give for these rows (VMs with their views' domains,
+    opted in to Azure's feed through their set unless ``opted_in`` is false)."""
     result = CatchUp(t, covered=(SUB,) if covered else (), topology=(SUB,) if vms or covered else ())
     for item in vms:
         fd, ud = item.get("_domains", ("", ""))
@@ -101,7 +102,7 @@ def catch_up(t: float, vms: list[dict[str, Any]] = (), events: list[dict[str, An
         assert isinstance(parsed, azure_facts.VmFacts), parsed
         from dataclasses import replace
         result.vms.append(replace(parsed, fault_domain=parsed.fault_domain or fd,
-                                  update_domain=parsed.update_domain or ud))
+                                  update_domain=parsed.update_domain or ud, opted_in=opted_in))
     for item in events:
         parsed_event = azure_facts.event_row(item, [SUB], t)
         assert isinstance(parsed_event, azure_facts.EventFacts), parsed_event

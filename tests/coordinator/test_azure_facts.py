@@ -114,3 +114,19 @@ def test_any_input_gives_facts_or_a_refusal_never_an_exception(event, path, valu
     for result in (azure_facts.feed_event(mutated, [SUB]), azure_facts.event_row(mutated, [SUB], T0),
                    azure_facts.vm_row(mutated, [SUB])):
         assert isinstance(result, EventFacts | VmFacts | Refusal)
+
+
+OPT_IN = {"scheduledEventsPolicy": {"scheduledEventsAdditionalPublishingTargets": {
+    "eventGridAndResourceGraph": {"enable": True}}}}
+
+
+def test_a_vm_is_opted_in_to_azures_feed_by_its_own_policy_or_its_sets():
+    found = graph_vm_row(SET[2])
+    own = {**{k: v for k, v in found.items() if k != "_domains"}}
+    assert isinstance(facts := vm_row(own, [SUB]), VmFacts) and not facts.opted_in
+    own["properties"] = {**own["properties"], **OPT_IN}
+    assert isinstance(facts := vm_row(own, [SUB]), VmFacts) and facts.opted_in
+    set_id = found["properties"]["availabilitySet"]["id"]
+    assert azure_facts.set_row({"id": set_id, "properties": OPT_IN}) == (set_id.lower(), True)
+    assert azure_facts.set_row({"id": set_id, "properties": {}}) == (set_id.lower(), False)
+    assert facts.set_id == set_id.lower()

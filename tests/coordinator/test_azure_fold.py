@@ -190,3 +190,12 @@ def test_an_event_azure_shows_ended_that_the_fold_never_knew_is_history_and_not_
     assert "old" not in fleet.state.events
     idx = index(fleet.state, fleet.policy)
     assert unavailable(fleet.state, fleet.policy, idx, T0 + 6) == {}
+
+
+def test_a_vm_not_opted_in_to_azures_feed_is_not_watched_by_azure():
+    fleet = Fleet(policy())
+    fleet.beat(*AGENTS, t=T0)
+    fold_catch_up(fleet.state, catch_up(T0, [vm_row(vm) for vm in SET], opted_in=False))
+    idx = index(fleet.state, fleet.policy)
+    expected = {vm.vm_id: "not-watched" for vm in AGENTLESS}
+    assert unavailable(fleet.state, fleet.policy, idx, T0 + 1) == expected

@@ -91,6 +91,7 @@ def test_vms_carry_azures_groups_zones_and_the_domains_of_their_instance_views(s
     assert (vms["api_2"].scale_set, vms["api_2"].availability_set) == ("api", "")
     assert (vms["web_1"].scale_set, vms["web_1"].zone) == ("web", "1")
     assert result.views == 9  # the availability set's and the uniform scale set's VMs, read once each
+    assert all(vm.opted_in for vm in result.vms)  # through their sets' scheduledEventsPolicy
 
 
 def test_a_429_is_waited_out_for_its_retry_after_and_the_catch_up_completes(server, settings, credential):

@@ -25,8 +25,12 @@ Facts:
 - ``VmFacts``: one VM as Azure files it (``resources`` for availability sets and flexible scale
   sets, ``computeresources`` for uniform scale sets): key (its ``vmId``, lower case, as the
   agents' reports are keyed), name as ``Resources`` names it (a uniform scale set's VM is
-  ``<scale set>_<instanceId>``), availability set, scale set, zone, tags, and the fault and update
-  domains when Resource Graph has them (``instance_view``: the ARM path that has them otherwise).
+  ``<scale set>_<instanceId>``), availability set, scale set, zone, tags, the fault and update
+  domains when Resource Graph has them (``instance_view``: the ARM path that has them otherwise),
+  and whether it is opted in to Azure's feed (``scheduledEventsPolicy...eventGridAndResourceGraph.
+  enable`` on the VM, or on its set: ``set_row``). Only an opted-in VM's events reach the feed and
+  ``maintenanceresources``; when neither the VM's nor its set's row shows the policy, it counts as
+  not opted in.
 """
 
 from __future__ import annotations
@@ -107,6 +111,8 @@ class VmFacts:
     update_domain: str
     tags: dict[str, str] = field(default_factory=dict, hash=False)  # names in lower case
     instance_view: str = ""  # the ARM path of its instance view, when the domains must come from it
+    set_id: str = ""  # its availability set's or scale set's ARM id, lower case
+    opted_in: bool = False  # its events reach Azure's feed and Resource Graph (module docstring)
 
 
 @dataclass
@@ -255,16 +261,19 @@ def vm_row(row: Mapping[str, Any], managed: Sequence[str]) -> VmFacts | Refusal:
         vm_id = _text(_get(props, "vmId"), "properties.vmId", 64, required=True)
         zones = row.get("zones")
         zone = _text(zones[0], "a zone", 8) if isinstance(zones, list) and zones else ""
-        avset, scale_set, view = "", "", ""
+        avset, scale_set, view, set_id = "", "", "", ""
         if found["set"]:  # a uniform scale set's VM: named <set>_<instanceId>, domains in its instance view
             scale_set = found["set"]
             name = f"{scale_set}_{found['instance']}"
             view = rid + "/instanceView"
+            set_id = rid[:found.start("instance") - len("/virtualMachines/")].lower()
         else:
             name = found["vm"]
             for key, kind in (("availabilitySet", "avset"), ("virtualMachineScaleSet", "set")):
                 ref = _get(props, key)
                 group = GROUP_ARM_ID.match(str(_get(ref, "id") or "")) if isinstance(ref, Mapping) else None
+                if group is not None:
+                    set_id = group.string.lower()
                 if group is not None and kind == "avset":
                     avset = group["name"]
                 elif group is not None:
@@ -279,9 +288,25 @@ def vm_row(row: Mapping[str, Any], managed: Sequence[str]) -> VmFacts | Refusal:
             location=_text(row.get("location"), "location", 60).lower(), zone=zone,
             availability_set=_text(avset, "the availability set's name"),
             scale_set=_text(scale_set, "the scale set's name"), fault_domain=fault, update_domain=update,
-            tags=_tags(row.get("tags")), instance_view=view)
+            tags=_tags(row.get("tags")), instance_view=view, set_id=set_id, opted_in=_opted_in(props))
     except _Refused as refused:
         return Refusal(refused.code, refused.detail)
+
+
+def _opted_in(props: Any) -> bool:
+    policy = _get(props, "scheduledEventsPolicy") if isinstance(props, Mapping) else None
+    targets = _get(policy, "scheduledEventsAdditionalPublishingTargets") \
+        if isinstance(policy, Mapping) else None
+    target = _get(targets, "eventGridAndResourceGraph") if isinstance(targets, Mapping) else None
+    return isinstance(target, Mapping) and _get(target, "enable") is True
+
+
+def set_row(row: Mapping[str, Any]) -> tuple[str, bool] | None:
+    """(ARM id in lower case, opted in) of an availability set's or scale set's ``resources`` row."""
+    rid = row.get("id")
+    if not isinstance(rid, str) or GROUP_ARM_ID.match(rid) is None:
+        return None
+    return rid.lower(), _opted_in(row.get("properties"))
 
 
 def domains(view: Any) -> tuple[str, str]:

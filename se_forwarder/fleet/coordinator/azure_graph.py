@@ -40,6 +40,8 @@ VMS = ("resources | where type =~ 'microsoft.compute/virtualmachines' "
        "| project id, name, type, location, zones, tags, properties")
 UNIFORM = ("computeresources | where type =~ 'microsoft.compute/virtualmachinescalesets/virtualmachines' "
            "| project id, name, type, location, zones, tags, properties")
+SETS = ("resources | where type in~ ('microsoft.compute/availabilitysets', "
+        "'microsoft.compute/virtualmachinescalesets') | project id, name, type, properties")
 EVENTS = ("maintenanceresources | where type == 'microsoft.maintenance/scheduledevents' "
           "| project id, name, type, resourceGroup, subscriptionId, zones, properties")
 CHUNK = 100
@@ -174,6 +176,7 @@ class Graph:
         return result
 
     def _vms(self, chunk: Sequence[str], ends: float, result: CatchUp) -> tuple[list[VmFacts], int]:
+        """The VMs, each opted in when it or its set carries the policy (azure_facts.py)."""
         vms: list[VmFacts] = []
         queries = 0
         for query in (VMS, UNIFORM):
@@ -185,7 +188,9 @@ class Graph:
                     result.refused[facts.code] += 1
                 else:
                     vms.append(facts)
-        return vms, queries
+        rows, pages = self.rows(SETS, chunk, ends)
+        opted = {found[0] for row in rows if (found := azure_facts.set_row(row)) is not None and found[1]}
+        return [replace(vm, opted_in=True) if vm.set_id in opted else vm for vm in vms], queries + pages
 
     def _with_domains(self, vms: list[VmFacts], ends: float, result: CatchUp) -> list[VmFacts]:
         """The VMs with the fault and update domains of their instance views (module docstring)."""

@@ -13,7 +13,8 @@ Rules:
   claim back and drops an agentless one.
 - An availability set Azure names is the VM's group, ``avset/<subscription>/<resource
   group>/<name>`` (scopes.py), so groups carry their Azure names.
-- *Watched by Azure*: a VM Azure lists is watched while Azure's view of its subscription is fresh,
+- *Watched by Azure*: a VM Azure lists and that is opted in to Azure's feed (only such a VM's
+  events reach Azure's side: azure_facts.py) is watched while Azure's view of its subscription is fresh,
   that is while the last complete catch-up of its scheduled events (every page of
   ``maintenanceresources``) is younger than ``policy.azure_fresh_for``. Then Azure says whether an
   event affecting it is Started or approved, so it need not be counted unavailable for want of a
@@ -114,7 +115,7 @@ def fresh(state: FleetState, policy: Policy, subscription: str, now: float) -> b
 def watched(state: FleetState, policy: Policy, key: str, now: float) -> bool:
     """Watched by Azure (module docstring)."""
     facts = state.azure.vms.get(key)
-    return facts is not None and fresh(state, policy, facts.subscription, now)
+    return facts is not None and facts.opted_in and fresh(state, policy, facts.subscription, now)
 
 
 def names(state: FleetState, record: EventRecord) -> dict[str, str]:
