@@ -13,7 +13,8 @@ What it reads (``type`` = ``com.azure.scheduledevents.<suffix>``):
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
 ``coordinator.<kind>`` the coordinator's own decisions (approve, ..., release), as trust.py let
                        them through; pause/resume/hold/release only in sequence (switches.py);
-                       and its ``sent`` records: when an approval's message was put in its queue
+                       its ``sent`` records (an approval's message put in its queue), and its
+                       ``acknowledge`` records (what Azure answered an approval through ARM)
 =====================  =========================================================================
 
 Anything else (another type, a missing ``id``/``time``/``type``, a ``data`` that is not an object)
@@ -47,7 +48,7 @@ from typing import Any, TypeGuard
 
 from ...model import TYPE_PREFIX, Kind
 from ...printable import has_controls
-from . import switches
+from . import azure_fold, azure_topology, switches
 from .intake import (
     CAPPED,
     FOLDED,
@@ -82,7 +83,7 @@ from .state import (
 
 PREFIX = TYPE_PREFIX
 DECISION_PREFIX = PREFIX + "coordinator."
-DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release")
+DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
 _TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
                                 Kind.COMPLETED: COMPLETED}
 _SEEN_SCHEDULED = (Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED)
@@ -218,6 +219,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         vm.topology_stamp = stamp
         vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
         topology(vm, info, limits, capped)
+        azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
         if vm.topology() != before:
             state.version += 1
     return vm
@@ -317,6 +319,7 @@ def _report(state: FleetState, record: EventRecord, vm_key: str, rank: int, mome
         state.open_events.add(record.key)
     else:
         state.open_events.discard(record.key)
+    azure_fold.reconcile(state, record)  # Azure's word on an event it reported wins (azure_fold.py)
 
 
 def _terminated(state: FleetState, record: EventRecord) -> None:
@@ -374,6 +377,8 @@ def _decision(state: FleetState, record: DecisionRecord, chained: bool = True) -
             table[record.attempt] = record
     elif record.kind == "defer":
         target.defers[record.id] = record
+    elif record.kind == "acknowledge":
+        azure_fold.fold_acknowledged(state, record)
     else:
         target.breaches[record.id] = record
     return FOLDED

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import azure_fold
 from .settings import DAY, Policy
 from .state import COMPLETED, FleetState, Groups
 
@@ -73,6 +74,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident in stale:
         del state.decisions[ident]
     state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
+    azure_fold.forget(state)
     if old_vms or old_events:
         state.vm_events = None  # the fold's count of each VM's events, rebuilt when next needed
     return Pruned(len(old_vms), len(old_events), len(stale))

@@ -2,6 +2,8 @@
 
 Groups. A VM's group is, in this order: ``tag/<value>`` when it carries the configured
 ``group_tag``; ``vmss/<subscription>/<resource group>/<scale set>`` when it is in a scale set;
+``avset/<subscription>/<resource group>/<availability set>`` when Azure names its availability set
+(azure_topology.py: with ``[azure]``, a VM's topology is Azure's, whatever its agent says);
 otherwise the set of VMs that reported the same EventIds (co-reception: an availability set),
 named ``set/<subscription>/<resource group>/<name>`` after its member that sorts first (so a
 learned group's name can change while it is being learned; give groups a tag for stable names).
@@ -33,16 +35,19 @@ When exactly one complete VM has that name, the ``host:`` record is the same mac
 out of the fleet and its reports count as that VM's. Otherwise it stays a VM of its own (with
 only the fleet and group scopes), counted like any other: the conservative choice.
 
-Resolution. An event's ``Resources`` are VM names. Each resolves, case-insensitively, among the
-VMs that reported the event, then among the other VMs of their groups; so equal names in other
-resource groups or groups do not collide. A name that matches nothing is *unresolved*.
+Resolution. An event's ``Resources`` are VM names. Each resolves, case-insensitively, to the VM
+Azure files under that name in the event's resource group when Azure reported the event
+(azure_topology.names), else among the VMs that reported the event, then among the other VMs of
+their groups; so equal names in other resource groups or groups do not collide. A name that
+matches nothing is *unresolved*.
 
 Unavailable (fleet-coordinator.md, the conservative count), first reason first: ``started`` (an
 event affecting it is Started), ``approved`` (approved by anyone, by an agent's echo or by a
 counted coordinator decision, and not completed or canceled), ``prepare-failed`` (it reported
 ``preparefailed`` for an open event and no ``prepared`` after), ``completed`` (less than
 ``min_healthy`` after its own completed report, or the event's latest one when it sent none),
-``not-watched`` (no heartbeat for ``heartbeat_timeout``).
+``not-watched`` (no heartbeat for ``heartbeat_timeout``, and not watched by Azure either:
+azure_topology.watched).
 
 The index is rebuilt (O(VMs)) only when the fold's ``version`` changed; resolutions are cached per
 event revision. Everything else per decision pass is O(open events) plus one pass over the VMs
@@ -54,6 +59,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from . import azure_topology
 from .queues import shared_queues
 from .settings import Budget, Policy
 from .state import COMPLETED, STARTED, EventRecord, FleetState, Vm
@@ -184,6 +190,8 @@ def _groups(state: FleetState, policy: Policy, members: list[str], component: di
             explicit[key] = "tag/" + vm.tags[policy.group_tag].lower()
         elif vm.scale_set:
             explicit[key] = f"vmss/{vm.subscription or '-'}/{vm.resource_group or '-'}/{vm.scale_set}"
+        elif (avset := azure_topology.group(state, key)) is not None:
+            explicit[key] = avset
         else:
             mine = (vm.subscription or "-", vm.resource_group or "-", vm.name.lower() or "-", key)
             root = component[key]
@@ -235,6 +243,7 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
         lowered = vm.name.lower()
         if lowered in wanted and key not in found.setdefault(lowered, []):
             found[lowered].append(key)
+    found.update({n: [k] for n, k in azure_topology.names(state, record).items() if k in idx.group_of})
     for lowered in wanted:
         if not found.get(lowered):
             found[lowered] = sorted({k for g in groups for k in idx.names.get(g, {}).get(lowered, ())})
@@ -313,7 +322,7 @@ def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
         beat = vms[key].last_heartbeat
         if key in idx.extra_heartbeats:
             beat = last_heartbeat(state, idx, key)
-        if beat is None or beat < stale:
+        if (beat is None or beat < stale) and not azure_topology.watched(state, policy, key, now):
             out.add(key)
     idx.unwatched_at = ((now, policy.heartbeat_timeout), out)
     return out

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ...errors import StateError
-from . import fold
+from . import azure_state, fold
 from .state import COMPLETED, NO_STAMP, TERMINAL, DecisionRecord, EventRecord, FleetState, Stamp, Vm
 
 FORMAT = 1
@@ -43,6 +43,7 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "groups": state.groups.components(),
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
+        "azure": azure_state.dump(state.azure),
     }
 
 
@@ -125,6 +126,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
         for other in members[1:]:
             state.groups.union(members[0], other)
     state.gone = {str(k): float(v) for k, v in data["gone"].items()}
+    state.azure = azure_state.load(data.get("azure"))  # absent from snapshots written before it was kept
     for ident, kind, moment, payload in data["decisions"]:
         decision = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
         if fold._decision(state, decision, chained=False) != fold.FOLDED:

@@ -9,6 +9,9 @@ counts every other verdict by its reason code (``/metrics``:
 ``service.refused``). The checks, in this order; the first that applies decides:
 
 =============  ==================================================================================
+``azure``      an event of Azure's own types (``Microsoft.ResourceNotifications.*``, such as the
+               ``ScheduledEventEmitted`` of Azure's feed): only the Azure feed hub, which no VM can
+               send to, carries those (azure_input.py); on the agents' hub it is a VM's forgery
 (trusted)      not a decision: ``type`` does not start with ``com.azure.scheduledevents.
                coordinator.``. An agent's report, folded as sent (reports are not bound to their
                senders yet: docs/coordinator.md says what a VM can still do with that)
@@ -46,8 +49,9 @@ from ...approvals import signing
 from .fold import DECISION_PREFIX
 
 COORDINATOR_SOURCE = "urn:se-forwarder:coordinator:"
-FOREIGN, FORGED = "foreign", "forged"
-REASON_CODES = (FOREIGN, FORGED)
+FOREIGN, FORGED, AZURE = "foreign", "forged", "azure"
+REASON_CODES = (FOREIGN, FORGED, AZURE)
+AZURE_TYPES = "microsoft.resourcenotifications."
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys) ->
     Never raises on any input.
     """
     kind = event.get("type")
+    if isinstance(kind, str) and kind.lower().startswith(AZURE_TYPES):
+        return Verdict(False, AZURE, f"{kind[:120]} on the agents' hub: Azure's events come only from the "
+                       "Azure feed hub")
     if not isinstance(kind, str) or not kind.startswith(DECISION_PREFIX):
         return REPORT
     claimed = event.get("source")
