@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import snapshot
+from se_forwarder.fleet.coordinator.availability import unavailable
 from se_forwarder.fleet.coordinator.azure_fold import fold_catch_up, fold_event
-from se_forwarder.fleet.coordinator.scopes import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.scopes import index, resolve
 from se_forwarder.fleet.coordinator.snapshot import restore
 from se_forwarder.fleet.coordinator.state import COMPLETED, SCHEDULED, STARTED
 
@@ -199,3 +200,37 @@ def test_a_vm_not_opted_in_to_azures_feed_is_not_watched_by_azure():
     idx = index(fleet.state, fleet.policy)
     expected = {vm.vm_id: "not-watched" for vm in AGENTLESS}
     assert unavailable(fleet.state, fleet.policy, idx, T0 + 1) == expected
+
+
+def test_azures_completed_is_the_completion_of_an_agentless_vm_which_never_reports_one():
+    fleet = fleet_with_azure()
+    fold_event(fleet.state, facts(feed("E1", "Started", [SET[4]], T0 + 1)))
+    fold_event(fleet.state, facts(feed("E1", "Completed", [SET[4]], T0 + 60)))
+    assert "e1" not in fleet.state.open_events
+    idx = index(fleet.state, fleet.policy)
+    assert unavailable(fleet.state, fleet.policy, idx, T0 + 61) == {SET[4].vm_id: "completed"}
+    back = T0 + 60 + fleet.policy.min_healthy
+    assert unavailable(fleet.state, fleet.policy, idx, back) == {}
+
+
+def test_a_vm_whose_agent_says_completed_stays_started_while_azure_shows_the_event_started():
+    fleet = fleet_with_azure()
+    fleet.fold(report("scheduled", SET[0], "E1", T0 + 1, not_before=T0 + 900))
+    fold_event(fleet.state, facts(feed("E1", "Started", [SET[0]], T0 + 2)))
+    fleet.fold(report("completed", SET[0], "E1", T0 + 3))
+    fleet.beat(*AGENTS, t=T0 + 4)
+    idx = index(fleet.state, fleet.policy)
+    assert unavailable(fleet.state, fleet.policy, idx, T0 + 5) == {SET[0].vm_id: "started"}
+    fold_event(fleet.state, facts(feed("E1", "Completed", [SET[0]], T0 + 30)))
+    idx = index(fleet.state, fleet.policy)
+    assert unavailable(fleet.state, fleet.policy, idx, T0 + 31) == {SET[0].vm_id: "completed"}
+
+
+def test_azures_completed_ends_the_event_for_an_agent_vm_that_never_reported_it_over():
+    fleet = fleet_with_azure()
+    fleet.fold(report("started", SET[0], "E1", T0 + 1, resources=["web-0"]))
+    fold_event(fleet.state, facts(feed("E1", "Completed", [SET[0]], T0 + 30)))
+    fleet.beat(*AGENTS, t=T0 + 31)
+    assert "e1" not in fleet.state.open_events
+    idx = index(fleet.state, fleet.policy)
+    assert unavailable(fleet.state, fleet.policy, idx, T0 + 30 + fleet.policy.min_healthy) == {}

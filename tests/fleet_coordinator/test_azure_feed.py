@@ -37,7 +37,7 @@ from tests.fleet_page.browser import chrome, console_errors
 from tests.support.waiting import wait_for
 
 from .azure_fleet import AGENTLESS, API, DB, DB_GROUP, LIAR, PREFIX, AzureFleet
-from .fleet import MIN_HEALTHY, Timeline
+from .fleet import MIN_HEALTHY, Timeline, shut_down
 
 pytestmark = [
     pytest.mark.slow,
@@ -121,11 +121,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["metrics"] = requests.get(f"{coordinator.url}/metrics", timeout=10, proxies={"http": ""}).text
         yield record
     finally:
-        if coordinator is not None and coordinator.alive():
-            coordinator.stop()
-        fleet.stop()
-        if coordinator is not None and coordinator.log.exists():
-            print("--- coordinator log (end) ---\n" + coordinator.log.read_text()[-6000:])
+        shut_down(fleet, coordinator)
 
 
 def trust_boundary(fleet: AzureFleet, coordinator: Any) -> dict[str, Any]:

@@ -107,6 +107,8 @@ def reconcile(state: FleetState, record: EventRecord) -> None:
     if event.resources:
         record.resources, record.has_resources = event.resources, True
     record.event_type = event.event_type or record.event_type
+    if event.event_type and event.event_type not in record.types:  # the types it was reported under
+        record.types = tuple(sorted((*record.types, event.event_type)))
     record.event_source = event.event_source or record.event_source
     record.description = event.description or record.description
     record.duration = event.duration if event.duration is not None else record.duration
@@ -130,6 +132,12 @@ def reconcile(state: FleetState, record: EventRecord) -> None:
         state.open_events.discard(record.key)
         if rank == COMPLETED and record.completed_at is not None:
             state.settling.add(record.key)
+
+
+def ended(state: FleetState, record: EventRecord) -> bool | None:
+    """Whether Azure shows the event ended (Completed or Canceled); None when Azure does not know it."""
+    event = state.azure.events.get(record.key)
+    return None if event is None else event.rank >= TERMINAL
 
 
 def fold_acknowledged(state: FleetState, decision: DecisionRecord) -> None:

@@ -44,7 +44,7 @@ from .azure_config import AzureSettings
 from .azure_facts import CatchUp
 from .azure_graph import ARM_PART, describe_error
 from .events import Decision, Recorded
-from .hub import Batch, Position
+from .hub import Batch
 from .intake import FOLDED
 from .reach import Reach
 from .readers import FEED_PART
@@ -100,8 +100,9 @@ class AzureInput:
 
     # -- the feed (on the loop) --------------------------------------------------------------------
 
-    def fold_feed(self, state: FleetState, batch: Batch, positions: dict[str, Position]) -> None:
-        """A batch from the Azure feed hub (readers.py), each event checked at the edge first."""
+    def fold_feed(self, state: FleetState, batch: Batch) -> None:
+        """A batch from the Azure feed hub (readers.py), each event checked at the edge first (its
+        positions are the service's to keep)."""
         for event, _ in batch.events:
             if event is None:
                 self.counts["feed-not-cloudevent"] += 1
@@ -114,7 +115,6 @@ class AzureInput:
                 continue
             outcome = azure_fold.fold_event(state, facts)
             self.counts["feed-folded" if outcome == FOLDED else f"feed-{outcome}"] += 1
-        positions[batch.partition] = batch.events[-1][1]
 
     # -- the catch-up (its own thread) -------------------------------------------------------------
 

@@ -39,7 +39,9 @@ def claim(vm: Vm) -> Claim:
             tuple(sorted(vm.tags.items())))
 
 
-def _apply(vm: Vm, facts: VmFacts) -> None:
+def _apply(state: FleetState, vm: Vm, facts: VmFacts) -> None:
+    if facts.name != vm.name:
+        state.rename(vm.key, vm.name, facts.name)  # the fold's index of names (state.named)
     vm.name, vm.vm_id, vm.complete, vm.resource_id = facts.name, facts.vm_id, True, facts.resource_id
     vm.subscription, vm.resource_group, vm.location = facts.subscription, facts.resource_group, facts.location
     vm.zone, vm.scale_set, vm.tags = facts.zone, facts.scale_set.lower(), dict(facts.tags)
@@ -62,7 +64,7 @@ def after_report(state: FleetState, vm: Vm) -> None:
     facts = state.azure.vms.get(vm.key)
     if facts is not None:
         state.azure.claims[vm.key] = claim(vm)
-        _apply(vm, facts)
+        _apply(state, vm, facts)
 
 
 def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable[VmFacts], as_of: float,
@@ -80,17 +82,19 @@ def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable
             _restore(vm, was)
         elif vm is not None and not agent_reported(vm):
             del state.vms[key]  # agentless, and Azure no longer has it: deleted
+            state.names = None  # the fold's index of names, rebuilt when next needed
         state.version += 1
     for key, facts in listed.items():
         vm = state.vms.get(key)
         if vm is None:
             vm = state.vms[key] = Vm(key=key, name=facts.name, vm_id=facts.vm_id, complete=True)
+            state.rename(key, None, facts.name)
             state.version += 1
         elif key not in view.claims and vm.topology_stamp != NO_STAMP:
             view.claims[key] = claim(vm)  # the agent's, before Azure's replaces it
         before = vm.topology()
         view.vms[key] = facts
-        _apply(vm, facts)
+        _apply(state, vm, facts)
         vm.last_heard = max(vm.last_heard, as_of)  # Azure lists it: retention.py keeps it
         if vm.topology() != before:
             state.version += 1

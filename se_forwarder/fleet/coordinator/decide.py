@@ -9,7 +9,7 @@ same decisions come back from the hub harmlessly (deterministic ids).
 For each event not yet approved, in this order (the first that fails is the verdict):
 
 =================  ==============================================================================
-``unmanaged``      its type is not in ``manage``: left alone, no decision at all
+``unmanaged``      a type it was reported under is not in ``manage``: left alone, no decision
 ``due``            its NotBefore has passed: Azure starts it now, nothing to decide
 ``too-early``      NotBefore is more than ``approve_within`` ahead
 ``held``           a person held it
@@ -46,23 +46,23 @@ verdicts: held, paused, too early), once per event and set of scopes (again only
 added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
 it reserves no scope.
 
-Approved events (an echo from an agent, or a counted approve decision) are not decided again.
-An approval's message goes out until it is sent: while the latest approve decision of an event has
-no ``sent`` record (events.py), the event is not echoed, held, paused, in a blackout or past
-NotBefore, and every budget still fits as for a retry (below: sending it is approving it), its id
-is listed in ``Evaluation.sends`` (the service sends those, under their own message id). An
-approval through ARM (``Via: "arm"``) is never listed: it has no message; the service acknowledges
-it once published, and its ``acknowledge`` record says what Azure answered (azure_paths.py). An
-approve decision that got no ``approved`` echo within ``echo_timeout`` of its ``sent`` (or
-``acknowledge``) record, or whose message the target VM (or ARM) rejected (any reason but
-``replayed``, ``not-scheduled``, ``unknown-event``), is retried as a new ``approve`` (next
-attempt, ``retry-no-echo`` / ``retry-rejected``) to the next watched affected VM by name that has
-not rejected it (cycling; the same VM when it is the only one; through ARM when no VM is left and
-that path is open), while NotBefore is ahead, the event is neither held, paused nor in a blackout,
-and every budget still fits (``budget``/``unresolved`` otherwise; its own VMs counted once, a
-person's overrides kept). When no VM is left: a ``defer`` with ``no-target``. In shadow mode
-nothing was sent, so nothing is retried; shadow approvals count as approvals there (so a shadow
-run paces like a live one) and are ignored by a live run.
+Approved events (an echo from a VM the event affects or from ARM, or a counted approve decision)
+are not decided again. An approval's message goes out until it is sent: while the latest approve
+decision of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in
+a blackout or past NotBefore, and every budget still fits as for a retry (below: sending it is
+approving it), its id is listed in ``Evaluation.sends`` (the service sends those, under their own
+message id). An approval through ARM (``Via: "arm"``) is never listed: it has no message; the
+service acknowledges it once published, and its ``acknowledge`` record says what Azure answered
+(azure_paths.py). An approve decision that got no such echo within ``echo_timeout`` of its
+``sent`` (or ``acknowledge``) record, or whose message its target VM itself (or ARM, for one
+through ARM) rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is
+retried as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next
+watched affected VM by name that has not rejected it (cycling; the same VM when it is the only
+one; through ARM when no VM is left and that path is open), while NotBefore is ahead, the event is
+neither held, paused nor in a blackout, and every budget still fits (``budget``/``unresolved``
+otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
+with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
+as approvals there (so a shadow run paces like a live one) and are ignored by a live run.
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import azure_fold, azure_paths, azure_topology
+from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
-from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
+from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .settings import Policy
 from .state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from .wording import hhmm, not_watched, prepare_failed, span, who, why
@@ -189,11 +190,12 @@ class DecisionPass:
 
     def consider(self, record: EventRecord) -> Verdict:
         res = resolve(self.state, self.idx, record)
-        if record.echoes or record.last_approval(self.policy.shadow) is not None:
+        if echoes(self.idx, record, res.vms) or record.last_approval(self.policy.shadow) is not None:
             return self.retry(record, res)
-        if record.event_type not in self.policy.manage:
+        if unmanaged := [t for t in record.types or (record.event_type,) if t not in self.policy.manage]:
+            said = " and ".join(record.types) if len(record.types) > 1 else unmanaged[0] or "this type"
             return Verdict(record.key, record.event_id, "unmanaged",
-                           f"{record.event_type or 'this type'} is not in manage: left alone", None, res.vms)
+                           f"{said} is not in manage: left alone", None, res.vms)
         if record.not_before is not None and record.not_before <= self.now:
             return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now",
                            None, res.vms)
@@ -316,11 +318,13 @@ class DecisionPass:
     def retry(self, record: EventRecord, res: Resolution) -> Verdict:
         """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
         last = record.last_approval(self.policy.shadow)
+        echoed = echoes(self.idx, record, res.vms)
         sent = azure_paths.went_out(self.state, record, last)
-        status = ("echoed by an agent" if record.echoes else "in shadow mode, nothing sent"
+        status = ("acknowledged by Azure" if list(echoed) == [azure_fold.ARM] else "echoed by an agent"
+                  if echoed else "in shadow mode, nothing sent"
                   if last is not None and last.shadow else azure_paths.waiting(last, sent))
         approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
-        if record.echoes or last is None or last.shadow or self.policy.shadow:
+        if echoed or last is None or last.shadow or self.policy.shadow:
             return approved
         if record.not_before is not None and record.not_before <= self.now:
             return approved
@@ -328,9 +332,10 @@ class DecisionPass:
                 or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
                 or self.state.paused(FLEET)):
             return approved
-        ours = {r.id for r in record.approvals.values()}
+        targets = {r.id: azure_fold.ARM if r.data.get("Via") == azure_paths.VIA_ARM  # who may reject it
+                   else self.idx.key(r.target_key) for r in record.approvals.values()}
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
-                    if msg in ours and code not in NO_RETRY_CODES}
+                    if msg in targets and self.idx.key(vm) == targets[msg] and code not in NO_RETRY_CODES}
         rejected = last.id in refusals
         if sent is None and not rejected and last.data.get("Via") != azure_paths.VIA_ARM:
             waits = self.recheck(record, res, last)  # its message is yet to go out: that approves it too

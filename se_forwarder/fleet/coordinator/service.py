@@ -23,11 +23,14 @@ approval through ARM (``Via: "arm"``) gets no message: it is acknowledged once p
 loop with a deadline, and what Azure answered is published as an ``acknowledge`` record, the way
 a message that went out is published as a ``sent`` one (``_take_records``).
 
-Input rules: every event read from the hub passes trust.py first (``_fold``): agent CloudEvents,
-and this coordinator's own decisions when signed by a trusted key, are folded; decisions of
-another coordinator name (``foreign``: a shadow coordinator under its own name can watch the same
-hub as a live one) and forgeries (``forged``) are counted by reason and dropped. The decisions
-this instance makes are folded as it makes them, before they are signed and published (output.py).
+Input rules: every event read from the agents' hub passes the gate first (admission.py around gate.py,
+with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
+folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
+decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
+watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
+(one log line a minute per reason). A registration whose attested document needs an intermediate
+not configured waits while intermediates.py fetches it on its own thread. The decisions this
+instance makes are folded as it makes them, before they are signed and published (output.py).
 
 A standby folds the same input and makes no decision. Control requests that change something are
 refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
@@ -51,13 +54,14 @@ from typing import Any
 
 from ...approvals import signing
 from ...errors import SeForwarderError
-from . import access, observe, trust
+from . import access, observe
+from .admission import Admission
 from .azure_input import AzureInput
 from .blobs import Lease, Snapshots, ensure_container
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, Recorded, sent, to_dict
-from .fold import FOLDED, FoldStats, fold_event
+from .fold import FOLDED, fold_event
 from .hub import Batch, HubPublisher, Position
 from .keeper import Keeper, Loaded
 from .leader import Leadership
@@ -93,11 +97,8 @@ class Service:
     def __init__(self, settings: ServiceSettings, stop: threading.Event) -> None:
         self.settings, self.policy, self.stop = settings, settings.policy, stop
         self.source = settings.source
-        self.state, self.stats = FleetState(), FoldStats()
+        self.state = FleetState()
         self.positions: dict[str, Position] = {}
-        self.refused: Counter[str] = Counter()  # trust.py's reason code -> events dropped
-        self.not_cloudevents = 0
-        self._forged_said = 0.0  # monotonic: when the next forged decision may be logged
         self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
@@ -115,6 +116,8 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
+        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
+        self.gate, self.stats = self.admission.gate, self.admission.gate.stats
         container = access.container(settings.storage)
         self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
                                        self.signer.verify_keys),
@@ -153,6 +156,8 @@ class Service:
                 self._take_records()
                 if self.azure is not None and self.azure.pump(self.state):  # Resource Graph's catch-ups
                     self._dirty = True
+                if self.admission.fetched(self.state):
+                    self._dirty = True
                 loaded = self.keeper.poll()
                 if loaded is not None:
                     self._install(loaded)
@@ -166,6 +171,7 @@ class Service:
                     self._decide(now)
                     last_pass = now
                 if self._ready and now - last_prune >= PRUNE_EVERY:
+                    self.admission.sweep(self.state)
                     pruned = prune(self.state, self.policy, now)
                     if pruned.vms or pruned.events or pruned.decisions:
                         log.info("pruned %d VM(s), %d event(s), %d decision(s)", pruned.vms, pruned.events,
@@ -191,6 +197,7 @@ class Service:
         while not self.inbox.empty():  # what a reader that was closed still handed on
             self.inbox.get_nowait()
         self.state, self.positions = loaded.state, loaded.positions
+        self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
         self.readers.start(self.positions)
         self._ready = True
 
@@ -215,6 +222,7 @@ class Service:
         self.readers.close()
         self.sender.queues.close()
         self.output.publisher.drop()
+        self.admission.close()
         if self.azure is not None:
             self.azure.close()
 
@@ -237,28 +245,18 @@ class Service:
                 return
 
     def _fold(self, batch: Batch) -> None:
-        if self.azure is not None and batch.partition.startswith(FEED):  # checked at the edge (azure_facts)
-            self.azure.fold_feed(self.state, batch, self.positions)
-            self.last_input, self._dirty = batch.arrived, True
-            return
-        keys = self.signer.verify_keys()
-        for event, position in batch.events:
-            if event is None:
-                self.not_cloudevents += 1
-            else:
-                verdict = trust.check(event, source=self.source, keys=keys)
-                if verdict.trusted:
-                    fold_event(self.state, event, self.stats, self.settings.limits, position.enqueued)
-                else:
-                    self.refused[verdict.code or ""] += 1
-                    if verdict.code == trust.FORGED and time.monotonic() >= self._forged_said:
-                        self._forged_said = time.monotonic() + 60  # one line a minute at most
-                        log.warning("dropped a forged decision (%d so far), %s %s: %s",
-                                    self.refused[trust.FORGED], str(event.get("type"))[:80],
-                                    str(event.get("id"))[:120], verdict.detail)
-            self.positions[batch.partition] = position
+        if self.azure is not None and batch.partition.startswith(FEED):  # the feed hub: not the gate's
+            self.azure.fold_feed(self.state, batch)  # checked at the edge (azure_facts.py)
+        else:
+            self.admission.fold(self.state, batch)
+        if batch.events:
+            self.positions[batch.partition] = batch.events[-1][1]
         self.last_input = batch.arrived
         self._dirty = True
+
+    @property
+    def refused(self) -> Counter[str]:
+        return self.admission.refused
 
     # -- deciding -------------------------------------------------------------------------------
 
