@@ -10,6 +10,13 @@
 //     Data Sender" on the hub (it reads the agents' events and publishes its decisions there),
 //     "Storage Queue Data Message Sender" on the queues, and "Storage Blob Data Contributor" on its
 //     own blob container (leader lease and snapshots);
+//   - optionally (deployAzureFeed, with the coordinator) Azure's own Scheduled Events feed (preview):
+//     the Azure feed hub, the Event Grid system topic of the subscription's maintenance resources
+//     delivering to it in CloudEvents schema with its own identity ("Azure Event Hubs Data Sender" on
+//     that hub only), "Azure Event Hubs Data Receiver" on it for the coordinator, "Reader" on the VMs'
+//     resource group for Resource Graph and, with azureFeedAcknowledge, "Scheduled Events
+//     Contributor" there to acknowledge; and the opt-in of the VMs and scale sets named in
+//     scheduledEventsVmNames and scheduledEventsScaleSetNames;
 //   - optionally (deployLogsIngestion) Azure Monitor Logs: a custom table in logAnalyticsWorkspaceId,
 //     a data collection endpoint and rule, "Monitoring Metrics Publisher" on that rule for each agent
 //     identity, and a logs-ingestion sink in every agent's configuration.
@@ -81,6 +88,21 @@ param allowedIpRanges array = []
 @description('Also create the coordinator\'s identity with receive and send rights on the hub, send rights on the queues, and its blob container.')
 param deployCoordinator bool = false
 
+@description('Also give the coordinator Azure\'s own Scheduled Events feed (preview; needs deployCoordinator): the Azure feed hub, the Event Grid system topic of this subscription\'s maintenance resources delivering to it, and Reader on the VMs\' resource group for Resource Graph. A subscription holds one such system topic.')
+param deployAzureFeed bool = false
+
+@description('With deployAzureFeed: let the coordinator approve events through the Maintenance acknowledge ([azure] acknowledge = true), with the Scheduled Events Contributor role on the VMs\' resource group.')
+param azureFeedAcknowledge bool = false
+
+@description('Event hub of Azure\'s feed ([azure.feed] eventhub).')
+param azureFeedHubName string = 'azure-feed'
+
+@description('Standalone VMs (in no availability set or scale set) of the VMs\' resource group to opt in to Azure\'s feed (scheduledEventsPolicy); an availability set opts in in its own template.')
+param scheduledEventsVmNames array = []
+
+@description('Scale sets of the VMs\' resource group to opt in to Azure\'s feed (scheduledEventsPolicy).')
+param scheduledEventsScaleSetNames array = []
+
 @description('Log Analytics workspace for the queues\' and the namespace\'s audit logs; empty for none.')
 param logAnalyticsWorkspaceId string = ''
 
@@ -144,8 +166,38 @@ module eventHubs 'modules/eventhubs.bicep' = {
     receiverPrincipalId: identities.outputs.coordinatorPrincipalId
     allowedSubnetIds: allowedSubnetIds
     allowedIpRanges: allowedIpRanges
+    allowTrustedServices: deployAzureFeed && deployCoordinator
     logAnalyticsWorkspaceId: logAnalyticsWorkspaceId
     tags: tags
+  }
+}
+
+module azureFeed 'modules/azure-feed.bicep' = if (deployAzureFeed && deployCoordinator) {
+  name: 'se-forwarder-azure-feed'
+  params: {
+    namespaceName: eventHubs.outputs.namespaceName
+    feedHubName: azureFeedHubName
+    coordinatorPrincipalId: identities.outputs.coordinatorPrincipalId
+    systemTopicName: '${prefix}-maintenance-${suffix}'
+    tags: tags
+  }
+}
+
+module coordinatorAzureRoles 'modules/coordinator-azure-roles.bicep' = if (deployAzureFeed && deployCoordinator) {
+  name: 'se-forwarder-coordinator-azure-roles'
+  scope: resourceGroup(vmResourceGroupName)
+  params: {
+    coordinatorPrincipalId: identities.outputs.coordinatorPrincipalId
+    acknowledge: azureFeedAcknowledge
+  }
+}
+
+module scheduledEventsPolicy 'modules/scheduled-events-policy.bicep' = if (!empty(scheduledEventsVmNames) || !empty(scheduledEventsScaleSetNames)) {
+  name: 'se-forwarder-scheduled-events-policy'
+  scope: resourceGroup(vmResourceGroupName)
+  params: {
+    vmNames: scheduledEventsVmNames
+    scaleSetNames: scheduledEventsScaleSetNames
   }
 }
 
@@ -246,6 +298,13 @@ output logsIngestionEndpoint string = deployLogsIngestion ? logsIngestion.output
 
 @description('Immutable ID of the data collection rule (rule_id of a logs-ingestion sink), or empty.')
 output logsRuleId string = deployLogsIngestion ? logsIngestion.outputs.ruleImmutableId : ''
+
+@description('Azure\'s feed for the coordinator\'s [azure.feed] (eventhub, consumer_group) and its system topic, or empty.')
+output azureFeed object = {
+  eventHub: deployAzureFeed && deployCoordinator ? azureFeed.outputs.feedHubName : ''
+  consumerGroup: deployAzureFeed && deployCoordinator ? azureFeed.outputs.feedConsumerGroup : ''
+  systemTopicId: deployAzureFeed && deployCoordinator ? azureFeed.outputs.systemTopicId : ''
+}
 
 @description('Resource ID of the coordinator\'s identity, to attach to where the coordinator runs, or empty.')
 output coordinatorIdentityId string = identities.outputs.coordinatorId

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 
 def rfc3339(moment: datetime | float, *, milliseconds: bool = False) -> str:
@@ -14,3 +15,16 @@ def rfc3339(moment: datetime | float, *, milliseconds: bool = False) -> str:
         moment = moment.replace(tzinfo=UTC)
     text = moment.astimezone(UTC).isoformat(timespec="milliseconds" if milliseconds else "auto")
     return text.replace("+00:00", "Z")
+
+
+def seconds(value: Any) -> float | None:
+    """An RFC 3339 time (UTC when it has no offset) as epoch seconds, or None for anything else."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()

@@ -36,6 +36,9 @@ param allowedSubnetIds array = []
 @description('Public IP ranges (CIDR) allowed to reach the namespace, e.g. the coordinator\'s egress.')
 param allowedIpRanges array = []
 
+@description('Let trusted Azure services through the network rules: Event Grid delivering Azure\'s feed (azure-feed.bicep) with its own identity, which holds a role on the feed hub only.')
+param allowTrustedServices bool = false
+
 @description('Log Analytics workspace for the namespace\'s operational and audit logs; empty for none.')
 param logAnalyticsWorkspaceId string = ''
 
@@ -71,7 +74,7 @@ resource networkRules 'Microsoft.EventHub/namespaces/networkRuleSets@2024-01-01'
   properties: {
     defaultAction: restrictNetwork ? 'Deny' : 'Allow'
     publicNetworkAccess: 'Enabled'
-    trustedServiceAccessEnabled: false
+    trustedServiceAccessEnabled: allowTrustedServices
     virtualNetworkRules: [for subnetId in allowedSubnetIds: {
       subnet: {
         id: subnetId
@@ -170,3 +173,6 @@ output dashboardsConsumerGroup string = dashboards.name
 
 @description('Resource ID of the hub.')
 output eventHubId string = hub.id
+
+@description('Name of the namespace.')
+output namespaceName string = namespace.name

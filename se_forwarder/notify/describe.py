@@ -186,6 +186,8 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
     etype = _text(data.get("EventType")) or "maintenance"
     target: dict[str, Any] = data["Target"] if isinstance(data.get("Target"), dict) else {}
     sent_to = _text(target.get("name"))
+    if data.get("Via") == "arm" and sent_to:  # approved through the Maintenance acknowledge
+        sent_to = f"Azure (acknowledge on {sent_to})"
     resources = data.get("Resources") if isinstance(data.get("Resources"), list) and data.get("Resources") \
         else _affected_names(data.get("Affected"))
     vms = vm_list(resources, LISTED_VMS) or sent_to or "unknown VMs"
@@ -217,6 +219,10 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
         line, tone = f"Coordinator holds {what}{by}{because}", WARNING
     elif action == "release":
         line, tone = f"Coordinator released {what}{by}{because}", GOOD
+    elif action == "acknowledge":
+        answered = _text(data.get("ReasonCode"))
+        line = f"Azure {'approved' if answered == 'approved' else 'refused'} {what}{because}"
+        tone = GOOD if answered == "approved" else ATTENTION
     else:
         line = f"Coordinator {action or 'decision'}: {what}{because}"
     shadow = data.get("Shadow") is True
@@ -227,7 +233,7 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
         ("Type", _text(data.get("EventType"))),
         ("Not before", full_time(not_before) if not_before else ""),
         ("Resources", vm_list(resources, 10)),
-        ("Sent to", sent_to if action == "approve" else ""),
+        ("Sent to", sent_to if action in ("approve", "acknowledge") else ""),
         ("Scope", scope_label(_text(data.get("Scope")))),
         ("Budgets", budgets),
         ("Reason", " ".join(p for p in (_text(data.get("ReasonCode")), _text(data.get("Reason"))) if p)),

@@ -12,7 +12,9 @@ Tables (rows shaped as Resource Graph shows them):
 
 - ``maintenanceresources``: the latest state of every scheduled event (``azure_ledger.py``);
 - ``resources``: the VMs of availability sets and flexible scale sets
-  (``microsoft.compute/virtualmachines``), the availability sets and the scale sets;
+  (``microsoft.compute/virtualmachines``), the availability sets and the scale sets (each with
+  the opt-in ``scheduledEventsPolicy`` of ``OPTED_IN``: the simulator plays every VM's events to
+  Azure's side);
 - ``computeresources``: the VMs of uniform scale sets
   (``microsoft.compute/virtualmachinescalesets/virtualmachines``).
 
@@ -34,6 +36,8 @@ from se_forwarder.simulator.azure_ledger import AzureLedger
 
 API_VERSIONS = ("2019-04-01", "2020-04-01-preview", "2021-03-01", "2022-10-01", "2024-04-01")
 MAX_TOP = 1000
+OPTED_IN = {"scheduledEventsAdditionalPublishingTargets": {
+    "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}}}
 
 
 class QueryError(ValueError):
@@ -85,7 +89,8 @@ def group_rows(fleet: AzureFleet) -> list[dict[str, Any]]:
         if vm.scale_set:
             row = fleet.row(gid, name, "microsoft.compute/virtualmachinescalesets")
             mode = "Uniform" if vm.uniform else "Flexible"
-            row["properties"] = {"orchestrationMode": mode, "provisioningState": "Succeeded"}
+            row["properties"] = {"orchestrationMode": mode, "provisioningState": "Succeeded",
+                                 "scheduledEventsPolicy": OPTED_IN}
         else:
             row = fleet.row(group_id("availability-set", name), name, "microsoft.compute/availabilitysets")
             members = [v for v in fleet.vms if v.availability_set == gid]
@@ -93,6 +98,7 @@ def group_rows(fleet: AzureFleet) -> list[dict[str, Any]]:
                 "platformFaultDomainCount": 1 + max(v.fault_domain for v in members),
                 "platformUpdateDomainCount": 1 + max(v.update_domain for v in members),
                 "virtualMachines": [{"id": v.resource_id} for v in members],
+                "scheduledEventsPolicy": OPTED_IN,
             }
         rows[gid] = row
     return list(rows.values())

@@ -17,7 +17,7 @@ from se_forwarder.fleet.coordinator import (
     to_dict,
 )
 
-from .fleet import SET, SOURCE, T0, AgentVm, approvals, avset, kinds
+from .fleet import SET, SOURCE, T0, AgentVm, Fleet, approvals, avset, kinds
 
 OPS = "person:ops"
 
@@ -213,3 +213,24 @@ def test_the_next_sequence_is_one_more_than_the_current_switch():
     again = pause(fleet.state, fleet.policy, T0 + 2, "fleet", OPS, "c")
     assert (again.sequence, again.id) == (3, "coordinator/pause/fleet/3")
     assert fleet.fold_one(to_dict(again, SOURCE)) == "folded"
+
+
+def test_a_group_can_be_named_as_status_shows_it():
+    from se_forwarder.fleet.coordinator.azure_fold import fold_catch_up
+
+    from .azure import catch_up, policy, vm_row
+
+    fleet = avset(policy())
+    fold_catch_up(fleet.state, catch_up(T0, [vm_row(vm) for vm in SET]))
+    full = f"avset/{SET[0].sub}/rg-web/web"
+    assert pause(fleet.state, fleet.policy, T0, "group:web", "person:ops", "by name").scope == f"group:{full}"
+    assert pause(fleet.state, fleet.policy, T0, "fault_domain:WEB/1", "person:ops", "x").scope == \
+        f"fault_domain:{full}/1"
+    assert pause(fleet.state, fleet.policy, T0, "group:other", "person:ops", "x").scope == "group:other"
+
+
+def test_a_name_two_groups_share_is_refused_naming_both():
+    fleet = Fleet(Policy(group_tag="tier"))
+    fleet.beat(AgentVm("a-1", tags=(("tier", "web"),)), AgentVm("b-1", scale_set="web"), t=T0)
+    with pytest.raises(ControlRefused, match=r"'web' names 2 groups; give one of group:tag/web, group:vmss/"):
+        pause(fleet.state, fleet.policy, T0, "group:web", "person:ops", "x")

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import approve_now, attestation, hold, pause, registrations, trust
+from se_forwarder.fleet.coordinator.azure_paths import acknowledged
 from se_forwarder.fleet.coordinator.events import sent, signed, to_dict
 from se_forwarder.fleet.coordinator.state import DecisionRecord
 
@@ -29,7 +30,8 @@ TRUSTED = signing.VerifyKeys([KEY.public_key(), STANDBY.public_key()])
 
 
 def decisions() -> list[Any]:
-    """One decision of each shape the coordinator publishes (and a ``sent`` record)."""
+    """One decision of each shape the coordinator publishes (and a ``sent`` and an ``acknowledge``
+    record)."""
     fleet = avset()
     fleet.announce("E1", [SET[1]], SET, not_before=T0 + 600)
     fleet.announce("E2", [SET[2], SET[3]], SET, not_before=T0 + 700)
@@ -38,7 +40,9 @@ def decisions() -> list[Any]:
     made.append(hold(fleet.state, fleet.policy, T0, "E9", "person:ops", "database primary"))
     made.append(approve_now(fleet.state, fleet.policy, T0, "E1", "person:ops", "asked", ["all"]))
     approval = next(d for d in made if d.kind == "approve")
-    made.append(sent(DecisionRecord(approval.id, approval.kind, approval.time, approval.data()), "q", T0 + 2))
+    record = DecisionRecord(approval.id, approval.kind, approval.time, approval.data())
+    made.append(sent(record, "q", T0 + 2))
+    made.append(acknowledged(record, "forbidden", "ARM answered 403", T0 + 3))
     return made
 
 
@@ -211,3 +215,10 @@ def test_any_input_gets_a_verdict_and_no_decision_without_a_valid_signature_is_t
         assert not verdict.trusted and verdict.code in trust.REASON_CODES
     else:
         assert verdict is trust.PASS or not verdict.trusted
+
+
+def test_azures_own_event_types_on_the_agents_hub_are_refused_whatever_their_form():
+    for kind in ("Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted",
+                 "microsoft.resourcenotifications.HealthResources.AvailabilityStatusChanged"):
+        verdict = check({"specversion": "1.0", "type": kind, "id": "x", "source": "/subscriptions/s"})
+        assert (verdict.trusted, verdict.code) == (False, "azure")

@@ -113,7 +113,8 @@ def test_groups_show_each_vm_with_its_topology_and_state():
         "web-0": "ok", "web-1": "approved", "web-2": "pending", "web-3": "started", "web-4": "ok",
         "web-5": "not-watched"}
     assert by_name["web-2"]["event"] == {
-        "eventId": "E2", "eventType": "Reboot", "notBeforeUtc": iso(T0 + 1100), "status": "scheduled"}
+        "eventId": "E2", "eventType": "Reboot", "notBeforeUtc": iso(T0 + 1100), "status": "scheduled",
+        "said": {"agent": "scheduled", "azure": None}}
     web1 = by_name["web-1"]
     assert (web1["faultDomain"], web1["updateDomain"], web1["zone"], web1["watched"]) == ("1", "1", "", True)
     assert web1["heartbeatAgeSeconds"] == 3.0 and not by_name["web-5"]["watched"]

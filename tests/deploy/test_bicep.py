@@ -19,6 +19,9 @@ QUEUE_DATA_MESSAGE_PROCESSOR = "8a0f0c08-91a1-4084-bc3d-661d67233fed"
 QUEUE_DATA_MESSAGE_SENDER = "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+READER = "acdd72a7-3385-48ef-bd42-f606fba81ae7"
+SCHEDULED_EVENTS_CONTRIBUTOR = "b67fe603-310e-4889-b9ee-8257d09d353d"  # unconfirmed by Microsoft's pages
+RESOURCE_GROUP = "<not a resource>"  # an assignment without scope: the module's resource group
 CONTAINER = "Microsoft.Storage/storageAccounts/blobServices/containers"
 DCR = "Microsoft.Insights/dataCollectionRules"
 HUB = "Microsoft.EventHub/namespaces/eventhubs"
@@ -71,7 +74,7 @@ def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:
         for name, res in (doc.get("resources") or {}).items():
             if res["type"] != ROLE_ASSIGNMENT:
                 continue
-            body = res["config"]["config"]
+            body = module_body(res)
             role_fn = body["properties"]["roleDefinitionId"]["function"]
             assert role_fn["type"] == "subscription_resource_id", f"{path}:{name}"
             role_var = role_fn["parameters"]["resource_name_1"]
@@ -151,8 +154,77 @@ def test_coordinator_may_only_use_the_hub_send_to_the_queues_and_keep_its_contai
 
 def test_no_other_role_assignment_exists(bicep_docs: dict[str, dict]) -> None:
     assignments = role_assignments(bicep_docs)
-    assert len(assignments) == 7, [a["where"] for a in assignments]
-    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR, CONTAINER}
+    assert len(assignments) == 11, [a["where"] for a in assignments]
+    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR, CONTAINER, RESOURCE_GROUP}
+
+
+def test_only_event_grid_may_send_to_the_azure_feed_hub_and_the_coordinator_only_reads_it(
+    bicep_docs: dict[str, dict],
+) -> None:
+    feed = [a for a in role_assignments(bicep_docs) if a["where"].startswith("modules/azure-feed.bicep:")]
+    assert sorted((a["role"], a["scope_type"], a["scope"], a["principal"], a["condition"]) for a in feed) == [
+        (EVENT_HUBS_DATA_SENDER, HUB, "feedHub", "topic.identity.principalId", None),
+        (EVENT_HUBS_DATA_RECEIVER, HUB, "feedHub", "coordinatorPrincipalId", None),
+    ]
+    # no agent identity has any right on the feed hub: theirs are on the agents' hub only
+    agents = [a for a in role_assignments(bicep_docs) if "senderPrincipalIds" in (a["loop"] or "")]
+    assert {a["scope"] for a in agents} == {"hub"} and all(a["where"].startswith("modules/eventhubs.bicep:")
+                                                          for a in agents)
+
+
+def test_the_coordinator_reads_the_vms_resource_group_and_acknowledges_only_when_asked(
+    bicep_docs: dict[str, dict],
+) -> None:
+    roles = [a for a in role_assignments(bicep_docs)
+             if a["where"].startswith("modules/coordinator-azure-roles.bicep:")]
+    assert sorted((a["role"], a["scope_type"], a["principal"], a["condition"] or "") for a in roles) == [
+        (READER, RESOURCE_GROUP, "coordinatorPrincipalId", ""),
+        (SCHEDULED_EVENTS_CONTRIBUTOR, RESOURCE_GROUP, "coordinatorPrincipalId", "acknowledge"),
+    ]
+    main = bicep_docs["main.bicep"]
+    assert main["parameters"]["deployAzureFeed"]["default"] is False
+    assert main["parameters"]["azureFeedAcknowledge"]["default"] is False
+    module = main["modules"]["coordinatorAzureRoles"]
+    assert expr(module["config"]["condition"]) == "and(deployAzureFeed, deployCoordinator)"
+    body = module_body(module)
+    assert expr(body["scope"]) == "resource_group(vmResourceGroupName)"
+    assert {k: expr(v) for k, v in body["params"].items()} == {
+        "coordinatorPrincipalId": "identities.outputs.coordinatorPrincipalId",
+        "acknowledge": "azureFeedAcknowledge"}
+
+
+def test_event_grid_delivers_every_scheduled_event_emitted_as_a_cloudevent_with_its_own_identity(
+    bicep_docs: dict[str, dict],
+) -> None:
+    feed = bicep_docs["modules/azure-feed.bicep"]
+    topic = feed["resources"]["topic"]["config"]
+    assert (topic["location"], topic["identity"]["type"]) == ("global", "SystemAssigned")
+    assert (expr(topic["properties"]["source"]), topic["properties"]["topicType"]) == (
+        "subscription()", "topicType")  # pycep's text of subscription().id
+    assert feed["variables"]["topicType"]["value"] == "Microsoft.ResourceNotifications.MaintenanceResources"
+    delivery = feed["resources"]["delivery"]["config"]
+    props = delivery["properties"]
+    assert props["eventDeliverySchema"] == "CloudEventSchemaV1_0"
+    assert props["deliveryWithResourceIdentity"]["identity"] == {"type": "SystemAssigned"}
+    destination = props["deliveryWithResourceIdentity"]["destination"]
+    assert destination["endpointType"] == "EventHub"
+    assert expr(destination["properties"]["resourceId"]) == "feedHub.id"
+    assert props["filter"]["includedEventTypes"] == ["${topicType}.ScheduledEventEmitted"]
+    assert delivery["dependsOn"] == ["topicSends"]  # its right to send exists before it is checked
+
+
+def test_vms_and_scale_sets_opt_in_to_event_grid_and_resource_graph(bicep_docs: dict[str, dict]) -> None:
+    module = bicep_docs["modules/scheduled-events-policy.bicep"]
+    policy = module["variables"]["policy"]["value"]["function"]["parameters"]["arg_1"]
+    assert policy == {"scheduledEventsAdditionalPublishingTargets": {
+        "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}}}
+    for name, kind in (("vms", "Microsoft.Compute/virtualMachines"),
+                       ("sets", "Microsoft.Compute/virtualMachineScaleSets")):
+        resource = module["resources"][name]
+        assert resource["type"] == kind
+        assert module_body(resource)["properties"] == {"scheduledEventsPolicy": "policy"}
+    main = bicep_docs["main.bicep"]["modules"]["scheduledEventsPolicy"]
+    assert expr(module_body(main)["scope"]) == "resource_group(vmResourceGroupName)"
 
 
 def test_main_gives_each_vm_its_own_identity_and_queue(bicep_docs: dict[str, dict]) -> None:

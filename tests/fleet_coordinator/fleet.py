@@ -22,6 +22,7 @@ import requests
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator.tokens import read_tokens
 from se_forwarder.simulator import SimulatorServer
+from se_forwarder.simulator.azure_side import AzureOptions
 from se_forwarder.simulator.topology import Topology
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
 from tests.azurite import Azurite
@@ -119,6 +120,12 @@ class Coordinator:
                                str(self.config)], env=self.env, cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
 
+    def cli_ok(self, *args: str) -> str:
+        """``coordinator <args>``'s output; the test fails when it does not exit 0."""
+        done = self.cli(*args)
+        assert done.returncode == 0, f"coordinator {' '.join(args)}: {done.stderr or done.stdout}"
+        return done.stdout
+
     def logged(self) -> list[dict[str, Any]]:
         out = []
         for line in self.log.read_text(errors="replace").splitlines():
@@ -133,14 +140,16 @@ class Coordinator:
 class Fleet:
     """Everything but the coordinators, started once for a test module."""
 
-    def __init__(self, base: Path, token_name: str | None = None) -> None:
+    def __init__(self, base: Path, token_name: str | None = None, topology: Topology = TOPOLOGY,
+                 azure: AzureOptions | None = None) -> None:
         """``token_name``: the name of the control API's one token in its table (the actor its
         requests are recorded under); without one the token stands alone and is named token-<8 hex>."""
         self.base = base
+        self.topology = topology
         self.broker = EventHubsBroker()
         self.blob = Azurite("blob", workdir=base)
         self.queue = Azurite("queue", workdir=base)
-        self.server = SimulatorServer(topology=TOPOLOGY, time_scale=TIME_SCALE)
+        self.server = SimulatorServer(topology=topology, time_scale=TIME_SCALE, azure=azure)
         self.agents: dict[str, AgentProcess] = {}
         self.key_file = base / "signing.key"  # the coordinator's Ed25519 private key
         key = signing.generate_private_key()
@@ -159,7 +168,7 @@ class Fleet:
         self.blob.start()
         self.queue.start()
         self.server.start()
-        for name in TOPOLOGY.vm_names if vms is None else vms:
+        for name in self.topology.vm_names if vms is None else vms:
             self.start_agent(name)
         return self
 

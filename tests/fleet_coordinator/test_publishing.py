@@ -60,8 +60,9 @@ def output(broker: EventHubsBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def healthz(output: Output) -> tuple[bool, str]:
     """observe.health of a service that has only this output (every part answers)."""
-    service = SimpleNamespace(reach=parts(), positions={}, state=FleetState(), role="leader", output=output,
-                              acting=lambda: True, why_not=lambda: "", leadership=SimpleNamespace(term=None))
+    service = SimpleNamespace(reach=parts(), positions={}, state=FleetState(), output=output,
+                              acting=lambda: True, why_not=lambda: "",
+                              leadership=SimpleNamespace(term=SimpleNamespace(number=1)))
     return observe.health(service)  # type: ignore[arg-type]
 
 

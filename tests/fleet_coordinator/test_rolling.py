@@ -50,9 +50,7 @@ FREEZE = "web-4"
 
 
 def cli_ok(coordinator: Coordinator, *args: str) -> str:
-    done = coordinator.cli(*args)
-    assert done.returncode == 0, f"coordinator {' '.join(args)}: {done.stderr or done.stdout}"
-    return done.stdout
+    return coordinator.cli_ok(*args)
 
 
 @pytest.fixture(scope="module")

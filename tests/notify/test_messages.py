@@ -128,6 +128,16 @@ def test_each_coordinator_decision_has_its_line(action: str, data: dict, said: s
     assert title(decision(action, **data)) == said
 
 
+def test_an_approval_through_acknowledge_says_azure_and_what_azure_answered() -> None:
+    target = {"name": "web-3", "vmId": "", "group": "avset/s/rg/web"}
+    notice = describe(decision("approve", Target=target, Via="arm"), NOW)
+    assert notice is not None and ("Sent to", "Azure (acknowledge on web-3)") in notice.facts
+    refused = decision("acknowledge", Target=target, Via="arm", ReasonCode="forbidden",
+                       Reason="ARM answered 403: AuthorizationFailed")
+    assert title(refused) == "Azure refused Reboot for web-3: ARM answered 403: AuthorizationFailed"
+    assert title(decision("acknowledge", ReasonCode="approved")) == "Azure approved Reboot for web-3"
+
+
 def test_shadow_decisions_say_nothing_was_sent() -> None:
     notice = describe(decision("approve", Shadow=True), NOW)
     assert notice is not None

@@ -14,6 +14,7 @@ from typing import Any
 from ...errors import ConfigError
 from ...sinks.azure_common import check_plaintext, eventhubs_target, read_connection_string, token_credential
 from ...telemetry import add_secrets
+from .azure_config import AzureSettings
 from .service_config import Access, EventHubSettings, QueueSettings, ServiceSettings, StorageSettings
 
 # Few, short SDK retries: the service has its own loops, and a down service must fail fast.
@@ -43,6 +44,13 @@ def check_connection_strings(settings: ServiceSettings) -> None:
     connection_string(settings.eventhub.access, "eventhub")
     connection_string(settings.storage.access, "storage")
     connection_string(settings.queues.access, "queues")
+    if settings.azure is not None and settings.azure.feed is not None:
+        connection_string(settings.azure.feed.access, "azure.feed")
+
+
+def azure_credential(settings: AzureSettings) -> Any:
+    """The credential for ARM (``[azure] credential``)."""
+    return credential(Access(settings.credential, settings.client_id))
 
 
 def credential(access: Access) -> Any:
@@ -54,15 +62,16 @@ def credential(access: Access) -> Any:
 
 
 def _hub_connection(settings: EventHubSettings) -> str | None:
-    conn = connection_string(settings.access, "eventhub")
+    where = settings.where
+    conn = connection_string(settings.access, where)
     if conn is None:
         return None
     try:
         _, entity = eventhubs_target(conn, key_name_required=False)
     except ConfigError as exc:
-        raise ConfigError(f"eventhub: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
     if entity and entity != settings.eventhub:
-        raise ConfigError(f"eventhub.eventhub: the connection string is for Event Hub {entity!r}, "
+        raise ConfigError(f"{where}.eventhub: the connection string is for Event Hub {entity!r}, "
                           f"not {settings.eventhub!r}")
     return conn
 

@@ -30,7 +30,8 @@ log = logging.getLogger("se_forwarder.coordinator")
 REFUSED = {trust.FORGED: "a forged decision", trust.FOREIGN: "another coordinator's decision",
            trust.UNSIGNED: "an unsigned report", trust.UNREGISTERED: "a report of an unregistered VM",
            trust.BAD_SIGNATURE: "a report that does not verify with its VM's key",
-           trust.WRONG_VM: "a report about another VM"}
+           trust.WRONG_VM: "a report about another VM",
+           trust.AZURE: "an event of Azure's own types on the agents' hub (a VM sent it)"}
 SAY_EVERY = 60.0
 
 

@@ -5,7 +5,11 @@ can make it count as down, never as back. For an event the fold keeps open or st
 the event affects (its Resources resolved, scopes.py) is *done* with it once it reported the event
 completed or canceled itself, or, for an event someone reported Started, when its newest heartbeat
 polled IMDS more than ``heartbeat_timeout`` after anyone last reported the event and did not list
-it (an agent that missed the event's end, or the whole event). Until then, for that VM:
+it (an agent that missed the event's end, or the whole event). For an event Azure reported
+(its feed, Resource Graph: azure_fold.py), Azure's word wins: every VM the event affects is done
+when Azure shows it Completed (at that time, or its own later completed report) or Canceled, and
+none is while Azure still shows it Scheduled or Started, whatever an agent reported; so an agentless
+VM, which never reports, is done when Azure says so. Until then, for that VM:
 
 ==================  ==============================================================================
 reason              when (first that applies; the reasons of all events and VMs then merge in
@@ -15,13 +19,15 @@ reason              when (first that applies; the reasons of all events and VMs 
                     completed (Azure starts an event for all its Resources at once), or an
                     unverified report claimed so (``doubted``)
 ``approved``        approved and not done: by a counted coordinator decision, or by an ``approved``
-                    echo from a VM the event affects (only those can approve it on IMDS)
+                    echo from a VM the event affects (only those can approve it on IMDS) or from
+                    ARM (Azure answered the coordinator's ``acknowledge``)
 ``prepare-failed``  it reported ``preparefailed`` for the event, and no ``prepared`` after
 ``completed``       done, less than ``min_healthy`` ago: after its own completed report, or after
                     the silence that made it done (the event's last report + heartbeat_timeout)
 ``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
                     group, or one resourceId: all of them (``conflicts``), whatever they say
-``not-watched``     no heartbeat for ``heartbeat_timeout``
+``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
+                    (azure_topology.watched)
 ==================  ==================================================================================
 
 Everything per decision pass is O(open and settling events x their VMs) plus one pass over the
@@ -32,17 +38,19 @@ from __future__ import annotations
 
 from collections import Counter
 
+from . import azure_topology
+from .azure_fold import ARM
 from .scopes import ScopeIndex, last_heartbeat, resolve
 from .settings import Policy
-from .state import STARTED, TERMINAL, EventRecord, FleetState
+from .state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
 
 REASONS = ("started", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
 
 
 def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
-    """The ``approved`` echoes that count: from VMs the event affects (VM -> (time, ApprovedBy))."""
+    """The ``approved`` echoes that count: from VMs the event affects, or ARM's (VM -> (time, ApprovedBy))."""
     affected = set(vms)
-    return {vm: echo for vm, echo in record.echoes.items() if idx.key(vm) in affected}
+    return {vm: echo for vm, echo in record.echoes.items() if vm == ARM or idx.key(vm) in affected}
 
 
 def counted_approval(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...], policy: Policy) -> bool:
@@ -68,6 +76,13 @@ def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tu
     for reporter, moment in record.finished.items():
         vm = idx.key(reporter)
         own[vm] = max(moment, own.get(vm, moment))
+    azure = state.azure.events.get(record.key)
+    if azure is not None:  # Azure's word wins (module docstring)
+        if azure.rank == CANCELED:
+            return dict.fromkeys(vms)
+        if azure.rank != COMPLETED or azure.ended_at is None:
+            return {}
+        return {vm: max(own.get(vm, azure.ended_at), azure.ended_at) for vm in vms}
     ranks = own_ranks(idx, record)
     silent_from = record.last_report + policy.heartbeat_timeout
     out: dict[str, float | None] = {}
@@ -98,14 +113,12 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
         record = state.events.get(key)
         if record is not None:
             _open_event(state, policy, idx, record, now, found)
-    for key in sorted(state.settling - state.open_events):  # every VM of it reported it over itself
+    for key in sorted(state.settling - state.open_events):  # every VM of it is done with it
         record = state.events.get(key)
         if record is None or record.completed_at is None or record.completed_at + policy.min_healthy <= now:
             continue
-        affected = set(resolve(state, idx, record).vms)
-        for reporter, moment in record.finished.items():
-            vm = idx.key(reporter)
-            if vm in affected and moment + policy.min_healthy > now:
+        for vm, moment in completions(state, idx, record, resolve(state, idx, record).vms, policy).items():
+            if moment is not None and moment + policy.min_healthy > now:
                 found.setdefault(vm, set()).add("completed")
     for vm in conflicts(state, policy, idx, now):
         found.setdefault(vm, set()).add("name-conflict")
@@ -178,7 +191,7 @@ def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
         beat = vms[key].last_heartbeat
         if key in idx.extra_heartbeats:
             beat = last_heartbeat(state, idx, key)
-        if beat is None or beat < stale:
+        if (beat is None or beat < stale) and not azure_topology.watched(state, policy, key, now):
             out.add(key)
     idx.unwatched_at = ((now, policy.heartbeat_timeout), out)
     return out

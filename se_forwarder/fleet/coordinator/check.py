@@ -2,9 +2,13 @@
 
 Parts: the signing key, the API token file, the attestation trust anchors (``[trust]``: which
 roots, intermediates and subscriptions registrations are checked against, and whether unsigned
-reports are folded: a ``warn`` line), the Event Hub (partitions readable in the consumer
-group), the storage container (the lease and the snapshot), the approval queues' account, and a
-running coordinator's ``/healthz``. Nothing is changed: no lease is taken, no message sent.
+reports are folded: a ``warn`` line), the Event Hub (partitions readable in the consumer group),
+the storage container (the lease and the snapshot), the approval queues' account, with
+``[azure]`` the Azure feed hub, Resource Graph (the VMs and scheduled events the identity can read)
+and, with ``acknowledge = true``, the right to acknowledge (a probe for the nil EventId on a VM
+it can read: ARM answers 404 when the identity may acknowledge, 403 when it lacks the role), and
+a running coordinator's ``/healthz``. Nothing is changed: no lease is taken, no message sent,
+nothing acknowledged.
 
 The signing key and the token file are secrets: each is a ``warn`` line when group or others may
 read it (its mode has a read bit for them), saying the ``chmod`` that fixes it.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable
 
 from ...approvals import signing
@@ -21,7 +26,8 @@ from ...errors import describe
 from ...sinks.azure_common import scrub
 from ...telemetry import redact
 from . import access
-from .service_config import ServiceSettings
+from .azure_config import AzureSettings
+from .service_config import EventHubSettings, ServiceSettings
 from .tokens import read_tokens
 
 WARN = "warn"
@@ -33,11 +39,19 @@ def run_checks(settings: ServiceSettings, echo: Callable[[str], None]) -> int:
         ("signing key", lambda: _key(settings)),
         ("api token", lambda: _token(settings)),
         ("attestation", lambda: _attestation(settings)),
-        ("event hub", lambda: _hub(settings)),
+        ("event hub", lambda: _hub(settings.eventhub)),
         ("storage", lambda: _storage(settings)),
         ("queues", lambda: _queues(settings)),
-        ("running coordinator", lambda: _running(settings)),
     ]
+    azure = settings.azure
+    if azure is not None:
+        graph = _Graph(azure)
+        if azure.feed is not None:
+            checks.append(("azure feed hub", lambda: _hub(azure.feed)))  # type: ignore[arg-type]
+        checks.append(("resource graph", graph.read))
+        if azure.acknowledge:
+            checks.append(("acknowledge", graph.acknowledge))
+    checks.append(("running coordinator", lambda: _running(settings)))
     failures = 0
     for label, check in checks:
         try:
@@ -87,8 +101,7 @@ def _private(path: str, text: str) -> tuple[bool | str, str]:
     return True, text
 
 
-def _hub(settings: ServiceSettings) -> tuple[bool, str]:
-    hub = settings.eventhub
+def _hub(hub: EventHubSettings) -> tuple[bool, str]:
     client = access.consumer(hub)
     try:
         ids = client.get_partition_ids()
@@ -147,3 +160,51 @@ def _running(settings: ServiceSettings) -> tuple[bool | None, str]:
     except requests.RequestException:
         return None, f"none answers at {url}"
     return response.status_code == 200, f"{url}: {response.text.strip()[:300]}"
+
+
+class _Graph:
+    """Resource Graph and the acknowledge probe, with the coordinator's own clients (azure_graph.py)."""
+
+    NIL = "00000000-0000-0000-0000-000000000000"
+
+    def __init__(self, settings: AzureSettings) -> None:
+        self.settings = settings
+        self.vm = ""  # a VM the identity can read, for the probe
+
+    def read(self) -> tuple[bool | str | None, str]:
+        from .azure_graph import EVENTS, Graph
+
+        settings = self.settings
+        graph = Graph(settings, access.azure_credential(settings), deadline=60)
+        try:
+            ends = time.monotonic() + 60
+            vms, _ = graph.rows("resources | where type =~ 'microsoft.compute/virtualmachines' | project id "
+                                "| limit 1000", settings.subscriptions[:100], ends)
+            events, _ = graph.rows(EVENTS + " | limit 1000", settings.subscriptions[:100], ends)
+        finally:
+            graph.close()
+        self.vm = str(vms[0].get("id") or "") if vms else ""
+        subs = f"{len(settings.subscriptions)} subscription(s)"
+        if not vms:
+            return WARN, f"{settings.arm_endpoint}: the identity can read no VM in {subs} (it needs Reader)"
+        return True, (f"{settings.arm_endpoint}: {len(vms)}{'+' if len(vms) == 1000 else ''} VM(s) and "
+                      f"{len(events)} scheduled event(s) readable in {subs}")
+
+    def acknowledge(self) -> tuple[bool | str | None, str]:
+        from .azure_ack import Acknowledger
+
+        if not self.vm:
+            return None, "no VM readable to probe the acknowledge permission on"
+        probe = Acknowledger(self.settings, access.azure_credential(self.settings), lambda *_: None)
+        try:
+            code, reason = probe.post(f"{self.vm}/providers/Microsoft.Maintenance/scheduledevents/{self.NIL}"
+                                      "/acknowledge?api-version=2025-11-01")
+        finally:
+            probe.close()
+        if code in ("not-found", "approved"):
+            return True, "the identity may acknowledge scheduled events (a probe for the nil EventId: " \
+                         f"{reason}; nothing was approved)"
+        if code in ("forbidden", "unauthorized"):
+            return False, f"the identity may not acknowledge ({reason}): give it the Scheduled Events " \
+                          "Contributor role, or set acknowledge = false"
+        return False, reason

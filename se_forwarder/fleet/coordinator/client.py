@@ -79,6 +79,10 @@ def render_status(status: dict[str, Any]) -> str:
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
     refused = svc.get("refused") or {}
+    refused_azure = refused.get("azure", 0)
+    if refused_azure:
+        lines.append(f"REFUSED: {refused_azure} event(s) of Azure's own types on the agents' hub (only the "
+                     "Azure feed hub carries Azure's events; a VM sent them)")
     forged = refused.get("forged", 0)
     if forged:
         lines.append(f"FORGED: {forged} decision(s) in this coordinator's name that did not verify were "
@@ -123,6 +127,7 @@ def render_status(status: dict[str, Any]) -> str:
     if conflicts:
         lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
         lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
+    lines += _azure(s)
     named = s.get("nameConflicts") or []
     if named:
         lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
@@ -158,3 +163,23 @@ def _reachability(parts: dict[str, Any], pending: int) -> list[str]:
     if pending:
         lines.append(f"  {pending} approval message(s) waiting to be sent")
     return ["reachability:", *lines] if lines else []
+
+
+def _azure(s: dict[str, Any]) -> list[str]:
+    """The AZURE part of ``status``: freshness of Azure's view, agentless VMs, disagreements."""
+    azure = s.get("azure")
+    if not azure:
+        return []
+    ages = ", ".join(f"{sub} {age:.0f} s ago" for sub, age in (azure.get("syncedAgeSeconds") or {}).items())
+    lines = ["", f"AZURE: {azure.get('vms', 0)} VMs, {azure.get('events', 0)} events; last complete "
+             f"catch-up: {ages or 'none yet'}"]
+    agentless = azure.get("agentless") or []
+    lines.append(f"  agentless (Azure lists them, no agent reports): {', '.join(agentless) or 'none'}")
+    findings = azure.get("findings") or []
+    lines.append(f"  Azure and an agent disagree ({len(findings)}; Azure's is used):" if findings
+                 else "  Azure and the agents agree")
+    for f in findings:
+        where = f" for {f['eventId']}" if f.get("eventId") else ""
+        lines.append(f"    {f['name']}: {f['field']}{where}: agent says {f['agent'] or '-'}, "
+                     f"Azure says {f['azure'] or '-'}")
+    return lines

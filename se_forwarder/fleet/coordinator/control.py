@@ -36,11 +36,13 @@ from collections.abc import Sequence
 
 from ...approvals.messages import EVENT_ID
 from ...errors import SeForwarderError
+from ...notify.describe import group_label
 from . import switches
 from .availability import echoes
-from .decide import DecisionPass, overridden
-from .events import BudgetUse, Decision
-from .scopes import FLEET, resolve
+from .azure_paths import VIA_ARM
+from .decide import DecisionPass
+from .events import BudgetUse, Decision, overridden
+from .scopes import FLEET, index, resolve
 from .settings import SCOPE_KINDS, Policy, budget_kind
 from .state import SCHEDULED, FleetState
 
@@ -71,6 +73,25 @@ def normalize_scope(scope: str | None) -> str:
     return text
 
 
+def expand_scope(state: FleetState, policy: Policy, scope: str) -> str:
+    """A group named as people say it (``group:web``, ``fault_domain:web/1``: the availability set's,
+    scale set's or tag's name, as status and the page show it) as its full key, when exactly one
+    group of the fleet has that name; a name two groups share is refused, naming both."""
+    kind, _, value = scope.partition(":")
+    domain = kind in ("fault_domain", "update_domain")
+    name, slash, rest = value.rpartition("/") if domain else (value, "", "")
+    if not (domain or kind == "group") or "/" in name or (domain and not slash):
+        return scope
+    groups = set(index(state, policy).group_of.values())
+    if name in groups:
+        return scope
+    found = sorted(g for g in groups if group_label(g).lower() == name)
+    if len(found) > 1:
+        raise ControlRefused("bad-request", f"{name!r} names {len(found)} groups; give one of "
+                             + ", ".join(f"{kind}:{g}{slash}{rest}" for g in found[:5]))
+    return f"{kind}:{found[0]}{slash}{rest}" if found else scope
+
+
 def _text(value: str, what: str, limit: int) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ControlRefused("bad-request", f"{what} is required")
@@ -81,12 +102,14 @@ def _text(value: str, what: str, limit: int) -> str:
 
 def pause(state: FleetState, policy: Policy, now: float, scope: str | None, actor: str,
           reason: str) -> Decision:
-    return _switch_scope(state, policy, now, normalize_scope(scope), True, actor, reason)
+    return _switch_scope(state, policy, now, expand_scope(state, policy, normalize_scope(scope)), True,
+                         actor, reason)
 
 
 def resume(state: FleetState, policy: Policy, now: float, scope: str | None, actor: str,
            reason: str) -> Decision:
-    return _switch_scope(state, policy, now, normalize_scope(scope), False, actor, reason)
+    return _switch_scope(state, policy, now, expand_scope(state, policy, normalize_scope(scope)), False,
+                         actor, reason)
 
 
 def _switch_scope(state: FleetState, policy: Policy, now: float, scope: str, on: bool, actor: str,
@@ -143,7 +166,7 @@ def _switch_event(state: FleetState, policy: Policy, now: float, event_id: str, 
         resources=record.resources if record else (), sequence=sequence)
 
 
-def _overrides(values: Sequence[str]) -> tuple[str, ...]:
+def _overrides(state: FleetState, policy: Policy, values: Sequence[str]) -> tuple[str, ...]:
     out: list[str] = []
     for value in values:
         text = value.strip().lower() if isinstance(value, str) else ""
@@ -155,7 +178,7 @@ def _overrides(values: Sequence[str]) -> tuple[str, ...]:
             except SeForwarderError as exc:
                 raise ControlRefused("bad-request", str(exc)) from None
         else:
-            out.append(normalize_scope(value))
+            out.append(expand_scope(state, policy, normalize_scope(value)))
     return tuple(dict.fromkeys(out))
 
 
@@ -164,7 +187,7 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
     """A person's approval of ``event_id`` (module docstring), or ControlRefused saying why not."""
     event_id = _event_id(event_id)
     actor, reason = _text(actor, "actor", 200), _text(reason, "reason", 1000)
-    allowed = _overrides(overrides)
+    allowed = _overrides(state, policy, overrides)
     record = state.events.get(event_id.lower())
     if record is None or record.rank == 0:
         raise ControlRefused("unknown-event", f"no VM has reported {event_id}")
@@ -179,9 +202,10 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
         raise ControlRefused("unresolved", f"{names} match no known VM; its budgets cannot be counted "
                              "(override with scope all to approve anyway)")
     targets = run.targets(record, res.vms)
-    if not targets:
-        raise ControlRefused("no-target", f"no affected VM of {record.event_id} is watched: nobody to "
-                             "send the approval to")
+    arm = None if targets else run.arm(record, res)
+    if not targets and arm is None:
+        raise ControlRefused("no-target", f"no affected VM of {record.event_id} has a watched agent to send "
+                             "the approval to, and it cannot go through acknowledge ([azure])")
     budgets = run.uses(res.vms)
     for use in budgets:
         if not use.fits and not overridden(use, allowed):
@@ -191,4 +215,5 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
     attempt = max(record.approvals, default=0) + 1
     return run.decision("approve", record, f"{record.event_id}/coordinator/approve/{attempt}",
                         OVERRIDE if exceeds else "approve-now", reason, res, actor=actor,
-                        target=run.ref(targets[0]), budgets=budgets, attempt=attempt, overrides=allowed)
+                        target=run.ref(targets[0]) if targets else arm, budgets=budgets, attempt=attempt,
+                        overrides=allowed, via=None if targets else VIA_ARM)

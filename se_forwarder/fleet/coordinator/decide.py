@@ -16,7 +16,8 @@ For each event not yet approved, in this order (the first that fails is the verd
 ``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
 ``blackout``       now is inside a ``[[blackouts]]`` window
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
-``not-watched``    an affected VM is not watched (its heartbeat is older than heartbeat_timeout)
+``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
+                   heartbeat_timeout) nor by Azure (azure_topology.py)
 ``prepare-failed`` an affected VM reported ``preparefailed`` (and no ``prepared`` after it)
 ``not-prepared``   ``require_prepared`` and an affected VM has not reported ``prepared``
 ``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
@@ -25,7 +26,7 @@ For each event not yet approved, in this order (the first that fails is the verd
 ``queue-conflict`` no affected VM can be sent the approval: each one's queue is another VM's too
 ``fits``           all passed: **approve**, to one watched affected VM whose queue no other VM
                    shares (the first by name among those that reported the event Scheduled,
-                   else among the others)
+                   else among the others); with none, through ``acknowledge`` (azure_paths.py)
 =================  ==============================================================================
 
 Every verdict names the VMs the event affects (its Resources resolved, scopes.py), whatever its
@@ -45,16 +46,19 @@ verdicts: held, paused, too early), once per event and set of scopes (again only
 added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
 it reserves no scope.
 
-Approved events (an echo from a VM the event affects, or a counted approve decision) are not
-decided again. An approval's message goes out until it is sent: while the latest approve decision
-of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in a
-blackout or past NotBefore, and every budget still fits as for a retry (below: sending it is
+Approved events (an echo from a VM the event affects or from ARM, or a counted approve decision)
+are not decided again. An approval's message goes out until it is sent: while the latest approve
+decision of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in
+a blackout or past NotBefore, and every budget still fits as for a retry (below: sending it is
 approving it), its id is listed in ``Evaluation.sends`` (the service sends those, under their own
-message id). An approve decision that got no such echo within ``echo_timeout`` of its ``sent``
-record, or whose message its target VM itself rejected (any reason but ``replayed``,
-``not-scheduled``, ``unknown-event``), is retried as a new ``approve`` (next attempt,
-``retry-no-echo`` / ``retry-rejected``) to the next watched affected VM by name that has not
-rejected it (cycling; the same VM when it is the only one), while NotBefore is ahead, the event is
+message id). An approval through ARM (``Via: "arm"``) is never listed: it has no message; the
+service acknowledges it once published, and its ``acknowledge`` record says what Azure answered
+(azure_paths.py). An approve decision that got no such echo within ``echo_timeout`` of its
+``sent`` (or ``acknowledge``) record, or whose message its target VM itself (or ARM, for one
+through ARM) rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is
+retried as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next
+watched affected VM by name that has not rejected it (cycling; the same VM when it is the only
+one; through ARM when no VM is left and that path is open), while NotBefore is ahead, the event is
 neither held, paused nor in a blackout, and every budget still fits (``budget``/``unresolved``
 otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
 with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
@@ -65,15 +69,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from . import azure_fold, azure_paths, azure_topology
 from .availability import echoes, unavailable, used
-from .events import BudgetUse, Decision, VmRef
+from .events import BudgetUse, Decision, VmRef, inherited, overridden
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .settings import Policy
 from .state import SCHEDULED, DecisionRecord, EventRecord, FleetState
-from .wording import hhmm, span, who, why
+from .wording import hhmm, not_watched, prepare_failed, span, who, why
 
 NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
 
@@ -118,9 +122,17 @@ class DecisionPass:
 
     # -- helpers shared with control.py -------------------------------------------------------
 
-    def watched(self, vm: str) -> bool:
+    def agent_watched(self, vm: str) -> bool:
         beat = last_heartbeat(self.state, self.idx, vm)
         return beat is not None and beat >= self.now - self.policy.heartbeat_timeout
+
+    def watched(self, vm: str) -> bool:
+        """Its agent is watched, or Azure watches it (azure_topology.watched)."""
+        return self.agent_watched(vm) or azure_topology.watched(self.state, self.policy, vm, self.now)
+
+    def arm(self, record: EventRecord, res: Resolution) -> VmRef | None:
+        """The approval's target when it goes through ``acknowledge`` (azure_paths.py)."""
+        return azure_paths.arm_target(self.state, self.policy, self.idx, record, res.vms)
 
     def ref(self, vm: str) -> VmRef:
         record = self.state.vms[vm]
@@ -152,7 +164,7 @@ class DecisionPass:
         """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
         reported the event Scheduled first, then by name."""
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.watched(vm) and vm not in self.idx.shared_queue),
+        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue),
                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
@@ -199,7 +211,8 @@ class DecisionPass:
             attempt = max(record.approvals, default=0) + 1
             self.approve(self.decision(
                 "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
-                target=self.ref(targets[0]), budgets=budgets, attempt=attempt))
+                target=self.ref(targets[0]) if targets else self.arm(record, res), budgets=budgets,
+                attempt=attempt, via=None if targets else azure_paths.VIA_ARM))
             self.take(res.vms)
             return Verdict(record.key, record.event_id, "approved", reason, None, res.vms, budgets)
         self.defer(record, res, code, reason, scope, budgets)
@@ -207,7 +220,7 @@ class DecisionPass:
 
     def approve(self, decision: Decision) -> None:
         self.out.decisions.append(decision)
-        if not decision.shadow:
+        if not decision.shadow and decision.via is None:  # through ARM: acknowledged, no message
             self.out.sends.append(decision.id)
 
     def defer(self, record: EventRecord, res: Resolution, code: str, reason: str, scope: str | None,
@@ -245,12 +258,14 @@ class DecisionPass:
                     None)
         vm = next((v for v in res.vms if not self.watched(v)), None)
         if vm is not None:
-            return ("not-watched", self._vm_reason(record, vm, "not-watched"), None)
+            beat = last_heartbeat(self.state, self.idx, vm)
+            return ("not-watched", not_watched(self.state.vms[vm].name, beat, now), None)
         failed = {self.idx.key(r) for r, (t, _) in record.prepare_failed.items()
                   if t >= record.prepared.get(r, float("-inf"))}
         vm = next((v for v in res.vms if v in failed or self.down.get(v) == "prepare-failed"), None)
         if vm is not None:
-            return ("prepare-failed", self._vm_reason(record, vm, "prepare-failed"), None)
+            said = next((r for k, (_, r) in record.prepare_failed.items() if self.idx.key(k) == vm and r), "")
+            return ("prepare-failed", prepare_failed(self.state.vms[vm].name, said), None)
         if policy.require_prepared:
             ready = {self.idx.key(r) for r, t in record.prepared.items()
                      if t >= record.prepare_failed.get(r, (float("-inf"), ""))[0]}
@@ -266,25 +281,16 @@ class DecisionPass:
             if not use.fits:
                 return ("budget", f"{use.scope} would have {use.with_event} unavailable, max {use.max}",
                         use.scope)
-        if not self.targets(record, res.vms):
+        if not self.targets(record, res.vms) and self.arm(record, res) is None:
             shared = [self.state.vms[v].name for v in res.vms if v in self.idx.shared_queue]
             if shared:
                 return ("queue-conflict", f"the approval queue of {', '.join(shared)} is another VM's "
                         "too: no affected VM to send the approval to", None)
-            return ("not-watched", "no affected VM is watched", None)
+            return ("not-watched", "no affected VM has a watched agent"
+                    + ("" if policy.acknowledge else " ([azure] acknowledge is off)"), None)
         tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
         detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""
         return ("fits", f"fits every budget{detail}", None)
-
-    def _vm_reason(self, record: EventRecord, vm: str, code: str) -> str:
-        name = self.state.vms[vm].name
-        if code == "not-watched":
-            beat = last_heartbeat(self.state, self.idx, vm)
-            if beat is None:
-                return f"{name} is not watched (no heartbeat yet)"
-            return f"{name} is not watched (last heartbeat {span(self.now - beat)} ago)"
-        why = next((r for k, (_, r) in record.prepare_failed.items() if self.idx.key(k) == vm and r), "")
-        return f"prepare failed on {name}" + (f": {why}" if why else "")
 
     def breach(self, record: EventRecord, res: Resolution) -> bool:
         """Publish a breach warning if this event alone exceeds a scope; True when it does."""
@@ -312,11 +318,11 @@ class DecisionPass:
     def retry(self, record: EventRecord, res: Resolution) -> Verdict:
         """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
         last = record.last_approval(self.policy.shadow)
-        echoed = bool(echoes(self.idx, record, res.vms))
-        sent = record.sends.get(last.attempt) if last is not None else None
-        status = ("echoed by an agent" if echoed else "in shadow mode, nothing sent"
-                  if last is not None and last.shadow else "sent, waiting for the echo" if sent is not None
-                  else "its message not sent yet")
+        echoed = echoes(self.idx, record, res.vms)
+        sent = azure_paths.went_out(self.state, record, last)
+        status = ("acknowledged by Azure" if list(echoed) == [azure_fold.ARM] else "echoed by an agent"
+                  if echoed else "in shadow mode, nothing sent"
+                  if last is not None and last.shadow else azure_paths.waiting(last, sent))
         approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
         if echoed or last is None or last.shadow or self.policy.shadow:
             return approved
@@ -326,12 +332,13 @@ class DecisionPass:
                 or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
                 or self.state.paused(FLEET)):
             return approved
-        targets = {r.id: self.idx.key(r.target_key) for r in record.approvals.values()}
+        targets = {r.id: azure_fold.ARM if r.data.get("Via") == azure_paths.VIA_ARM  # who may reject it
+                   else self.idx.key(r.target_key) for r in record.approvals.values()}
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
                     if msg in targets and self.idx.key(vm) == targets[msg] and code not in NO_RETRY_CODES}
         rejected = last.id in refusals
-        if sent is None and not rejected:  # its message is yet to go out: that approves it too
-            waits = self.recheck(record, res, last)
+        if sent is None and not rejected and last.data.get("Via") != azure_paths.VIA_ARM:
+            waits = self.recheck(record, res, last)  # its message is yet to go out: that approves it too
             if waits is None:
                 self.out.sends.append(last.id)
             return waits or approved
@@ -340,7 +347,8 @@ class DecisionPass:
             return approved
         rejecters = {self.idx.key(vm) for vm in refusals.values()}
         candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
-        if not candidates:
+        arm = None if candidates or azure_fold.ARM in rejecters else self.arm(record, res)
+        if not candidates and arm is None:
             reason = "no watched affected VM left to send the approval to"
             self.defer(record, res, "no-target", reason, None, ())
             return Verdict(record.key, record.event_id, "no-target", reason, None, res.vms)
@@ -351,17 +359,19 @@ class DecisionPass:
         ordered = sorted(candidates, key=lambda vm: (self.state.vms[vm].name.lower(), vm))
         after = [vm for vm in ordered if (self.state.vms[vm].name.lower(), vm) >
                  (self.state.vms[previous].name.lower() if previous in self.state.vms else "", previous)]
-        target = (after or ordered)[0]
-        before = self.state.vms[previous].name if previous in self.state.vms else "its target"
+        target = self.ref((after or ordered)[0]) if candidates else arm
+        assert target is not None
+        before = ("acknowledge" if last.data.get("Via") == azure_paths.VIA_ARM else
+                  self.state.vms[previous].name if previous in self.state.vms else "its target")
+        where = f"sending it to {target.name}" if candidates else "approving it through acknowledge"
         code = "retry-rejected" if rejected else "retry-no-echo"
-        reason = (f"{before} rejected the approval; sending it to {self.state.vms[target].name}"
-                  if rejected else f"no approved echo from {before} within "
-                  f"{span(self.policy.echo_timeout)}; sending it to {self.state.vms[target].name}")
+        reason = (f"{before} rejected the approval; {where}" if rejected else
+                  f"no approved echo from {before} within {span(self.policy.echo_timeout)}; {where}")
         attempt = max(record.approvals) + 1
         self.approve(self.decision(
             "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
-            target=self.ref(target), budgets=self.uses(res.vms), attempt=attempt,
-            overrides=inherited(last)))
+            target=target, budgets=self.uses(res.vms), attempt=attempt,
+            overrides=inherited(last), via=None if candidates else azure_paths.VIA_ARM))
         return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)
 
     def recheck(self, record: EventRecord, res: Resolution, last: DecisionRecord) -> Verdict | None:
@@ -381,17 +391,6 @@ class DecisionPass:
                   "is not resent")
         self.defer(record, res, "budget", reason, over.scope, budgets)
         return Verdict(record.key, record.event_id, "budget", reason, over.scope, res.vms, budgets)
-
-
-def overridden(use: BudgetUse, overrides: Sequence[str]) -> bool:
-    """A person chose to exceed this budget: its scope, its kind (``zone``) or ``all`` is named."""
-    return "all" in overrides or use.scope in overrides or use.kind in overrides
-
-
-def inherited(last: DecisionRecord) -> tuple[str, ...]:
-    """The overrides of an approval (a person's approve-now), which its retries keep."""
-    values = last.data.get("Overrides")
-    return tuple(v for v in values if isinstance(v, str)) if isinstance(values, list) else ()
 
 
 def evaluate(state: FleetState, policy: Policy, now: float) -> Evaluation:

@@ -7,17 +7,20 @@ Attributes:
 
 =================  ================================================================================
 ``type``           ``com.azure.scheduledevents.coordinator.<kind>``, kind one of ``approve``,
-                   ``sent``, ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``
+                   ``sent``, ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``,
+                   ``acknowledge`` (what Azure answered an approval through ARM: azure_paths.py)
 ``id``             deterministic, so the same decision made from the same fold by any instance has
                    the same id (and is folded once): ``<EventId>/coordinator/approve/<attempt>``,
                    ``<EventId>/coordinator/sent/<attempt>``,
                    ``<EventId>/coordinator/defer/<n>-<ReasonCode>``,
                    ``<EventId>/coordinator/breach/<12 hex of SHA-256 of the sorted scopes>``,
                    ``<EventId>/coordinator/hold|release/<Sequence>``,
+                   ``<EventId>/coordinator/approve/<attempt>/acknowledge``,
                    ``coordinator/pause|resume/<scope>/<Sequence>``
 ``source``         the coordinator (one name for all its instances, given by the service)
 ``subject``        the EventId; the scope for ``pause``/``resume``
-``time``           when the decision was made (UTC); ``sent``: when the message was in the queue
+``time``           when the decision was made (UTC); ``sent``: when the message was in the queue;
+                   ``acknowledge``: when Azure answered (or the call ended unanswered)
 ``eventtype``      extension: the event's EventType, when there is an event
 ``keyid``          extension: 16 hex of SHA-256 of the raw public key of the coordinator's key
 ``signature``      extension: base64 Ed25519 signature over every other member (``signed``)
@@ -38,12 +41,18 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
 ``NotBeforeUtc``   RFC 3339
 ``Resources``      the event's Resources (VM names), as reported
 ``Affected``       [{``name``, ``vmId``, ``group``}] the VMs those names resolved to
-``Target``         approve and sent: {``name``, ``vmId``, ``group``}, the watched affected VM whose
-                   queue gets the signed approval message
+``Target``         approve, sent and acknowledge: {``name``, ``vmId``, ``group``}, the watched
+                   affected VM whose queue gets the signed approval message; with ``Via: "arm"`` the
+                   resource the event is filed under (its VM or scale set, ``vmId`` empty)
+``Via``            approve and acknowledge: ``queue`` (a message to the target's agent) or ``arm``
+                   (the Maintenance ``acknowledge``, when no affected VM has a watched agent:
+                   azure_paths.py); null for the other kinds (an approval through ``arm`` has no
+                   ``sent`` record: its ``acknowledge`` says what came of it)
 ``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``approve-now-override``
                    (a person exceeded a budget), ``retry-no-echo``, ``retry-rejected``; defer:
                    ``too-early`` ... ``budget``; ``breach``; control: ``pause``, ``resume``,
-                   ``hold``, ``release``; ``sent``)
+                   ``hold``, ``release``; ``sent``; acknowledge: what Azure answered, one of
+                   azure_paths.OUTCOMES)
 ``Reason``         one short sentence for people ("group:... would have 2 unavailable, max 1")
 ``Actor``          ``coordinator`` for its own decisions, else who acted (as the service names
                    them, e.g. ``person:alice``)
@@ -66,9 +75,12 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
                    exceed, kept by its retries ([] otherwise)
 =================  ================================================================================
 
-The service sends an approval message for each ``approve`` that is not ``Shadow``, to
-``Target``'s queue, with the message ``id`` equal to the decision ``id``: an agent processes a
-message id once, so an approval sent by two instances (a leader change) is carried out once.
+The service sends an approval message for each ``approve`` that is not ``Shadow`` and goes
+through a queue (``Via: "queue"``), to ``Target``'s queue, with the message ``id`` equal to the
+decision ``id``: an agent processes a message id once, so an approval sent by two instances (a
+leader change) is carried out once. An approval with ``Via: "arm"`` gets no message: the
+coordinator acknowledges the event through ARM, and publishes what Azure answered as an
+``acknowledge`` decision (azure_paths.py).
 
 ``sent`` is not a decision but a record of one: published after the approval's message was put in
 its queue (``sent(approval, queue, when)``), with the approval's ``EventId``, ``EventType``,
@@ -82,6 +94,7 @@ approval without one is sent (again, under the same message id) by whichever ins
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -129,6 +142,17 @@ class BudgetUse:
                 "withEvent": self.with_event, "max": self.max}
 
 
+def overridden(use: BudgetUse, overrides: Sequence[str]) -> bool:
+    """A person chose to exceed this budget: its scope, its kind (``zone``) or ``all`` is named."""
+    return "all" in overrides or use.scope in overrides or use.kind in overrides
+
+
+def inherited(last: DecisionRecord) -> tuple[str, ...]:
+    """The ``Overrides`` of an approval (a person's approve-now), which its retries keep."""
+    values = last.data.get("Overrides")
+    return tuple(v for v in values if isinstance(v, str)) if isinstance(values, list) else ()
+
+
 @dataclass(frozen=True)
 class Decision:
     """One decision; ``data()`` is its CloudEvent data (module docstring)."""
@@ -153,6 +177,7 @@ class Decision:
     scope: str | None = None
     sequence: int | None = None
     overrides: tuple[str, ...] = field(default=())
+    via: str | None = None  # approve: "arm" for an approval through acknowledge, else a queue message
 
     def data(self) -> dict[str, Any]:
         return {
@@ -173,6 +198,7 @@ class Decision:
             "Scope": self.scope,
             "Sequence": self.sequence,
             "Overrides": list(self.overrides),
+            "Via": self.via or ("queue" if self.kind == "approve" else None),
         }
 
 
@@ -189,6 +215,11 @@ def sent(approval: DecisionRecord, queue: str, when: float) -> Decision:
                      str(target.get("group") or "")),
         attempt=approval.attempt,
     )
+
+
+# What came of an approval, handed to the service's loop from another thread: the approval's id,
+# its record made from the approval (``sent``, azure_paths.acknowledged) and the term it belongs to.
+Recorded = tuple[str, Callable[[DecisionRecord], "Decision"], int]
 
 
 def _text(value: Any) -> str | None:

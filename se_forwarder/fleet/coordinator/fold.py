@@ -14,11 +14,13 @@ it comes from (``sender``; fold_reports.py: a VM speaks only for itself):
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
 ``coordinator.<kind>`` the coordinator's own decisions (approve, ..., release), as trust.py let
                        them through; pause/resume/hold/release only in sequence (fold_decisions.py);
-                       and its ``sent`` records: when an approval's message was put in its queue
+                       its ``sent`` records (an approval's message put in its queue), and its
+                       ``acknowledge`` records (what Azure answered an approval through ARM)
 =====================  =========================================================================
 
 Registrations (``identity`` events) are not folded here: trust.py verifies them and
-registrations.py binds each vmId to its key.
+registrations.py binds each vmId to its key. Nor is Azure's own word (its feed, Resource Graph):
+azure_input.py reads it from inputs no VM can write to, and azure_fold.py folds it.
 
 Anything else (another type, a missing ``id``/``time``/``type``, a ``data`` that is not an object)
 is counted in ``FoldStats`` and skipped; the fold never raises on what it reads. Every report

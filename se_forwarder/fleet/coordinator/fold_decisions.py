@@ -1,5 +1,6 @@
 """The fold's part for the coordinator's own decisions (``coordinator.<kind>``, as trust.py let them
-through): the decision log, each event's approvals (and the ``sent`` records of their messages),
+through): the decision log, each event's approvals (and the ``sent`` records of their messages,
+or the ``acknowledge`` records of what Azure answered an approval through ARM: azure_fold.py),
 defers and breaches, and the switches. Pure.
 
 A decision id seen twice keeps one record (the earlier, then the smaller by content), so decisions
@@ -14,11 +15,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from . import switches
+from . import azure_fold, switches
 from .intake import FOLDED, LATE, MALFORMED, event_id_ok
 from .state import DecisionRecord, FleetState, Switch
 
-DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release")
+DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
 MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
 
 
@@ -65,6 +66,8 @@ def decision(state: FleetState, record: DecisionRecord, chained: bool = True) ->
             table[record.attempt] = record
     elif record.kind == "defer":
         target.defers[record.id] = record
+    elif record.kind == "acknowledge":
+        azure_fold.fold_acknowledged(state, record)
     else:
         target.breaches[record.id] = record
     return FOLDED

@@ -21,7 +21,8 @@ VM watched. A report dated in the past is the sender's word about itself (its ow
 stale, its own completion older); it cannot end an event for another VM.
 
 An event stays *open* (``state.open_events``) until every VM that goes by a name of its Resources
-reported it completed or canceled itself; ``prune`` keeps it until then (or until nobody reported
+reported it completed or canceled itself (for an event Azure reported, until Azure shows it ended:
+Azure's word wins, azure_fold.py); ``prune`` keeps it until then (or until nobody reported
 it for ``forget_after``).
 
 Unverified reports (``[trust] require_signed_reports = false``, a fleet mid-upgrade; trust.py lets
@@ -49,6 +50,7 @@ from typing import Any
 
 from ...model import Kind
 from ...printable import has_controls
+from . import azure_fold, azure_topology
 from .intake import (
     FOLDED,
     LATE,
@@ -179,6 +181,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
             state.rename(key, vm.name, name)
         vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
         topology(vm, info, limits, capped)
+        azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
         if vm.topology() != before:
             state.version += 1
     return vm
@@ -305,12 +308,17 @@ def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when:
         if record.ended_at is None or when > record.ended_at:
             record.ended_at = when
     track(state, record)
+    azure_fold.reconcile(state, record)  # Azure's word on an event it reported wins (azure_fold.py)
 
 
 def closed(state: FleetState, record: EventRecord) -> bool:
     """Every VM that goes by a name of its Resources reported it over itself, and every such name is
     some VM's (without Resources: every reporter reported it over). A VM cannot close an event for
-    a peer by taking the peer's name."""
+    a peer by taking the peer's name. For an event Azure reported, Azure's word: whether it shows
+    the event ended (azure_fold.py)."""
+    azure = azure_fold.ended(state, record)
+    if azure is not None:
+        return azure
     if not record.has_resources:
         return bool(record.reports) and all(rank >= TERMINAL for rank in record.reports.values())
     for name in record.resources:

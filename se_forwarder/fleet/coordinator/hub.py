@@ -88,14 +88,17 @@ class ReaderHealth:
 
 
 def decode(event_data: Any) -> dict[str, Any] | None:
-    """The structured CloudEvent in ``event_data``; the fast path parses the JSON body directly."""
+    """The structured CloudEvent in ``event_data`` (a JSON object, or an array of one as Event Grid
+    delivers); the fast path parses the JSON body directly."""
     props = event_data.properties or {}
     if not any((k.decode() if isinstance(k, bytes) else k) == "cloudEvents_id" for k in props):
         try:
             body = event_data.body
             text = body if isinstance(body, bytes | bytearray) else b"".join(body)
-            if text[:1] == b"{":
+            if text[:1] in (b"{", b"["):
                 parsed = json.loads(text)
+                if isinstance(parsed, list) and len(parsed) == 1:  # Event Grid's delivery: [CloudEvent]
+                    parsed = parsed[0]
                 if isinstance(parsed, dict) and "specversion" in parsed:
                     return parsed
         except (ValueError, TypeError):
@@ -119,12 +122,13 @@ class HubReader:
     busy loop during an outage), and asks every ``PROBE_LOST`` seconds; when the hub answers
     again, it reads where each partition ends, says how far behind the fold is, and opens the
     partitions again from where each was read up to. Once the reader has read that far it says
-    so, with the time the catch-up took.
+    so, with the time the catch-up took. ``label`` names the hub in those lines.
     """
 
     def __init__(self, settings: EventHubSettings, start: dict[str, Position],
-                 deliver: Callable[[Batch], None], reach: Reach | None = None) -> None:
-        self.settings = settings
+                 deliver: Callable[[Batch], None], reach: Reach | None = None,
+                 label: str = "the Event Hub") -> None:
+        self.settings, self.label = settings, label
         self.deliver = deliver
         self.reach = reach or Reach("hub-read")
         self.health = ReaderHealth()
@@ -146,7 +150,7 @@ class HubReader:
         reading = False
         while not self._closing.is_set():
             ids = self._ask(lambda mgmt: list(mgmt.get_eventhub_properties()["partition_ids"]),
-                            "asking the Event Hub about itself")
+                            f"asking {self.label} about itself")
             if self._closing.is_set():
                 break
             if ids is not None and not reading:
@@ -187,7 +191,7 @@ class HubReader:
         health = self.health
         ends = self._ask(lambda mgmt: {pid: int(mgmt.get_partition_properties(pid)
                                                 ["last_enqueued_sequence_number"]) for pid in ids},
-                         "asking the Event Hub where it ends")
+                         f"asking {self.label} where it ends")
         behind = {pid: end - was.get(pid, -1) for pid, end in sorted((ends or {}).items())
                   if end > was.get(pid, -1)}
         health.catching_up = {pid: ends[pid] for pid in behind} if ends else {}
@@ -198,7 +202,7 @@ class HubReader:
         if not health.catching_up:
             health.arrivals = None
         again = " again" if health.lost_at is not None else ""
-        log.info("reading the Event Hub%s from where the fold was: %s", again, detail)
+        log.info("reading %s%s from where the fold was: %s", self.label, again, detail)
         health.lost_at = None
         self._caught_up()
 
@@ -262,7 +266,7 @@ class HubReader:
             log.debug("in-memory checkpoint failed: %s", exc)
 
     def _error(self, context: Any, error: Exception) -> None:
-        where = f"partition {context.partition_id}" if context is not None else "the Event Hub"
+        where = f"partition {context.partition_id}" if context is not None else self.label
         text = f"reading {where}: {type(error).__name__}: {scrub(one_line(str(error)))}"
         health = self.health
         health.errors = (health.errors + [text])[-20:]
@@ -281,8 +285,8 @@ class HubReader:
         reached = [min((t for p, seq, t in arrivals if p == pid and seq >= end), default=time.monotonic())
                    for pid, end in targets.items()]
         took = max(reached) - (health.back_at or max(reached))
-        log.info("caught up with the Event Hub: read up to where it ended %.1f s after it answered "
-                 "(%d partition(s) behind)", took, len(targets))
+        log.info("caught up with %s: read up to where it ended %.1f s after it answered "
+                 "(%d partition(s) behind)", self.label, took, len(targets))
 
     def close(self) -> None:
         with self._lock:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 from ...model import MalformedDocument, parse_not_before
 from ...printable import has_controls, strip_controls
+from ...timestamps import seconds as moment
 from .limits import Limits
 from .state import FleetState, Vm
 
@@ -179,19 +179,6 @@ def topology(vm: Vm, info: dict[str, Any], limits: Limits, capped: Counter[str])
     vm.update_domain = identifier(scalar(info.get("platformUpdateDomain")), chars, capped)
     vm.placement_group = identifier(info.get("placementGroupId"), chars, capped)
     vm.tags = tags(info.get("tags"), limits, capped)
-
-
-def moment(value: Any) -> float | None:
-    """An RFC 3339 time (UTC when it has no offset) as epoch seconds, or None."""
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def not_before(data: dict[str, Any]) -> float | None:

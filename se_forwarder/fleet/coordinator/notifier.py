@@ -6,12 +6,14 @@ Configured in ``coordinator.toml``, one table per hook::
     format = "teams"                      # teams (Adaptive Card, Workflows webhook) | slack (Block Kit)
     url_env = "SE_TEAMS_WEBHOOK_URL"      # the hook's URL, from an environment variable ...
     # url_file = "/etc/se-forwarder/teams.url"   # ... or a file (the URL is the secret)
-    decisions = ["approve", "defer", "breach", "pause", "resume", "hold", "release"]   # the default
+    decisions = ["approve", "defer", "breach", "pause", "resume", "hold", "release",
+                 "acknowledge"]                                                    # the default
     events = ["scheduled", "started", "completed"]                                     # the default
 
 What is sent, once per fleet event and never once per VM: every ``approve`` (its first attempt; a
 retry to another VM of the same event is not a new message), the first ``defer`` of an event (not
-each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``; and
+each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``, and
+what Azure answered each approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and
 per maintenance event (EventId), however many VMs report it, one message when it is first
 Scheduled, one when it first Started and one when it completed (``completed`` also selects the
 message of a canceled event), naming the VMs it affects (event_feed.py). Either list may be empty,
@@ -54,7 +56,7 @@ from .state import DecisionRecord, FleetState
 
 log = logging.getLogger("se_forwarder.coordinator.notify")
 
-DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release")
+DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
 QUEUE_MAX = 1000
 GIVE_UP_AFTER = 600.0  # s a message is retried before it is dropped
 TIMEOUT = 10.0  # s per POST

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import trust
+from . import azure_view, trust
 from .limits import CAPS
 from .scopes import index
 
@@ -50,7 +50,21 @@ def values(service: Service) -> dict[str, Any]:
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
         "reach": {name: (r.reachable, r.failures, r.overdue, r.last_success)
                   for name, r in service.reach.items()},
+        "azure": _azure(service),
     }
+
+
+def _azure(service: Service) -> dict[str, Any] | None:
+    """Azure's input: what came in (by what happened to it), agentless VMs, findings by field."""
+    if service.azure is None:
+        return None
+    idx = index(service.state, service.policy)
+    by_field: dict[str, int] = {}
+    for finding in azure_view.findings(service.state, idx):
+        field = "tag" if finding["field"].startswith("tag:") else finding["field"]
+        by_field[field] = by_field.get(field, 0) + 1
+    return {"counts": dict(service.azure.counts), "agentless": len(azure_view.agentless(service.state, idx)),
+            "vms": len(service.state.azure.vms), "findings": by_field}
 
 
 def render(v: dict[str, Any]) -> bytes:
@@ -105,7 +119,8 @@ def render(v: dict[str, Any]) -> bytes:
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
             reachable = GaugeMetricFamily(PREFIX + "reachable", "1 while the part answers (storage, queues, "
-                                          "hub-read, hub-publish).", labels=["part"])
+                                          "hub-read, hub-publish; with [azure]: azure-feed, arm).",
+                                          labels=["part"])
             failures = CounterMetricFamily(PREFIX + "call_failures", "Failed calls to each part, by kind "
                                            "(error, or timeout: no answer by the deadline).",
                                            labels=["part", "kind"])
@@ -125,6 +140,7 @@ def render(v: dict[str, Any]) -> bytes:
                 yield GaugeMetricFamily(PREFIX + "last_input_age_seconds",
                                         "Seconds since the last event arrived from the hub.",
                                         value=round(v["last_input_age"], 3))
+            yield from _azure_metrics(v["azure"], CounterMetricFamily, GaugeMetricFamily)
             latencies = v["latencies"]
             yield SummaryMetricFamily(PREFIX + "approval_latency_seconds",
                                       "From the hub input that made an approval possible to its queue "
@@ -137,11 +153,28 @@ def render(v: dict[str, Any]) -> bytes:
     return generate_latest(registry)
 
 
+def _azure_metrics(v: dict[str, Any] | None, counter: Any, gauge: Any) -> Iterator[Any]:
+    if v is None:
+        return
+    inputs = counter(PREFIX + "azure", "Azure's input by what became of it: feed-folded, feed-<refusal>, "
+                     "graph-<refusal> (rows), acknowledge-<outcome>.", labels=["what"])
+    for what, count in sorted(v["counts"].items()):
+        inputs.add_metric([what], count)
+    yield inputs
+    yield gauge(PREFIX + "azure_vms", "VMs Azure lists in the managed subscriptions.", value=v["vms"])
+    yield gauge(PREFIX + "azure_agentless", "VMs Azure lists that no agent reports.", value=v["agentless"])
+    findings = gauge(PREFIX + "azure_findings", "Current disagreements between Azure and an agent, by "
+                     "field (status, fault domain, scale set, ...).", labels=["field"])
+    for field, count in sorted(v["findings"].items()):
+        findings.add_metric([field], count)
+    yield findings
+
+
 def health(service: Service) -> tuple[bool, str]:
     """(healthy, one line): what this instance is doing, and every part that does not answer."""
     down = [r for r in service.reach.values() if not r.reachable]
     where = ", ".join(f"{p}:{s.sequence}" for p, s in sorted(service.positions.items())) or "nothing yet"
-    line = f"{service.role}, {len(service.state.vms)} VMs, read up to {where}"
+    line = f"{role(service)}, {len(service.state.vms)} VMs, read up to {where}"
     if not service.acting() and service.leadership.term is not None:
         line += f"; not acting: {service.why_not()}"
     unsigned = service.output.unsigned
@@ -158,12 +191,21 @@ def health(service: Service) -> tuple[bool, str]:
     return True, f"degraded: {text}; {line}"
 
 
+def role(service: Service) -> str:
+    """What this instance is now, in a few words."""
+    if service.leadership.term is not None:
+        if service.acting():
+            return "leader"
+        return "leader (not acting)" if not service.leadership.lease.acting() else "leader (catching up)"
+    return "standby" if service.leadership.stepped else "starting"
+
+
 def describe(service: Service) -> dict[str, Any]:
     """What this instance is and does: the ``service`` member of ``status`` and ``/v1/state``."""
     holder = None if service.leadership.term is not None else service.leadership.holder
     acting = service.acting()
     return {
-        "name": service.settings.name, "instance": service.settings.instance, "role": service.role,
+        "name": service.settings.name, "instance": service.settings.instance, "role": role(service),
         "acting": acting, "notActing": None if acting else service.why_not(), "source": service.source,
         "leader": ({"instance": service.settings.instance, "api": service.leadership.lease.api}
                    if service.leadership.term is not None
@@ -176,4 +218,5 @@ def describe(service: Service) -> dict[str, Any]:
         "decisionsMade": service.decisions_made,
         "pendingSends": service.output.sending.pending(),
         "reachability": {name: r.as_data() for name, r in service.reach.items()},
+        "azure": service.azure.describe() if service.azure is not None else None,
     }

@@ -1,11 +1,13 @@
 """The way out: decisions published to the hub in order; approval messages sent once published.
 
 The service folds each decision as it makes it and hands it here (``put``). One thread signs
-(``Signer.decision``: this is the one place decisions are signed, ``sent`` records included) and
-publishes what is queued, in order. Approval messages are sent by sending.py, and only for
-approvals that are on the hub already (``published``): the hub always knows of an approval before
-any agent does, so an instance taking over never misses one. Every pass the service says which
-approvals want their message (``want``); that includes the approvals it just made.
+(``Signer.decision``: this is the one place decisions are signed, ``sent`` and ``acknowledge``
+records included) and publishes what is queued, in order. Approval messages are sent by
+sending.py, and only for approvals that are on the hub already (``published``): the hub always
+knows of an approval before any agent does, so an instance taking over never misses one. Every
+pass the service says which approvals want their message (``want``); that includes the approvals
+it just made. An approval through ARM (``Via: "arm"``) has no message: it is acknowledged once
+published (its ``Outgoing.done``, azure_input.py).
 
 Before every publish the thread asks ``may_act(term)``: the decision must come from the current
 leadership term, and the lease must still be comfortably held (blobs.py). When that fails with
@@ -91,7 +93,7 @@ class Output:
         d = item.decision
         with self._lock:
             self._busy += 1
-            if d.kind == "approve" and not d.shadow:
+            if d.kind == "approve" and not d.shadow and d.via is None:  # via ARM: no message (azure_input.py)
                 self._unpublished.add(d.id)
                 if item.trigger is not None:
                     self.sending.triggers[d.id] = item.trigger

@@ -1,7 +1,9 @@
 """Reachability of what the coordinator depends on, and calls that end at a deadline.
 
 Four parts, each a ``Reach``: ``storage`` (the lease and the snapshots), ``queues`` (approval
-messages), ``hub-read`` (the reader) and ``hub-publish`` (decisions). Every call to one of them
+messages), ``hub-read`` (the reader) and ``hub-publish`` (decisions); with ``[azure]`` also
+``azure-feed`` (the Azure feed hub's reader) and ``arm`` (Resource Graph's catch-up and
+``acknowledge``, azure_graph.arm_call). Every call to one of them
 records its outcome: when it last succeeded, since when it fails, the last error, how many calls
 failed and how many of those got no answer in time. ``/healthz``, ``status`` and ``/metrics`` show
 it. A part logs once when it becomes unreachable ("cannot reach ..."), once a minute while it stays
@@ -43,7 +45,10 @@ PARTS = {
     "queues": "the approval queues",
     "hub-read": "the Event Hub (reading)",
     "hub-publish": "the Event Hub (publishing decisions)",
+    "azure-feed": "the Azure feed hub (reading)",
+    "arm": "Azure Resource Manager (Resource Graph, acknowledge)",
 }
+ALWAYS = ("storage", "queues", "hub-read", "hub-publish")  # the others only with [azure]
 
 
 class Overdue(TimeoutError):
@@ -135,8 +140,13 @@ class Reach:
         failure), or ``Overdue`` when it did not return within ``timeout`` seconds."""
         return self.wait(begin(func, f"coordinator-{self.name}"), timeout, what)
 
-    def wait(self, future: Future[T], timeout: float, what: str) -> T:
-        """``call`` for a call begun already (``begin``): the caller keeps its future."""
+    def wait(self, future: Future[T], timeout: float, what: str,
+             answered: Callable[[int | None], bool] | None = None) -> T:
+        """``call`` for a call begun already (``begin``): the caller keeps its future.
+
+        Whether the part answered: by default a call that returned, or raised an expected refusal
+        (``ANSWERS``); with ``answered``, what it says of the HTTP status of the error raised, or of
+        the response returned (a ``status_code``), for calls whose client does not raise on one."""
         try:
             result = future.result(timeout)
         except FutureTimeout:
@@ -144,12 +154,17 @@ class Reach:
             self.failed(str(error), overdue=True)
             raise error from None
         except Exception as exc:
-            if _answered(exc):
+            status = getattr(exc, "status_code", None)
+            if (answered or _expected)(status):
                 self.succeeded()
             else:
                 self.failed(f"{what}: {describe_error(exc)}")
             raise
-        self.succeeded()
+        status = getattr(result, "status_code", None)
+        if answered is not None and status is not None and not answered(status):
+            self.failed(f"{what}: answered {status}")
+        else:
+            self.succeeded()
         return result
 
     def as_data(self, now_wall: float | None = None) -> dict[str, Any]:
@@ -170,15 +185,16 @@ class Reach:
                 f"{self.last_error}")
 
 
-def _answered(exc: BaseException) -> bool:
+def _expected(status: int | None) -> bool:
     """An expected refusal (not found, lease taken, precondition): the service answered."""
-    return getattr(exc, "status_code", None) in ANSWERS
+    return status in ANSWERS
 
 
 def _utc(moment: float | None) -> str | None:
     return rfc3339(int(moment)) if moment else None
 
 
-def parts() -> dict[str, Reach]:
-    """A fresh record for every part, in the order people read them."""
-    return {name: Reach(name) for name in PARTS}
+def parts(*more: str) -> dict[str, Reach]:
+    """A fresh record for every part there always is and for ``more`` (Azure's), in the order
+    people read them."""
+    return {name: Reach(name) for name in (*ALWAYS, *more)}

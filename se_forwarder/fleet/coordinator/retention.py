@@ -8,10 +8,11 @@ as both pruned at about the same time. It drops:
   scope, so they no longer count as unavailable (the status lists them as not watched until then);
   with their registered keys and the reports held for them;
 - events that every VM of their Resources reported completed or canceled itself (fold_reports.py:
-  ``closed``) more than ``keep_events`` (default: 24 h, at least ``min_healthy``) ago, and events
-  nobody reported for ``forget_after``; with their decisions and holds. An event one of its VMs
-  never reported over stays until then, whatever the others reported. Their EventIds are
-  remembered for ``keep_gone`` (7 days) so a straggling report cannot bring one back;
+  ``closed``; for an event Azure reported, that Azure showed ended) more than ``keep_events``
+  (default: 24 h, at least ``min_healthy``) ago, and events nobody reported for ``forget_after``;
+  with their decisions and holds. An event one of its VMs never reported over stays until then,
+  whatever the others reported. Their EventIds are remembered for ``keep_gone`` (7 days) so a
+  straggling report cannot bring one back; with Azure's record of them (azure_fold.forget);
 - pause/resume decisions older than ``keep_events`` that are not the current state of their scope.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import azure_fold
 from .fold_reports import closed
 from .registrations import forget
 from .settings import DAY, Policy
@@ -79,6 +81,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident in stale:
         del state.decisions[ident]
     state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
+    azure_fold.forget(state)
     if old_vms:
         state.names = None  # the fold's index of names, rebuilt when next needed
     if old_vms or old_events:

@@ -2,6 +2,8 @@
 
 Groups. A VM's group is, in this order: ``tag/<value>`` when it carries the configured
 ``group_tag``; ``vmss/<subscription>/<resource group>/<scale set>`` when it is in a scale set;
+``avset/<subscription>/<resource group>/<availability set>`` when Azure names its availability set
+(azure_topology.py: with ``[azure]``, a VM's topology is Azure's, whatever its agent says);
 otherwise the set of VMs that reported the same EventIds (co-reception: an availability set),
 named ``set/<subscription>/<resource group>/<name>`` after its member that sorts first (so a
 learned group's name can change while it is being learned; give groups a tag for stable names).
@@ -35,9 +37,10 @@ out of the fleet and its reports count as that VM's. Otherwise it stays a VM of 
 only the fleet and group scopes), counted like any other: the conservative choice.
 
 Resolution. An event's ``Resources`` are VM names. Each resolves, case-insensitively, to the VMs
-that reported the event under that name and the VMs of their groups with that name; so equal
-names in other resource groups or groups do not collide, and a VM that claims a peer's name does
-not hide the peer. A name that matches nothing is *unresolved*.
+that reported the event under that name and the VMs of their groups with that name, and, when
+Azure reported the event, the VM Azure files under that name in the event's resource group
+(azure_topology.names); so equal names in other resource groups or groups do not collide, and a VM
+that claims a peer's name does not hide the peer. A name that matches nothing is *unresolved*.
 
 Which VMs are unavailable, and why: availability.py.
 
@@ -52,6 +55,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import azure_topology
 from .queues import shared_queues
 from .settings import Budget, Policy
 from .state import CANCELED, STARTED, EventRecord, FleetState, Vm
@@ -187,6 +191,8 @@ def _groups(state: FleetState, policy: Policy, members: list[str], component: di
             explicit[key] = "tag/" + vm.tags[policy.group_tag].lower()
         elif vm.scale_set:
             explicit[key] = f"vmss/{vm.subscription or '-'}/{vm.resource_group or '-'}/{vm.scale_set}"
+        elif (avset := azure_topology.group(state, key)) is not None:
+            explicit[key] = avset
         else:
             mine = (vm.subscription or "-", vm.resource_group or "-", vm.name.lower() or "-", key)
             root = component[key]
@@ -240,6 +246,9 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
             found[lowered].add(key)
     for lowered in wanted:
         found[lowered].update(k for g in groups for k in idx.names.get(g, {}).get(lowered, ()))
+    for lowered, key in azure_topology.names(state, record).items():
+        if lowered in found and key in idx.group_of:
+            found[lowered].add(key)
     vms: list[str] = []
     for lowered in wanted:
         vms.extend(k for k in sorted(found[lowered]) if k not in vms)

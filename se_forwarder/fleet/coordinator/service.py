@@ -16,7 +16,14 @@ sending and the snapshot's upload and download all run on threads of their own w
 ``/metrics`` answer during any outage. It says once when this instance stops acting and why, and
 once when it acts again.
 
-Input rules: every event read from the hub passes the gate first (admission.py around gate.py,
+Azure's input (``[azure]``, azure_input.py): the Azure feed hub is read beside the agents' hub into
+the same inbox (readers.py), its positions kept and snapshotted with theirs, and a new leader reads
+it to its end too; the Resource Graph catch-ups come back from their own thread and are folded. An
+approval through ARM (``Via: "arm"``) gets no message: it is acknowledged once published, off the
+loop with a deadline, and what Azure answered is published as an ``acknowledge`` record, the way
+a message that went out is published as a ``sent`` one (``_take_records``).
+
+Input rules: every event read from the agents' hub passes the gate first (admission.py around gate.py,
 with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
 folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
 decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
@@ -42,23 +49,26 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from ...approvals import signing
 from ...errors import SeForwarderError
 from . import access, observe
 from .admission import Admission
+from .azure_input import AzureInput
 from .blobs import Lease, Snapshots, ensure_container
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
-from .events import Decision, sent, to_dict
+from .events import Decision, Recorded, sent, to_dict
 from .fold import FOLDED, fold_event
-from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
+from .hub import Batch, HubPublisher, Position
 from .keeper import Keeper, Loaded
 from .leader import Leadership
 from .output import Outgoing, Output
 from .queues import QueueConflictLog
 from .reach import Reach, parts
+from .readers import FEED, Readers
 from .retention import prune
 from .sender import Approval, Sender, Signer
 from .service_config import ServiceSettings
@@ -72,6 +82,7 @@ PASS_EVERY = 0.05  # s between decision passes while input keeps arriving
 PASS_AT_LEAST = 1.0  # s: a pass at least this often while leading
 PRUNE_EVERY = 60.0
 MAX_FOLD_PER_TURN = 5_000  # events folded before the loop looks at requests and the clock again
+RECORDS = ("sent", "acknowledge")  # what came of an approval: published and folded, but no decision
 
 
 class NotLeading(SeForwarderError):
@@ -90,17 +101,17 @@ class Service:
         self.positions: dict[str, Position] = {}
         self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
-        self.sent_notes: queue.Queue[tuple[Approval, str, float, int]] = queue.Queue()
+        self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
         self.evaluation: Evaluation | None = None
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
         self.decisions_made = 0
-        self.reach: dict[str, Reach] = parts()
+        self.reach: dict[str, Reach] = parts(*AzureInput.parts(settings.azure))
+        self.azure = AzureInput(settings.azure, self.reach, self.records.put) if settings.azure else None
         self._dirty = False
         self._ready = False  # the fold is loaded (and not being rebuilt)
         self._acting = False  # as last said in the log
         self._rebuild_term: int | None = None
         self._rebuilt_terms: set[int] = set()
-        self.started = time.monotonic()
         trusted = signing.parse_public_keys("\n".join(settings.coordinator_keys), "trust.coordinator_keys") \
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
@@ -108,21 +119,21 @@ class Service:
         self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
         self.gate, self.stats = self.admission.gate, self.admission.gate.stats
         container = access.container(settings.storage)
-        self.container = container
         self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
-        self.leadership = Leadership(
+        feed = settings.azure.feed if settings.azure is not None else None
+        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put)
+        self.leadership = Leadership(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            lambda: partition_ends(settings.eventhub), self.reach["storage"], self.reach["hub-read"])
+            self.readers.ends, self.reach["storage"], self.reach["hub-read"])
         self.sender = Sender(access.Queues(settings.queues), self.signer, settings.queues.template,
                              settings.queues.message_ttl)
         self.output = Output(HubPublisher(settings.eventhub, partition_key=self.source), self.sender,
                              self.source, self.leadership.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
-        self.reader: HubReader | None = None
         self.queue_conflicts = QueueConflictLog()
 
     # -- life -----------------------------------------------------------------------------------
@@ -131,12 +142,10 @@ class Service:
         hub = self.settings.eventhub
         return f"{hub.namespace or '(connection string)'}/{hub.eventhub}/{hub.consumer_group}"
 
-    @property
-    def last_snapshot(self) -> tuple[float, int] | None:
-        return self.keeper.last_snapshot
-
     def run(self) -> int:
         self.keeper.load()  # creates the container first, off the loop
+        if self.azure is not None:
+            self.azure.start()
         self.output.start()
         self.leadership.start()
         last_pass = last_prune = last_save = 0.0
@@ -144,7 +153,9 @@ class Service:
             while not self.stop.is_set():
                 self._fold_available(0.05)
                 self._serve_requests()
-                self._take_sent()
+                self._take_records()
+                if self.azure is not None and self.azure.pump(self.state):  # Resource Graph's catch-ups
+                    self._dirty = True
                 if self.admission.fetched(self.state):
                     self._dirty = True
                 loaded = self.keeper.poll()
@@ -187,9 +198,7 @@ class Service:
             self.inbox.get_nowait()
         self.state, self.positions = loaded.state, loaded.positions
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
-        self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put,
-                                self.reach["hub-read"])
-        self.reader.start()
+        self.readers.start(self.positions)
         self._ready = True
 
     def _rebuild(self) -> None:
@@ -199,8 +208,7 @@ class Service:
             return
         self._rebuilt_terms.add(term)
         self._ready = False
-        reader, self.reader = self.reader, None
-        self.keeper.load(before=reader.close if reader is not None else None)
+        self.keeper.load(before=self.readers.close)
 
     def _lost(self, term: int) -> None:
         self._rebuild_term = term
@@ -211,11 +219,12 @@ class Service:
         if leading and self.output.idle() and not self.output.gave_up and self.acting():
             self.keeper.save_now(snapshot(self.state), self.positions, 20)
         self.leadership.stop(release=True)
-        if self.reader is not None:
-            self.reader.close()
+        self.readers.close()
         self.sender.queues.close()
         self.output.publisher.drop()
         self.admission.close()
+        if self.azure is not None:
+            self.azure.close()
 
     # -- the fold -------------------------------------------------------------------------------
 
@@ -236,7 +245,10 @@ class Service:
                 return
 
     def _fold(self, batch: Batch) -> None:
-        self.admission.fold(self.state, batch)
+        if self.azure is not None and batch.partition.startswith(FEED):  # the feed hub: not the gate's
+            self.azure.fold_feed(self.state, batch)  # checked at the edge (azure_facts.py)
+        else:
+            self.admission.fold(self.state, batch)
         if batch.events:
             self.positions[batch.partition] = batch.events[-1][1]
         self.last_input = batch.arrived
@@ -296,31 +308,35 @@ class Service:
             log.error("%s %s not published: it does not fold (%s)", decision.kind, decision.id[:200],
                       outcome, extra=extra)
             return outcome
-        self.decisions_made += decision.kind != "sent"  # a sent record is no decision (sending.py logs it)
+        self.decisions_made += decision.kind not in RECORDS  # no decision (sending.py, azure_ack.py log them)
         over = [f"{u.scope} {u.with_event}/{u.max}" for u in decision.budgets if not u.fits]
         if decision.kind == "approve" and (over or decision.code == OVERRIDE):
             log.warning("%s %s OVERRIDES budgets (%s) on the word of %s: %s", decision.kind,
                         decision.subject, ", ".join(over) or "not counted", decision.actor,
                         decision.reason, extra=extra)
-        elif decision.kind != "sent":
+        elif decision.kind not in RECORDS:
             log.info("%s %s: %s", decision.kind, decision.subject, decision.reason, extra=extra)
+        if self.azure is not None:  # an approval through ARM is acknowledged once published
+            done = self.azure.once_published(self.state, decision, term, self.leadership.may_act, done)
         self.output.put(Outgoing(decision, term, trigger, done))
         return outcome
 
     def _on_sent(self, approval: Approval, queue_name: str, when: float, term: int) -> None:
-        """From the sending thread: an approval's message is in its queue (handled on the loop)."""
-        self.sent_notes.put((approval, queue_name, when, term))
+        """From the sending thread: an approval's message is in its queue (recorded on the loop)."""
+        self.records.put((approval.id, partial(sent, queue=queue_name, when=when), term))
 
-    def _take_sent(self) -> None:
+    def _take_records(self) -> None:
+        """Publish the records of what came of approvals (``sent``, ``acknowledge``) while the term
+        they were made in lasts; else whoever leads sends the message again under the same id (the
+        agent acts once), or retries the approval after ``echo_timeout``."""
         while True:
             try:
-                approval, queue_name, when, term = self.sent_notes.get_nowait()
+                approval_id, make, term = self.records.get_nowait()
             except queue.Empty:
                 return
-            record = self.state.decisions.get(approval.id)
-            if record is None or not self._ready or not self.leadership.may_act(term):
-                continue  # whoever leads sends it again under the same id: the agent acts once
-            self._publish(sent(record, queue_name, when), term)
+            approval = self.state.decisions.get(approval_id)
+            if approval is not None and self._ready and self.leadership.may_act(term):
+                self._publish(make(approval), term)
 
     # -- requests from the API (run on this thread) ---------------------------------------------
 
@@ -370,14 +386,6 @@ class Service:
                         decisions_limit=decisions, all_scopes=all_scopes)
         result["service"] = self.describe()
         return result
-
-    @property
-    def role(self) -> str:
-        if self.leadership.term is not None:
-            if self.acting():
-                return "leader"
-            return "leader (not acting)" if not self.leadership.lease.acting() else "leader (catching up)"
-        return "standby" if self.leadership.stepped else "starting"
 
     def describe(self) -> dict[str, Any]:
         """The ``service`` member of ``status`` (observe.py)."""

@@ -47,6 +47,7 @@ module reads the others and rejects any other top-level key::
     log_format = "auto"                  # auto | json | text
     log_level = "info"
 
+    [azure]                              # optional: Azure's own feed beside the agents (azure_config.py)
     [limits]                             # optional: how much of the fold one VM may take (limits.py)
     [web]                                # optional: the fleet page's own listener (web/settings.py)
     [[notify]]                           # optional, repeatable: Teams/Slack messages (notifier.py)
@@ -67,6 +68,7 @@ from typing import Any
 from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
+from .azure_config import AzureSettings, load_azure
 from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notifier import NotifySettings, load_notify
 from .settings import POLICY_SECTIONS, Policy, load_policy, parse_duration
@@ -77,7 +79,7 @@ CREDENTIALS = ("managed-identity", "default", "connection-string")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "limits",
-            "web", "notify")
+            "web", "notify", "azure")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -103,6 +105,7 @@ class EventHubSettings:
     eventhub: str
     consumer_group: str
     access: Access
+    where: str = field(default="eventhub", compare=False)  # its section, in messages
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class ServiceSettings:
     notify: tuple[NotifySettings, ...] = ()
     trust: TrustSettings = field(default_factory=TrustSettings)
     limits: Limits = DEFAULT_LIMITS
+    azure: AzureSettings | None = None  # [azure]: Azure's own feed, Resource Graph, acknowledge
 
     @property
     def coordinator_keys(self) -> tuple[str, ...]:
@@ -197,11 +201,15 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         raise ConfigError("signing.key_file: missing (the key that signs approval messages; "
                           "make one with 'se-forwarder fleet keygen --out FILE')")
     queues = _queues(_table(raw, "queues"))
+    azure = load_azure(raw.get("azure"), _eventhub)
+    policy = replace(load_policy(raw), queue_template=queues.template,
+                     acknowledge=bool(azure and azure.acknowledge),
+                     azure_fresh_for=azure.fresh_for if azure else 0.0)
     return ServiceSettings(
         name=name, instance=instance, eventhub=_eventhub(_table(raw, "eventhub")),
         storage=_storage(_table(raw, "storage")), queues=queues,
         key_file=_path(signing["key_file"], "signing.key_file"), api=_api(_table(raw, "api")),
-        policy=replace(load_policy(raw), queue_template=queues.template),
+        policy=policy, azure=azure,
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
@@ -256,22 +264,23 @@ def _duration(t: dict[str, Any], key: str, where: str, default: float, low: floa
     return parse_duration(t[key], f"{where}.{key}", low, high) if key in t else default
 
 
-def _eventhub(t: dict[str, Any]) -> EventHubSettings:
-    no_unknown(t, "eventhub", ("fully_qualified_namespace", "eventhub", "consumer_group", *_ACCESS))
-    access = _access(t, "eventhub")
-    namespace = as_str(t.get("fully_qualified_namespace", ""), "eventhub.fully_qualified_namespace").strip()
+def _eventhub(t: dict[str, Any], where: str = "eventhub", default_hub: str = "scheduled-events",
+              ) -> EventHubSettings:
+    no_unknown(t, where, ("fully_qualified_namespace", "eventhub", "consumer_group", *_ACCESS))
+    access = _access(t, where)
+    namespace = as_str(t.get("fully_qualified_namespace", ""), f"{where}.fully_qualified_namespace").strip()
     namespace = namespace.split("://", 1)[-1].rstrip("/")
     if not namespace and access.credential != "connection-string":
-        raise ConfigError("eventhub.fully_qualified_namespace: missing (e.g. 'myns.servicebus.windows.net')")
+        raise ConfigError(f"{where}.fully_qualified_namespace: missing (e.g. 'myns.servicebus.windows.net')")
     if namespace and any(c in namespace for c in "/;?@ ="):
-        raise ConfigError(f"eventhub.fully_qualified_namespace: {namespace!r} is not a namespace host")
-    hub = as_str(t.get("eventhub", "scheduled-events"), "eventhub.eventhub").strip()
+        raise ConfigError(f"{where}.fully_qualified_namespace: {namespace!r} is not a namespace host")
+    hub = as_str(t.get("eventhub", default_hub), f"{where}.eventhub").strip()
     if not hub or any(c in hub for c in "/;? "):
-        raise ConfigError(f"eventhub.eventhub: {hub!r} is not an Event Hub name")
-    group = as_str(t.get("consumer_group", "se-coordinator"), "eventhub.consumer_group").strip()
+        raise ConfigError(f"{where}.eventhub: {hub!r} is not an Event Hub name")
+    group = as_str(t.get("consumer_group", "se-coordinator"), f"{where}.consumer_group").strip()
     if not _CONSUMER_GROUP.match(group):
-        raise ConfigError(f"eventhub.consumer_group: {group!r} is not a consumer group name")
-    return EventHubSettings(namespace, hub, group, access)
+        raise ConfigError(f"{where}.consumer_group: {group!r} is not a consumer group name")
+    return EventHubSettings(namespace, hub, group, access, where)
 
 
 def _account_url(t: dict[str, Any], where: str, service: str, access: Access) -> str:

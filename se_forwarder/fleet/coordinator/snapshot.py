@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from ...errors import StateError
+from . import azure_state
 from .fold_decisions import decision
 from .fold_reports import track
 from .intake import FOLDED
@@ -50,6 +51,7 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
         "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
         "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
+        "azure": azure_state.dump(state.azure),
     }
 
 
@@ -100,6 +102,7 @@ def restore(data: Any) -> FleetState:
 
 def _restore(data: dict[str, Any]) -> FleetState:
     state = FleetState()
+    state.azure = azure_state.load(data.get("azure"))  # absent from snapshots written before it was kept
     for item in data["vms"]:
         vm = Vm(
             key=str(item["key"]), name=item["name"], vm_id=item["vmId"], complete=bool(item["complete"]),

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .azure_state import AzureView
+
 # Status ranks of one VM's view of an event: a higher rank replaces a lower one.
 SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
 RANK_NAMES = {SCHEDULED: "scheduled", STARTED: "started", CANCELED: "canceled", COMPLETED: "completed"}
@@ -69,7 +71,7 @@ class DecisionRecord:
     """A coordinator decision as read back from the hub (``data`` is its CloudEvent data)."""
 
     id: str
-    kind: str  # approve | sent | defer | breach | pause | resume | hold | release
+    kind: str  # approve | sent | acknowledge | defer | breach | pause | resume | hold | release
     time: float
     data: dict[str, Any]
 
@@ -266,6 +268,7 @@ class FleetState:
     # Reports (and identity events) held until their sender's registration folds (gate.py):
     # VM key -> [(enqueued time, CloudEvent)].
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+    azure: AzureView = field(default_factory=AzureView)  # Azure's own view (azure_state.py)
     version: int = 0
     # Derived, not in snapshots (fold.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.

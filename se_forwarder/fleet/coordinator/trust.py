@@ -10,6 +10,11 @@ reason code (``/metrics``: ``se_forwarder_coordinator_refused_total{reason}``; `
 status``; ``/v1/status`` ``service.refused``). The checks, by kind of event; the first that applies
 decides:
 
+Azure's own events (``type`` starting ``Microsoft.ResourceNotifications.``, such as the
+``ScheduledEventEmitted`` of Azure's feed) are refused as ``azure``, whatever they carry: only the
+Azure feed hub, which no VM can send to, carries those (azure_input.py reads it apart from this
+hub, never through ``check``); on the agents' hub such an event is a VM's forgery.
+
 Decisions (``type`` starting ``com.azure.scheduledevents.coordinator.``):
 
 =========================  ========================================================================
@@ -91,15 +96,16 @@ from .registrations import REFUSALS, Claim, document_digest
 from .state import Identity
 
 COORDINATOR_SOURCE = "urn:se-forwarder:coordinator:"
-FOREIGN, FORGED = "foreign", "forged"
+FOREIGN, FORGED, AZURE = "foreign", "forged", "azure"
+AZURE_TYPES = "microsoft.resourcenotifications."
 UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED = "unregistered", "bad-signature", "wrong-vm", "unsigned"
 IDENTITY_MALFORMED, IDENTITY_SIGNATURE = "identity-malformed", "identity-signature"
 IDENTITY_VM = "identity-vm"
 IDENTITY_TYPE = Kind.IDENTITY.type
 REPORT_TYPES = frozenset(PREFIX + t for t in AGENT_TYPES)
-REASON_CODES = (FOREIGN, FORGED, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED, IDENTITY_MALFORMED,
-                IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS), IDENTITY_VM,
-                *(f"identity-{r}" for r in REFUSALS))
+REASON_CODES = (FOREIGN, FORGED, AZURE, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED,
+                IDENTITY_MALFORMED, IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS),
+                IDENTITY_VM, *(f"identity-{r}" for r in REFUSALS))
 
 #: The VM key -> the key its reports must verify with (None: not registered); registrations.verifier.
 Registered = Callable[[str], signing.VerifyKeys | None]
@@ -151,6 +157,9 @@ def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys,
     kind = event.get("type")
     if not isinstance(kind, str):
         return PASS
+    if kind.lower().startswith(AZURE_TYPES):
+        return Verdict(False, AZURE, f"{kind[:120]} on the agents' hub: Azure's events come only from the "
+                       "Azure feed hub")
     if kind.startswith(DECISION_PREFIX):
         return _decision(event, source, keys)
     if kind == IDENTITY_TYPE:

@@ -17,7 +17,9 @@
      "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}],
      "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"]}],
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
-                    "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]}}
+                    "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
+     "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
+                      "findings": [...]}}   (azure_view.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
@@ -34,8 +36,10 @@ first) and keys registered for several VMs (registrations.py).
 "faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
 ``started``, ``approved``, ``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
 ``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
-"notBeforeUtc", "status"}`` of the event behind that state, or null. ``search`` keeps the VMs whose
-name contains it (case-insensitive); groups with no VM left are omitted.
+"notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
+and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
+ever reported; ``findings``: where its agent and Azure disagree (``"<field>: agent X, Azure Y"``).
+``search`` keeps the VMs whose name contains it (case-insensitive); groups with no VM left are omitted.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...timestamps import rfc3339
+from . import azure_view
 from .availability import conflicts, echoes, unwatched
 from .decide import Evaluation, evaluate
 from .queues import queue_conflicts
@@ -154,6 +159,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "decisions": [_decision(d) for d in log],
         "unwatched": not_watched,
         "queueConflicts": queue_conflicts(state, idx),
+        "azure": azure_view.summary(state, idx, now),
         "nameConflicts": name_conflicts(state, policy, idx, now),
         "identities": identities(state),
     }
@@ -220,6 +226,11 @@ def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     assert ev.index is not None
     idx, events = ev.index, _events_by_vm(state, ev)
     not_watched = unwatched(state, policy, idx, now)
+    agentless = azure_view.agentless(state, idx)
+    found: dict[str, list[str]] = {}
+    for f in azure_view.findings(state, idx):
+        found.setdefault(f["vmId"].lower(), []).append(f"{f['field']}: agent {f['agent'] or '-'}, "
+                                                       f"Azure {f['azure'] or '-'}")
     needle = search.lower() if search else None
     out: dict[str, dict[str, Any]] = {}
     for key in idx.members:
@@ -238,10 +249,13 @@ def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             event = None  # completed longer than min_healthy ago
         state_name = reason or ("pending" if event else "ok")
         beat = last_heartbeat(state, idx, key)
+        if event is not None:
+            event = {**event, "said": azure_view.said(state, key, event["eventId"].lower())}
         entry["vms"].append({
             "name": vm.name, "vmId": vm.vm_id, "resourceGroup": vm.resource_group, "zone": vm.zone,
             "faultDomain": vm.fault_domain, "updateDomain": vm.update_domain, "state": state_name,
             "watched": key not in not_watched, "heartbeatAgeSeconds": _age(now, beat), "event": event,
+            "agentless": key in agentless, "findings": found.get(vm.vm_id.lower(), []),
         })
         if keys:
             entry["vms"][-1]["key"] = key

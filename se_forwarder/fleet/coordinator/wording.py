@@ -32,6 +32,18 @@ def who(data: dict[str, object]) -> str:
     return actor if isinstance(actor, str) and actor else COORDINATOR
 
 
+def not_watched(name: str, beat: float | None, now: float) -> str:
+    """A ``not-watched`` reason: the VM, and when its agent's last heartbeat came."""
+    if beat is None:
+        return f"{name} is not watched (no heartbeat yet)"
+    return f"{name} is not watched (last heartbeat {span(now - beat)} ago)"
+
+
+def prepare_failed(name: str, said: str) -> str:
+    """A ``prepare-failed`` reason: the VM, and what its prepare hook said."""
+    return f"prepare failed on {name}" + (f": {said}" if said else "")
+
+
 def why(data: dict[str, object]) -> str:
     """``": <Reason>"`` of a decision, or nothing."""
     reason = data.get("Reason")

@@ -15,12 +15,16 @@ kilobytes (about a tenth of that gzipped)::
      "timeline": {"kinds": timeline.KINDS, "events": [[eventId, eventType, notBefore | null]],
                   "start": <epoch s> | null, "minHealthy": <s>},
      "groups": [{"group", "label", "scope", "size", "unavailable", "max", "paused", "zonal",
-                 "vms": [[name, zone, faultDomain, updateDomain, state, heartbeatAge, event, watched]],
+                 "vms": [[name, zone, faultDomain, updateDomain, state, heartbeatAge, event, watched,
+                          agentless, findings, said]],
                  "spans": [[vm, kind, start, end | null, event]], "down": [[time, VMs]], "peak"}]}
 
 ``state`` is view.groups' (``ok``, ``pending``, ``approved``, ``started``, ``completed``,
-``prepare-failed``, ``name-conflict``, ``not-watched``); ``heartbeatAge`` whole seconds or -1 (never heard);
-``event`` an index into ``events`` or -1; ``watched`` 1 or 0. ``max`` is the group's budget, or
+``prepare-failed``, ``name-conflict``, ``not-watched``); ``heartbeatAge`` whole seconds or -1 (never
+heard); ``event`` an index into ``events`` or -1; ``watched`` 1 or 0; ``agentless`` 1 when Azure lists
+the VM and no agent reports it; ``findings`` where its agent and Azure disagree, ``"; "``-joined (""
+when none); ``said`` what its agent and Azure said of that event (``"agent completed, Azure
+Started"``, "" when neither; azure_view.py). ``max`` is the group's budget, or
 null when groups have none. Labels come from se_forwarder.notify.describe, as the chat messages
 say them.
 
@@ -98,7 +102,8 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
             age = vm["heartbeatAgeSeconds"]
             zonal = zonal or bool(vm["zone"])
             vms.append([vm["name"], vm["zone"], vm["faultDomain"], vm["updateDomain"], vm["state"],
-                        -1 if age is None else int(age), number, 1 if vm["watched"] else 0])
+                        -1 if age is None else int(age), number, 1 if vm["watched"] else 0,
+                        1 if vm["agentless"] else 0, "; ".join(vm["findings"]), _said(ref)])
         out_groups.append({
             "group": g["group"], "label": group_label(g["group"]), "scope": scope, "size": g["size"],
             "unavailable": g["unavailable"], "max": idx.limit(scope) if scope in idx.budget_of else None,
@@ -146,6 +151,13 @@ class TimelineLayout:
     def header(self, policy: Policy) -> dict[str, Any]:
         return {"kinds": list(KINDS), "events": self.events, "start": _at(self.start),
                 "minHealthy": policy.min_healthy}
+
+
+def _said(event: dict[str, Any] | None) -> str:
+    said = (event or {}).get("said") or {}
+    parts = [f"agent {said['agent']}" if said.get("agent") else "",
+             f"Azure {said['azure']}" if said.get("azure") else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _at(moment: float | None) -> float | None:

@@ -212,8 +212,10 @@
     const s = doc.service;
     $("service").textContent = s ? `${s.name} · ${s.instance} · ${s.role}` : "";
     const f = doc.fleet;
+    const azure = doc.azure;
     $("fleet-counts").textContent = `${f.vms} VMs · ${f.watched} watched · ${f.unavailable} unavailable · ` +
-      `${f.openEvents} open events`;
+      `${f.openEvents} open events` + (azure ? ` · ${azure.agentless.length} agentless · ` +
+      `${azure.findings.length} Azure/agent disagreement${azure.findings.length === 1 ? "" : "s"}` : "");
     const banner = $("banner");
     banner.replaceChildren();
     const fleetPaused = doc.paused.find((p) => p.scope === "fleet");
@@ -336,8 +338,8 @@
   // Groups: rows are zones (zonal groups) or fault domains, columns fault (zonal) or update domains.
   function groupKey(g, gi, open, needle) {
     let key = `${gi}|${g.vms.length}|${open}|${needle}|${g.unavailable}|${g.paused}|${g.max}`;
-    if (!open) return key + "|" + g.vms.map((v) => v[4]).join(",");
-    for (const v of g.vms) key += `|${v[0]},${v[1]},${v[2]},${v[3]},${v[4]},${v[6]},${v[7]}`;
+    if (!open) return key + "|" + g.vms.map((v) => `${v[4]}${v[8] ? "a" : ""}${v[9] ? "f" : ""}`).join(",");
+    for (const v of g.vms) key += `|${v[0]},${v[1]},${v[2]},${v[3]},${v[4]},${v[6]},${v[7]},${v[8]},${v[9]}`;
     return key;
   }
 
@@ -409,7 +411,7 @@
     if (!open) {
       // A collapsed group shows one strip of its non-ok VMs, so trouble is visible at a glance.
       const strip = el("div", { class: "strip", style: "padding:0 10px 6px" });
-      g.vms.forEach((v, vi) => { if (v[4] !== "ok") strip.append(tile(v, gi, vi, false, false)); });
+      g.vms.forEach((v, vi) => { if (v[4] !== "ok" || v[9]) strip.append(tile(v, gi, vi, false, false)); });
       if (strip.childNodes.length) node.append(strip);
       return node;
     }
@@ -436,8 +438,10 @@
 
   function tile(v, gi, vi, named, match) {
     const state = v[4];
-    const node = el("span", { class: `vm s-${state}${named ? " named" : " dot"}${match ? " match" : ""}`,
-      "data-vm": v[0], "data-state": state, "data-i": `${gi}:${vi}` });
+    const node = el("span", { class: `vm s-${state}${named ? " named" : " dot"}${match ? " match" : ""}` +
+      `${v[8] ? " agentless" : ""}${v[9] ? " finding" : ""}`,
+      "data-vm": v[0], "data-state": state, "data-i": `${gi}:${vi}`,
+      "data-agentless": v[8] ? "1" : null, "data-finding": v[9] || null });
     if (named) {
       node.append(v[0]);
       const event = v[6] >= 0 ? doc.events[v[6]] : null;
@@ -455,7 +459,10 @@
     const age = v[5] < 0 ? "never heard from" :
       `heartbeat ${span(v[5] + (Date.now() - fetchedAt) / 1000)} ago`;
     const where = [v[1] && `zone ${v[1]}`, v[2] && `FD ${v[2]}`, v[3] && `UD ${v[3]}`].filter(Boolean).join(", ");
-    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${v[4]} · ${v[7] ? "watched" : "not watched"} · ${age}`;
+    const who = v[8] ? "agentless (Azure only)" : (v[7] ? "watched" : "not watched");
+    const said = v[10] ? ` · ${v[10]}` : "";
+    const finding = v[9] ? ` · Azure and its agent disagree: ${v[9]}` : "";
+    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${v[4]} · ${who} · ${v[8] ? "no agent" : age}${said}${finding}`;
   }
 
   function renderDetail() {
