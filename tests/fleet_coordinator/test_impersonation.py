@@ -231,8 +231,9 @@ def test_a_heartbeat_for_a_down_peer_keeps_nothing_watched(scene):
 
 def test_completed_and_approved_for_a_peers_events_end_nothing_and_block_nothing(scene):
     fleet, live, attacker = scene["fleet"], scene["live"], scene["attacker"]
-    first, second = add(scene, "web-1"), add(scene, "web-2")
+    first = add(scene, "web-1")
     wait_for(lambda: first in scene["timeline"].started, 60, "web-1's event to be approved and Started")
+    second = add(scene, "web-2")  # after: two events with one NotBefore are taken in EventId order
     before = refused(live)
     now = time.time()
     web1 = attacker.instance("web-1")

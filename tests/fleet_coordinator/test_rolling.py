@@ -104,8 +104,8 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
         cli_ok(live, "resume", "--scope", API_GROUP, "--reason", "api release done")
         record["resumed_api_at"] = time.time()
+        record["released_at"] = time.time()  # asked: the release takes effect while the CLI returns
         cli_ok(live, "release", ids[HELD], "--reason", "failed over")
-        record["released_at"] = time.time()
         wait_for(lambda: all(ids[vm] in timeline.completed for vm in API_ROLL + [HELD]), 90,
              "api and the released event to roll")
         time.sleep(1)
