@@ -79,8 +79,10 @@ class NotLeading(SeForwarderError):
 
 
 class Service:
-    def __init__(self, settings: ServiceSettings, stop: threading.Event) -> None:
+    def __init__(self, settings: ServiceSettings, stop: threading.Event,
+                 clients: access.Clients = access.AZURE) -> None:
         self.settings, self.policy, self.stop = settings, settings.policy, stop
+        self.clients = clients  # the SDKs' clients, or stand-ins handed in by code (access.py)
         self.source = settings.source
         self.state, self.stats = FleetState(), FoldStats()
         self.positions: dict[str, Position] = {}
@@ -104,7 +106,7 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
-        container = access.container(settings.storage)
+        container = clients.container(settings.storage)
         self.container = container
         self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
                                        self.signer.verify_keys),
@@ -113,10 +115,11 @@ class Service:
         api = settings.api.advertise or settings.api.url
         self.leadership = Leadership(
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            lambda: partition_ends(settings.eventhub), self.reach["storage"], self.reach["hub-read"])
-        self.sender = Sender(access.Queues(settings.queues), self.signer, settings.queues.template,
+            lambda: partition_ends(settings.eventhub, clients.consumer), self.reach["storage"],
+            self.reach["hub-read"])
+        self.sender = Sender(clients.queues(settings.queues), self.signer, settings.queues.template,
                              settings.queues.message_ttl)
-        self.output = Output(HubPublisher(settings.eventhub, partition_key=self.source), self.sender,
+        self.output = Output(HubPublisher(settings.eventhub, self.source, clients.producer), self.sender,
                              self.source, self.leadership.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.reader: HubReader | None = None
@@ -181,7 +184,7 @@ class Service:
             self.inbox.get_nowait()
         self.state, self.positions = loaded.state, loaded.positions
         self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put,
-                                self.reach["hub-read"])
+                                self.reach["hub-read"], self.clients.consumer)
         self.reader.start()
         self._ready = True
 
