@@ -19,11 +19,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import config as cfg
-from .agent import Agent
-from .outbox import Outbox
-from .sinks.pretty import ID_WIDTH, WIDTH, approved_by_words
-from .telemetry import setup_logging
+from .. import config as cfg
+from ..agent import Agent
+from ..outbox import Outbox
+from ..sinks.pretty import ID_WIDTH, WIDTH, approved_by_words
+from ..telemetry import setup_logging
 
 STATES = ("scheduled", "approved", "started", "completed", "canceled")
 SCENARIO = "demo"
@@ -34,7 +34,7 @@ STDOUT_SINK = "demo-stdout"
 
 def run_demo(extra_sinks: list[str], timeout: float = 55.0, out: TextIO | None = None) -> int:
     """Run the built-in `demo` scenario; 0 when every kind of CloudEvent was delivered."""
-    from .simulator import SimulatorServer, load_scenario
+    from ..simulator import SimulatorServer, load_scenario
 
     out = out or sys.stdout
     setup_logging("text", "warning")
