@@ -94,6 +94,7 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
     try:
         rollout.fail()
         _wait(lambda: FAILING in parts.down(), time.monotonic() + COUNTED_WITHIN, stop)
+        stop.wait(1.0 - time.time() % 1.0)  # on a whole second: NotBefore on the wire has no fraction
         announced = rollout.announce()
         finished = _wait(rollout.done, deadline, stop)
         if finished:

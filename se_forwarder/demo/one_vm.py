@@ -196,6 +196,6 @@ def _try_next(path_hint: str | None) -> str:
         "  # ... and the agent against it in another; add --sink webhook:URL to POST each CloudEvent",
         f"  {cmd} run --imds-url http://127.0.0.1:8099 --sink stdout:pretty \\",
         "      --state-dir /tmp/se-state",
-        "  # a fleet (Event Hubs, `fleet tail`, the coordinator's fleet page): README, Deploying to a fleet",
+        f"  # a fleet: 11 VMs, their agents and the coordinator with its page: {cmd} demo --fleet",
     ]
     return "\n".join(lines)
