@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..fleet.coordinator import timeline
 from ..simulator.history import EventLife
 
 
@@ -40,32 +41,14 @@ def scopes(topology: Any) -> dict[str, tuple[str, ...]]:
 
 
 def most_down(all_spans: Sequence[Span], scopes_of: Mapping[str, Sequence[str]]) -> dict[str, int]:
-    """Scope -> the most VMs of it down at once (a VM down for two events at once counts once)."""
-    by_vm: dict[str, list[tuple[float, float]]] = {}
-    for s in all_spans:
-        by_vm.setdefault(s.vm, []).append((s.start, s.end))
-    steps: dict[str, list[tuple[float, int]]] = {}
-    for vm, intervals in by_vm.items():
-        for start, end in _merged(intervals):
-            for scope in scopes_of.get(vm, ()):
-                steps.setdefault(scope, []).extend([(start, 1), (end, -1)])
-    out = {scope: 0 for vm_scopes in scopes_of.values() for scope in vm_scopes}
-    for scope, changes in steps.items():
-        level = 0
-        for _, change in sorted(changes):  # at one instant an end (-1) comes before a start
-            level += change
-            out[scope] = max(out[scope], level)
-    return out
-
-
-def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
+    """Scope -> the most VMs of it down at once, by the fleet page's budget-line rule (timeline.down:
+    half-open spans, so one VM coming back as the next goes down is one; a VM down for two events
+    at once counts once)."""
+    by_scope: dict[str, list[timeline.Span]] = {s: [] for vm_scopes in scopes_of.values() for s in vm_scopes}
+    for span in all_spans:
+        for scope in scopes_of.get(span.vm, ()):
+            by_scope[scope].append(timeline.Span(span.vm, "started", span.start, span.end, span.event_id))
+    return {scope: timeline.peak(timeline.down(items)) for scope, items in by_scope.items()}
 
 
 @dataclass(frozen=True)
