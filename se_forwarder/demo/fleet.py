@@ -38,11 +38,15 @@ NEEDED = ("azure.eventhub", "azure.storage.queue", "azure.storage.blob", "starle
 
 
 def needs() -> None:
-    """ConfigError (one line) when a package of the ``fleet`` extra is missing."""
-    import importlib.util
+    """ConfigError (one line) when a package of the ``fleet`` extra cannot be imported."""
+    import importlib
 
-    missing = [name for name in NEEDED if importlib.util.find_spec(name.split(".")[0]) is None
-               or importlib.util.find_spec(name) is None]
+    missing = []
+    for name in NEEDED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise ConfigError(f"demo --fleet needs {', '.join(missing)}: pip install 'se-forwarder[fleet]' "
                           "(./scripts/demo --fleet installs it)")
