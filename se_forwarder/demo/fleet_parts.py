@@ -47,7 +47,7 @@ FLEET = {
     "standalone": [{"name": "db", "tags": {GROUP_TAG: "db"}}],
 }
 POLICY = {
-    "policy": {"manage": ["Reboot", "Redeploy"], "approve_within": "2h", "min_healthy": MIN_HEALTHY,
+    "policy": {"manage": ["Reboot", "Redeploy"], "approve_within": "3h", "min_healthy": MIN_HEALTHY,
                "heartbeat_timeout": "15s", "echo_timeout": "10s", "group_tag": GROUP_TAG},
     "budgets": [{"scope": "group", "max_unavailable": 1}, {"scope": "zone", "max_unavailable": 1}],
 }

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..simulator.history import EventLife
 
-NOTICE = 90 * 60  # simulated seconds from the announcement to the rollout's NotBefore
+NOTICE = 120 * 60  # simulated seconds from the announcement to the rollout's NotBefore
 REBOOT_TAKES = 150  # simulated seconds a Reboot or Redeploy stays Started
 FREEZE_NOTICE, FREEZE_TAKES = 15 * 60, 90
 FAILURE_TAKES = 420

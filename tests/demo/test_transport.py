@@ -127,3 +127,20 @@ def test_the_coordinators_lease_is_held_by_one_instance_until_it_is_released():
     with pytest.raises(HttpResponseError) as refused:
         a.blob.set_blob_metadata({"instance": "a"})  # without the lease b holds
     assert refused.value.status_code == 412
+
+
+def test_a_partition_keeps_its_last_events_and_says_where_it_begins(monkeypatch):
+    from se_forwarder.demo.transport import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "KEEP", 10)
+    hub = LocalHub(partitions=1)
+    for n in range(25):
+        send(hub, "vm-a", f"event {n}")
+    props = hub.properties("0")
+    assert props["last_enqueued_sequence_number"] == 24
+    kept = hub.after("0", -1, 100, 0)
+    assert kept[0].sequence_number == props["beginning_sequence_number"] > 0
+    assert [e.sequence_number for e in kept] == list(range(kept[0].sequence_number, 25))
+    assert [e.body for e in hub.after("0", 21, 100, 0)] == [b"event 22", b"event 23", b"event 24"]
+    everything, _ = hub.read_all(0)
+    assert [e.sequence_number for e in everything] == [e.sequence_number for e in kept]

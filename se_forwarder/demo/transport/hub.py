@@ -18,8 +18,10 @@ Azure:
   exclusive unless ``starting_position_inclusive``) until they are closed. Each consumer reads on
   its own: there is no load balancing between consumers of a group, and nothing is checkpointed.
 
-Events are kept for the demo's life (it is short). ``read_all`` hands the demo's terminal every
-event in the order the hub took them, across partitions.
+A partition keeps its last ``KEEP`` events (a real hub keeps them for its retention period): the
+readers are live, and ``--keep`` may leave the demo running for hours of heartbeats. The first kept
+sequence number is a partition's ``beginning_sequence_number``. ``read_all`` hands the demo's
+terminal every kept event in the order the hub took them, across partitions.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ NAMESPACE = "local-hub.se-forwarder-demo"  # shown in messages; no Azure namespa
 MAX_BATCH_BYTES = 1024 * 1024  # a Standard namespace's maximum message size
 DEFAULT_PARTITIONS = 4
 _WAIT = 0.5  # s a receiving consumer sleeps at most before looking at its stop flag again
+KEEP = 5_000  # events kept per partition (about half an hour of the demo's heartbeats)
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,18 @@ class PartitionContext:
 
 @dataclass
 class _Partition:
-    events: list[LocalEventData] = field(default_factory=list)
+    events: list[LocalEventData] = field(default_factory=list)  # the kept ones, oldest first
+    first: int = 0  # the sequence number of events[0]
     next_offset: int = 0
+
+    def trim(self, keep: int) -> None:
+        if len(self.events) > keep + keep // 10:  # in steps: a list drops its head in O(n)
+            dropped = len(self.events) - keep
+            del self.events[:dropped]
+            self.first += dropped
+
+    def after(self, position: int) -> list[LocalEventData]:
+        return self.events[max(0, position + 1 - self.first):]
 
 
 class LocalHub:
@@ -82,6 +95,7 @@ class LocalHub:
         self.partition_ids = [str(i) for i in range(partitions)]
         self._parts = {pid: _Partition() for pid in self.partition_ids}
         self._order: list[tuple[str, int]] = []  # (partition, sequence) in the order taken
+        self._order_first = 0  # how many entries of _order were dropped
         self._turn = itertools.cycle(self.partition_ids)
         self._changed = threading.Condition()
 
@@ -104,18 +118,23 @@ class LocalHub:
             part = self._parts[partition_id]
             now = datetime.now(UTC)
             for body, properties, content_type in items:
-                sequence = len(part.events)
+                sequence = part.first + len(part.events)
                 part.events.append(LocalEventData(body, properties, content_type, partition_key, sequence,
                                                   str(part.next_offset), now))
                 part.next_offset += len(body)
                 self._order.append((partition_id, sequence))
+            part.trim(KEEP)
+            if len(self._order) > 2 * KEEP * len(self._parts):
+                dropped = len(self._order) - KEEP * len(self._parts)
+                del self._order[:dropped]
+                self._order_first += dropped
             self._changed.notify_all()
 
     def properties(self, partition_id: str) -> dict[str, Any]:
         with self._changed:
-            events = self._parts[partition_id].events
-            last = events[-1] if events else None
-            return {"eventhub_name": self.name, "id": partition_id, "beginning_sequence_number": 0,
+            part = self._parts[partition_id]
+            last = part.events[-1] if part.events else None
+            return {"eventhub_name": self.name, "id": partition_id, "beginning_sequence_number": part.first,
                     "last_enqueued_sequence_number": last.sequence_number if last else -1,
                     "last_enqueued_offset": last.offset if last else "-1",
                     "last_enqueued_time_utc": last.enqueued_time if last else None,
@@ -125,27 +144,32 @@ class LocalHub:
         """Up to ``limit`` events of a partition after the sequence number ``position``, waiting up
         to ``timeout`` seconds for the first."""
         with self._changed:
-            events = self._parts[partition_id].events
-            if len(events) <= position + 1:
+            part = self._parts[partition_id]
+            if not part.after(position):
                 self._changed.wait(timeout)
-            return events[position + 1:position + 1 + limit]
+            return part.after(position)[:limit]
 
     def sequence_at(self, partition_id: str, offset: str, inclusive: bool) -> int:
         """The sequence number a read from ``offset`` goes on after (-1: from the beginning)."""
         if offset == "-1":
             return -1
         with self._changed:
-            events = self._parts[partition_id].events
-            for event in events:
+            part = self._parts[partition_id]
+            for event in part.events:
                 if event.offset == offset:
                     return event.sequence_number - (1 if inclusive else 0)
-            return len(events) - 1
+            return part.first + len(part.events) - 1
 
     def read_all(self, start: int) -> tuple[list[LocalEventData], int]:
-        """Every event taken after the first ``start``, in the order taken, and the next start."""
+        """Every kept event taken after the first ``start``, in the order taken, and the next start."""
         with self._changed:
-            order = self._order[start:]
-            return [self._parts[pid].events[seq] for pid, seq in order], start + len(order)
+            order = self._order[max(0, start - self._order_first):]
+            out = []
+            for pid, seq in order:
+                part = self._parts[pid]
+                if seq >= part.first:
+                    out.append(part.events[seq - part.first])
+            return out, self._order_first + len(self._order)
 
     def wake(self) -> None:
         with self._changed:
