@@ -88,6 +88,7 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
     say(f"Starting {vms} agents: each registers its key with an attested document and sends heartbeats.")
     if not _wait(lambda: parts.watched() == vms, min(deadline, time.monotonic() + READY_WITHIN), stop):
         if stop.is_set():
+            say("Stopped (Ctrl-C) before the rollout began.")
             return 0
         say(f"The coordinator did not see all {vms} agents within {READY_WITHIN:g} s (a busy machine?); "
             "exit status 1.")
