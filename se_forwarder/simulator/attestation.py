@@ -11,7 +11,8 @@
   ``<location>.metadata.azure.com`` and ``metadata.azure.com``, a TLS certificate as Azure's is),
   issued by an intermediate CA, issued by a root CA; all made when first needed, new per server;
 - carrying the signing certificate alone, as Azure does: a verifier must be given the
-  intermediate (``intermediate_file``) beside the root (``ca_file``).
+  intermediate (``intermediate_file``) beside the root (``ca_file``), or fetch it from the URL the
+  signing certificate names as its "CA Issuers" (``issuer_url``, when given: Azure's name one).
 
 The nonce follows the REST specification: up to 32 letters and digits, else 400; without one,
 the document carries the time (``20201130-211924``), as IMDS does. Documents live ``lifetime``
@@ -64,12 +65,14 @@ class AttestationAuthority:
     """The simulator's signer of attested documents (module docstring)."""
 
     def __init__(self, *, lifetime: float = DEFAULT_LIFETIME, directory: str | Path | None = None,
-                 location: str = "westeurope", signer_names: Sequence[str] = ()) -> None:
+                 location: str = "westeurope", signer_names: Sequence[str] = (),
+                 issuer_url: str | None = None) -> None:
         if lifetime <= 0:
             raise ValueError(f"attestation lifetime must be > 0 seconds, got {lifetime}")
         self.lifetime = lifetime
         # The signing certificate's DNS names; Azure's: a regional name and metadata.azure.com.
         self.signer_names = tuple(signer_names) or (f"{location}.{SIGNER_DOMAIN}", SIGNER_DOMAIN)
+        self.issuer_url = issuer_url  # the signing certificate's "CA Issuers" URL (the intermediate)
         self._directory = Path(directory) if directory is not None else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._chain: _Chain | None = None
@@ -99,10 +102,15 @@ class AttestationAuthority:
             return path
 
     @property
+    def intermediate_der(self) -> bytes:
+        """The intermediate CA certificate as DER: what an issuer URL serves (a ``.crt`` file)."""
+        return self.chain.intermediate.public_bytes(serialization.Encoding.DER)
+
+    @property
     def chain(self) -> _Chain:
         with self._lock:
             if self._chain is None:
-                self._chain = _make_chain(self.signer_names)
+                self._chain = _make_chain(self.signer_names, self.issuer_url)
             return self._chain
 
     # -- documents ------------------------------------------------------------------------------
@@ -137,13 +145,18 @@ class AttestationAuthority:
                       [pkcs7.PKCS7Options.NoAttributes, pkcs7.PKCS7Options.Binary]))
 
 
-def _make_chain(names: Sequence[str]) -> _Chain:
+def _make_chain(names: Sequence[str], issuer_url: str | None = None) -> _Chain:
     now = datetime.now(UTC) - timedelta(minutes=5)
     root_key, inter_key, signer_key = (rsa.generate_private_key(public_exponent=65537, key_size=2048)
                                        for _ in range(3))
     root = _ca("se-forwarder simulator Root CA", root_key, None, root_key, now, path_length=None)
     inter = _ca("se-forwarder simulator TLS Issuing CA", inter_key, root, root_key, now, path_length=0)
-    signer = (_builder(names[-1], signer_key, inter, inter_key, now)
+    builder = _builder(names[-1], signer_key, inter, inter_key, now)
+    if issuer_url is not None:
+        builder = builder.add_extension(x509.AuthorityInformationAccess([x509.AccessDescription(
+            x509.AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(issuer_url))]),
+            critical=False)
+    signer = (builder
               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
               .add_extension(_usage(signing=True), critical=True)
               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,

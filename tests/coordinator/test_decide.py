@@ -7,7 +7,8 @@ import random
 import pytest
 
 from se_forwarder.fleet.coordinator import Budget, Policy, evaluate, fold_event, to_dict
-from se_forwarder.fleet.coordinator.scopes import index, unavailable
+from se_forwarder.fleet.coordinator.availability import unavailable
+from se_forwarder.fleet.coordinator.scopes import index
 from se_forwarder.fleet.coordinator.settings import Blackout
 
 from .fleet import SET, SOURCE, T0, AgentVm, Fleet, approvals, avset, heartbeat, kinds, pause_event, report
@@ -389,6 +390,7 @@ def test_a_terminated_vm_heard_from_again_is_back_in_the_fleet():
     fleet = Fleet()
     fleet.beat(vm, other, t=T0)
     fleet.announce("T1", [vm], [vm, other], t=T0, event_type="Terminate")
+    fleet.fold(report("started", vm, "T1", T0 + 60, event_type="Terminate", resources=["ss_0"]))
     fleet.fold(report("completed", other, "T1", T0 + 120, event_type="Terminate", resources=["ss_0"]))
     assert vm.key not in index(fleet.state, fleet.policy).members
     fleet.beat(vm, t=T0 + 200)

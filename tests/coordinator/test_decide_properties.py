@@ -16,7 +16,8 @@ from se_forwarder.fleet.coordinator import (
     snapshot,
     to_dict,
 )
-from se_forwarder.fleet.coordinator.scopes import index, resolve, unavailable, used
+from se_forwarder.fleet.coordinator.availability import unavailable, used
+from se_forwarder.fleet.coordinator.scopes import index, resolve
 from se_forwarder.fleet.coordinator.state import FleetState
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, report

@@ -13,7 +13,8 @@ from se_forwarder.fleet.coordinator import (
     prune,
     snapshot,
 )
-from se_forwarder.fleet.coordinator.scopes import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.availability import unavailable
+from se_forwarder.fleet.coordinator.scopes import index, resolve
 from se_forwarder.fleet.coordinator.state import CANCELED, COMPLETED, SCHEDULED, STARTED
 
 from .fleet import T0, AgentVm, Fleet, approved, heartbeat, iso, report

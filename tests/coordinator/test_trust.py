@@ -16,7 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import approve_now, hold, pause, trust
+from se_forwarder.fleet.coordinator import approve_now, attestation, hold, pause, registrations, trust
 from se_forwarder.fleet.coordinator.events import sent, signed, to_dict
 from se_forwarder.fleet.coordinator.state import DecisionRecord
 
@@ -50,14 +50,25 @@ def check(event: dict[str, Any]) -> trust.Verdict:
 
 
 def test_the_table_names_every_reason_code():
-    assert set(trust.REASON_CODES) == {"forged", "foreign"}
+    doc = trust.__doc__ or ""
     for code in trust.REASON_CODES:
-        assert f"``{code}``" in (trust.__doc__ or "")
+        suffix = code.removeprefix("identity-")
+        if suffix in attestation.REASONS and code != "identity-malformed":
+            assert f"``{suffix}``" in doc and "``identity-<reason>``" in doc, code
+        elif suffix in registrations.REFUSALS:
+            assert f"``identity-{suffix}``" in doc and f"``{suffix}``" in (registrations.__doc__ or ""), code
+        else:
+            assert f"``{code}``" in doc, code
 
 
-def test_an_agent_report_is_not_a_decision_and_passes_as_sent():
+def test_a_type_the_fold_does_not_read_passes_as_sent():
+    event = {**report("scheduled", SET[0], "E1", T0), "type": "com.example.other"}
+    assert check(event) == trust.PASS
+
+
+def test_an_agent_report_is_no_decision_and_is_judged_as_a_report():
     for event in (report("scheduled", SET[0], "E1", T0), heartbeat(SET[0], T0)):
-        assert check(event) == trust.REPORT
+        assert check(event).code == "unsigned"
 
 
 @pytest.mark.parametrize("decision", DECISIONS, ids=lambda d: d.kind)
@@ -173,8 +184,8 @@ def test_a_signed_decision_with_any_single_change_never_verifies(pair):
     verdict = check(event)
     if isinstance(event.get("type"), str) and event["type"].startswith(trust.DECISION_PREFIX):
         assert not verdict.trusted and verdict.code in trust.REASON_CODES
-    else:  # no longer a decision at all: what any agent could send anyway, and verified by nothing
-        assert verdict == trust.REPORT and verdict.keyid is None
+    else:  # no longer a decision at all: judged as whatever it now is, and verified by no trusted key
+        assert verdict.keyid is None and (verdict is trust.PASS or not verdict.trusted)
 
 
 @settings(max_examples=200, deadline=None)
@@ -199,4 +210,4 @@ def test_any_input_gets_a_verdict_and_no_decision_without_a_valid_signature_is_t
     if isinstance(event.get("type"), str) and event["type"].startswith(trust.DECISION_PREFIX):
         assert not verdict.trusted and verdict.code in trust.REASON_CODES
     else:
-        assert verdict == trust.REPORT
+        assert verdict is trust.PASS or not verdict.trusted

@@ -1,6 +1,7 @@
-"""``[trust] coordinator_keys``: more public keys whose decisions and snapshots the coordinator takes
-(a previous key while rotating, a standby's), as a list, a file and/or an environment variable,
-base64 or PEM like the agents' verify keys; anything else is one line naming the key."""
+"""``[trust]``: more public keys whose decisions and snapshots the coordinator takes (a previous
+key while rotating, a standby's), as a list, a file and/or an environment variable, base64 or PEM
+like the agents' verify keys; the attestation anchors and the rule for unsigned reports; anything
+else is one line naming the key."""
 
 from __future__ import annotations
 
@@ -55,4 +56,46 @@ def test_keys_come_from_the_list_the_file_and_the_variable_together(tmp_path: Pa
 def test_a_bad_trust_entry_is_one_line_naming_it(section, env, says):
     with pytest.raises(ConfigError) as refused:
         trust(section, env)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def settings_of(section: dict):
+    return from_dict({**BASE, "trust": section}, environ={}).trust
+
+
+def test_by_default_reports_must_be_signed_and_documents_chain_to_azures_documented_roots():
+    ts = settings_of({})
+    assert ts.require_signed_reports and ts.fetch_intermediates and ts.subscriptions is None
+    assert ts.intermediate_hosts == ("www.microsoft.com", "cacerts.digicert.com") and ts.report_skew == 60
+    names = {c.subject.rfc4514_string() for c in ts.anchors().roots}
+    assert any("DigiCert Global Root G2" in n for n in names)
+
+
+def test_the_attestation_settings_are_read(tmp_path: Path):
+    from se_forwarder.simulator.attestation import AttestationAuthority
+
+    ca = AttestationAuthority(directory=tmp_path)
+    sub = "11111111-2222-3333-4444-555555555555"
+    ts = settings_of({"attestation_roots": [str(ca.ca_file)],
+                      "attestation_intermediates": [str(ca.intermediate_file)], "fetch_intermediates": False,
+                      "subscriptions": [sub.upper()], "require_signed_reports": False, "report_skew": "30s",
+                      "intermediate_hosts": ["PKI.example"]})
+    anchors = ts.anchors()
+    assert (len(anchors.roots), len(anchors.intermediates)) == (1, 1)
+    assert (ts.fetch_intermediates, ts.require_signed_reports, ts.report_skew) == (False, False, 30)
+    assert ts.subscriptions == (sub,) and ts.intermediate_hosts == ("pki.example",)
+
+
+@pytest.mark.parametrize(("section", "says"), [
+    ({"attestation_roots": ["/nonexistent/root.pem"]},
+     "trust.attestation_roots: /nonexistent/root.pem cannot be read"),
+    ({"attestation_intermediates": "x.pem"}, "trust.attestation_intermediates: must be a list of strings"),
+    ({"subscriptions": ["prod"]}, "trust.subscriptions: 'prod' is not a subscription id"),
+    ({"intermediate_hosts": ["http://x/"]}, "trust.intermediate_hosts: 'http://x/' is not a host name"),
+    ({"require_signed_reports": "no"}, "trust.require_signed_reports"),
+    ({"report_skew": "2h"}, "trust.report_skew"),
+])
+def test_a_bad_attestation_entry_is_one_line_naming_it(section, says):
+    with pytest.raises(ConfigError) as refused:
+        settings_of(section)
     assert says in str(refused.value) and "\n" not in str(refused.value)

@@ -195,10 +195,11 @@ class Fleet:
         self.broker.stop()
 
     def coordinator(self, name: str, instance: str = "a", *, extra: str = "", blob_port: int | None = None,
-                    **policy: Any) -> Coordinator:
+                    unsigned_reports: bool = False, **policy: Any) -> Coordinator:
         """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
         TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
-        ``blob_port``: reach the blob service through this port (a relay) instead of directly."""
+        ``blob_port``: reach the blob service through this port (a relay) instead of directly;
+        ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade)."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -216,6 +217,7 @@ class Fleet:
             "[signing]", f"key_file = {toml_value(str(self.key_file))}",
             "[api]", f'listen = "127.0.0.1:{port}"', f"token_file = {toml_value(str(self.token_file))}",
             "[telemetry]", 'log_format = "json"',
+            *self.trust_section(), *(["require_signed_reports = false"] if unsigned_reports else []),
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
             "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
@@ -225,6 +227,13 @@ class Fleet:
                if blob_port else self.blob.connection_string,
                "COORD_QUEUE_CONN": self.queue.connection_string}
         return Coordinator(name, instance, config, folder / "coordinator.log", port, self.token_file, env)
+
+    def trust_section(self) -> list[str]:
+        """``[trust]``: the agents' attested documents chain to the simulator's per-run CA (its
+        intermediate given, as Azure's documents leave it out); reports must be signed (default)."""
+        return ["[trust]", f"attestation_roots = [{toml_value(str(self.server.attestation_ca_file))}]",
+                f"attestation_intermediates = [{toml_value(str(self.server.attestation_intermediate_file))}]",
+                "fetch_intermediates = false"]
 
     # -- what the tests read --------------------------------------------------------------------
 
@@ -259,6 +268,20 @@ class Fleet:
 
     def pending(self) -> set[str]:
         return {e["EventId"] for e in self.server.sim.events()}
+
+
+def shut_down(fleet: Fleet, *coordinators: Coordinator | None, closing: Any = None) -> None:
+    """The end of a module's fleet: ``closing`` closed (an attacker's client), every coordinator
+    still running stopped, the fleet stopped, and the end of each coordinator's log printed."""
+    if closing is not None:
+        closing.close()
+    for c in coordinators:
+        if c is not None and c.alive():
+            c.stop()
+    fleet.stop()
+    for c in coordinators:
+        if c is not None and c.log.exists():
+            print(f"--- {c.name}-{c.instance} log (end) ---\n" + c.log.read_text()[-4000:])
 
 
 class Timeline:

@@ -2,11 +2,14 @@
 answers, counts what it dropped, stays within its limits, and still approves a real event.
 
 The attacker is this test process holding only what an agent holds: the hub's send connection
-string. It sends, with the azure-eventhub producer, heartbeats of about 1 MB listing 12,000 fake
-EventIds, heartbeats of many fake VMs, a VM with thousands of tags and CloudEvents of unique types
-(a smaller flood than bench/coordinator_flood.py's; the figures are the bench's, this test checks
-behaviour). Two real agents (web-0, web-1) run beside it, with the simulator, the broker and
-Azurite.
+string. The coordinator runs with ``[trust] require_signed_reports = false`` (a fleet mid-upgrade),
+where the limits are what bounds the unsigned reports of VMs without a registered key: with signed
+reports required (the default) all of this flood is refused at the edge as ``unsigned`` before the
+fold reads it (the last test). It sends, with the azure-eventhub producer, heartbeats of about 1 MB
+listing 12,000 fake EventIds, heartbeats of many fake VMs, a VM with thousands of tags and
+CloudEvents of unique types (a smaller flood than bench/coordinator_flood.py's; the figures are
+the bench's, this test checks behaviour). Two real agents (web-0, web-1) run beside it, with the
+simulator, the broker and Azurite.
 """
 
 from __future__ import annotations
@@ -111,7 +114,7 @@ def flooded(tmp_path_factory: pytest.TempPathFactory) -> Any:
     fleet = Fleet(tmp_path_factory.mktemp("flood")).start(["web-0", "web-1"])
     coordinator = None
     try:
-        coordinator = fleet.coordinator("flood", extra=LIMITS).start()
+        coordinator = fleet.coordinator("flood", extra=LIMITS, unsigned_reports=True).start()
         wait_for(coordinator.ready, 120, "the coordinator to lead and catch up")
         sent = flood()
         send(fleet.broker.connection_string(), sent)
@@ -154,3 +157,19 @@ def test_the_fold_stays_within_the_limits(flooded: Any) -> None:
     status = flooded["status"]
     assert status["fleet"]["vms"] <= 2 + 3 * NEW_VMS_PER_MINUTE  # the flood spans at most 3 minutes
     assert status["fleet"]["openEvents"] == 0  # no event made known by heartbeats alone
+
+
+def test_with_signed_reports_required_the_same_flood_is_refused_before_the_fold(flooded: Any) -> None:
+    fleet = flooded["fleet"]
+    strict = fleet.coordinator("strict", extra=LIMITS).start()
+    try:
+        wait_for(strict.ready, 120, "the strict coordinator to lead and catch up")
+        def refused_all() -> str | None:
+            text = metrics(strict.url)
+            return text if metric(text, "refused", "unsigned") >= FAKE_VMS else None
+
+        text = wait_for(refused_all, 120, "the strict coordinator to read the flood")
+        assert metric(text, "capped", "new-vm") == 0 and metric(text, "capped", "tags") == 0
+        assert strict.get("/v1/status")["fleet"]["vms"] == 2
+    finally:
+        strict.stop()

@@ -30,7 +30,7 @@ from se_forwarder.approvals import signing
 from tests.azurite import find_binary
 from tests.support.waiting import wait_for
 
-from .fleet import API_GROUP, DECISION, ECHO_TIMEOUT, NOTICE, STARTED, Coordinator, Fleet
+from .fleet import API_GROUP, DECISION, ECHO_TIMEOUT, NOTICE, STARTED, Coordinator, Fleet, shut_down
 
 pytestmark = [
     pytest.mark.slow,
@@ -92,13 +92,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         attacker = Attacker(fleet.agent_env()["EH_CONN"])
         yield {"fleet": fleet, "live": live, "attacker": attacker}
     finally:
-        if attacker is not None:
-            attacker.close()
-        if live is not None and live.alive():
-            live.stop()
-        fleet.stop()
-        if live is not None and live.log.exists():
-            print("--- live coordinator log (end) ---\n" + live.log.read_text()[-4000:])
+        shut_down(fleet, live, closing=attacker)
 
 
 def forged(live: Coordinator) -> int:

@@ -239,7 +239,7 @@ def test_check_reaches_every_part_of_a_running_coordinator(rollout: dict[str, An
     check = rollout["check"]
     assert check.returncode == 0, check.stdout + check.stderr
     lines = check.stdout.splitlines()
-    for part in ("config", "signing key", "api token", "event hub", "storage", "queues",
+    for part in ("config", "signing key", "api token", "attestation", "event hub", "storage", "queues",
                  "running coordinator"):
         assert any(line.startswith("ok") and f" {part}: " in line for line in lines), (part, lines)
 

@@ -4,9 +4,10 @@ No I/O and no clock in here: the service around it reads the hub, keeps the leas
 signed messages and serves the API, and passes ``now`` (UTC epoch seconds) in. One pass::
 
     policy = load_policy(tomllib.load(f))              # ConfigError naming the key
-    state, stats = FleetState(), FoldStats()            # or restore(snapshot_json)
-    if trust.check(cloud_event_dict, source=SOURCE, keys=verify_keys).trusted:   # every event read
-        fold_event(state, cloud_event_dict, stats)      # from the hub: only what trust.py lets in
+    state = FleetState()                                # or restore(snapshot_json)
+    gate = Gate(Edge(SOURCE, lambda: verify_keys, trust.Attestation(anchors)))   # gate.py
+    gate.admit(state, cloud_event_dict, enqueued)       # every event read from the hub: folded only
+                                                        # as trust.py lets it in (its sender's word)
     prune(state, policy, now)                           # now and then
     result = evaluate(state, policy, now)               # result.decisions: publish these
     for d in result.decisions:

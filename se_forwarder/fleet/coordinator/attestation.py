@@ -29,6 +29,11 @@ reason                  the document ...
 ``future``              has a ``createdOn`` later than ``now`` plus the allowed skew
 ``subscription``        names a ``subscriptionId`` outside the allowed ones (when some are given)
 ======================  ========================================================================
+
+``issuer_urls`` reads, without verifying anything, the "CA Issuers" URLs of the signing
+certificate's Authority Information Access: where Azure publishes the intermediate its documents
+leave out. A verifier that lacks it may fetch it there (intermediates.py) and verify again: the
+chain is still checked against the roots, so what is fetched needs no trust.
 """
 
 from __future__ import annotations
@@ -121,6 +126,30 @@ def verify(document: Any, *, anchors: Anchors, nonce: str, now: datetime,
         # some parts only when asked for them, and raise their own errors (InvalidVersion...)
         return Refusal("malformed", f"a part of the document cannot be read ({type(exc).__name__}: "
                        f"{exc})"[:300])
+
+
+def issuer_urls(document: Any) -> tuple[str, ...]:
+    """The http(s) "CA Issuers" URLs of the document's signing certificate (unverified); () when
+    there are none or the document cannot be read."""
+    from asn1crypto import cms, core
+
+    try:
+        signed = cms.ContentInfo.load(unpack(document).der, strict=True)["content"]
+        sid = signed["signer_infos"][0]["sid"]
+        certificates = signed["certificates"]
+        carried = [] if isinstance(certificates, core.Void) else [
+            c.chosen for c in certificates if c.name == "certificate"]
+        cert = next((c for c in carried if _names(c, sid)), None)
+        if cert is None:
+            return ()
+        aia = x509.load_der_x509_certificate(cert.dump()).extensions.get_extension_for_class(
+            x509.AuthorityInformationAccess).value
+        urls = [d.access_location.value for d in aia if d.access_method == x509.AuthorityInformationAccessOID
+                .CA_ISSUERS and isinstance(d.access_location, x509.UniformResourceIdentifier)]
+    except Exception:  # noqa: BLE001 - hostile input; nothing to fetch then
+        return ()
+    return tuple(u for u in urls[:4] if isinstance(u, str) and u.lower().startswith(("http://", "https://"))
+                 and len(u) <= 500)
 
 
 def _check_signature(unpacked: Unpacked) -> tuple[x509.Certificate, list[x509.Certificate]]:

@@ -1,6 +1,8 @@
 """``se-forwarder coordinator check``: one ``ok``/``FAIL``/``warn``/``skip`` line per part, as the agent's.
 
-Parts: the signing key, the API token file, the Event Hub (partitions readable in the consumer
+Parts: the signing key, the API token file, the attestation trust anchors (``[trust]``: which
+roots, intermediates and subscriptions registrations are checked against, and whether unsigned
+reports are folded: a ``warn`` line), the Event Hub (partitions readable in the consumer
 group), the storage container (the lease and the snapshot), the approval queues' account, and a
 running coordinator's ``/healthz``. Nothing is changed: no lease is taken, no message sent.
 
@@ -30,6 +32,7 @@ def run_checks(settings: ServiceSettings, echo: Callable[[str], None]) -> int:
     checks: list[tuple[str, Callable[[], tuple[bool | str | None, str]]]] = [
         ("signing key", lambda: _key(settings)),
         ("api token", lambda: _token(settings)),
+        ("attestation", lambda: _attestation(settings)),
         ("event hub", lambda: _hub(settings)),
         ("storage", lambda: _storage(settings)),
         ("queues", lambda: _queues(settings)),
@@ -51,6 +54,22 @@ def _key(settings: ServiceSettings) -> tuple[bool | str, str]:
     key = signing.load_signing_key(file=settings.key_file)
     return _private(settings.key_file, f"{settings.key_file} (Ed25519, key id {signing.keyid(key)}; the "
                     f"agents verify with its public key {signing.public_key_line(key)})")
+
+
+def _attestation(settings: ServiceSettings) -> tuple[bool | str, str]:
+    ts = settings.trust
+    anchors = ts.anchors()
+    roots = "the roots Azure documents" if not ts.attestation_roots else ", ".join(ts.attestation_roots)
+    parts = [f"{len(anchors.roots)} root(s) ({roots}), {len(anchors.intermediates)} intermediate(s) given"]
+    if ts.fetch_intermediates:
+        parts.append(f", fetched from {', '.join(ts.intermediate_hosts)} when missing")
+    subscriptions = ", ".join(ts.subscriptions) if ts.subscriptions else ""
+    parts.append(f"; subscriptions {subscriptions}" if subscriptions else "; any subscription")
+    if not ts.require_signed_reports:
+        parts.append("; unsigned reports of VMs without a registered key are folded (require_signed_reports "
+                     "= false: they can only make the coordinator more careful)")
+        return WARN, "".join(parts)
+    return True, "".join(parts) + "; reports must be signed with their VM's registered key"
 
 
 def _token(settings: ServiceSettings) -> tuple[bool | str, str]:

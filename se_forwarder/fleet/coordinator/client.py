@@ -78,10 +78,15 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
-    forged = (svc.get("refused") or {}).get("forged", 0)
+    refused = svc.get("refused") or {}
+    forged = refused.get("forged", 0)
     if forged:
         lines.append(f"FORGED: {forged} decision(s) in this coordinator's name that did not verify were "
                      "dropped (someone who can send to the hub published them)")
+    others = {code: n for code, n in refused.items() if n and code not in ("forged", "foreign")}
+    if others:
+        lines.append("REFUSED from the hub: " + ", ".join(f"{code} {n}" for code, n in sorted(others.items()))
+                     + " (reports and registrations that did not verify: see docs/coordinator.md#trust)")
     for p in s.get("paused", []):
         lines.append(f"paused: {p['scope']} since {p['since']} by {p['actor']}: {p['reason']}")
     for h in s.get("held", []):
@@ -118,6 +123,17 @@ def render_status(status: dict[str, Any]) -> str:
     if conflicts:
         lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
         lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
+    named = s.get("nameConflicts") or []
+    if named:
+        lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
+        lines += [f"  {c['name']}: {', '.join(c['vms'])}" for c in named]
+    keys = s.get("identities") or {}
+    if keys.get("rekeyed") or keys.get("sharedKeys"):
+        lines += ["", "IDENTITY KEYS"]
+        lines += [f"  {r['name'] or r['vmId']} ({r['vmId']}) registered a new key {r['new']} at {r['time']}, "
+                  f"replacing {r['old']}" for r in keys.get("rekeyed", [])[:10]]
+        lines += [f"  key {k['keyid']} is registered for several VMs (a copied state directory?): "
+                  f"{', '.join(k['vms'])}" for k in keys.get("sharedKeys", [])]
     lines += ["", "VMS NOT WATCHED (no heartbeat within heartbeat_timeout)"]
     unwatched = s.get("unwatched", [])
     for u in unwatched:

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from ...approvals.messages import EVENT_ID
 from ...errors import SeForwarderError
 from . import switches
+from .availability import echoes
 from .decide import DecisionPass, overridden
 from .events import BudgetUse, Decision
 from .scopes import FLEET, resolve
@@ -169,10 +170,10 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
         raise ControlRefused("unknown-event", f"no VM has reported {event_id}")
     if record.rank != SCHEDULED:
         raise ControlRefused("not-scheduled", f"{record.event_id} is not Scheduled any more")
-    if record.echoes or record.last_approval(policy.shadow) is not None:
-        raise ControlRefused("already-approved", f"{record.event_id} is approved already")
     run = DecisionPass(state, policy, now)
     res = resolve(state, run.idx, record)
+    if echoes(run.idx, record, res.vms) or record.last_approval(policy.shadow) is not None:
+        raise ControlRefused("already-approved", f"{record.event_id} is approved already")
     if (res.unresolved or not res.vms) and "all" not in allowed:
         names = ", ".join(res.unresolved) or "its Resources"
         raise ControlRefused("unresolved", f"{names} match no known VM; its budgets cannot be counted "

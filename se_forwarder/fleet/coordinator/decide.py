@@ -9,7 +9,7 @@ same decisions come back from the hub harmlessly (deterministic ids).
 For each event not yet approved, in this order (the first that fails is the verdict):
 
 =================  ==============================================================================
-``unmanaged``      its type is not in ``manage``: left alone, no decision at all
+``unmanaged``      a type it was reported under is not in ``manage``: left alone, no decision
 ``due``            its NotBefore has passed: Azure starts it now, nothing to decide
 ``too-early``      NotBefore is more than ``approve_within`` ahead
 ``held``           a person held it
@@ -45,20 +45,20 @@ verdicts: held, paused, too early), once per event and set of scopes (again only
 added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
 it reserves no scope.
 
-Approved events (an echo from an agent, or a counted approve decision) are not decided again.
-An approval's message goes out until it is sent: while the latest approve decision of an event has
-no ``sent`` record (events.py), the event is not echoed, held, paused, in a blackout or past
-NotBefore, and every budget still fits as for a retry (below: sending it is approving it), its id
-is listed in ``Evaluation.sends`` (the service sends those, under their own message id). An
-approve decision that got no ``approved`` echo within ``echo_timeout`` of its ``sent`` record, or
-whose message the target VM rejected (any reason but ``replayed``, ``not-scheduled``,
-``unknown-event``), is retried as a new ``approve`` (next attempt, ``retry-no-echo`` /
-``retry-rejected``) to the next watched affected VM by name that has not rejected it (cycling; the
-same VM when it is the only one), while NotBefore is ahead, the event is neither held, paused nor
-in a blackout, and every budget still fits (``budget``/``unresolved`` otherwise; its own VMs
-counted once, a person's overrides kept). When no VM is left: a ``defer`` with ``no-target``. In
-shadow mode nothing was sent, so nothing is retried; shadow approvals count as approvals there (so
-a shadow run paces like a live one) and are ignored by a live run.
+Approved events (an echo from a VM the event affects, or a counted approve decision) are not
+decided again. An approval's message goes out until it is sent: while the latest approve decision
+of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in a
+blackout or past NotBefore, and every budget still fits as for a retry (below: sending it is
+approving it), its id is listed in ``Evaluation.sends`` (the service sends those, under their own
+message id). An approve decision that got no such echo within ``echo_timeout`` of its ``sent``
+record, or whose message its target VM itself rejected (any reason but ``replayed``,
+``not-scheduled``, ``unknown-event``), is retried as a new ``approve`` (next attempt,
+``retry-no-echo`` / ``retry-rejected``) to the next watched affected VM by name that has not
+rejected it (cycling; the same VM when it is the only one), while NotBefore is ahead, the event is
+neither held, paused nor in a blackout, and every budget still fits (``budget``/``unresolved``
+otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
+with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
+as approvals there (so a shadow run paces like a live one) and are ignored by a live run.
 """
 
 from __future__ import annotations
@@ -68,8 +68,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef
-from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve, unavailable, used
+from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .settings import Policy
 from .state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from .wording import hhmm, span, who, why
@@ -177,11 +178,12 @@ class DecisionPass:
 
     def consider(self, record: EventRecord) -> Verdict:
         res = resolve(self.state, self.idx, record)
-        if record.echoes or record.last_approval(self.policy.shadow) is not None:
+        if echoes(self.idx, record, res.vms) or record.last_approval(self.policy.shadow) is not None:
             return self.retry(record, res)
-        if record.event_type not in self.policy.manage:
+        if unmanaged := [t for t in record.types or (record.event_type,) if t not in self.policy.manage]:
+            said = " and ".join(record.types) if len(record.types) > 1 else unmanaged[0] or "this type"
             return Verdict(record.key, record.event_id, "unmanaged",
-                           f"{record.event_type or 'this type'} is not in manage: left alone", None, res.vms)
+                           f"{said} is not in manage: left alone", None, res.vms)
         if record.not_before is not None and record.not_before <= self.now:
             return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now",
                            None, res.vms)
@@ -310,12 +312,13 @@ class DecisionPass:
     def retry(self, record: EventRecord, res: Resolution) -> Verdict:
         """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
         last = record.last_approval(self.policy.shadow)
+        echoed = bool(echoes(self.idx, record, res.vms))
         sent = record.sends.get(last.attempt) if last is not None else None
-        status = ("echoed by an agent" if record.echoes else "in shadow mode, nothing sent"
+        status = ("echoed by an agent" if echoed else "in shadow mode, nothing sent"
                   if last is not None and last.shadow else "sent, waiting for the echo" if sent is not None
                   else "its message not sent yet")
         approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
-        if record.echoes or last is None or last.shadow or self.policy.shadow:
+        if echoed or last is None or last.shadow or self.policy.shadow:
             return approved
         if record.not_before is not None and record.not_before <= self.now:
             return approved
@@ -323,9 +326,9 @@ class DecisionPass:
                 or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
                 or self.state.paused(FLEET)):
             return approved
-        ours = {r.id for r in record.approvals.values()}
+        targets = {r.id: self.idx.key(r.target_key) for r in record.approvals.values()}
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
-                    if msg in ours and code not in NO_RETRY_CODES}
+                    if msg in targets and self.idx.key(vm) == targets[msg] and code not in NO_RETRY_CODES}
         rejected = last.id in refusals
         if sent is None and not rejected:  # its message is yet to go out: that approves it too
             waits = self.recheck(record, res, last)

@@ -5,8 +5,9 @@ fold with the stage already accounted for it. The stages of an EventId, from eve
 
 - ``scheduled``: some VM reported it (Scheduled); its time is the newest full report's;
 - ``started``: some VM reported it Started (the earliest such report's time);
-- ``completed`` or ``canceled``: the fold holds it ended (``rank`` completed, else canceled; the
-  latest report's time). Only one of the two is ever sent.
+- ``completed`` or ``canceled``: the fold holds it ended: every VM of its Resources reported it
+  over itself (``rank`` completed, else canceled; the latest report's time). Only one of the two
+  is ever sent; while a VM has not, a peer's completion announces no end.
 
 A stage is sent once, when a look first sees it, if this instance acts (a standby only notes what
 it saw) and the stage's time is not before ``since`` (the start of the notifier: nothing that
@@ -34,10 +35,12 @@ EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...]
 ENDED = 3
 
 
-def stage_of(record: EventRecord) -> int:
+def stage_of(record: EventRecord, open_events: set[str]) -> int:
     """0 nothing reported, 1 scheduled, 2 started, 3 ended (completed or canceled)."""
     if record.rank >= TERMINAL:
-        return ENDED
+        if record.key not in open_events:
+            return ENDED
+        return 2 if record.started_at is not None or record.completed_at is not None else 1
     return {SCHEDULED: 1, STARTED: 2}.get(record.rank, 0)
 
 
@@ -60,7 +63,7 @@ class EventFeed:
         """The messages (CloudEvent, started time) of the new stages, oldest first."""
         out: list[tuple[float, dict[str, Any], datetime | None]] = []
         for key, record in state.events.items():
-            reached, done = stage_of(record), self.stage.get(key, 0)
+            reached, done = stage_of(record, state.open_events), self.stage.get(key, 0)
             if reached <= done:
                 continue
             self.stage[key] = reached

@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...model import MalformedDocument, parse_not_before
 from ...printable import has_controls, strip_controls
@@ -61,6 +61,11 @@ class Dropped(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def event_id_ok(value: Any) -> TypeGuard[str]:
+    """An EventId the fold keeps: a non-empty string of at most 200 characters, no control ones."""
+    return isinstance(value, str) and 0 < len(value) <= 200 and not has_controls(value)
 
 
 def identifier(value: Any, limit: int, capped: Counter[str]) -> str:

@@ -33,7 +33,7 @@ def values(service: Service) -> dict[str, Any]:
     skipped = dict(service.stats.skipped)
     return {
         "folded": dict(service.stats.folded),
-        "skipped": {"not-cloudevent": service.not_cloudevents, "malformed": service.stats.malformed,
+        "skipped": {"not-cloudevent": service.admission.not_cloudevents, "malformed": service.stats.malformed,
                     "late": service.stats.late, "other-type": sum(skipped.values()),
                     "capped": service.stats.dropped},
         "refused": {code: service.refused[code] for code in trust.REASON_CODES},
@@ -43,6 +43,8 @@ def values(service: Service) -> dict[str, Any]:
         "dropped": out.dropped, "leader": int(service.leadership.term is not None),
         "acting": int(service.acting()), "vms": len(state.vms), "open_events": len(state.open_events),
         "queue_conflicts": len(index(state, service.policy).shared_queue),
+        "identities": len(state.identities), "waiting": service.gate.held(state),
+        "rekeyed": service.gate.registered.get("rekeyed", 0),
         "pending_sends": service.output.sending.pending(),
         "latencies": list(sends.latencies),
         "last_input_age": None if service.last_input is None else time.monotonic() - service.last_input,
@@ -69,9 +71,9 @@ def render(v: dict[str, Any]) -> bytes:
                 skipped.add_metric([reason], count)
             yield skipped
             refused = CounterMetricFamily(PREFIX + "refused", "Hub events dropped before the fold by "
-                                          "trust.py, by reason: forged (a decision in this coordinator's "
-                                          "name that does not verify), foreign (another coordinator's).",
-                                          labels=["reason"])
+                                          "trust.py, by reason (its reason table: forged and foreign "
+                                          "decisions, unsigned, unregistered, bad-signature and wrong-vm "
+                                          "reports, identity-* registrations).", labels=["reason"])
             for reason, count in v["refused"].items():
                 refused.add_metric([reason], count)
             yield refused
@@ -88,6 +90,7 @@ def render(v: dict[str, Any]) -> bytes:
                 ("sent", "Approval messages sent to the agents' queues."),
                 ("send_failures", "Attempts to send an approval message that failed (retried)."),
                 ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
+                ("rekeyed", "vmIds that registered a new identity key with a newer document (reinstalls)."),
             ):
                 yield CounterMetricFamily(PREFIX + name, help_text, value=v[name])
             for name, help_text in (
@@ -96,6 +99,8 @@ def render(v: dict[str, Any]) -> bytes:
                 ("vms", "VMs in the fold."),
                 ("open_events", "Events not completed or canceled."),
                 ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
+                ("identities", "VMs with a registered identity key."),
+                ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
                 ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
             ):
                 yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
@@ -165,8 +170,9 @@ def describe(service: Service) -> dict[str, Any]:
                    else {"instance": holder.instance, "api": holder.api} if holder else None),
         "positions": {p: pos.sequence for p, pos in sorted(service.positions.items())},
         "folded": sum(service.stats.folded.values()),
-        "skipped": sum(service.stats.skipped.values()) + service.not_cloudevents,
+        "skipped": sum(service.stats.skipped.values()) + service.admission.not_cloudevents,
         "refused": {code: service.refused[code] for code in trust.REASON_CODES},
+        "waiting": service.gate.held(service.state),
         "decisionsMade": service.decisions_made,
         "pendingSends": service.output.sending.pending(),
         "reachability": {name: r.as_data() for name, r in service.reach.items()},

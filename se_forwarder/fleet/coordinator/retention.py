@@ -6,9 +6,12 @@ as both pruned at about the same time. It drops:
 
 - VMs not heard from (any report) for ``forget_after``: deleted or long dead; they leave every
   scope, so they no longer count as unavailable (the status lists them as not watched until then);
-- events completed or canceled more than ``keep_events`` (default: 24 h, at least ``min_healthy``)
-  ago, and events nobody reported for ``forget_after``; with their decisions and holds. Their
-  EventIds are remembered for ``keep_gone`` (7 days) so a straggling report cannot bring one back;
+  with their registered keys and the reports held for them;
+- events that every VM of their Resources reported completed or canceled itself (fold_reports.py:
+  ``closed``) more than ``keep_events`` (default: 24 h, at least ``min_healthy``) ago, and events
+  nobody reported for ``forget_after``; with their decisions and holds. An event one of its VMs
+  never reported over stays until then, whatever the others reported. Their EventIds are
+  remembered for ``keep_gone`` (7 days) so a straggling report cannot bring one back;
 - pause/resume decisions older than ``keep_events`` that are not the current state of their scope.
 """
 
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .fold_reports import closed
+from .registrations import forget
 from .settings import DAY, Policy
 from .state import COMPLETED, FleetState, Groups
 
@@ -35,6 +40,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     if old_vms:
         for key in old_vms:
             del state.vms[key]
+        forget(state, set(old_vms))
         groups = Groups()
         for members in state.groups.components():
             alive = [m for m in members if m in state.vms]
@@ -44,7 +50,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
         state.version += 1
     old_events = []
     for key, record in state.events.items():
-        if record.terminal and record.ended_at is not None:
+        if record.terminal and record.ended_at is not None and closed(state, record):
             if record.ended_at < now - keep_events:
                 old_events.append((key, record.ended_at))
         elif max(record.last_report, max((d.time for d in record.approvals.values()), default=0.0),
@@ -73,6 +79,8 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident in stale:
         del state.decisions[ident]
     state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
+    if old_vms:
+        state.names = None  # the fold's index of names, rebuilt when next needed
     if old_vms or old_events:
         state.vm_events = None  # the fold's count of each VM's events, rebuilt when next needed
     return Pruned(len(old_vms), len(old_events), len(stale))

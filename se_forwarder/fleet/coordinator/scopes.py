@@ -24,25 +24,22 @@ kind                 key                                                 holds
 
 A VM lacking an attribute (no zone, no scale set, no topology yet) is in no scope of that kind.
 
-Deleted VMs. A VM named in the Resources of a completed ``Terminate`` that it reported, and not
-heard from after that completion, was deleted (scale-in): it leaves the fleet at once rather than
-counting as not watched until ``forget_after``. Heard from again, it is back.
+Deleted VMs. A VM named in the Resources of a completed ``Terminate`` (reported under that type
+alone) that itself reported it Started or completed, and was not heard from after that
+completion (its own, else the latest), was deleted (scale-in): it leaves the fleet at once rather
+than counting as not watched until ``forget_after``. Heard from again, it is back.
 
 Incomplete VMs. Reports made while an agent had no instance metadata come from ``host:<name>``.
 When exactly one complete VM has that name, the ``host:`` record is the same machine: it is left
 out of the fleet and its reports count as that VM's. Otherwise it stays a VM of its own (with
 only the fleet and group scopes), counted like any other: the conservative choice.
 
-Resolution. An event's ``Resources`` are VM names. Each resolves, case-insensitively, among the
-VMs that reported the event, then among the other VMs of their groups; so equal names in other
-resource groups or groups do not collide. A name that matches nothing is *unresolved*.
+Resolution. An event's ``Resources`` are VM names. Each resolves, case-insensitively, to the VMs
+that reported the event under that name and the VMs of their groups with that name; so equal
+names in other resource groups or groups do not collide, and a VM that claims a peer's name does
+not hide the peer. A name that matches nothing is *unresolved*.
 
-Unavailable (fleet-coordinator.md, the conservative count), first reason first: ``started`` (an
-event affecting it is Started), ``approved`` (approved by anyone, by an agent's echo or by a
-counted coordinator decision, and not completed or canceled), ``prepare-failed`` (it reported
-``preparefailed`` for an open event and no ``prepared`` after), ``completed`` (less than
-``min_healthy`` after its own completed report, or the event's latest one when it sent none),
-``not-watched`` (no heartbeat for ``heartbeat_timeout``).
+Which VMs are unavailable, and why: availability.py.
 
 The index is rebuilt (O(VMs)) only when the fold's ``version`` changed; resolutions are cached per
 event revision. Everything else per decision pass is O(open events) plus one pass over the VMs
@@ -53,10 +50,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from .queues import shared_queues
 from .settings import Budget, Policy
-from .state import COMPLETED, STARTED, EventRecord, FleetState, Vm
+from .state import CANCELED, STARTED, EventRecord, FleetState, Vm
 
 FLEET = "fleet"
 
@@ -82,6 +80,7 @@ class ScopeIndex:
     shared_queue: dict[str, str] = field(default_factory=dict)  # VM -> its queue another VM shares
     resolved: dict[str, tuple[int, Resolution]] = field(default_factory=dict)
     unwatched_at: tuple[tuple[float, float], set[str]] | None = None
+    cache: dict[str, Any] = field(default_factory=dict)  # availability.py's, per index and time
 
     def limit(self, scope: str) -> int:
         return self.budget_of[scope].limit(self.size[scope])
@@ -143,16 +142,20 @@ def _build(state: FleetState, policy: Policy) -> ScopeIndex:
 
 
 def _retired(state: FleetState) -> set[str]:
-    """VMs named in a completed Terminate's Resources that reported it and were not heard from after."""
+    """VMs named in a completed Terminate's Resources that reported it Started (or completed)
+    themselves and were not heard from after it completed."""
     out: set[str] = set()
     for key, (completed_at, resources) in state.terminated.items():
         record = state.events.get(key)
         if record is None or completed_at is None:
             continue
         names = {name.lower() for name in resources}
-        for reporter in record.reports:
+        for reporter, rank in record.reports.items():
             vm = state.vms.get(reporter)
-            if vm is not None and vm.name.lower() in names and vm.last_heard < completed_at:
+            if vm is None or rank < STARTED or rank == CANCELED or vm.name.lower() not in names:
+                continue
+            own = record.finished.get(reporter)
+            if vm.last_heard < completed_at or (own is not None and vm.last_heard <= own):
                 out.add(reporter)
     return out
 
@@ -224,7 +227,7 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
     if cached is not None and cached[0] == record.revision:
         return cached[1]
     wanted = {name.lower(): name for name in record.resources}
-    found: dict[str, list[str]] = {}
+    found: dict[str, set[str]] = {lowered: set() for lowered in wanted}
     groups: set[str] = set()
     for reporter in record.reports:
         key = idx.key(reporter)
@@ -233,11 +236,10 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
             continue
         groups.add(idx.group_of[key])
         lowered = vm.name.lower()
-        if lowered in wanted and key not in found.setdefault(lowered, []):
-            found[lowered].append(key)
+        if lowered in found:
+            found[lowered].add(key)
     for lowered in wanted:
-        if not found.get(lowered):
-            found[lowered] = sorted({k for g in groups for k in idx.names.get(g, {}).get(lowered, ())})
+        found[lowered].update(k for g in groups for k in idx.names.get(g, {}).get(lowered, ()))
     vms: list[str] = []
     for lowered in wanted:
         vms.extend(k for k in sorted(found[lowered]) if k not in vms)
@@ -251,78 +253,3 @@ def last_heartbeat(state: FleetState, idx: ScopeIndex, key: str) -> float | None
     moments = [state.vms[k].last_heartbeat for k in (key, *idx.extra_heartbeats.get(key, ()))]
     present = [m for m in moments if m is not None]
     return max(present) if present else None
-
-
-def counted_approval(record: EventRecord, policy: Policy) -> bool:
-    """Approved by anyone (an echo, or a coordinator decision that counts in this mode)."""
-    return bool(record.echoes) or record.last_approval(policy.shadow) is not None
-
-
-def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, str]:
-    """VM key -> the first reason it is unavailable now (module docstring); others are absent."""
-    out: dict[str, str] = {}
-    approved: dict[str, str] = {}
-    prepare_failed: dict[str, str] = {}
-    for key in sorted(state.open_events):
-        record = state.events[key]
-        affected = resolve(state, idx, record).vms
-        if record.rank == STARTED:
-            out.update(dict.fromkeys(affected, "started"))
-        elif counted_approval(record, policy):
-            approved.update(dict.fromkeys(affected, "approved"))
-        for reporter, (failed_at, _) in record.prepare_failed.items():
-            vm = idx.key(reporter)
-            if vm in affected and failed_at >= record.prepared.get(reporter, float("-inf")):
-                prepare_failed[vm] = "prepare-failed"
-    for extra in (approved, prepare_failed):
-        for vm, reason in extra.items():
-            out.setdefault(vm, reason)
-    for key in sorted(state.settling):
-        done = state.events.get(key)
-        if done is None or done.rank != COMPLETED or done.completed_at is None:
-            continue
-        if done.completed_at + policy.min_healthy <= now:
-            continue
-        for vm, moment in completions(idx, done, resolve(state, idx, done).vms).items():
-            if moment + policy.min_healthy > now:
-                out.setdefault(vm, "completed")
-    for key in unwatched(state, policy, idx, now):
-        out.setdefault(key, "not-watched")
-    return out
-
-
-def completions(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, float]:
-    """When each of ``vms`` completed ``record``: its own latest completed report, else the event's
-    latest one; empty while nothing completed."""
-    if record.completed_at is None:
-        return {}
-    own: dict[str, float] = {}
-    for reporter, moment in record.finished.items():
-        vm = idx.key(reporter)
-        own[vm] = max(moment, own.get(vm, moment))
-    return {vm: own.get(vm, record.completed_at) for vm in vms}
-
-
-def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> set[str]:
-    """VMs of the fleet without a heartbeat for ``heartbeat_timeout`` (cached per index and time)."""
-    if idx.unwatched_at is not None and idx.unwatched_at[0] == (now, policy.heartbeat_timeout):
-        return idx.unwatched_at[1]
-    stale = now - policy.heartbeat_timeout
-    vms, out = state.vms, set[str]()
-    for key in idx.members:
-        beat = vms[key].last_heartbeat
-        if key in idx.extra_heartbeats:
-            beat = last_heartbeat(state, idx, key)
-        if beat is None or beat < stale:
-            out.add(key)
-    idx.unwatched_at = ((now, policy.heartbeat_timeout), out)
-    return out
-
-
-def used(idx: ScopeIndex, down: dict[str, str]) -> Counter[str]:
-    """Unavailable VMs per budgeted scope."""
-    counts: Counter[str] = Counter()
-    for vm in down:
-        for scope in idx.budget_scopes_of.get(vm, ()):
-            counts[scope] += 1
-    return counts

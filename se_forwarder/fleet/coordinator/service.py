@@ -16,11 +16,14 @@ sending and the snapshot's upload and download all run on threads of their own w
 ``/metrics`` answer during any outage. It says once when this instance stops acting and why, and
 once when it acts again.
 
-Input rules: every event read from the hub passes trust.py first (``_fold``): agent CloudEvents,
-and this coordinator's own decisions when signed by a trusted key, are folded; decisions of
-another coordinator name (``foreign``: a shadow coordinator under its own name can watch the same
-hub as a live one) and forgeries (``forged``) are counted by reason and dropped. The decisions
-this instance makes are folded as it makes them, before they are signed and published (output.py).
+Input rules: every event read from the hub passes the gate first (admission.py around gate.py,
+with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
+folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
+decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
+watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
+(one log line a minute per reason). A registration whose attested document needs an intermediate
+not configured waits while intermediates.py fetches it on its own thread. The decisions this
+instance makes are folded as it makes them, before they are signed and published (output.py).
 
 A standby folds the same input and makes no decision. Control requests that change something are
 refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
@@ -43,12 +46,13 @@ from typing import Any
 
 from ...approvals import signing
 from ...errors import SeForwarderError
-from . import access, observe, trust
+from . import access, observe
+from .admission import Admission
 from .blobs import Lease, Snapshots, ensure_container
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, sent, to_dict
-from .fold import FOLDED, FoldStats, fold_event
+from .fold import FOLDED, fold_event
 from .hub import Batch, HubPublisher, HubReader, Position, partition_ends
 from .keeper import Keeper, Loaded
 from .leader import Leadership
@@ -84,11 +88,8 @@ class Service:
         self.settings, self.policy, self.stop = settings, settings.policy, stop
         self.clients = clients  # the SDKs' clients, or stand-ins handed in by code (access.py)
         self.source = settings.source
-        self.state, self.stats = FleetState(), FoldStats()
+        self.state = FleetState()
         self.positions: dict[str, Position] = {}
-        self.refused: Counter[str] = Counter()  # trust.py's reason code -> events dropped
-        self.not_cloudevents = 0
-        self._forged_said = 0.0  # monotonic: when the next forged decision may be logged
         self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.sent_notes: queue.Queue[tuple[Approval, str, float, int]] = queue.Queue()
@@ -106,6 +107,8 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
+        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
+        self.gate, self.stats = self.admission.gate, self.admission.gate.stats
         container = clients.container(settings.storage)
         self.container = container
         self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
@@ -145,6 +148,8 @@ class Service:
                 self._fold_available(0.05)
                 self._serve_requests()
                 self._take_sent()
+                if self.admission.fetched(self.state):
+                    self._dirty = True
                 loaded = self.keeper.poll()
                 if loaded is not None:
                     self._install(loaded)
@@ -158,6 +163,7 @@ class Service:
                     self._decide(now)
                     last_pass = now
                 if self._ready and now - last_prune >= PRUNE_EVERY:
+                    self.admission.sweep(self.state)
                     pruned = prune(self.state, self.policy, now)
                     if pruned.vms or pruned.events or pruned.decisions:
                         log.info("pruned %d VM(s), %d event(s), %d decision(s)", pruned.vms, pruned.events,
@@ -183,6 +189,7 @@ class Service:
         while not self.inbox.empty():  # what a reader that was closed still handed on
             self.inbox.get_nowait()
         self.state, self.positions = loaded.state, loaded.positions
+        self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
         self.reader = HubReader(self.settings.eventhub, self.positions, self.inbox.put,
                                 self.reach["hub-read"], self.clients.consumer)
         self.reader.start()
@@ -211,6 +218,7 @@ class Service:
             self.reader.close()
         self.sender.queues.close()
         self.output.publisher.drop()
+        self.admission.close()
 
     # -- the fold -------------------------------------------------------------------------------
 
@@ -231,24 +239,15 @@ class Service:
                 return
 
     def _fold(self, batch: Batch) -> None:
-        keys = self.signer.verify_keys()
-        for event, position in batch.events:
-            if event is None:
-                self.not_cloudevents += 1
-            else:
-                verdict = trust.check(event, source=self.source, keys=keys)
-                if verdict.trusted:
-                    fold_event(self.state, event, self.stats, self.settings.limits, position.enqueued)
-                else:
-                    self.refused[verdict.code or ""] += 1
-                    if verdict.code == trust.FORGED and time.monotonic() >= self._forged_said:
-                        self._forged_said = time.monotonic() + 60  # one line a minute at most
-                        log.warning("dropped a forged decision (%d so far), %s %s: %s",
-                                    self.refused[trust.FORGED], str(event.get("type"))[:80],
-                                    str(event.get("id"))[:120], verdict.detail)
-            self.positions[batch.partition] = position
+        self.admission.fold(self.state, batch)
+        if batch.events:
+            self.positions[batch.partition] = batch.events[-1][1]
         self.last_input = batch.arrived
         self._dirty = True
+
+    @property
+    def refused(self) -> Counter[str]:
+        return self.admission.refused
 
     # -- deciding -------------------------------------------------------------------------------
 

@@ -33,11 +33,8 @@ module reads the others and rejects any other top-level key::
     [signing]
     key_file = "/etc/se-forwarder/coordinator-signing.key"   # the Ed25519 private key ('fleet keygen')
 
-    [trust]                              # decisions are folded only when signed by a trusted key:
-                                         # key_file's own, and these public keys (base64 or PEM)
-    coordinator_keys = []                # e.g. the previous key while rotating, a standby's key
-    coordinator_keys_file = ""           # ... one per line (# comments), and/or
-    coordinator_keys_env = ""            # ... an environment variable (comma or space separated)
+    [trust]                              # whose word it takes: coordinator keys, the agents' signed
+                                         # reports and registrations (trust_config.py)
 
     [api]
     listen = "127.0.0.1:8470"            # the control API, /metrics and /healthz
@@ -67,13 +64,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...approvals import signing
 from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
 from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notifier import NotifySettings, load_notify
 from .settings import POLICY_SECTIONS, Policy, load_policy, parse_duration
+from .trust_config import TrustSettings, load_trust
 from .web.settings import WebSettings, load_web
 
 CREDENTIALS = ("managed-identity", "default", "connection-string")
@@ -153,8 +150,13 @@ class ServiceSettings:
     source_file: str = field(default="", compare=False)
     web: WebSettings | None = None
     notify: tuple[NotifySettings, ...] = ()
-    coordinator_keys: tuple[str, ...] = ()  # [trust]: more public keys whose decisions are folded
+    trust: TrustSettings = field(default_factory=TrustSettings)
     limits: Limits = DEFAULT_LIMITS
+
+    @property
+    def coordinator_keys(self) -> tuple[str, ...]:
+        """``[trust] coordinator_keys``: more public keys whose decisions are folded."""
+        return self.trust.coordinator_keys
 
     @property
     def source(self) -> str:
@@ -203,7 +205,7 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
-        coordinator_keys=_trust(_table(raw, "trust"), os.environ if environ is None else environ),
+        trust=load_trust(raw.get("trust"), os.environ if environ is None else environ),
         limits=load_limits(raw.get("limits")),
     )
 
@@ -317,34 +319,6 @@ def _api(t: dict[str, Any]) -> ApiSettings:
         raise ConfigError(f"api.advertise: {advertise!r} is not a base URL like http://10.0.0.5:8470")
     return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise,
                        _host_names(t.get("allowed_hosts", []), advertise))
-
-
-def _trust(t: dict[str, Any], environ: Mapping[str, str]) -> tuple[str, ...]:
-    """``[trust] coordinator_keys``: the public keys (base64 of the raw 32 bytes) read from the list,
-    the file and the variable given, checked now; () when none is given."""
-    no_unknown(t, "trust", ("coordinator_keys", "coordinator_keys_file", "coordinator_keys_env"))
-    listed = t.get("coordinator_keys", [])
-    if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
-        raise ConfigError("trust.coordinator_keys: must be a list of public keys (base64 or PEM)")
-    texts = [("trust.coordinator_keys", "\n".join(listed))] if listed else []
-    if t.get("coordinator_keys_file"):
-        file = _path(t["coordinator_keys_file"], "trust.coordinator_keys_file")
-        try:
-            texts.append((f"trust.coordinator_keys_file {file}", Path(file).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-            raise ConfigError(f"trust.coordinator_keys_file: {file} cannot be read ({why})") from None
-    env = as_str(t.get("coordinator_keys_env", ""), "trust.coordinator_keys_env").strip()
-    if env:
-        if not _ENV.match(env):
-            raise ConfigError(f"trust.coordinator_keys_env: {env[:60]!r} is not an environment variable name")
-        if not environ.get(env, "").strip():
-            raise ConfigError(f"trust.coordinator_keys_env: the environment variable {env} is not set "
-                              "or empty")
-        texts.append((f"trust.coordinator_keys_env ({env})", environ[env]))
-    keys = [key for where, text in texts for key in signing.parse_public_keys(text, where)]
-    return tuple(dict.fromkeys(signing.public_key_line(k) for k in keys))
-
 
 
 def _host_names(value: Any, advertise: str) -> tuple[str, ...]:

@@ -4,8 +4,10 @@
 snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``restore(data)`` gives
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
-decisions are stored as their CloudEvent data and folded again on restore. ``restore`` raises
-``StateError`` (one line) for anything that is not a snapshot of this format.
+decisions are stored as their CloudEvent data and folded again on restore. So are the registered
+identity keys (registrations.py), the key changes kept to be shown, and the reports waiting for
+their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
+that is not a snapshot of this format; members added since the format was made are optional.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import math
 from typing import Any
 
 from ...errors import StateError
-from . import fold
-from .state import COMPLETED, NO_STAMP, TERMINAL, DecisionRecord, EventRecord, FleetState, Stamp, Vm
+from .fold_decisions import decision
+from .fold_reports import track
+from .intake import FOLDED
+from .state import COMPLETED, NO_STAMP, DecisionRecord, EventRecord, FleetState, Identity, Rekey, Stamp, Vm
 
 FORMAT = 1
 
@@ -43,7 +47,15 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "groups": state.groups.components(),
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
+        "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
+        "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
+        "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
     }
+
+
+def _identity(i: Identity) -> dict[str, Any]:
+    return {"publicKey": i.public_key, "keyid": i.keyid, "createdOn": i.created_on, "expiresOn": i.expires_on,
+            "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}
 
 
 def _vm(vm: Vm) -> dict[str, Any]:
@@ -55,6 +67,7 @@ def _vm(vm: Vm) -> dict[str, Any]:
         "tags": dict(sorted(vm.tags.items())),
         "topologyStamp": _stamp(vm.topology_stamp), "lastHeartbeat": vm.last_heartbeat,
         "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
+        "listed": list(vm.listed), "polled": vm.polled,
     }
 
 
@@ -71,6 +84,7 @@ def _event(e: EventRecord) -> dict[str, Any]:
         "prepared": dict(sorted(e.prepared.items())),
         "prepareFailed": {k: list(v) for k, v in sorted(e.prepare_failed.items())},
         "rejections": {k: list(v) for k, v in sorted(e.rejections.items())},
+        "types": list(e.types), "doubted": e.doubted,
     }
 
 
@@ -95,7 +109,8 @@ def _restore(data: dict[str, Any]) -> FleetState:
             placement_group=item["placementGroup"], tags=dict(item["tags"]),
             topology_stamp=_unstamp(item["topologyStamp"]), last_heartbeat=item["lastHeartbeat"],
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
-            agent_version=item["agentVersion"],
+            agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
+            polled=item.get("polled"),
         )
         state.vms[vm.key] = vm
     for item in data["events"]:
@@ -113,20 +128,27 @@ def _restore(data: dict[str, Any]) -> FleetState:
             prepared=dict(item["prepared"]),
             prepare_failed={k: (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},
             rejections={k: (str(v[0]), str(v[1])) for k, v in item["rejections"].items()},
+            types=tuple(item.get("types") or ((item["eventType"],) if item["eventType"] else ())),
+            doubted=item.get("doubted"),
         )
         state.events[record.key] = record
-        if 0 < record.rank < TERMINAL:
-            state.open_events.add(record.key)
-        elif record.rank == COMPLETED:
+        track(state, record)
+        if record.rank == COMPLETED:
             state.settling.add(record.key)
-            if record.event_type == "Terminate":
+            if record.types == ("Terminate",):
                 state.terminated[record.key] = (record.completed_at, record.resources)
     for members in data["groups"]:
         for other in members[1:]:
             state.groups.union(members[0], other)
     state.gone = {str(k): float(v) for k, v in data["gone"].items()}
+    for key, i in data.get("identities", {}).items():
+        state.identities[str(key)] = Identity(
+            str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
+            str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
+    state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in data.get("rekeyed", [])]
+    state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
     for ident, kind, moment, payload in data["decisions"]:
-        decision = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
-        if fold._decision(state, decision, chained=False) != fold.FOLDED:
+        made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
+        if decision(state, made, chained=False) != FOLDED:
             raise ValueError(f"decision {str(ident)[:80]} does not fold")
     return state

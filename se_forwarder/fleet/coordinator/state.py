@@ -12,6 +12,10 @@ the instance that folds them. Keys:
 - a VM: its ``vmId`` in lower case; ``host:<name in lower case>`` while its agent reports it without
   instance metadata (``data.Vm.complete`` false).
 - an event: its EventId in lower case (``event_id`` keeps the spelling first seen).
+
+A VM's reports change only what is its own (its record, its status for an event, its echo, its
+``prepared``); what an event is across VMs (``rank``, ``started_at``, ``resources``) merges them so
+that a report can make the coordinator more careful about other VMs, never less (fold.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class Vm:
     last_heartbeat: float | None = None  # time of the newest heartbeat
     last_heard: float = float("-inf")  # time of the newest report of any kind
     agent_version: str = ""
+    listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
+    polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
 
     def topology(self) -> tuple[Any, ...]:
         return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
@@ -133,11 +140,18 @@ class EventRecord:
     sends: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> its message was queued
     defers: dict[str, DecisionRecord] = field(default_factory=dict)
     breaches: dict[str, DecisionRecord] = field(default_factory=dict)
+    types: tuple[str, ...] = ()  # every EventType a VM reported for it (sorted; a few at most)
+    doubted: float | None = None  # earliest unverified Started claim (require_signed_reports off)
     revision: int = 0  # bumped when resources or reporters change (resolution cache)
 
     @property
     def terminal(self) -> bool:
         return self.rank >= TERMINAL
+
+    @property
+    def ran(self) -> bool:
+        """Some VM said it Started (or completed), or an unverified report claimed so."""
+        return self.started_at is not None or self.completed_at is not None or self.doubted is not None
 
     def last_defer(self) -> DecisionRecord | None:
         return max(self.defers.values(), key=DecisionRecord.order, default=None)
@@ -154,6 +168,29 @@ class EventRecord:
                 if isinstance(use, dict) and isinstance(use.get("scope"), str):
                     out.add(use["scope"])
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A VM's registered identity key, bound by an IMDS attested document (registrations.py)."""
+
+    public_key: str  # base64 of the raw 32-byte Ed25519 public key
+    keyid: str
+    created_on: float  # the document's timeStamp.createdOn (epoch seconds)
+    expires_on: float
+    document: str  # SHA-256 (hex) of the document's SignedData: one document binds one key
+    subscription: str = ""
+    registered_at: float = 0.0  # when the hub enqueued the identity event that bound it
+
+
+@dataclass(frozen=True, slots=True)
+class Rekey:
+    """A vmId that registered a new key with a newer document (a reinstall): kept to be shown."""
+
+    vm: str  # VM key
+    old: str  # key id replaced
+    new: str
+    time: float  # hub time of the registration
 
 
 @dataclass(slots=True)
@@ -224,16 +261,48 @@ class FleetState:
     gone: dict[str, float] = field(default_factory=dict)  # pruned event key -> when it ended
     terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
     retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
+    identities: dict[str, Identity] = field(default_factory=dict)  # VM key -> its registered key
+    rekeyed: list[Rekey] = field(default_factory=list)  # newest last, at most registrations.REKEYS_KEPT
+    # Reports (and identity events) held until their sender's registration folds (gate.py):
+    # VM key -> [(enqueued time, CloudEvent)].
+    waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
     version: int = 0
     # Derived, not in snapshots (fold.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
+    names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def paused(self, scope: str) -> Switch | None:
         switch = self.pauses.get(scope)
         return switch if switch is not None and switch.on else None
+
+    def named(self, name: str) -> set[str]:
+        """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
+        if self.names is None:
+            self.names = {}
+            for key, vm in self.vms.items():
+                self.names.setdefault(vm.name.lower(), set()).add(key)
+        return self.names.get(name, set())
+
+    def rename(self, key: str, old: str | None, new: str) -> None:
+        """Keep ``names`` true when a VM is added (``old`` None) or changes its name."""
+        if self.names is None:
+            return
+        if old is not None:
+            self.names.get(old.lower(), set()).discard(key)
+        self.names.setdefault(new.lower(), set()).add(key)
+
+    def event(self, event_id: str) -> EventRecord:
+        """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""
+        key = event_id.lower()
+        record = self.events.get(key)
+        if record is None:
+            record = self.events[key] = EventRecord(key=key, event_id=event_id)
+        elif event_id < record.event_id:
+            record.event_id = event_id
+        return record
 
     def held(self, event_key: str) -> Switch | None:
         switch = self.holds.get(event_key)

@@ -10,8 +10,8 @@ kind             from                                           to (``None``: st
 ``scheduled``    the event's first Scheduled report             approved, started or ended, the first
 ``approved``     its first counted approval (a decision that    started or ended
                  counts in this mode, or an agent's echo)
-``started``      its first Started report                       the VM's own completed report, else
-                                                                the event's latest; canceled: ended
+``started``      its first Started report                       when the VM was done with it
+                                                                (availability.py); canceled: ended
 ``min_healthy``  that completion                                completion + ``min_healthy``
 ===============  =============================================  =====================================
 
@@ -32,7 +32,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .scopes import ScopeIndex, completions, resolve
+from .availability import completions, echoes
+from .scopes import ScopeIndex, resolve
 from .settings import Policy
 from .state import EventRecord, FleetState
 
@@ -58,33 +59,35 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
             continue
         vms = resolve(state, idx, record).vms
         if vms:
-            out.extend(_event_spans(record, vms, policy, completions(idx, record, vms)))
+            out.extend(_event_spans(record, vms, policy, completions(state, idx, record, vms, policy),
+                                    approved_at(record, policy, idx, vms)))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
     return out
 
 
-def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done: dict[str, float],
-                 ) -> list[Span]:
-    approved = approved_at(record, policy)
+def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done: dict[str, float | None],
+                 approved: float | None) -> list[Span]:
     started, ended = record.started_at, record.ended_at
     waiting = min((t for t in (approved, started, ended) if t is not None), default=None)
     out: list[Span] = []
     for vm in vms:
-        back = done.get(vm, ended)
+        back = (done[vm] if done[vm] is not None else ended) if vm in done else None
         stages = [("scheduled", record.scheduled_at, waiting),
                   ("approved", approved, started if started is not None else ended),
                   ("started", started, back)]
-        if vm in done and policy.min_healthy > 0:
-            stages.append(("min_healthy", done[vm], done[vm] + policy.min_healthy))
+        came_back = done.get(vm)
+        if came_back is not None and policy.min_healthy > 0:
+            stages.append(("min_healthy", came_back, came_back + policy.min_healthy))
         out.extend(Span(vm, kind, start, end, record.key) for kind, start, end in stages
                    if start is not None and (end is None or end > start))
     return out
 
 
-def approved_at(record: EventRecord, policy: Policy) -> float | None:
-    """The first approval that counts: a live decision (or a shadow one in shadow mode), or an echo."""
+def approved_at(record: EventRecord, policy: Policy, idx: ScopeIndex, vms: tuple[str, ...]) -> float | None:
+    """The first approval that counts: a live decision (or a shadow one in shadow mode), or an echo
+    from a VM the event affects."""
     times = [d.time for d in record.approvals.values() if policy.shadow or not d.shadow]
-    times += [moment for moment, _ in record.echoes.values()]
+    times += [moment for moment, _ in echoes(idx, record, vms).values()]
     return min(times, default=None)
 
 

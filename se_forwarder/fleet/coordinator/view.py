@@ -14,14 +14,20 @@
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
                     "attempt", "target", "scope"}],
      "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
-     "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}]}
+     "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}],
+     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"]}],
+     "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
+                    "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]}}
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
 decide.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
 first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
-(queues.py); none of those VMs is sent an approval.
+(queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
+claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
+``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
+first) and keys registered for several VMs (registrations.py).
 
 ``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
@@ -37,9 +43,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...timestamps import rfc3339
+from .availability import conflicts, echoes, unwatched
 from .decide import Evaluation, evaluate
 from .queues import queue_conflicts
-from .scopes import last_heartbeat, resolve, unwatched
+from .registrations import shared_keys
+from .scopes import ScopeIndex, last_heartbeat, resolve
 from .settings import Policy
 from .state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
 
@@ -58,15 +66,16 @@ def _switch(switch: Switch, key: str, name: str) -> dict[str, Any]:
             "reason": data.get("Reason")}
 
 
-def _approvals(state: FleetState, record: EventRecord) -> list[dict[str, Any]]:
+def _approvals(state: FleetState, record: EventRecord, idx: ScopeIndex, vms: tuple[str, ...],
+               ) -> list[dict[str, Any]]:
     """Who approved the event and when: the coordinator's (or a person's) approve decisions, then
-    the agents' echoes (``by`` = their ApprovedBy)."""
+    the echoes that count, of VMs the event affects (``by`` = their ApprovedBy)."""
     out: list[dict[str, Any]] = []
     for attempt, d in sorted(record.approvals.items()):
         target = d.data.get("Target")
         out.append({"by": d.data.get("Actor"), "time": _utc(d.time), "attempt": attempt, "shadow": d.shadow,
                     "vm": target.get("name") if isinstance(target, dict) else None, "echo": False})
-    for vm, (moment, by) in sorted(record.echoes.items(), key=lambda item: item[1]):
+    for vm, (moment, by) in sorted(echoes(idx, record, vms).items(), key=lambda item: item[1]):
         name = state.vms[vm].name if vm in state.vms else vm
         out.append({"by": by, "time": _utc(moment), "attempt": None, "shadow": False, "vm": name,
                     "echo": True})
@@ -113,7 +122,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             "notBeforeUtc": _utc(record.not_before), "resources": list(record.resources),
             "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
             "reason": verdict.reason, "scope": verdict.scope,
-            "budgets": [u.as_data() for u in verdict.budgets], "approvals": _approvals(state, record),
+            "budgets": [u.as_data() for u in verdict.budgets],
+            "approvals": _approvals(state, record, idx, verdict.affected),
         })
     started = []
     for key in sorted(state.open_events):
@@ -144,6 +154,35 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "decisions": [_decision(d) for d in log],
         "unwatched": not_watched,
         "queueConflicts": queue_conflicts(state, idx),
+        "nameConflicts": name_conflicts(state, policy, idx, now),
+        "identities": identities(state),
+    }
+
+
+def _named(state: FleetState, key: str) -> str:
+    vm = state.vms.get(key)
+    return f"{vm.name} ({vm.vm_id or key})" if vm is not None else key
+
+
+def name_conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> list[dict[str, Any]]:
+    """Sets of VMs that claim one name (or resourceId), each once, sorted."""
+    seen: set[tuple[str, ...]] = set()
+    out: list[dict[str, Any]] = []
+    for key, others in sorted(conflicts(state, policy, idx, now).items()):
+        members = tuple(sorted({key, *others}))
+        if members not in seen:
+            seen.add(members)
+            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members]})
+    return out
+
+
+def identities(state: FleetState) -> dict[str, Any]:
+    return {
+        "registered": len(state.identities),
+        "rekeyed": [{"name": state.vms[r.vm].name if r.vm in state.vms else "", "vmId": r.vm, "old": r.old,
+                     "new": r.new, "time": _utc(r.time)} for r in reversed(state.rekeyed)],
+        "sharedKeys": [{"keyid": kid, "vms": [_named(state, k) for k in vms]}
+                       for kid, vms in shared_keys(state)],
     }
 
 
@@ -160,8 +199,8 @@ def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]
     keys = list(state.open_events) + [k for k in state.settling if k in state.events]
     for key in sorted(keys):
         record = state.events[key]
-        if record.rank == STARTED:
-            status, w = "started", 4
+        if record.rank == STARTED or (record.ran and key in state.open_events):
+            status, w = "started", 4  # started, or ended for some VMs but not for all of them
         elif record.rank == COMPLETED:
             status, w = "completed", 2
         elif ev.verdicts.get(key) is not None and ev.verdicts[key].code == "approved":

@@ -10,6 +10,7 @@ kilobytes (about a tenth of that gzipped)::
      "pending": [{... as view.status, "label" per budget, "affected" at most AFFECTED_LISTED names,
                   "affectedCount", "held": bool, "scopeLabel"}],
      "started": [...], "decisions": [{... as view.status, "subject": a label for people}],
+     "nameConflicts": [...], "identities": {...} (as view.status: the banner shows them),
      "events": [{"eventId", "eventType", "notBeforeUtc", "status"}],
      "timeline": {"kinds": timeline.KINDS, "events": [[eventId, eventType, notBefore | null]],
                   "start": <epoch s> | null, "minHealthy": <s>},
@@ -18,7 +19,7 @@ kilobytes (about a tenth of that gzipped)::
                  "spans": [[vm, kind, start, end | null, event]], "down": [[time, VMs]], "peak"}]}
 
 ``state`` is view.groups' (``ok``, ``pending``, ``approved``, ``started``, ``completed``,
-``prepare-failed``, ``not-watched``); ``heartbeatAge`` whole seconds or -1 (never heard);
+``prepare-failed``, ``name-conflict``, ``not-watched``); ``heartbeatAge`` whole seconds or -1 (never heard);
 ``event`` an index into ``events`` or -1; ``watched`` 1 or 0. ``max`` is the group's budget, or
 null when groups have none. Labels come from se_forwarder.notify.describe, as the chat messages
 say them.

@@ -224,6 +224,17 @@
       banner.append(el("span", { class: "paused", text: `${doc.paused.length} scope(s) paused` }));
     }
     if (doc.shadow) banner.append(el("span", { class: "shadow", text: "shadow mode: nothing is sent" }));
+    for (const c of doc.nameConflicts || []) {
+      banner.append(el("span", { class: "conflict", "data-conflict": c.name,
+        text: `name ${c.name} claimed by ${c.vms.length} VMs: ${c.vms.join(", ")}` }));
+    }
+    const rekeyed = (doc.identities && doc.identities.rekeyed) || [];
+    if (rekeyed.length) {
+      const r = rekeyed[0];
+      banner.append(el("span", { class: "rekeyed", id: "rekeyed-banner",
+        text: `${r.name || r.vmId} registered a new identity key at ${r.time}` +
+          (rekeyed.length > 1 ? ` (${rekeyed.length} key changes in all)` : "") }));
+    }
     if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
     const button = $("pause-fleet");
     button.textContent = fleetPaused ? "Resume all" : "Pause all";

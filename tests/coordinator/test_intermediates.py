@@ -1,0 +1,129 @@
+"""The intermediate Azure leaves out of attested documents, fetched from the signing certificate's
+"CA Issuers" URL (intermediates.py) over real HTTP from a server in this process, off the gate:
+the registration waits, then binds; a host not allowed, a failing URL or a redirect elsewhere
+leaves it untrusted."""
+
+from __future__ import annotations
+
+import http.server
+import queue
+import threading
+from collections.abc import Iterator
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs7
+
+from se_forwarder.fleet.coordinator.attestation import issuer_urls
+from se_forwarder.fleet.coordinator.intermediates import FetchError, Intermediates, parse
+from se_forwarder.simulator.attestation import AttestationAuthority
+
+from .fleet import AgentVm, heartbeat
+from .signed import Coordinator, SignedVm
+
+WEB0 = AgentVm("web-0")
+
+
+class Issuer(http.server.ThreadingHTTPServer):
+    """Serves one certificate at /ca.crt, a 404 elsewhere, a redirect at /moved; counts requests."""
+
+    def __init__(self) -> None:
+        self.body, self.requests, self.location = b"", 0, ""
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                outer.requests += 1
+                if self.path == "/moved":
+                    self.send_response(302)
+                    self.send_header("Location", outer.location)
+                    self.end_headers()
+                    return
+                found = self.path == "/ca.crt"
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", "application/pkix-cert")
+                self.end_headers()
+                self.wfile.write(outer.body if found else b"")
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    def url(self, path: str = "/ca.crt") -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    server = Issuer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def azure_like(issuer: Issuer, path: str = "/ca.crt") -> AttestationAuthority:
+    authority = AttestationAuthority(issuer_url=issuer.url(path))
+    issuer.body = authority.intermediate_der
+    return authority
+
+
+def test_the_document_names_where_its_intermediate_is_published(issuer):
+    authority = azure_like(issuer)
+    assert issuer_urls(SignedVm(WEB0).document(signer=authority)) == (issuer.url(),)
+    assert issuer_urls({"encoding": "pkcs7", "signature": "AAAA"}) == ()
+
+
+def test_a_registration_waits_for_its_intermediate_then_binds_and_the_reports_held_meanwhile_fold(issuer):
+    authority = azure_like(issuer)
+    done: queue.Queue[str] = queue.Queue()
+    fetcher = Intermediates(("127.0.0.1",), done.put)
+    coordinator = Coordinator(signer=authority, fetched=fetcher.lookup)
+    agent = SignedVm(WEB0)
+    outcomes = coordinator.admit(agent.identity(agent.document(signer=authority)),
+                                 agent.sign(heartbeat(WEB0, 1000.0)))
+    assert outcomes == ["waiting", "waiting"] and coordinator.gate.fetches == {issuer.url()}
+    assert coordinator.state.identities == {} and coordinator.state.vms == {}
+    url = done.get(timeout=30)
+    coordinator.gate.fetched(coordinator.state, url)
+    assert WEB0.vm_id in coordinator.state.identities
+    assert coordinator.state.vms[WEB0.vm_id].last_heartbeat == 1000.0
+    assert coordinator.state.waiting == {} and issuer.requests == 1
+    other = SignedVm(AgentVm("web-1"))  # the intermediate is cached: no second request
+    assert coordinator.admit(other.identity(other.document(signer=authority))) == ["registered"]
+    assert issuer.requests == 1
+    fetcher.close()
+
+
+@pytest.mark.parametrize("hosts, path", [(("www.microsoft.com",), "/ca.crt"), (("127.0.0.1",), "/missing")],
+                         ids=["host not allowed", "404"])
+def test_without_its_intermediate_a_registration_is_untrusted(issuer, hosts, path):
+    authority = azure_like(issuer, path)
+    done: queue.Queue[str] = queue.Queue()
+    fetcher = Intermediates(hosts, done.put)
+    coordinator = Coordinator(signer=authority, fetched=fetcher.lookup)
+    agent = SignedVm(WEB0)
+    event = agent.identity(agent.document(signer=authority))
+    first = coordinator.admit(event)
+    if first == ["waiting"]:
+        coordinator.gate.fetched(coordinator.state, done.get(timeout=30))
+        assert fetcher.failures == 1
+    assert coordinator.gate.refused["identity-untrusted"] == 1 and coordinator.state.identities == {}
+    fetcher.close()
+
+
+def test_a_redirect_to_a_host_not_allowed_is_not_followed(issuer):
+    issuer.location = "http://169.254.169.254/metadata/instance"
+    with pytest.raises(FetchError, match="not on an allowed host"):
+        Intermediates(("127.0.0.1",)).fetch(issuer.url("/moved"))
+
+
+def test_a_ca_issuers_response_may_be_der_pem_or_pkcs7():
+    cert = AttestationAuthority().chain.intermediate
+    for body in (cert.public_bytes(serialization.Encoding.DER), cert.public_bytes(serialization.Encoding.PEM),
+                 pkcs7.serialize_certificates([cert], serialization.Encoding.DER)):
+        assert parse(body) == (cert,)
+    with pytest.raises(FetchError):
+        parse(b"<html>not a certificate</html>")
