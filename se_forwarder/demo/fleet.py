@@ -93,7 +93,7 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
         say(f"The coordinator did not see all {vms} agents within {READY_WITHIN:g} s (a busy machine?); "
             "exit status 1.")
         return 1
-    say(f"All {vms} VMs are watched by the coordinator.\n")
+    say(f"All {vms} VMs registered their keys and are watched by the coordinator.\n")
     tail.start()
     rollout = Rollout(parts.sim.sim, parts.sim.history.lives)
     try:
@@ -106,10 +106,11 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
             _wait(lambda: False, time.monotonic() + SETTLE, stop)
     finally:
         tail.stop()
+    verified = parts.verified()
     lives = rollout.lives_of_rollout()
     spans = record.spans(lives, time.time())
     say(summary(lives, spans, record.scopes(parts.topology), announced, rollout.failure, lines.decisions,
-                lines.defers, lines.echoes, time.monotonic() - began, TIME_SCALE))
+                lines.defers, lines.echoes, verified, time.monotonic() - began, TIME_SCALE))
     if stop.is_set():
         say("Stopped (Ctrl-C) before the rollout ended.")
         return 0

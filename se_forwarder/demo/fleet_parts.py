@@ -9,8 +9,10 @@ times (the simulator runs at ``TIME_SCALE``):
   nothing by itself (no rules) and takes approvals from its queue, verified with the
   coordinator's public key;
 - the coordinator has budgets of 1 per group and per zone, ``min_healthy`` of ``MIN_HEALTHY``,
-  groups named by the ``group`` tag, signs every decision and message with its own Ed25519 key, and
-  takes the simulator's attestation CA as the root of the agents' attested documents;
+  groups named by the ``group`` tag, and signs every decision and message with its own Ed25519 key.
+  Its ``[trust]`` is the default but for the anchors: it folds only reports signed with the key
+  their VM registered, and the registrations' attested documents chain to the simulator's per-run
+  CA (root and intermediate given as files, so nothing is fetched from the network);
 - the control API and the fleet page listen on 127.0.0.1, on a free port.
 """
 
@@ -29,9 +31,11 @@ from ..approvals.settings import ApprovalsSettings
 from ..config import ImdsSettings, Settings, SinkSettings, StateSettings, VmSettings
 from ..fleet.coordinator import service_config as sc
 from ..fleet.coordinator.settings import load_policy
+from ..fleet.coordinator.trust_config import TrustSettings
 from ..simulator import SimulatorServer
 from ..simulator.topology import Topology
 from ..sinks.eventhubs.config import EventHubsOptions
+from .summary import Verified
 from .transport import NAMESPACE, DemoTransport
 
 TIME_SCALE = 60.0  # simulated seconds per real second: 1 min = 1 s
@@ -143,23 +147,43 @@ class FleetParts:
             api=sc.ApiSettings("127.0.0.1", 0, str(self.token_file), ""),
             policy=dataclasses.replace(load_policy(POLICY), queue_template=QUEUES),
             log_format="text", log_level="error",
+            trust=TrustSettings(require_signed_reports=True,
+                                attestation_roots=(str(self.sim.attestation_ca_file),),
+                                attestation_intermediates=(str(self.sim.attestation_intermediate_file),),
+                                fetch_intermediates=False),
         )
 
     # -- state ----------------------------------------------------------------------------------
 
     def watched(self) -> int:
-        """How many of the fleet's VMs the coordinator watches with their group known, while it
-        acts (0 while it does not)."""
+        """How many of the fleet's VMs the coordinator watches, registered (their key bound by an
+        attested document) and with their group known, while it acts (0 while it does not)."""
         def count(service: Any) -> int:
             if not service.acting():
                 return 0
             now, timeout = time.time(), service.policy.heartbeat_timeout
-            names = set(self.vm_names)
-            return sum(1 for vm in service.state.vms.values()
-                       if vm.complete and vm.name in names and GROUP_TAG in vm.tags
+            names, registered = set(self.vm_names), service.state.identities
+            return sum(1 for key, vm in service.state.vms.items()
+                       if key in registered and vm.complete and vm.name in names and GROUP_TAG in vm.tags
                        and vm.last_heartbeat is not None and vm.last_heartbeat >= now - timeout)
 
         return int(self._ask(count, 0))
+
+    def verified(self) -> Verified | None:
+        """What the coordinator's edge did with the agents' word (None while it does not answer)."""
+        from ..fleet.coordinator.fold import DECISION_PREFIX, PREFIX
+
+        def count(service: Any) -> Verified:
+            names = set(self.vm_names)
+            registered = sum(1 for key in service.state.identities
+                             if key in service.state.vms and service.state.vms[key].name in names)
+            decisions = DECISION_PREFIX.removeprefix(PREFIX)  # folded counts types without PREFIX
+            reports = sum(n for kind, n in service.stats.folded.items() if not kind.startswith(decisions))
+            return Verified(registered, reports, sum(service.refused.values()),
+                            service.gate.held(service.state))
+
+        answer: Verified | None = self._ask(count, None)
+        return answer
 
     def down(self) -> set[str]:
         """The names of the VMs the coordinator counts unavailable now (empty until it answers)."""

@@ -2,7 +2,8 @@
 
 Every number comes from the simulator (its history of each event and its StartRequests record,
 through record.py), never from what the coordinator or the agents said about it; only the count of
-decisions comes from the hub. The wording follows the numbers: "one at a time" only when no two VMs
+decisions comes from the hub, and what the coordinator's edge verified and refused from the
+coordinator itself. The wording follows the numbers: "one at a time" only when no two VMs
 of the group were ever down at once.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ..simulator.history import EventLife
 from ..sinks.pretty import WIDTH
@@ -18,6 +20,16 @@ from .record import GroupStory, Span, group_story, most_down, started_during
 from .rollout import Announced
 
 INDENT = " " * 7
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The coordinator's edge (gate.py) at one moment."""
+
+    registered: int  # VMs of the fleet whose identity key an attested document bound
+    reports: int  # agents' reports folded, each verified with its VM's registered key
+    refused: int  # hub events refused by trust.py, whatever the reason
+    waiting: int  # reports held until their VM's registration
 
 
 def _s(seconds: float) -> str:
@@ -60,7 +72,7 @@ def _failure(broken: EventLife, group: Sequence[EventLife], announced_at: float)
 
 def summary(lives: Sequence[EventLife], spans: Sequence[Span], scopes_of: Mapping[str, Sequence[str]],
             announced: Announced, failure: str | None, decisions: Counter[str], defers: Counter[str],
-            echoes: int, elapsed: float, time_scale: float) -> str:
+            echoes: int, verified: Verified | None, elapsed: float, time_scale: float) -> str:
     """The summary's lines (module docstring)."""
     by_id = {life.event_id: life for life in lives}
     web = [by_id[i] for i in announced.web.values() if i in by_id]
@@ -97,6 +109,10 @@ def summary(lives: Sequence[EventLife], spans: Sequence[Span], scopes_of: Mappin
                       f"{decisions.get('breach', 0)} breach warnings, each signed with its key; "
                       f"{echoes} approvals reached their VM as a signed message, which the VM's agent "
                       "verified before it POSTed StartRequests.")
+    if verified is not None:
+        paragraphs.append(f"It folded {verified.reports} reports from the agents, each verified with the key "
+                          f"its VM registered with an attested document ({verified.registered} of "
+                          f"{len(scopes_of)} VMs registered), and refused {verified.refused}.")
     for text in paragraphs:
         lines += textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="  " + INDENT)
     return "\n".join(lines)

@@ -74,6 +74,19 @@ class DemoRun:
         answer.raise_for_status()
         return answer.json()
 
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """The coordinator's ``/metrics`` (served beside its page): sample name -> {the joined
+        values of its labels ("" for none): value}."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        answer = requests.get(f"{self.url('Fleet page')}/metrics", timeout=10, proxies={"http": ""})
+        answer.raise_for_status()
+        out: dict[str, dict[str, float]] = {}
+        for family in text_string_to_metric_families(answer.text):
+            for sample in family.samples:
+                out.setdefault(sample.name, {})[",".join(sample.labels.values())] = sample.value
+        return out
+
     def interrupt(self, timeout: float = 30) -> int:
         """Ctrl-C, as a person at the terminal gives it; the exit status."""
         assert self.proc is not None

@@ -204,6 +204,25 @@ def test_the_budgets_hold_in_the_simulators_record(demo):
     assert all(n == 1 for n in most.values()), most
 
 
+def test_every_vm_registered_and_the_coordinator_folded_only_verified_reports(demo):
+    """The rollout went through the trust edge of a real coordinator: each agent's key bound by the
+    simulator's attested document, every report signed with it, nothing refused or left waiting."""
+    text = summary_text(demo)
+    metrics = demo.metrics()
+    prefix = "se_forwarder_coordinator_"
+    assert metrics[prefix + "identities"] == {"": len(VMS)}
+    refused = metrics[prefix + "refused_total"]
+    assert "unsigned" in refused and "unregistered" in refused and "bad-signature" in refused
+    assert set(refused.values()) == {0}, {reason: n for reason, n in refused.items() if n}
+    assert metrics[prefix + "waiting"] == {"": 0}
+    assert metrics[prefix + "skipped_total"]["malformed"] == 0
+    said = re.search(r"It folded (\d+) reports from the agents, each verified with the key its VM "
+                     rf"registered with an attested document \({len(VMS)} of {len(VMS)} VMs registered\), "
+                     r"and refused 0\.", text)
+    assert said, text
+    assert int(said.group(1)) > len(VMS) and "All 11 VMs registered their keys" in demo.stdout
+
+
 def test_ctrl_c_stops_it_cleanly(demo):
     demo.wait_for(KEPT, 180)
     assert demo.interrupt() == 0
