@@ -2,7 +2,8 @@
 fresh clone with the distribution's Python (PATH holding only /usr/bin and /bin). It installs the
 base package and what the ``fleet`` extra needs into the clone's .venv, runs the fleet demo, and the
 demo ends by itself with exit 0 and its summary, whose numbers come from the simulator's own record
-(tests/demo/test_fleet_demo.py checks them against that record).
+(tests/demo/test_fleet_demo.py checks them against that record), with every VM registered and no
+report refused by the coordinator.
 """
 
 from __future__ import annotations
@@ -42,5 +43,6 @@ def test_readme_fleet_demo_in_a_fresh_clone_with_the_distributions_python(fresh_
                      r"time, each on a StartRequests from its own VM", text), text
     assert re.search(r"api The 4 VMs of the scale set \(zones 1 and 2\) were redeployed one at a time", text)
     assert "Never more than 1 VM down at once in a group or a zone" in text
+    assert "(11 of 11 VMs registered), and refused 0." in text  # the rollout went through the trust edge
     assert "installing se-forwarder with its fleet extra" in result.stderr
     quick_start.assert_venv_of_the_system_python(fresh_clone)
