@@ -159,7 +159,8 @@ def test_every_rollout_event_was_started_by_one_startrequests_from_its_own_vm(de
 def test_the_summarys_numbers_are_the_simulators(demo):
     lives = history(demo)
     text = summary_text(demo)
-    announced = min(utc(life["added"]) for life in lives if life["EventType"] in ("Reboot", "Redeploy"))
+    announced = min(utc(life["added"]) for life in lives  # the rollout's, not the failure's before it
+                    if life["EventType"] in ("Reboot", "Redeploy") and life["addedAs"] == "Scheduled")
     for group, verb, kind, members in (("web", "rebooted", "availability set", WEB),
                                        ("api", "redeployed", r"scale set \(zones 1 and 2\)", API)):
         mine = [life for life in lives if life["addedAs"] == "Scheduled" and life["Resources"][0] in members]
