@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # loaded only with a sink that signs
     from .identity.key import AgentKey
     from .identity.registration import Registration
 
-__all__ = ["Agent", "lock_state_dir"]
+__all__ = ["Agent", "Transport", "lock_state_dir"]
 
 log = logging.getLogger("se_forwarder.agent")
 
@@ -44,6 +45,17 @@ STOP_CHECK = 5.0  # seconds; only a safety net, ``stop`` wakes the waiting threa
 HOUSEKEEPING_SECONDS = 3600.0  # pruning and space reclaimed this often while running
 LOCK_NAME = "agent.lock"
 SIGNED_SINKS = ("eventhubs",)  # the sinks the coordinator reads: they sign and announce the identity
+
+
+@dataclass(frozen=True)
+class Transport:
+    """Stand-ins for the Azure clients the agent talks through, handed in by code only (the fleet
+    demo's in-process hub and queues, ``se_forwarder/demo/transport/``); no configuration key selects
+    them. ``eventhubs_producer`` makes the Event Hubs sink's producer client; ``approval_queue``
+    makes the ``QueueClient`` of a queue name for ``[approvals.queue]``. None: the SDK's."""
+
+    eventhubs_producer: Callable[[], Any] | None = None
+    approval_queue: Callable[[str], Any] | None = None
 
 
 def lock_state_dir(state_dir: Path) -> int:
@@ -92,8 +104,10 @@ class Agent:
         stdout: TextIO | None = None,
         on_document: Callable[[Document], None] | None = None,
         stop: threading.Event | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.settings = settings
+        self.transport = transport or Transport()
         telemetry.protect(settings)  # before any sink reads its secrets and might log
         self.once = once
         self.dry_run = dry_run or settings.approvals.dry_run
@@ -103,7 +117,9 @@ class Agent:
         self.imds = self._client(settings.imds.first_call_timeout)
         self.key: AgentKey | None = None  # the identity key, read (or made) once the lock is held
         self.registration: Registration | None = None
-        ctx = SinkContext(self.state_dir, sign=self._sign, **({"stdout": stdout} if stdout else {}))
+        ctx = SinkContext(self.state_dir, sign=self._sign,
+                          eventhubs_producer=self.transport.eventhubs_producer,
+                          **({"stdout": stdout} if stdout else {}))
         self.outbox = Outbox(self.state_dir)
         heartbeat = None
         if any(s.heartbeat_interval for s in settings.sinks):
@@ -219,7 +235,7 @@ class Agent:
                 self.state_dir, self.identity, self.settings.approvals,
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
                 secret_env=telemetry.secret_env_names(self.settings), identity_known=known,
-                document=self.last_document,
+                document=self.last_document, queue_clients=self.transport.approval_queue,
             )
             self.poller = Poller(self.settings, self.imds, self.outbox, self.identity,
                                  offer=self.approver.offer,

@@ -17,49 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support import quick_start
+from tests.support.quick_start import SYSTEM_PYTHON, needs_system_python, user_env
 
 pytestmark = pytest.mark.slow
-SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
 def quick_start_line() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Quick start\n"):]
-    block = re.search(r"```(?:sh|bash)\n(.*?)```", section, re.S)
-    assert block, "no command block under ## Quick start"
-    [line] = [ln for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
+    [line] = quick_start.quick_start_blocks()[0]
     return line
-
-
-def user_env() -> dict[str, str]:
-    """This user's environment with only /usr/bin and /bin on PATH and no Python set up."""
-    dropped = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYENV_VERSION", "PYENV_ROOT", "CONDA_PREFIX")
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    env["PATH"] = "/usr/bin:/bin"
-    return env
 
 
 @pytest.fixture
 def fresh_clone(tmp_path):
-    clone = tmp_path / "se-forwarder"
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(clone)], check=True)
-    subprocess.run(["git", "checkout", "--quiet", head], cwd=clone, check=True)
-    yield clone
-    shutil.rmtree(clone, ignore_errors=True)
-
-
-def system_python_is_usable() -> bool:
-    if not SYSTEM_PYTHON.exists():
-        return False
-    check = "import sys; sys.exit(sys.version_info < (3, 11))"
-    return subprocess.run([str(SYSTEM_PYTHON), "-c", check]).returncode == 0
-
-
-needs_system_python = pytest.mark.skipif(not system_python_is_usable(),
-                                         reason="no /usr/bin/python3 >= 3.11 on this machine")
+    yield from quick_start.fresh_clone(tmp_path)
 
 
 def assert_demo_ran(result: subprocess.CompletedProcess[str], clone: Path) -> None:
@@ -67,9 +38,7 @@ def assert_demo_ran(result: subprocess.CompletedProcess[str], clone: Path) -> No
     assert re.search(r"^summary: 12 CloudEvents in \d+ s \(3 scheduled, 2 approved, 3 started, "
                      r"3 completed, 1 canceled\)$", result.stdout, re.M), result.stdout
     assert "Try next:" in result.stdout
-    assert (clone / ".venv" / "bin" / "se-forwarder").exists()
-    home = (clone / ".venv" / "pyvenv.cfg").read_text()
-    assert "home = /usr/bin" in home  # the distribution's Python, not one from elsewhere
+    quick_start.assert_venv_of_the_system_python(clone)
 
 
 @needs_system_python

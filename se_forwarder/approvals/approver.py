@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .. import cloudevents as ce
 from .. import metrics, tracing
@@ -70,6 +71,7 @@ class Approver:
         secret_env: Iterable[str] = (),
         identity_known: threading.Event | None = None,
         document: Callable[[], Document | None] | None = None,  # the poller's (else: as offered)
+        queue_clients: Callable[[str], Any] | None = None,  # stand-in queues (queue.client.resolve)
     ) -> None:
         check_consistency(settings)
         # A factory makes the client on first use: an agent that never approves keeps no session.
@@ -92,7 +94,7 @@ class Approver:
             # instance metadata answers, a stand-in vmId lets a {vm_id} template be checked now.
             known = self.vm if self.vm.complete else dataclasses.replace(
                 self.vm, vm_id=STAND_IN_VM_ID)
-            self.queue_settings = resolve(settings.queue, known)
+            self.queue_settings = resolve(settings.queue, known, clients=queue_clients)
         # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
         self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..errors import ConfigError
 from ..printable import strip_controls
 from .common import Commands, config_option, friendly_errors, imds_option, progress, state_option
 
@@ -65,16 +67,37 @@ def run(config: str | None, imds_url: str | None, state_dir: str | None, sinks: 
 @click.command()
 @click.option("--sink", "sinks", multiple=True, metavar="SPEC",
               help="Extra sinks receiving the same CloudEvents, e.g. file:/tmp/demo.jsonl.")
-@click.option("--timeout", type=float, default=55.0, show_default=True, hidden=True)
+@click.option("--fleet", is_flag=True,
+              help="A fleet instead: 11 VMs, an agent on each, the coordinator and its fleet page "
+                   "(about a minute; needs the fleet extra).")
+@click.option("--keep", is_flag=True, help="With --fleet: keep everything running after the summary, "
+                                           "for the fleet page, until Ctrl-C.")
+@click.option("--timeout", type=float, default=None, hidden=True)
 @friendly_errors
-def demo(sinks: tuple[str, ...], timeout: float) -> None:
+def demo(sinks: tuple[str, ...], fleet: bool, keep: bool, timeout: float | None) -> None:
     """Show the whole flow against the built-in simulator (about 10 s).
 
     Needs no Azure and no configuration.
     """
+    if fleet:
+        if sinks:
+            raise ConfigError("--sink: not with --fleet (the fleet's agents send to the demo's event hub)")
+        sys.exit(_fleet_demo(keep, timeout))
+    if keep:
+        raise ConfigError("--keep: only with --fleet")
     from ..demo import run_demo
 
-    sys.exit(run_demo(list(sinks), timeout=timeout))
+    sys.exit(run_demo(list(sinks), timeout=timeout or 55.0))
+
+
+def _fleet_demo(keep: bool, timeout: float | None) -> int:
+    from ..demo.fleet import needs, run_fleet_demo
+
+    needs()  # the fleet extra, or one line saying how to get it
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return run_fleet_demo(keep=keep, timeout=timeout or 150.0, stop=stop)
 
 
 @click.command()

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from se_forwarder.simulator.topology import SCALE_SET, Topology
+from se_forwarder.simulator.topology import SCALE_SET, STANDALONE, Topology
 from se_forwarder.simulator.wire import (
     DEFAULT_LOCATION,
     DEFAULT_RESOURCE_GROUP,
@@ -93,7 +93,7 @@ class AzureFleet:
             fault_domain=int(compute["platformFaultDomain"]),
             update_domain=int(compute["platformUpdateDomain"]),
             tags={t["name"]: t["value"] for t in compute["tagsList"]},
-            availability_set=None if kind == SCALE_SET else group_id(kind, set_name),
+            availability_set=None if kind in (SCALE_SET, STANDALONE) else group_id(kind, set_name),
             scale_set=group_id(kind, set_name) if kind == SCALE_SET else None,
             orchestration=orchestration,
             instance_id=str(in_set) if orchestration == "uniform" else None,

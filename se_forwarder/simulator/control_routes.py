@@ -6,6 +6,7 @@ Routes (on the IMDS port, under ``/control``; see ``design.md``)::
     POST|GET /control/events           add an event (201) / list them
     GET|PATCH|DELETE /control/events/{EventId}
     GET /control/approvals             the StartRequests received
+    GET /control/history               every event's life: added, started (how), ended (history.py)
     GET|POST|DELETE /control/faults    armed faults (see ``faults.py``)
     GET|POST /control/scenario         the playing scenario / start one
     GET /control/scenarios             the built-in scenarios
@@ -50,6 +51,7 @@ class ControlApi:
             ),
             ("POST", "/events"): lambda: (201, sim.add_event(_json_body(body, default={}), vm=vm)),
             ("GET", "/approvals"): lambda: (200, sim.approvals()),
+            ("GET", "/history"): lambda: (200, self.server.history.as_data()),
             ("GET", "/faults"): lambda: (200, sim.faults()),
             ("POST", "/faults"): lambda: (201, self._add_faults(_json_body(body))),
             ("DELETE", "/faults"): self._clear_faults,
@@ -179,6 +181,7 @@ class ControlApi:
                 "GET /control/events",
                 "GET|PATCH|DELETE /control/events/{id}",
                 "GET /control/approvals",
+                "GET /control/history",
                 "GET|POST|DELETE /control/faults",
                 "GET|POST /control/scenario",
                 "GET /control/scenarios",

@@ -16,6 +16,7 @@ from se_forwarder.simulator.engine import Simulator
 if TYPE_CHECKING:
     from se_forwarder.simulator.attestation import AttestationAuthority
     from se_forwarder.simulator.azure_side import AzureSide
+    from se_forwarder.simulator.history import EventHistory
 
 
 class SimulatorHost(Protocol):
@@ -42,6 +43,7 @@ class SimulatorHost(Protocol):
     etag: bool
     azure: AzureSide | None  # Azure's side (ARM, the feed, tokens), when turned on
     attestation: AttestationAuthority  # signs the attested documents
+    history: EventHistory  # every event's life, from the engine's changes
 
     @property
     def instance_overrides(self) -> Mapping[str, Any]:

@@ -29,6 +29,7 @@ from se_forwarder.simulator.azure_side import AzureOptions, AzureSide
 from se_forwarder.simulator.control_routes import ControlApi, instance_mode
 from se_forwarder.simulator.engine import SCENARIO_STARTS, SettingError, Simulator
 from se_forwarder.simulator.faults import parse_fault, parse_fault_flag
+from se_forwarder.simulator.history import EventHistory
 from se_forwarder.simulator.http_server import HttpServer
 from se_forwarder.simulator.imds_routes import Throttle
 from se_forwarder.simulator.scenarios import Scenario, load_scenario
@@ -85,6 +86,7 @@ class SimulatorServer:
         self._port = port
         self.sim = Simulator(vm_names, time_scale, multi_tenant=multi_tenant, topology=topology,
                              not_before_format=not_before_format)
+        self.history = EventHistory(self.sim)  # every event's life (GET /control/history)
         self.throttle = Throttle(throttle_rps)
         self.sim.on_reset(self.throttle.clear)
         self.instance_overrides = dict(instance_overrides or {})

@@ -31,6 +31,12 @@ Described in TOML or JSON (``se-forwarder simulate --topology FILE``)::
     fault_domains = 1       # default 1 (a zonal scale set spreads by zone)
     orchestration = "uniform"   # or "flexible": how Azure names the VMs' resource ids
 
+    [[standalone]]
+    name = "db"             # one VM in no availability set or scale set: a group of its own
+    zone = "1"              # default: no zone
+    tags = { tier = "db" }
+    agentless = false
+
 ``Topology.build`` makes the same from Python. ``Placement`` is what the engine asks: which VMs
 exist and what each is shown (the shared list without a topology, its group's part with one).
 """
@@ -49,11 +55,12 @@ from typing import Any
 from se_forwarder.errors import ConfigError
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
 
-AVAILABILITY_SET, SCALE_SET = "availability-set", "scale-set"
+AVAILABILITY_SET, SCALE_SET, STANDALONE = "availability-set", "scale-set", "standalone"
 _GROUP_KEYS = {
     "availability_sets": ("name", "vms", "fault_domains", "update_domains", "tags", "agentless"),
     "scale_sets": ("name", "vms", "zones", "fault_domains", "update_domains", "tags", "agentless",
                    "orchestration"),
+    "standalone": ("name", "zone", "tags", "agentless"),
 }
 ORCHESTRATIONS = ("uniform", "flexible")
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/se-forwarder/simulator/topology")
@@ -100,10 +107,12 @@ class Topology:
 
     @classmethod
     def build(cls, availability_sets: Iterable[Mapping[str, Any]] = (),
-              scale_sets: Iterable[Mapping[str, Any]] = ()) -> Topology:
-        """From the same mappings as the file's ``[[availability_sets]]`` and ``[[scale_sets]]``."""
+              scale_sets: Iterable[Mapping[str, Any]] = (),
+              standalone: Iterable[Mapping[str, Any]] = ()) -> Topology:
+        """From the same mappings as the file's ``[[availability_sets]]``, ``[[scale_sets]]`` and
+        ``[[standalone]]``."""
         return cls.from_mapping({"availability_sets": list(availability_sets),
-                                 "scale_sets": list(scale_sets)})
+                                 "scale_sets": list(scale_sets), "standalone": list(standalone)})
 
     @classmethod
     def load(cls, path: str | Path) -> Topology:
@@ -126,7 +135,7 @@ class Topology:
             raise TopologyError(f"{where}: must be a table")
         unknown = sorted(set(data) - set(_GROUP_KEYS))
         if unknown:
-            raise TopologyError(f"{where}: unknown key {unknown[0]!r} (availability_sets, scale_sets)")
+            raise TopologyError(f"{where}: unknown key {unknown[0]!r} ({', '.join(_GROUP_KEYS)})")
         groups: list[Group] = []
         compute: dict[str, dict[str, Any]] = {}
         for section, keys in _GROUP_KEYS.items():
@@ -140,13 +149,14 @@ class Topology:
                 extra = sorted(set(item) - set(keys))
                 if extra:
                     raise TopologyError(f"{spot}: unknown key {extra[0]!r} ({', '.join(keys)})")
-                group, placed = _group(section, item, spot)
+                standalone = section == "standalone"
+                group, placed = _standalone(item, spot) if standalone else _group(section, item, spot)
                 if any(g.name == group.name for g in groups):
                     raise TopologyError(f"{spot}.name: {group.name!r} is used twice")
                 groups.append(group)
                 compute.update(placed)
         if not groups:
-            raise TopologyError(f"{where}: give at least one availability set or scale set")
+            raise TopologyError(f"{where}: give at least one availability set, scale set or standalone VM")
         return cls(tuple(groups), compute)
 
     # -- what the engine and the server ask -----------------------------------------------------
@@ -248,9 +258,7 @@ def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dic
     zones = item.get("zones", [])
     if not isinstance(zones, list) or not all(isinstance(z, str) and z for z in zones):
         raise TopologyError(f"{spot}.zones: must be a list of zone names, e.g. [\"1\", \"2\"]")
-    tags = item.get("tags", {})
-    if not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values()):
-        raise TopologyError(f"{spot}.tags: must be a table of strings")
+    tags = _tags(item, spot)
     agentless = item.get("agentless", [])
     if not isinstance(agentless, list) or not all(isinstance(v, str) and v in names for v in agentless):
         raise TopologyError(f"{spot}.agentless: must be a list of this group's VM names")
@@ -265,8 +273,7 @@ def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dic
             "zone": zones[i % len(zones)] if zones else "",
             "vmScaleSetName": name if scale_set else "",
             "placementGroupId": str(uuid.uuid5(_NAMESPACE, f"placement:{name}")) if scale_set else "",
-            "tags": ";".join(f"{k}:{v}" for k, v in tags.items()),
-            "tagsList": [{"name": k, "value": v} for k, v in tags.items()],
+            **_tag_fields(tags),
         }
         if orchestration == "uniform":
             compute["resourceId"] = (
@@ -275,6 +282,35 @@ def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dic
         placed[vm] = compute
     kind = SCALE_SET if scale_set else AVAILABILITY_SET
     return Group(name, kind, names, frozenset(agentless), orchestration), placed
+
+
+def _standalone(item: Mapping[str, Any], spot: str) -> tuple[Group, dict[str, dict[str, Any]]]:
+    """One VM in no availability set or scale set (``[[standalone]]``): a group of its own."""
+    name = item.get("name")
+    if not isinstance(name, str) or not VM_NAME.match(name):
+        raise TopologyError(f"{spot}.name: give a VM name of letters, digits, '-', '_' and '.'")
+    zone = item.get("zone", "")
+    if not isinstance(zone, str):
+        raise TopologyError(f"{spot}.zone: must be a zone name, e.g. \"1\"")
+    agentless = item.get("agentless", False)
+    if not isinstance(agentless, bool):
+        raise TopologyError(f"{spot}.agentless: must be true or false")
+    tags = _tags(item, spot)
+    compute = {"platformFaultDomain": "0", "platformUpdateDomain": "0", "zone": zone, "vmScaleSetName": "",
+               "placementGroupId": "", **_tag_fields(tags)}
+    return Group(name, STANDALONE, (name,), frozenset((name,) if agentless else ())), {name: compute}
+
+
+def _tags(item: Mapping[str, Any], spot: str) -> Mapping[str, str]:
+    tags = item.get("tags", {})
+    if not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values()):
+        raise TopologyError(f"{spot}.tags: must be a table of strings")
+    return tags
+
+
+def _tag_fields(tags: Mapping[str, str]) -> dict[str, Any]:
+    return {"tags": ";".join(f"{k}:{v}" for k, v in tags.items()),
+            "tagsList": [{"name": k, "value": v} for k, v in tags.items()]}
 
 
 def _vm_names(value: Any, group: str, sep: str, where: str) -> tuple[str, ...]:

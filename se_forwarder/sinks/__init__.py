@@ -30,11 +30,14 @@ class SinkContext:
 
     ``sign`` adds the agent's ``keyid`` and ``signature`` to a structured-mode CloudEvent
     (``docs/identity.md``); the Event Hubs sink signs every event it sends with it.
+    ``eventhubs_producer`` makes the Event Hubs sink's producer client in place of the SDK's (the
+    fleet demo's in-process hub, handed in by code: no configuration key selects it).
     """
 
     state_dir: Path
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     sign: Signer | None = None
+    eventhubs_producer: Callable[[], Any] | None = None
 
 
 def _module(kind: str) -> ModuleType:

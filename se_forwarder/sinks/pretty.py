@@ -92,7 +92,7 @@ class PrettyFormatter:
             out += self.header()
         details, kinds = self._details(event)
         first = _FORMAT.format(
-            _clock(event.get("time")),
+            clock(event.get("time")),
             state_of(event),
             str(event.get("eventtype") or "-"),
             str(event.get("subject") or "-")[:ID_WIDTH],
@@ -125,9 +125,9 @@ class PrettyFormatter:
                          else f"lasts {duration:g} s")
         if state == Kind.SCHEDULED:
             self._scheduled.add(subject)
-            notice = _seconds_between(event.get("time"), data.get("NotBeforeUtc"))
+            notice = seconds_between(event.get("time"), data.get("NotBeforeUtc"))
             if notice is not None:
-                at = _clock(data.get("NotBeforeUtc"))
+                at = clock(data.get("NotBeforeUtc"))
                 parts.append(f"NotBefore {at} (in {max(notice, 0):.0f} s)")
         elif state == Kind.APPROVED:
             by = str(data.get("ApprovedBy") or "")
@@ -178,13 +178,13 @@ def _parse(stamp: Any) -> datetime | None:
         return None
 
 
-def _clock(stamp: Any) -> str:
+def clock(stamp: Any) -> str:
     """``HH:MM:SS`` (UTC) of an RFC 3339 time; the text itself if it is not one."""
     moment = _parse(stamp)
     return moment.strftime("%H:%M:%S") if moment else str(stamp or "-")[:8]
 
 
-def _seconds_between(start: Any, end: Any) -> float | None:
+def seconds_between(start: Any, end: Any) -> float | None:
     a, b = _parse(start), _parse(end)
     if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
         return None

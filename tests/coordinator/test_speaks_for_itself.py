@@ -59,6 +59,24 @@ def test_a_vm_that_missed_the_end_of_an_event_is_done_once_its_heartbeats_stop_l
     assert VICTIM.key not in down(fleet, T0 + 600)
 
 
+def test_peers_that_see_an_event_started_on_imds_are_not_counted_down_by_it():
+    """In an availability set every VM's IMDS lists its peers' events too, so every agent reports
+    a peer's event Started: that is its word about the event, not about itself."""
+    fleet = avset()
+    fleet.announce("E1", [VICTIM], SET, t=T0, not_before=T0 + 600)
+    for vm in SET:
+        fleet.fold(report("started", vm, "E1", T0 + 10, resources=[VICTIM.name]))
+    fleet.beat(*SET, t=T0 + 20)
+    assert down(fleet, T0 + 20) == {VICTIM.key: "started"}
+
+
+def test_a_vm_that_reports_started_an_event_naming_no_known_vm_is_counted_down():
+    fleet = avset()
+    fleet.fold(report("started", SET[2], "E1", T0 + 10, resources=["web-99"]))
+    fleet.beat(*SET, t=T0 + 20)
+    assert down(fleet, T0 + 20) == {SET[2].key: "started"}
+
+
 def test_a_heartbeat_that_still_lists_the_event_keeps_its_vm_unavailable():
     fleet = avset(Policy(heartbeat_timeout=180))
     started_for(fleet, "E1", [VICTIM], T0 + 10)

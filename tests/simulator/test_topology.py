@@ -67,6 +67,22 @@ def test_each_vm_has_its_own_fault_domain_zone_and_scale_set_in_its_instance_met
         assert len({compute(server, f"api_{i}")["vmId"] for i in range(4)}) == 4
 
 
+def test_a_standalone_vm_is_a_group_of_its_own_with_its_zone_and_tags_and_no_set():
+    fleet = Topology.build(availability_sets=[{"name": "web", "vms": 2}],
+                           standalone=[{"name": "db", "zone": "3", "tags": {"tier": "db"}}])
+    with SimulatorServer(topology=fleet) as server:
+        assert server.sim.vm_names == ("web-0", "web-1", "db")
+        own = server.sim.add_event({"EventType": "Freeze", "Resources": ["db"]})["EventId"]
+        web = server.sim.add_event({"EventType": "Reboot", "Resources": ["web-0"]})["EventId"]
+        assert [e["EventId"] for e in document(server, "db")["Events"]] == [own]
+        assert [e["EventId"] for e in document(server, "web-1")["Events"]] == [web]
+        db = compute(server, "db")
+        assert (db["zone"], db["vmScaleSetName"], db["placementGroupId"]) == ("3", "", "")
+        assert {"name": "tier", "value": "db"} in db["tagsList"]
+        described = requests.get(f"{server.url}/control/topology", timeout=5).json()
+        assert {"name": "db", "kind": "standalone", "vms": ["db"], "agentless": []} in described["groups"]
+
+
 def test_a_vm_cannot_approve_an_event_its_group_does_not_see():
     with SimulatorServer(topology=FLEET) as server:
         event_id = server.sim.add_event({"EventType": "Reboot", "Resources": ["web-0"]})["EventId"]
@@ -101,6 +117,9 @@ def test_without_a_topology_every_vm_sees_the_shared_list_as_before():
     ({"availability_sets": [{"name": "a", "vms": 0}]}, "vms"),
     ({"availability_sets": [{"name": "a", "vms": 2, "colour": "red"}]}, "'colour'"),
     ({"scale_sets": [{"name": "s", "vms": 2, "zones": "1"}]}, "zones"),
+    ({"standalone": [{"name": "db", "zone": 1}]}, "standalone\\[0\\].zone"),
+    ({"standalone": [{"name": "db", "vms": 2}]}, "'vms'"),
+    ({"standalone": [{"name": "db"}], "availability_sets": [{"name": "a", "vms": ["db"]}]}, "two groups"),
     ({"availability_sets": [{"name": "a", "vms": ["x"]}, {"name": "b", "vms": ["x"]}]}, "two groups"),
 ])
 def test_a_bad_topology_names_the_problem(data, named):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,7 @@ class QueueSettings:
     visibility_timeout: int
     poll_interval: float
     secret_env: tuple[str, ...] = ()
+    make: Callable[[str], Any] | None = dataclasses.field(repr=False, default=None)  # resolve's ``clients``
 
     @property
     def poison_name(self) -> str:
@@ -78,16 +79,23 @@ class QueueSettings:
 
     def credential(self) -> Any:
         """The managed identity to use when there is no connection string (else None)."""
-        return None if self.connection_string else token_credential("managed-identity", self.client_id)
+        if self.connection_string or self.make is not None:
+            return None
+        return token_credential("managed-identity", self.client_id)
 
     def client(self, name: str, credential: Any = None) -> Any:
+        if self.make is not None:
+            return self.make(name)
         return make_client(name, connection_string=self.connection_string,
                            account_url=self.account_url, credential=credential)
 
 
-def resolve(raw: QueueConfig, vm: VmIdentity,
-            environ: Mapping[str, str] | None = None) -> QueueSettings:
-    """Everything the consumer needs, or ConfigError in one line (at agent start, not later)."""
+def resolve(raw: QueueConfig, vm: VmIdentity, environ: Mapping[str, str] | None = None,
+            clients: Callable[[str], Any] | None = None) -> QueueSettings:
+    """Everything the consumer needs, or ConfigError in one line (at agent start, not later).
+
+    ``clients`` (queue name -> a ``QueueClient``) stands in for the Storage account: only code
+    hands one in (the fleet demo's in-process queues); the configuration then names no account."""
     try:
         import azure.storage.queue  # noqa: F401
     except ImportError:
@@ -102,12 +110,12 @@ def resolve(raw: QueueConfig, vm: VmIdentity,
     if conn is not None:
         check_plaintext(conn, "approvals.queue connection string")
     account_url = raw.account_url
-    if conn is None and not account_url:
+    if conn is None and not account_url and clients is None:
         raise ConfigError(
             f"approvals.queue: environment variable {raw.connection_string_env} is not set "
             "and no account_url is given (for managed identity)"
         )
-    if conn is None:
+    if conn is None and clients is None:
         try:
             import azure.identity  # noqa: F401
         except ImportError:
@@ -126,6 +134,7 @@ def resolve(raw: QueueConfig, vm: VmIdentity,
         visibility_timeout=raw.visibility_timeout,
         poll_interval=raw.poll_interval,
         secret_env=tuple(n for n in (raw.connection_string_env,) if n),
+        make=clients,
     )
 
 

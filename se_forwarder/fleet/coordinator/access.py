@@ -5,10 +5,17 @@ environment variable or a file at start, as the agent reads its own (``sinks/azu
 with the same rule: plaintext (an emulator's connection string, ``http``) only to a loopback host.
 Connection strings are registered with the log scrubber and never appear in a message. The Azure
 SDKs are imported here, only when the service runs.
+
+``Clients`` is where the service gets these clients from: ``AZURE`` (the functions below, from the
+configuration's sections) unless code hands it stand-ins with the same interface, as the fleet demo
+does with its in-process hub, queues and container (``se_forwarder/demo/transport/``). No key of
+``coordinator.toml`` selects anything but ``AZURE``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
@@ -162,3 +169,18 @@ class Queues:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+@dataclass(frozen=True)
+class Clients:
+    """The makers of the service's clients (module docstring): an ``EventHubConsumerClient``
+    (``consumer(settings, **options)``), an ``EventHubProducerClient``, the blob ``ContainerClient``
+    and the approval queues' ``Queues`` (``client(name)``, ``close()``)."""
+
+    consumer: Callable[..., Any]
+    producer: Callable[[EventHubSettings], Any]
+    container: Callable[[StorageSettings], Any]
+    queues: Callable[[QueueSettings], Any]
+
+
+AZURE = Clients(consumer, producer, container, Queues)

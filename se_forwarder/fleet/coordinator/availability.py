@@ -15,9 +15,10 @@ VM, which never reports, is done when Azure says so. Until then, for that VM:
 reason              when (first that applies; the reasons of all events and VMs then merge in
                     this order)
 ==================  ==================================================================================
-``started``         it reported the event Started itself, or anyone reported it Started or
-                    completed (Azure starts an event for all its Resources at once), or an
-                    unverified report claimed so (``doubted``)
+``started``         anyone reported it Started or completed (Azure starts an event for all its
+                    Resources at once), or an unverified report claimed so (``doubted``); or it
+                    reported the event Started itself while a name of Resources is no VM's (a
+                    peer's own report does not count it: its IMDS lists the event too)
 ``approved``        approved and not done: by a counted coordinator decision, or by an ``approved``
                     echo from a VM the event affects (only those can approve it on IMDS) or from
                     ARM (Azure answered the coordinator's ``acknowledge``)
@@ -131,12 +132,16 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
 def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, now: float,
                 found: dict[str, set[str]]) -> None:
     """The reasons an event that some VM has not reported over gives its VMs (module docstring)."""
-    affected = resolve(state, idx, record).vms
+    resolution = resolve(state, idx, record)
+    affected = resolution.vms
     ranks = own_ranks(idx, record)
     done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy)
     approved = counted_approval(idx, record, affected, policy)
+    # A peer's IMDS lists the event too (an availability set): its Started is about the event, not
+    # itself, unless Resources name a VM nobody goes by (the reporter may be it, by another name).
+    uncertain = bool(resolution.unresolved)
     for vm, rank in ranks.items():
-        if rank == STARTED and vm not in done:
+        if rank == STARTED and vm not in done and (uncertain or vm in affected):
             found.setdefault(vm, set()).add("started")
     for vm in affected:
         if vm in done:

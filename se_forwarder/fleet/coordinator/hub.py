@@ -127,8 +127,9 @@ class HubReader:
 
     def __init__(self, settings: EventHubSettings, start: dict[str, Position],
                  deliver: Callable[[Batch], None], reach: Reach | None = None,
-                 label: str = "the Event Hub") -> None:
+                 label: str = "the Event Hub", connect: Callable[..., Any] = consumer) -> None:
         self.settings, self.label = settings, label
+        self.connect = connect  # makes the consumer clients (access.Clients)
         self.deliver = deliver
         self.reach = reach or Reach("hub-read")
         self.health = ReaderHealth()
@@ -171,7 +172,7 @@ class HubReader:
         """``question(client)`` with a deadline; None when the hub does not answer (recorded)."""
         def asked() -> Any:
             if self._mgmt is None:
-                self._mgmt = consumer(self.settings, **PROBE_RETRY)
+                self._mgmt = self.connect(self.settings, **PROBE_RETRY)
             return question(self._mgmt)
 
         future = begin(asked, "coordinator-hub-probe")
@@ -213,8 +214,8 @@ class HubReader:
             with self._lock:
                 if self._closing.is_set():
                     return
-                client = consumer(self.settings, load_balancing_interval=RECLAIM,
-                                  socket_timeout=SOCKET_TIMEOUT)
+                client = self.connect(self.settings, load_balancing_interval=RECLAIM,
+                                      socket_timeout=SOCKET_TIMEOUT)
                 self._clients[pid] = client
             start = self.read_to.get(pid)
             thread = threading.Thread(
@@ -310,9 +311,9 @@ def _close_quietly(client: Any) -> None:
         log.debug("closing an Event Hubs client failed: %s", exc)
 
 
-def partition_ends(settings: EventHubSettings) -> dict[str, int]:
+def partition_ends(settings: EventHubSettings, connect: Callable[..., Any] = consumer) -> dict[str, int]:
     """The last enqueued sequence number of every partition now (-1: empty). Raises on failure."""
-    client = consumer(settings)
+    client = connect(settings)
     try:
         return {pid: int(client.get_partition_properties(pid)["last_enqueued_sequence_number"])
                 for pid in client.get_partition_ids()}
@@ -323,8 +324,10 @@ def partition_ends(settings: EventHubSettings) -> dict[str, int]:
 class HubPublisher:
     """Publishes decision CloudEvents (JSON texts); one producer for the service's life."""
 
-    def __init__(self, settings: EventHubSettings, partition_key: str | None = None) -> None:
+    def __init__(self, settings: EventHubSettings, partition_key: str | None = None,
+                 connect: Callable[[EventHubSettings], Any] = producer) -> None:
         self.settings, self.partition_key = settings, partition_key
+        self.connect = connect  # makes the producer client (access.Clients)
         self._producer: Any = None
 
     def warm(self) -> None:
@@ -333,7 +336,7 @@ class HubPublisher:
 
         try:
             if self._producer is None:
-                self._producer = producer(self.settings)
+                self._producer = self.connect(self.settings)
             self._producer.create_batch()
         except (EventHubError, OSError, ValueError) as exc:
             log.debug("the producer is not open yet: %s", scrub(one_line(str(exc))))
@@ -347,7 +350,7 @@ class HubPublisher:
         client = self._producer
         try:
             if client is None:
-                client = self._producer = producer(self.settings)
+                client = self._producer = self.connect(self.settings)
             batch = client.create_batch(partition_key=self.partition_key)
             for text in texts:
                 data = EventData(text)

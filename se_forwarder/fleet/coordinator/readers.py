@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
-from .hub import Batch, HubReader, Position, partition_ends
+from .hub import Batch, HubReader, Position, consumer, partition_ends
 from .reach import Reach, begin, describe_error
 from .service_config import EventHubSettings
 
@@ -36,8 +37,9 @@ FEED_ENDS_DEADLINE = 8.0  # s; within leader.ENDS_DEADLINE, the agents' hub's en
 
 class Readers:
     def __init__(self, agents: EventHubSettings, feed: EventHubSettings | None, reach: dict[str, Reach],
-                 deliver: Callable[[Batch], None]) -> None:
+                 deliver: Callable[[Batch], None], connect: Callable[..., Any] = consumer) -> None:
         self.agents, self.feed, self.deliver = agents, feed, deliver
+        self.connect = connect  # makes the consumer clients of both hubs (access.Clients)
         self.hub, self.feed_reach = reach["hub-read"], reach.get(FEED_PART)
         self.prefix = f"{FEED}{feed.eventhub}/" if feed is not None else ""
         self._readers: list[HubReader] = []
@@ -46,13 +48,14 @@ class Readers:
         """Read both hubs on from ``positions`` (module docstring)."""
         self.close()
         agents = {p: pos for p, pos in positions.items() if not p.startswith(FEED)}
-        self._readers = [HubReader(self.agents, agents, self.deliver, self.hub)]
+        self._readers = [HubReader(self.agents, agents, self.deliver, self.hub, connect=self.connect)]
         if self.feed is not None:
             prefix = self.prefix
             start = {p[len(prefix):]: pos for p, pos in positions.items() if p.startswith(prefix)}
             deliver = partial(self._from_feed, prefix)
             label = "the Azure feed hub"
-            self._readers.append(HubReader(self.feed, start, deliver, self.feed_reach, label=label))
+            self._readers.append(HubReader(self.feed, start, deliver, self.feed_reach, label=label,
+                                            connect=self.connect))
         for reader in self._readers:
             reader.start()
 
@@ -68,8 +71,9 @@ class Readers:
         """Where every partition of both hubs ends now (module docstring); raises when the agents'
         hub's cannot be read."""
         began = time.monotonic()
-        feed = begin(partial(partition_ends, self.feed), "coordinator-feed-ends") if self.feed else None
-        ends = partition_ends(self.agents)
+        feed = begin(partial(partition_ends, self.feed, self.connect),
+                                  "coordinator-feed-ends") if self.feed else None
+        ends = partition_ends(self.agents, self.connect)
         if feed is None or self.feed_reach is None:
             return ends
         left = max(0.5, FEED_ENDS_DEADLINE - (time.monotonic() - began))

@@ -125,7 +125,7 @@ class Sent:
 class Sender:
     """Puts signed approval messages in the agents' queues."""
 
-    def __init__(self, queues: Queues, signer: Signer, template: str, ttl: float) -> None:
+    def __init__(self, queues: Queues | Any, signer: Signer, template: str, ttl: float) -> None:
         self.queues, self.signer, self.template, self.ttl = queues, signer, template, ttl
 
     def queue_for(self, approval: Approval) -> str:

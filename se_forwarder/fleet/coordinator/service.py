@@ -94,7 +94,8 @@ class NotLeading(SeForwarderError):
 
 
 class Service:
-    def __init__(self, settings: ServiceSettings, stop: threading.Event) -> None:
+    def __init__(self, settings: ServiceSettings, stop: threading.Event,
+                 clients: access.Clients = access.AZURE) -> None:
         self.settings, self.policy, self.stop = settings, settings.policy, stop
         self.source = settings.source
         self.state = FleetState()
@@ -118,20 +119,20 @@ class Service:
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
         self.gate, self.stats = self.admission.gate, self.admission.gate.stats
-        container = access.container(settings.storage)
+        container = clients.container(settings.storage)
         self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put)
+        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
         self.leadership = Leadership(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             self.readers.ends, self.reach["storage"], self.reach["hub-read"])
-        self.sender = Sender(access.Queues(settings.queues), self.signer, settings.queues.template,
+        self.sender = Sender(clients.queues(settings.queues), self.signer, settings.queues.template,
                              settings.queues.message_ttl)
-        self.output = Output(HubPublisher(settings.eventhub, partition_key=self.source), self.sender,
+        self.output = Output(HubPublisher(settings.eventhub, self.source, clients.producer), self.sender,
                              self.source, self.leadership.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()

@@ -48,4 +48,5 @@ def create(name: str, options: EventHubsOptions, ctx: Any) -> EventHubsSink:
             conn = None  # missing now: retried at delivery, where it is checked again
         if conn:
             check_plaintext(conn, f"sink {name}")
-    return EventHubsSink(name, options, sign=getattr(ctx, "sign", None))
+    return EventHubsSink(name, options, sign=getattr(ctx, "sign", None),
+                         producer=getattr(ctx, "eventhubs_producer", None))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ... import __version__
@@ -39,10 +40,12 @@ class CredentialProblem(Exception):
 
 
 class HubClient:
-    """The producer for one Event Hub, created on first use; use ``lock`` around a send."""
+    """The producer for one Event Hub, created on first use; use ``lock`` around a send.
+    ``make``, when given, makes it in place of the SDK (sinks.SinkContext.eventhubs_producer)."""
 
-    def __init__(self, options: EventHubsOptions) -> None:
+    def __init__(self, options: EventHubsOptions, make: Callable[[], Any] | None = None) -> None:
         self.options = options
+        self.make = make
         self.eventhub = options.eventhub
         self.credential_kind = options.credential
         self.namespace = options.fully_qualified_namespace
@@ -75,6 +78,8 @@ class HubClient:
         return scrub(text, self._secret)
 
     def _new_producer(self) -> Any:
+        if self.make is not None:
+            return self.make()
         from azure.eventhub import EventHubProducerClient
 
         common: dict[str, Any] = {"user_agent": f"se-forwarder/{__version__}", **CLIENT_RETRY}

@@ -42,12 +42,13 @@ class EventHubsSink:
     max_batch = 200
 
     def __init__(self, name: str, options: EventHubsOptions, *,
-                 sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+                 sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 producer: Callable[[], Any] | None = None) -> None:
         self.name = name
         self.options = options
         self.mode = options.mode
         self.sign = sign
-        self._hub = HubClient(options)
+        self._hub = HubClient(options, producer)
 
     @property
     def target(self) -> str:

@@ -19,11 +19,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import config as cfg
-from .agent import Agent
-from .outbox import Outbox
-from .sinks.pretty import ID_WIDTH, WIDTH, approved_by_words
-from .telemetry import setup_logging
+from .. import config as cfg
+from ..agent import Agent
+from ..outbox import Outbox
+from ..sinks.pretty import ID_WIDTH, WIDTH, approved_by_words
+from ..telemetry import setup_logging
 
 STATES = ("scheduled", "approved", "started", "completed", "canceled")
 SCENARIO = "demo"
@@ -34,7 +34,7 @@ STDOUT_SINK = "demo-stdout"
 
 def run_demo(extra_sinks: list[str], timeout: float = 55.0, out: TextIO | None = None) -> int:
     """Run the built-in `demo` scenario; 0 when every kind of CloudEvent was delivered."""
-    from .simulator import SimulatorServer, load_scenario
+    from ..simulator import SimulatorServer, load_scenario
 
     out = out or sys.stdout
     setup_logging("text", "warning")
@@ -196,6 +196,6 @@ def _try_next(path_hint: str | None) -> str:
         "  # ... and the agent against it in another; add --sink webhook:URL to POST each CloudEvent",
         f"  {cmd} run --imds-url http://127.0.0.1:8099 --sink stdout:pretty \\",
         "      --state-dir /tmp/se-state",
-        "  # a fleet (Event Hubs, `fleet tail`, the coordinator's fleet page): README, Deploying to a fleet",
+        f"  # a fleet: 11 VMs, their agents and the coordinator with its page: {cmd} demo --fleet",
     ]
     return "\n".join(lines)
