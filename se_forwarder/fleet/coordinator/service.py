@@ -62,7 +62,7 @@ from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, Recorded, sent, to_dict
 from .fold import FOLDED, fold_event
-from .hub import Batch, HubPublisher, Position
+from .hub import DELIVER_WAIT, INBOX_BATCHES, Batch, HubPublisher, Position
 from .keeper import Keeper, Loaded
 from .leader import Leadership
 from .output import Outgoing, Output
@@ -100,7 +100,7 @@ class Service:
         self.source = settings.source
         self.state = FleetState()
         self.positions: dict[str, Position] = {}
-        self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=1000)
+        self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=INBOX_BATCHES)
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
         self.evaluation: Evaluation | None = None
@@ -126,7 +126,8 @@ class Service:
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.readers = Readers(settings.eventhub, feed, self.reach,
+                               partial(self.inbox.put, timeout=DELIVER_WAIT), clients.consumer)
         self.leadership = Leadership(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             self.readers.ends, self.reach["storage"], self.reach["hub-read"])
