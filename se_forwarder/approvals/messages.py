@@ -298,7 +298,9 @@ def validate(
         return Verdict(REJECT, exc.code, str(exc), **known)
     # Azure VM names are case-insensitive (as in ScheduledEvent.affects).
     if f.vm_name is not None and f.vm_name.casefold() != vm_name.casefold():
-        return Verdict(REJECT, "wrong-vm", f"message is for VM {f.vm_name}, this is {vm_name}", **known)
+        return Verdict(REJECT, "wrong-vm", f"message is for VM {f.vm_name}, this is {vm_name}: another "
+                       "VM's approvals reach this queue (two VM names make one queue name? put {vm_id} "
+                       "in the queue template)", **known)
     if f.expires_at <= now:
         if event is None and not event_was_seen(f.event_id):
             return Verdict(REJECT, "unknown-event",

@@ -328,7 +328,8 @@ def test_message_for_another_vm_is_refused(refusing):
                                                   "ExpiresAt": rfc3339(
                                                       datetime.now(UTC) + timedelta(minutes=5),
                                                       milliseconds=True)})
-    _refused(remote, coordinator, signing.encode(message), event_id, "wrong-vm")
+    audit = _refused(remote, coordinator, signing.encode(message), event_id, "wrong-vm")
+    assert "another VM's approvals reach this queue" in audit["data"]["Reason"], "a name collision is said"
 
 
 def test_hmac_signed_message_as_earlier_versions_made_is_refused(refusing):
