@@ -133,6 +133,28 @@ def test_pause_then_resume_a_group_with_its_buttons(page) -> None:
              10, "the group header to offer Pause again")
 
 
+def test_a_button_held_down_across_polls_still_clicks_when_released(page) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    browser, coordinator = page
+    event = pending(coordinator)[0]["eventId"]
+    hold = card(event) + '//button[text()="Hold"]'
+    wait_for(lambda: browser.find_elements("xpath", hold), 15, "the Hold button")
+    rendered = browser.execute_script("return document.body.dataset.rendered")
+    ActionChains(browser).click_and_hold(browser.find_element("xpath", hold)).perform()
+    time.sleep(5)  # two polls (2 s each) arrive while it is held
+    assert browser.execute_script("return document.body.dataset.rendered") == rendered, \
+        "the page redrew under a pressed button"
+    ActionChains(browser).release().perform()
+    wait_for(lambda: dialog_open(browser, "token-dialog") or dialog_open(browser, "action-dialog"), 10,
+             "the click's dialog")
+    wait_for(lambda: browser.execute_script("return document.body.dataset.rendered") != rendered, 10,
+             "the redraw the polls owed")
+    cancel = "token-cancel" if dialog_open(browser, "token-dialog") else "action-cancel"
+    browser.find_element("id", cancel).click()
+    assert status(coordinator)["held"] == [], "cancelled: nothing held"
+
+
 def test_approve_now_publishes_a_person_s_approval_of_an_event_not_yet_due(page) -> None:
     browser, coordinator = page
     event = pending(coordinator)[-1]["eventId"]

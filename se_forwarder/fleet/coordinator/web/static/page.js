@@ -15,6 +15,8 @@
   window.sePage = stats;
 
   let doc = null; // the last document
+  let pressing = false; // a pointer is down on a button (redraw)
+  let redrawOwed = false; // a poll came while it was
   let fetchedAt = 0; // Date.now() when it arrived
   let skew = 0; // server now - client now, seconds
   let search = "";
@@ -73,7 +75,7 @@
       node.textContent = countdownText(t);
       node.classList.toggle("due", t - serverNow() < 0);
     }
-    if (selected) renderDetail();
+    if (selected && !pressing) renderDetail();
   }
 
   function ago(utc) {
@@ -494,6 +496,20 @@
 
   // -- polling --------------------------------------------------------------------------------
 
+  // A button held down must still be there when it is released, or its click is lost: while a
+  // pointer is down on a button, neither a poll nor the clock redraws; the page redraws after.
+
+  function redraw() {
+    if (pressing) { redrawOwed = true; return; }
+    render();
+  }
+
+  function released() {
+    if (!pressing) return;
+    pressing = false;
+    if (redrawOwed) setTimeout(() => { redrawOwed = false; if (!pressing) render(); }, 0); // after the click
+  }
+
   async function poll() {
     clearTimeout(pollTimer);
     stats.polls += 1;
@@ -514,7 +530,7 @@
         stats.lastFetchMs = performance.now() - started;
         fetchedAt = Date.now();
         skew = doc.now - fetchedAt / 1000;
-        render();
+        redraw();
       }
     } catch (e) {
       stats.errors += 1;
@@ -555,6 +571,10 @@
     $("expand-all").addEventListener("click", () => setAll(true));
     $("collapse-all").addEventListener("click", () => setAll(false));
     $("tl-range").addEventListener("change", renderTimeline);
+    document.addEventListener("pointerdown", (e) => { if (e.target.closest("button")) pressing = true; }, true);
+    document.addEventListener("pointerup", released, true);
+    document.addEventListener("pointercancel", released, true);
+    window.addEventListener("blur", released);
     showTokenState();
     setInterval(tick, 1000);
     poll();
