@@ -3,21 +3,19 @@ reader back instead of the backlog piling up decoded in memory, nothing is lost 
 room is made, and a reader closed while it waits for room hands on nothing more.
 
 The reader is the coordinator's own ``HubReader`` with the real azure-eventhub consumer, reading
-the Event Hubs broker fixture; the inbox is a ``queue.Queue`` put to as the service puts to its own
-(``partial(inbox.put, timeout=DELIVER_WAIT)``), only smaller.
+the Event Hubs broker fixture, into the service's ``Inbox`` (inbox.py) made to hold one batch.
 """
 
 from __future__ import annotations
 
 import json
-import queue
 import time
 from collections.abc import Iterator
-from functools import partial
 
 import pytest
 
 from se_forwarder.fleet.coordinator.hub import Batch, HubReader
+from se_forwarder.fleet.coordinator.inbox import Inbox
 from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
 from tests.eventhubs.broker import EventHubsBroker
 from tests.support.waiting import wait_for
@@ -52,19 +50,19 @@ def ids(batch: Batch) -> list[str]:
 
 
 def test_a_full_inbox_holds_the_reader_back_without_an_error_and_every_event_comes_once_in_order(settings):
-    inbox: queue.Queue[Batch] = queue.Queue(maxsize=1)
-    reader = HubReader(settings, {}, partial(inbox.put, timeout=0.1))
+    inbox = Inbox(batches=1)
+    reader = HubReader(settings, {}, inbox.put)
     reader.start()
     try:
-        wait_for(inbox.full, 30, "the first batch in the inbox")
+        wait_for(lambda: inbox.waiting() == 1, 30, "the first batch in the inbox")
         time.sleep(2)  # time enough to read the rest of the hub, were the reader not held back
-        assert inbox.qsize() == 1
+        assert inbox.waiting() == 1
         assert reader.read_to["0"] < EVENTS - 1, "the reader went on reading past a full inbox"
         got: list[str] = []
 
         def drained() -> bool:
-            while not inbox.empty():
-                got.extend(ids(inbox.get_nowait()))
+            for chunk in inbox.turn(0):
+                got.extend(ids(chunk))
             return len(got) >= EVENTS
 
         wait_for(drained, 30, "every event once room is made")
@@ -75,13 +73,13 @@ def test_a_full_inbox_holds_the_reader_back_without_an_error_and_every_event_com
 
 
 def test_a_reader_closed_while_waiting_for_room_hands_on_nothing_more(settings):
-    inbox: queue.Queue[Batch] = queue.Queue(maxsize=1)
-    reader = HubReader(settings, {}, partial(inbox.put, timeout=0.1))
+    inbox = Inbox(batches=1)
+    reader = HubReader(settings, {}, inbox.put)
     reader.start()
-    wait_for(inbox.full, 30, "the first batch in the inbox")
+    wait_for(lambda: inbox.waiting() == 1, 30, "the first batch in the inbox")
     time.sleep(0.5)  # the partition's thread now waits for room with the next batch
     reader.close()
-    first = ids(inbox.get_nowait())
+    first = [ident for chunk in inbox.turn(0) for ident in ids(chunk)]
     time.sleep(1)  # a thread still waiting would put its batch now that there is room
-    assert inbox.empty(), "a closed reader handed on a batch"
+    assert inbox.waiting() == 0, "a closed reader handed on a batch"
     assert first[0] == "e0"

@@ -49,12 +49,6 @@ MAX_BATCH = 300
 PREFETCH = 50
 SOCKET_TIMEOUT = 0.05
 RECLAIM = 1.0  # s between the SDK's attempts to reopen a partition that failed
-# The fold's inbox holds at most INBOX_BATCHES decoded batches: reading a backlog faster than the
-# fold verifies it (a new leader, a rebuild) waits for room instead of decoding the whole backlog
-# into memory (10,000 VMs' backlog: about 300 MB). A partition's thread waits DELIVER_WAIT s at a
-# time for that room, and gives up when its reader closes.
-INBOX_BATCHES = 20
-DELIVER_WAIT = 0.5
 PROBE_EVERY = 2.0  # s between questions to the hub while reading
 PROBE_LOST = 0.5  # s between questions while it does not answer
 PROBE_DEADLINE = 5.0
@@ -263,7 +257,7 @@ class HubReader:
         self.health.last_batch = arrived
         while True:
             try:
-                self.deliver(batch)  # may raise queue.Full: the fold is behind (INBOX_BATCHES)
+                self.deliver(batch)  # may raise queue.Full: the fold is behind (inbox.py)
                 break
             except queue.Full:
                 if self._closing.is_set():  # the next reader starts from what was folded

@@ -62,7 +62,8 @@ from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, Recorded, sent, to_dict
 from .fold import FOLDED, fold_event
-from .hub import DELIVER_WAIT, INBOX_BATCHES, Batch, HubPublisher, Position
+from .hub import Batch, HubPublisher, Position
+from .inbox import Inbox
 from .keeper import Keeper, Loaded
 from .leader import Leadership
 from .output import Outgoing, Output
@@ -81,7 +82,6 @@ log = logging.getLogger("se_forwarder.coordinator")
 PASS_EVERY = 0.05  # s between decision passes while input keeps arriving
 PASS_AT_LEAST = 1.0  # s: a pass at least this often while leading
 PRUNE_EVERY = 60.0
-MAX_FOLD_PER_TURN = 5_000  # events folded before the loop looks at requests and the clock again
 RECORDS = ("sent", "acknowledge")  # what came of an approval: published and folded, but no decision
 
 
@@ -100,7 +100,7 @@ class Service:
         self.source = settings.source
         self.state = FleetState()
         self.positions: dict[str, Position] = {}
-        self.inbox: queue.Queue[Batch] = queue.Queue(maxsize=INBOX_BATCHES)
+        self.inbox = Inbox()
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
         self.evaluation: Evaluation | None = None
@@ -126,8 +126,7 @@ class Service:
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.readers = Readers(settings.eventhub, feed, self.reach,
-                               partial(self.inbox.put, timeout=DELIVER_WAIT), clients.consumer)
+        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
         self.leadership = Leadership(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             self.readers.ends, self.reach["storage"], self.reach["hub-read"])
@@ -196,8 +195,7 @@ class Service:
                      ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(loaded.positions.items())) or "-")
         elif not loaded.refused:  # a refused snapshot was said in one line already (keeper.py)
             log.info("no snapshot: reading the hub from the start of its retention")
-        while not self.inbox.empty():  # what a reader that was closed still handed on
-            self.inbox.get_nowait()
+        self.inbox.clear()  # what a reader that was closed still handed on
         self.state, self.positions = loaded.state, loaded.positions
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
         self.readers.start(self.positions)
@@ -231,20 +229,8 @@ class Service:
     # -- the fold -------------------------------------------------------------------------------
 
     def _fold_available(self, wait: float) -> None:
-        try:
-            batch = self.inbox.get(timeout=wait)
-        except queue.Empty:
-            return
-        folded = 0
-        while True:
-            self._fold(batch)
-            folded += len(batch.events)
-            if folded >= MAX_FOLD_PER_TURN:
-                return
-            try:
-                batch = self.inbox.get_nowait()
-            except queue.Empty:
-                return
+        for chunk in self.inbox.turn(wait):  # a turn's worth (inbox.py), then requests and the clock
+            self._fold(chunk)
 
     def _fold(self, batch: Batch) -> None:
         if self.azure is not None and batch.partition.startswith(FEED):  # the feed hub: not the gate's
