@@ -154,7 +154,9 @@ def outages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                  "one leader and one standby")
         for phase in ROLLS:
             record["phases"][phase] = run_phase(fleet, timeline, phase, coordinators, relays)
-        time.sleep(2)  # the last sent records reach the hub
+        settled = time.monotonic() + 30  # the last sent records reach the hub; one missing fails its test
+        while not every_approval_recorded_sent(fleet.decisions("out")) and time.monotonic() < settled:
+            time.sleep(0.5)
         record["requests"] = fleet.server.sim.approvals()
         record["decisions"] = fleet.decisions("out")
         record["rejections"] = fleet.hub("com.azure.scheduledevents.approvalrejected")
@@ -181,7 +183,16 @@ def phases(outages: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def approvals(outages: dict[str, Any]) -> list[dict[str, Any]]:
-    return [d for d in outages["decisions"] if d["type"] == DECISION + "approve" and not d["data"]["Shadow"]]
+    return live_approvals(outages["decisions"])
+
+
+def live_approvals(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in decisions if d["type"] == DECISION + "approve" and not d["data"]["Shadow"]]
+
+
+def every_approval_recorded_sent(decisions: list[dict[str, Any]]) -> bool:
+    sent = {d["id"] for d in decisions if d["type"] == DECISION + "sent"}
+    return all(d["id"].replace("/approve/", "/sent/") in sent for d in live_approvals(decisions))
 
 
 # -- budgets and StartRequests (the simulator's record) ---------------------------------------------
