@@ -238,5 +238,10 @@ def test_a_request_held_by_the_instance_hang_is_answered_when_the_endpoint_is_ba
         reply = pending.result(timeout=5)
     assert reply.status_code == 200 and reply.json()["name"] == "vm0"
     assert sim.holding() == 0
-    (entry,) = [r for r in sim.sim.requests() if r["route"] == "compute"]
+
+    def logged() -> list[dict]:  # the server logs a request after its reply has gone out
+        return [r for r in sim.sim.requests() if r["route"] == "compute"]
+
+    sim.sim.wait_until(lambda: bool(logged()), timeout=5)
+    (entry,) = logged()
     assert (entry["status"], entry["fault"]) == (200, "instance-hang")
