@@ -171,7 +171,7 @@ class FleetParts:
 
     def verified(self) -> Verified | None:
         """What the coordinator's edge did with the agents' word (None while it does not answer)."""
-        from ..fleet.coordinator.fold import DECISION_PREFIX, PREFIX
+        from ..fleet.coordinator.schema import DECISION_PREFIX, PREFIX
 
         def count(service: Any) -> Verified:
             names = set(self.vm_names)

@@ -45,8 +45,9 @@ from ...approvals.messages import EVENT_ID
 from ...model import MalformedDocument, parse_not_before
 from ...printable import has_controls
 from ...timestamps import seconds
+from .schema import FEED_EVENT_TYPE
 
-EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
+EVENT_TYPE = FEED_EVENT_TYPE
 EVENT_TABLE_TYPE = "microsoft.maintenance/scheduledevents"
 STATUS_RANKS = {"scheduled": 1, "started": 2, "canceled": 3, "completed": 4}  # as state.py ranks them
 REASONS = ("type", "schema", "subscription", "resource-id", "status", "text")

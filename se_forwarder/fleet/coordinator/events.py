@@ -104,7 +104,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from ...approvals import signing
 from ...timestamps import rfc3339
-from .fold import DECISION_PREFIX
+from .schema import DECISION_PREFIX
 from .state import DecisionRecord
 
 if TYPE_CHECKING:

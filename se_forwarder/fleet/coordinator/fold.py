@@ -51,15 +51,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ...model import TYPE_PREFIX
-from .fold_decisions import DECISION_KINDS, MAX_DECISION_BYTES, fold_decision
-from .fold_reports import AGENT_TYPES, CLAIMED, DEFAULT_SKEW, Sender, fold_report
+from .fold_decisions import MAX_DECISION_BYTES, fold_decision
+from .fold_reports import CLAIMED, DEFAULT_SKEW, Sender, fold_report
 from .intake import CAPPED, FOLDED, LATE, MALFORMED, SKIPPED, Dropped, FoldStats, moment
 from .limits import DEFAULT_LIMITS, Limits
+from .schema import AGENT_TYPES, DECISION_KINDS, DECISION_PREFIX, PREFIX
 from .state import FleetState
-
-PREFIX = TYPE_PREFIX
-DECISION_PREFIX = PREFIX + "coordinator."
 
 __all__ = ["AGENT_TYPES", "CAPPED", "DECISION_KINDS", "DECISION_PREFIX", "DEFAULT_SKEW", "FOLDED", "LATE",
            "MALFORMED", "MAX_DECISION_BYTES", "PREFIX", "SKIPPED", "FoldStats", "Sender", "fold_event",

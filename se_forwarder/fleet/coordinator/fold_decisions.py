@@ -17,9 +17,9 @@ from typing import Any
 
 from . import azure_fold, switches
 from .intake import FOLDED, LATE, MALFORMED, event_id_ok
+from .schema import DECISION_KINDS
 from .state import DecisionRecord, FleetState, Switch
 
-DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
 MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
 
 

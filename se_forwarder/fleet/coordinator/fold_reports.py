@@ -72,8 +72,6 @@ from .state import CANCELED, COMPLETED, SCHEDULED, STARTED, TERMINAL, EventRecor
 
 TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
                                Kind.COMPLETED: COMPLETED}
-AGENT_TYPES = (*TRANSITIONS, Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED, Kind.APPROVAL_REJECTED,
-               Kind.HEARTBEAT)
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 MAX_TYPES = 4  # EventTypes kept per event (a real event has one)
 DEFAULT_SKEW = 60.0

@@ -38,9 +38,10 @@ from typing import Any
 
 from ...approvals import signing
 from . import registrations, trust
-from .fold import DECISION_PREFIX, FOLDED, FoldStats, Sender, fold_event
+from .fold import FOLDED, FoldStats, Sender, fold_event
 from .fold_reports import CLAIMED, DEFAULT_SKEW
 from .limits import DEFAULT_LIMITS, Limits
+from .schema import DECISION_PREFIX, IDENTITY_TYPE
 from .state import FleetState, Rekey
 
 WAIT_PER_VM = 50
@@ -79,7 +80,7 @@ class Gate:
         ``waiting`` or the reason code it was refused for."""
         edge = self.edge
         kind = event.get("type")
-        if kind == trust.IDENTITY_TYPE and self._known(state, event):
+        if kind == IDENTITY_TYPE and self._known(state, event):
             self.registered[registrations.SAME] += 1
             return REGISTERED
         keys = edge.keys() if isinstance(kind, str) and kind.startswith(DECISION_PREFIX) else _NO_KEYS
@@ -145,7 +146,7 @@ class Gate:
         """The intermediate at ``url`` was fetched (or failed): admit again what waited for it."""
         self.fetches.discard(url)
         for vm in [vm for vm, held in state.waiting.items()
-                   if any(e.get("type") == trust.IDENTITY_TYPE for _, e in held)]:
+                   if any(e.get("type") == IDENTITY_TYPE for _, e in held)]:
             self._release(state, vm)
 
     def resume(self, state: FleetState) -> None:

@@ -50,7 +50,7 @@ from ...errors import ConfigError
 from ...imds import Backoff
 from ...validation import as_choice, as_http_url, as_str, is_loopback, no_unknown, public_url
 from .event_feed import EVENTS, EventFeed
-from .fold import DECISION_PREFIX
+from .schema import DECISION_PREFIX
 from .settings import Policy
 from .state import DecisionRecord, FleetState
 

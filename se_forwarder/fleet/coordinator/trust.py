@@ -88,21 +88,15 @@ from cryptography import x509
 
 from ...approvals import signing
 from ...identity.attested import nonce_for, unpack
-from ...model import Kind
 from . import attestation
-from .fold import DECISION_PREFIX, PREFIX
-from .fold_reports import AGENT_TYPES
 from .registrations import REFUSALS, Claim, document_digest
+from .schema import AZURE_TYPES, COORDINATOR_SOURCE, DECISION_PREFIX, IDENTITY_TYPE, REPORT_TYPES
 from .state import Identity
 
-COORDINATOR_SOURCE = "urn:se-forwarder:coordinator:"
 FOREIGN, FORGED, AZURE = "foreign", "forged", "azure"
-AZURE_TYPES = "microsoft.resourcenotifications."
 UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED = "unregistered", "bad-signature", "wrong-vm", "unsigned"
 IDENTITY_MALFORMED, IDENTITY_SIGNATURE = "identity-malformed", "identity-signature"
 IDENTITY_VM = "identity-vm"
-IDENTITY_TYPE = Kind.IDENTITY.type
-REPORT_TYPES = frozenset(PREFIX + t for t in AGENT_TYPES)
 REASON_CODES = (FOREIGN, FORGED, AZURE, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED,
                 IDENTITY_MALFORMED, IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS),
                 IDENTITY_VM, *(f"identity-{r}" for r in REFUSALS))
