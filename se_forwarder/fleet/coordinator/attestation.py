@@ -50,10 +50,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509 import verification
 
 from ...identity.attested import AttestedFormatError, Unpacked, unpack
+from .attestation_roots import Anchors
 
-#: The signing certificate's domains Azure lists: public cloud, US Government, 21Vianet, Germany.
-AZURE_SIGNER_DOMAINS = ("metadata.azure.com", "metadata.azure.us", "metadata.azure.cn",
-                        "metadata.microsoftazure.de")
 DEFAULT_SKEW = timedelta(minutes=5)
 REASONS = ("malformed", "no-signer-cert", "bad-signature", "untrusted", "signer-name", "nonce",
            "claims", "expired", "future", "subscription")
@@ -68,15 +66,6 @@ _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
 _RSA = {"1.2.840.113549.1.1.1", "1.2.840.113549.1.1.11", "1.2.840.113549.1.1.12",
         "1.2.840.113549.1.1.13"}
 _ECDSA = {"1.2.840.10045.4.3.2", "1.2.840.10045.4.3.3", "1.2.840.10045.4.3.4"}
-
-
-@dataclass(frozen=True)
-class Anchors:
-    """What a document must chain to: roots, intermediates Azure leaves out, allowed domains."""
-
-    roots: tuple[x509.Certificate, ...]
-    intermediates: tuple[x509.Certificate, ...] = ()
-    domains: tuple[str, ...] = AZURE_SIGNER_DOMAINS
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from ...errors import ConfigError
-from .attestation import Anchors
+
+#: The signing certificate's domains Azure lists: public cloud, US Government, 21Vianet, Germany.
+AZURE_SIGNER_DOMAINS = ("metadata.azure.com", "metadata.azure.us", "metadata.azure.cn",
+                        "metadata.microsoftazure.de")
 
 #: Azure's roots (name -> SHA-1 thumbprint, as the Azure CA details page prints them).
 AZURE_ROOTS = {
@@ -35,6 +39,15 @@ AZURE_ROOTS = {
     "Microsoft RSA Root Certificate Authority 2017": "73A5E64A3BFF8316FF0EDCCC618A906E4EAE4D74",
     "Microsoft ECC Root Certificate Authority 2017": "999A64C37FF47D9FAB95F14769891460EEC4C3C5",
 }
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """What a document must chain to: roots, intermediates Azure leaves out, allowed domains."""
+
+    roots: tuple[x509.Certificate, ...]
+    intermediates: tuple[x509.Certificate, ...] = ()
+    domains: tuple[str, ...] = AZURE_SIGNER_DOMAINS
 
 
 def default_roots(bundle: str | Path | None = None) -> tuple[x509.Certificate, ...]:

@@ -26,18 +26,15 @@ Azure's view of a subscription counts as fresh (azure_topology.watched) for
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...errors import ConfigError
 from ...validation import as_bool, as_str, no_unknown
+from .hub_config import EventHubSettings, load_eventhub
 from .settings import parse_duration
-
-if TYPE_CHECKING:
-    from .service_config import EventHubSettings
 
 ARM = "https://management.azure.com"
 KEYS = ("subscriptions", "arm_endpoint", "ca_file", "arg_interval", "acknowledge", "credential", "client_id",
@@ -73,8 +70,7 @@ class AzureSettings:
         return self.ca_file or True
 
 
-def load_azure(raw: Any, feed_parser: Callable[[dict[str, Any], str, str], EventHubSettings],
-               ) -> AzureSettings | None:
+def load_azure(raw: Any) -> AzureSettings | None:
     """``[azure]`` (module docstring); None when the section is absent."""
     if raw is None:
         return None
@@ -98,7 +94,7 @@ def load_azure(raw: Any, feed_parser: Callable[[dict[str, Any], str, str], Event
         raise ConfigError("azure.feed: must be a table ([azure.feed])")
     return AzureSettings(
         subscriptions=tuple(dict.fromkeys(s.strip().lower() for s in listed)),
-        feed=feed_parser(feed, "azure.feed", "azure-feed") if feed is not None else None,
+        feed=load_eventhub(feed, "azure.feed", "azure-feed") if feed is not None else None,
         arm_endpoint=_endpoint(raw.get("arm_endpoint", ARM)), ca_file=_ca_file(raw.get("ca_file", "")),
         arg_interval=parse_duration(raw["arg_interval"], "azure.arg_interval", 5.0, 86400.0)
         if "arg_interval" in raw else 300.0,

@@ -31,7 +31,6 @@ from .scopes import index, resolve
 from .settings import Policy
 from .state import COMPLETED, SCHEDULED, STARTED, TERMINAL, EventRecord, FleetState
 
-EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...] may name
 ENDED = 3
 
 

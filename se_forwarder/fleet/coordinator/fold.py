@@ -52,11 +52,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .fold_decisions import MAX_DECISION_BYTES, fold_decision
-from .fold_reports import CLAIMED, DEFAULT_SKEW, Sender, fold_report
+from .fold_reports import CLAIMED, Sender, fold_report
 from .intake import CAPPED, FOLDED, LATE, MALFORMED, SKIPPED, Dropped, FoldStats, moment
 from .limits import DEFAULT_LIMITS, Limits
 from .schema import AGENT_TYPES, DECISION_KINDS, DECISION_PREFIX, PREFIX
 from .state import FleetState
+from .trust_config import DEFAULT_SKEW
 
 __all__ = ["AGENT_TYPES", "CAPPED", "DECISION_KINDS", "DECISION_PREFIX", "DEFAULT_SKEW", "FOLDED", "LATE",
            "MALFORMED", "MAX_DECISION_BYTES", "PREFIX", "SKIPPED", "FoldStats", "Sender", "fold_event",

@@ -74,8 +74,7 @@ TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED,
                                Kind.COMPLETED: COMPLETED}
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 MAX_TYPES = 4  # EventTypes kept per event (a real event has one)
-DEFAULT_SKEW = 60.0
-_DIGITS = re.compile(r"(\d+)")  # seconds a report's time may be ahead of the hub's enqueued time
+_DIGITS = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True)

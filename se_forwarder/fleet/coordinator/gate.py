@@ -39,10 +39,11 @@ from typing import Any
 from ...approvals import signing
 from . import registrations, trust
 from .fold import FOLDED, FoldStats, Sender, fold_event
-from .fold_reports import CLAIMED, DEFAULT_SKEW
+from .fold_reports import CLAIMED
 from .limits import DEFAULT_LIMITS, Limits
 from .schema import DECISION_PREFIX, IDENTITY_TYPE
 from .state import FleetState, Rekey
+from .trust_config import DEFAULT_SKEW
 
 WAIT_PER_VM = 50
 WAIT_TOTAL = 5000

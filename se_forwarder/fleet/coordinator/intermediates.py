@@ -28,9 +28,10 @@ from urllib.parse import urljoin, urlsplit
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs7
 
+from .trust_config import DEFAULT_HOSTS
+
 log = logging.getLogger("se_forwarder.coordinator.intermediates")
 
-DEFAULT_HOSTS = ("www.microsoft.com", "cacerts.digicert.com")
 TIMEOUT = 10.0
 MAX_BYTES = 64 * 1024
 MAX_REDIRECTS = 3

@@ -69,43 +69,21 @@ from ...approvals.queue import validate_account_url, validate_template
 from ...errors import ConfigError
 from ...validation import as_choice, as_str, no_unknown
 from .azure_config import AzureSettings, load_azure
+from .hub_config import ACCESS_KEYS, Access, EventHubSettings, load_access, load_eventhub, path
 from .limits import DEFAULT_LIMITS, Limits, load_limits
-from .notifier import NotifySettings, load_notify
+from .notify_config import NotifySettings, load_notify
 from .settings import POLICY_SECTIONS, Policy, load_policy, parse_duration
 from .trust_config import TrustSettings, load_trust
 from .web.settings import WebSettings, load_web
 
-CREDENTIALS = ("managed-identity", "default", "connection-string")
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "limits",
             "web", "notify", "azure")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
-_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]\Z")
-_CONSUMER_GROUP = re.compile(r"^(\$Default|[A-Za-z0-9][A-Za-z0-9._-]{0,49})\Z")
-_ACCESS = ("credential", "client_id", "connection_string_env", "connection_string_file")
 _HOST = re.compile(r"^(?=.{1,253}\Z)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\Z")
-
-
-@dataclass(frozen=True)
-class Access:
-    """How to sign in to one Azure service: a token credential, or a connection string."""
-
-    credential: str = "managed-identity"
-    client_id: str = ""
-    connection_string_env: str = ""
-    connection_string_file: str = ""
-
-
-@dataclass(frozen=True)
-class EventHubSettings:
-    namespace: str
-    eventhub: str
-    consumer_group: str
-    access: Access
-    where: str = field(default="eventhub", compare=False)  # its section, in messages
 
 
 @dataclass(frozen=True)
@@ -201,14 +179,14 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         raise ConfigError("signing.key_file: missing (the key that signs approval messages; "
                           "make one with 'se-forwarder fleet keygen --out FILE')")
     queues = _queues(_table(raw, "queues"))
-    azure = load_azure(raw.get("azure"), _eventhub)
+    azure = load_azure(raw.get("azure"))
     policy = replace(load_policy(raw), queue_template=queues.template,
                      acknowledge=bool(azure and azure.acknowledge),
                      azure_fresh_for=azure.fresh_for if azure else 0.0)
     return ServiceSettings(
-        name=name, instance=instance, eventhub=_eventhub(_table(raw, "eventhub")),
+        name=name, instance=instance, eventhub=load_eventhub(_table(raw, "eventhub")),
         storage=_storage(_table(raw, "storage")), queues=queues,
-        key_file=_path(signing["key_file"], "signing.key_file"), api=_api(_table(raw, "api")),
+        key_file=path(signing["key_file"], "signing.key_file"), api=_api(_table(raw, "api")),
         policy=policy, azure=azure,
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
@@ -232,55 +210,8 @@ def _name(value: Any, where: str) -> str:
     return text
 
 
-def _path(value: Any, where: str) -> str:
-    text = as_str(value, where).strip()
-    if not text:
-        raise ConfigError(f"{where}: must not be empty")
-    return str(Path(text).expanduser())
-
-
-def _access(t: dict[str, Any], where: str) -> Access:
-    credential = as_choice(t.get("credential", "managed-identity"), f"{where}.credential", CREDENTIALS)
-    sources = [k for k in ("connection_string_env", "connection_string_file") if t.get(k)]
-    if credential == "connection-string":
-        if len(sources) != 1:
-            raise ConfigError(f"{where}.connection_string_env: give exactly one of connection_string_env "
-                              "or connection_string_file with credential = connection-string")
-        if t.get("client_id"):
-            raise ConfigError(f"{where}.client_id: only for credential = managed-identity or default")
-    elif sources:
-        raise ConfigError(f"{where}.{sources[0]}: only for credential = connection-string")
-    env = as_str(t.get("connection_string_env", ""), f"{where}.connection_string_env").strip()
-    if env and not _ENV.match(env):
-        shown = "a connection string" if "=" in env or ";" in env else repr(env)  # never echo a secret
-        raise ConfigError(f"{where}.connection_string_env: {shown} is not an environment variable name "
-                          "(give the variable's name, not the connection string)")
-    file = _path(t["connection_string_file"], f"{where}.connection_string_file") \
-        if t.get("connection_string_file") else ""
-    return Access(credential, as_str(t.get("client_id", ""), f"{where}.client_id").strip(), env, file)
-
-
 def _duration(t: dict[str, Any], key: str, where: str, default: float, low: float, high: float) -> float:
     return parse_duration(t[key], f"{where}.{key}", low, high) if key in t else default
-
-
-def _eventhub(t: dict[str, Any], where: str = "eventhub", default_hub: str = "scheduled-events",
-              ) -> EventHubSettings:
-    no_unknown(t, where, ("fully_qualified_namespace", "eventhub", "consumer_group", *_ACCESS))
-    access = _access(t, where)
-    namespace = as_str(t.get("fully_qualified_namespace", ""), f"{where}.fully_qualified_namespace").strip()
-    namespace = namespace.split("://", 1)[-1].rstrip("/")
-    if not namespace and access.credential != "connection-string":
-        raise ConfigError(f"{where}.fully_qualified_namespace: missing (e.g. 'myns.servicebus.windows.net')")
-    if namespace and any(c in namespace for c in "/;?@ ="):
-        raise ConfigError(f"{where}.fully_qualified_namespace: {namespace!r} is not a namespace host")
-    hub = as_str(t.get("eventhub", default_hub), f"{where}.eventhub").strip()
-    if not hub or any(c in hub for c in "/;? "):
-        raise ConfigError(f"{where}.eventhub: {hub!r} is not an Event Hub name")
-    group = as_str(t.get("consumer_group", "se-coordinator"), f"{where}.consumer_group").strip()
-    if not _CONSUMER_GROUP.match(group):
-        raise ConfigError(f"{where}.consumer_group: {group!r} is not a consumer group name")
-    return EventHubSettings(namespace, hub, group, access, where)
 
 
 def _account_url(t: dict[str, Any], where: str, service: str, access: Access) -> str:
@@ -292,8 +223,9 @@ def _account_url(t: dict[str, Any], where: str, service: str, access: Access) ->
 
 
 def _storage(t: dict[str, Any]) -> StorageSettings:
-    no_unknown(t, "storage", ("account_url", "container", "lease_duration", "snapshot_interval", *_ACCESS))
-    access = _access(t, "storage")
+    no_unknown(t, "storage", ("account_url", "container", "lease_duration", "snapshot_interval",
+                              *ACCESS_KEYS))
+    access = load_access(t, "storage")
     container = as_str(t.get("container", "se-coordinator"), "storage.container").strip()
     if not _CONTAINER.match(container):
         raise ConfigError(f"storage.container: {container!r} is not a container name (3-63 lower-case "
@@ -306,8 +238,8 @@ def _storage(t: dict[str, Any]) -> StorageSettings:
 
 
 def _queues(t: dict[str, Any]) -> QueueSettings:
-    no_unknown(t, "queues", ("account_url", "queue", "message_ttl", *_ACCESS))
-    access = _access(t, "queues")
+    no_unknown(t, "queues", ("account_url", "queue", "message_ttl", *ACCESS_KEYS))
+    access = load_access(t, "queues")
     template = validate_template(t.get("queue", "se-approvals-{vm_name}"), "queues.queue")
     return QueueSettings(_account_url(t, "queues", "queue", access), template, access,
                          _duration(t, "message_ttl", "queues", 900.0, 60.0, 86400.0))
@@ -326,7 +258,7 @@ def _api(t: dict[str, Any]) -> ApiSettings:
     advertise = as_str(t.get("advertise", ""), "api.advertise").strip().rstrip("/")
     if advertise and not re.match(r"^https?://[^/\s]+\Z", advertise):
         raise ConfigError(f"api.advertise: {advertise!r} is not a base URL like http://10.0.0.5:8470")
-    return ApiSettings(host, int(port_text), _path(t["token_file"], "api.token_file"), advertise,
+    return ApiSettings(host, int(port_text), path(t["token_file"], "api.token_file"), advertise,
                        _host_names(t.get("allowed_hosts", []), advertise))
 
 

@@ -32,12 +32,11 @@ from typing import Any
 from ...approvals import signing
 from ...errors import ConfigError
 from ...validation import as_bool, as_str, no_unknown
-from .attestation import Anchors
-from .attestation_roots import anchors, load_certificates
-from .fold_reports import DEFAULT_SKEW
-from .intermediates import DEFAULT_HOSTS
+from .attestation_roots import Anchors, anchors, load_certificates
 from .settings import parse_duration
 
+DEFAULT_SKEW = 60.0  # s a report's time may be ahead of the hub's enqueued time
+DEFAULT_HOSTS = ("www.microsoft.com", "cacerts.digicert.com")  # where intermediates may be fetched
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _HOST = re.compile(r"^(?=.{1,253}\Z)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\Z")
 KEYS = ("coordinator_keys", "coordinator_keys_file", "coordinator_keys_env", "require_signed_reports",
