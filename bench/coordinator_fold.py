@@ -43,9 +43,9 @@ from se_forwarder.fleet.coordinator import (  # noqa: E402
     to_json,
     trust,
 )
-from se_forwarder.fleet.coordinator.blobs import signed_json  # noqa: E402
 from se_forwarder.fleet.coordinator.events import Decision, signed  # noqa: E402
 from se_forwarder.fleet.coordinator.limits import Limits  # noqa: E402
+from se_forwarder.fleet.coordinator.signer import signed_json  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()
 T_BURST = T0 + 180

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from se_forwarder.fleet.coordinator import inbox as inbox_module
-from se_forwarder.fleet.coordinator.hub import Batch, Position
+from se_forwarder.fleet.coordinator.hub_reader import Batch, Position
 from se_forwarder.fleet.coordinator.inbox import CHUNK, Inbox
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from se_forwarder.fleet.coordinator.hub import Batch, HubReader
+from se_forwarder.fleet.coordinator.hub_reader import Batch, HubReader
 from se_forwarder.fleet.coordinator.inbox import Inbox
 from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
 from tests.eventhubs.broker import EventHubsBroker

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ...approvals import signing
 from . import trust
 from .gate import Edge, Gate
-from .hub import Batch
+from .hub_reader import Batch
 from .intermediates import Intermediates
 from .limits import Limits
 from .state import FleetState

@@ -44,7 +44,7 @@ from .azure_config import AzureSettings
 from .azure_facts import CatchUp
 from .azure_graph import ARM_PART, describe_error
 from .events import Decision, Recorded
-from .hub import Batch
+from .hub_reader import Batch
 from .intake import FOLDED
 from .reach import Reach
 from .readers import FEED_PART

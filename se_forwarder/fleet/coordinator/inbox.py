@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from .hub import Batch
+from .hub_reader import Batch
 
 BATCHES = 20
 PUT_WAIT = 0.5  # s

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import SeForwarderError, StateError
-from .blobs import SNAPSHOT_DEADLINE, Snapshot, Snapshots
-from .hub import Position
+from .hub_reader import Position
 from .reach import Reach, begin, describe_error
 from .snapshot import restore
+from .snapshot_blob import SNAPSHOT_DEADLINE, Snapshot, Snapshots
 from .state import FleetState
 
 log = logging.getLogger("se_forwarder.coordinator")

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .blobs import LEASE_DEADLINE, Holder, Lease
-from .hub import Position
+from .hub_reader import Position
+from .lease import LEASE_DEADLINE, Holder, Lease
 from .reach import Reach
 
 log = logging.getLogger("se_forwarder.coordinator.leader")

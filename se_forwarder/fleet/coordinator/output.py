@@ -38,10 +38,11 @@ from typing import Any
 
 from ...errors import ConfigError
 from .events import Decision
-from .hub import PUBLISH_TIMEOUT, HubPublisher
+from .hub_publisher import PUBLISH_TIMEOUT, HubPublisher
 from .reach import Reach, begin, describe_error
-from .sender import Approval, Sender
+from .sender import Sender
 from .sending import OnSent, Sending
+from .signer import Approval
 from .state import DecisionRecord
 
 log = logging.getLogger("se_forwarder.coordinator.output")

@@ -24,7 +24,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from .hub import Batch, HubReader, Position, consumer, partition_ends
+from .hub_reader import Batch, HubReader, Position, consumer, partition_ends
 from .reach import Reach, begin, describe_error
 from .service_config import EventHubSettings
 

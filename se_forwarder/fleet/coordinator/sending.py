@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 from ...telemetry import fields
 from .reach import Reach, begin, describe_error
-from .sender import Approval, Sender, Sent
+from .sender import Sender, Sent
+from .signer import Approval
 
 log = logging.getLogger("se_forwarder.coordinator.sending")
 

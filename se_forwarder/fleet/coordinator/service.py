@@ -57,23 +57,26 @@ from ...errors import SeForwarderError
 from . import access, observe
 from .admission import Admission
 from .azure_input import AzureInput
-from .blobs import Lease, Snapshots, ensure_container
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, Recorded, sent, to_dict
 from .fold import FOLDED, fold_event
-from .hub import Batch, HubPublisher, Position
+from .hub_publisher import HubPublisher
+from .hub_reader import Batch, Position
 from .inbox import Inbox
 from .keeper import Keeper, Loaded
 from .leader import Leadership
+from .lease import Lease, ensure_container
 from .output import Outgoing, Output
 from .queues import QueueConflictLog
 from .reach import Reach, parts
 from .readers import FEED, Readers
 from .retention import prune
-from .sender import Approval, Sender, Signer
+from .sender import Sender
 from .service_config import ServiceSettings
+from .signer import Approval, Signer
 from .snapshot import snapshot
+from .snapshot_blob import Snapshots
 from .state import FleetState
 from .view import status
 

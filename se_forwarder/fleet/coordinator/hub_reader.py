@@ -1,9 +1,9 @@
-"""The Event Hub at both ends: every partition read into the fold, and decisions published back.
+"""The agents' Event Hub read: every partition into the fold (the Azure feed hub is read the same way).
 
 ``HubReader`` reads ALL partitions in the coordinator's own consumer group, from given sequence
 numbers (or the start of retention), without the SDK's shared checkpoint store: every instance
 reads everything into its own fold, and no two instances split the partitions between them. Its
-checkpoint is the snapshot blob (blobs.py): the partition positions written together with the
+checkpoint is the snapshot blob (snapshot_blob.py): the partition positions written together with the
 fold they belong to, since a position alone says where to resume but not what was known. The
 SDK's in-memory checkpoint only lets a partition that failed resume where it was. Each received
 event is decoded to a structured CloudEvent dict (or None: not a CloudEvent) on the SDK's thread
@@ -11,12 +11,6 @@ and handed on as a ``Batch``.
 
 Losing the hub and getting it back are said once each (reach.py, ``hub-read``); how, in
 ``HubReader``'s docstring.
-
-``HubPublisher`` publishes decisions as structured-mode CloudEvents (``application/cloudevents+json``,
-the form AMQP and Kafka consumers read alike) in as few ``send_batch`` calls as fit, with a timeout:
-the lease margin counts on a publish that either lands within it or fails (blobs.py). They all
-carry one partition key (the coordinator's source), so they land in one partition in the order
-they were made, and every instance reads them in that order (switches.py counts on it).
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,18 +28,16 @@ from typing import Any
 from ...errors import one_line
 from ...sinks.azure_common import scrub
 from ..tail import cloud_event_of
-from .access import consumer, producer
+from .access import consumer
 from .reach import Reach, begin, describe_error
 from .service_config import EventHubSettings
 
 log = logging.getLogger("se_forwarder.coordinator.hub")
 
-CONTENT_TYPE = "application/cloudevents+json"
-PUBLISH_TIMEOUT = 5.0  # seconds for one send_batch; lease.MARGIN is larger
-MAX_BATCH = 300
 # The SDK hands events on once it has read PREFETCH frames or its socket was idle SOCKET_TIMEOUT s.
 # Under a steady trickle (a fleet's heartbeats: gaps shorter than the SDK's default 0.2 s) only the
 # frame count ends a read, so these two bound the time an event waits in the SDK before the fold.
+MAX_BATCH = 300  # events handed on at most per read
 PREFETCH = 50
 SOCKET_TIMEOUT = 0.05
 RECLAIM = 1.0  # s between the SDK's attempts to reopen a partition that failed
@@ -326,66 +318,3 @@ def partition_ends(settings: EventHubSettings, connect: Callable[..., Any] = con
                 for pid in client.get_partition_ids()}
     finally:
         client.close()
-
-
-class HubPublisher:
-    """Publishes decision CloudEvents (JSON texts); one producer for the service's life."""
-
-    def __init__(self, settings: EventHubSettings, partition_key: str | None = None,
-                 connect: Callable[[EventHubSettings], Any] = producer) -> None:
-        self.settings, self.partition_key = settings, partition_key
-        self.connect = connect  # makes the producer client (access.Clients)
-        self._producer: Any = None
-
-    def warm(self) -> None:
-        """Open the producer's link now (the first send on a new link takes about half a second)."""
-        from azure.eventhub.exceptions import EventHubError
-
-        try:
-            if self._producer is None:
-                self._producer = self.connect(self.settings)
-            self._producer.create_batch()
-        except (EventHubError, OSError, ValueError) as exc:
-            log.debug("the producer is not open yet: %s", scrub(one_line(str(exc))))
-            self.drop()
-
-    def publish(self, texts: Sequence[str]) -> None:
-        """Publish every text, in order, or raise ``PublishError`` (nothing is retried here)."""
-        from azure.eventhub import EventData
-        from azure.eventhub.exceptions import EventHubError
-
-        client = self._producer
-        try:
-            if client is None:
-                client = self._producer = self.connect(self.settings)
-            batch = client.create_batch(partition_key=self.partition_key)
-            for text in texts:
-                data = EventData(text)
-                data.content_type = CONTENT_TYPE
-                try:
-                    batch.add(data)
-                except ValueError:  # full: send what we have, start another
-                    client.send_batch(batch, timeout=PUBLISH_TIMEOUT)
-                    batch = client.create_batch(partition_key=self.partition_key)
-                    batch.add(data)
-            if len(batch):
-                client.send_batch(batch, timeout=PUBLISH_TIMEOUT)
-        except (EventHubError, OSError, ValueError) as exc:
-            self.drop(client)
-            raise PublishError(f"publishing to {self.settings.eventhub}: {scrub(one_line(str(exc)))}") \
-                from None
-
-    def drop(self, client: Any = None) -> None:
-        """Close the producer (only if it is still ``client``, when given); the next publish opens one."""
-        if client is not None and client is not self._producer:
-            return
-        producer_, self._producer = self._producer, None
-        if producer_ is not None:
-            try:
-                producer_.close()
-            except Exception as exc:  # noqa: BLE001 - closing a broken client must not hide the failure
-                log.debug("closing the producer failed: %s", exc)
-
-
-class PublishError(Exception):
-    """Decisions could not be published; one line, no secret."""

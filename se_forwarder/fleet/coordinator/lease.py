@@ -1,25 +1,16 @@
-"""The coordinator's blobs: the leader's lease and the snapshot of the fold (its checkpoint).
+"""The leader's lease: ``<name>/leader`` in the coordinator's container (``[storage] container``).
 
-One container (``[storage] container``) holds, per coordinator name:
-
-- ``<name>/leader``: an empty blob whose lease is the leadership. Its holder writes its instance
+An empty blob whose lease is the leadership. Its holder writes its instance
   name and API address into the blob's metadata, so a standby can tell who leads.
-- ``<name>/snapshot.json.gz``: the fold (``snapshot.snapshot``) with the partition positions it
-  covers, gzipped JSON, written by the leader every ``snapshot_interval`` and when it stops. A
-  restarted instance loads it and reads the hub on from those positions; without one (or with one
-  for another hub) it reads the hub from the start of its retention. The document is signed with
-  the coordinator's key exactly as a decision is (``keyid`` and ``signature`` members beside the
-  others: approvals/signing.py), and a snapshot that does not verify with a trusted key
-  (trust.snapshot) is not used: whoever can write the container cannot write the fold.
 
 Lease timing (the numbers that keep two leaders from acting at once): the lease lasts
 ``lease_duration`` (15-60 s) from the moment a renewal is *sent*; the leader renews every
 ``lease_duration / 5`` and stops acting ``MARGIN`` seconds before the lease could expire since its
-last successful renewal, so a publish started in time (at most ``hub.PUBLISH_TIMEOUT``) lands
+last successful renewal, so a publish started in time (at most ``hub_publisher.PUBLISH_TIMEOUT``) lands
 before any other instance can hold the lease. A standby tries to take the lease every
 ``lease_duration / 5``; it gets it at most ``lease_duration`` after the leader's last renewal.
 
-Every call has short timeouts of its own and no SDK retry (``LEASE_CALL``, ``SNAPSHOT_CALL``): the
+Every call has short timeouts of its own and no SDK retry (``LEASE_CALL``): the
 callers retry on their own schedule, with a deadline (reach.py), off the service's loop. An instance
 proposes the same lease id every time it asks for the lease, so a request that took the lease but
 whose answer was lost is simply answered yes the next time.
@@ -27,33 +18,22 @@ whose answer was lost is simply answered yes the next time.
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...approvals import signing
-from ...errors import SeForwarderError, StateError
-from . import trust
-from .hub import PUBLISH_TIMEOUT, Position
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from ...errors import SeForwarderError
+from .hub_publisher import PUBLISH_TIMEOUT
 
 log = logging.getLogger("se_forwarder.coordinator.blobs")
 
 MARGIN = PUBLISH_TIMEOUT + 3.0
-FORMAT = 1
 # Per-call options of the Azure SDK: no retry of its own, and timeouts within the callers' deadlines.
 LEASE_CALL: dict[str, Any] = {"connection_timeout": 3, "read_timeout": 4, "retry_total": 0}
 LEASE_DEADLINE = 5.0  # s a lease call may take before it counts as failed
-SNAPSHOT_CALL: dict[str, Any] = {"connection_timeout": 5, "read_timeout": 25, "retry_total": 0}
-SNAPSHOT_DEADLINE = 30.0
 
 
 @dataclass(frozen=True)
@@ -182,65 +162,3 @@ def ensure_container(container: Any, name: str) -> None:
         if exc.status_code is not None and exc.status_code >= 500:
             raise
         # 403/409: no right to create it, so it must exist
-
-
-def signed_json(document: dict[str, Any], key: Ed25519PrivateKey) -> bytes:
-    """``signing.sign(document, key)`` as JSON text, serialised once: the canonical bytes (what is
-    signed, ``keyid`` included) with the ``signature`` member added at the end. A 10,000-VM fold
-    is about 10 MB of JSON: a second serialisation would take as long again."""
-    body = signing.canonical({**document, signing.KEYID_ATTRIBUTE: signing.keyid(key)})
-    signature = base64.b64encode(key.sign(body)).decode("ascii")
-    return body[:-1] + f',"{signing.SIGNATURE_ATTRIBUTE}":"{signature}"}}'.encode("ascii")
-
-
-@dataclass
-class Snapshot:
-    state: dict[str, Any]
-    positions: dict[str, Position]
-    written_at: float
-    instance: str
-
-
-class Snapshots:
-    """``<name>/snapshot.json.gz``: the fold and the positions it covers, signed with ``key()``
-    and taken only when it verifies with ``trusted()`` (module docstring)."""
-
-    def __init__(self, container: Any, name: str, hub: str, key: Callable[[], Ed25519PrivateKey],
-                 trusted: Callable[[], signing.VerifyKeys]) -> None:
-        self.blob = container.get_blob_client(f"{name}/snapshot.json.gz")
-        self.hub, self.key, self.trusted = hub, key, trusted
-
-    def save(self, state: dict[str, Any], positions: dict[str, Position], instance: str) -> int:
-        """Write the snapshot; its size in bytes (compressed)."""
-        data = {"format": FORMAT, "hub": self.hub, "instance": instance, "writtenAt": time.time(),
-                "positions": {pid: pos.as_data() for pid, pos in sorted(positions.items())},
-                "state": state}
-        body = gzip.compress(signed_json(data, self.key()), compresslevel=5)
-        self.blob.upload_blob(body, overwrite=True, **SNAPSHOT_CALL)
-        return len(body)
-
-    def load(self) -> Snapshot | None:
-        """The last snapshot, None when there is none; StateError when it is not usable."""
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            body = self.blob.download_blob(**SNAPSHOT_CALL).readall()
-        except ResourceNotFoundError:
-            return None
-        try:
-            data = json.loads(gzip.decompress(body))
-            verdict = trust.snapshot(data, self.trusted()) if isinstance(data, dict) else None
-            if verdict is not None and not verdict.trusted:
-                raise StateError(f"the snapshot blob is not the coordinator's: {verdict.detail}")
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}")
-            if data.get("hub") != self.hub:
-                raise StateError(f"the snapshot is of Event Hub {data.get('hub')!r}, not {self.hub!r}")
-            positions = {str(pid): Position(int(p["sequence"]), str(p["offset"]))
-                         for pid, p in data["positions"].items()}
-            return Snapshot(data["state"], positions, float(data["writtenAt"]), str(data.get("instance")))
-        except StateError:
-            raise
-        except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise StateError(f"the snapshot blob is damaged ({type(exc).__name__}: {str(exc)[:100]})") \
-                from None
