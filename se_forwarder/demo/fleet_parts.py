@@ -178,9 +178,10 @@ class FleetParts:
             registered = sum(1 for key in service.state.identities
                              if key in service.state.vms and service.state.vms[key].name in names)
             decisions = DECISION_PREFIX.removeprefix(PREFIX)  # folded counts types without PREFIX
-            reports = sum(n for kind, n in service.stats.folded.items() if not kind.startswith(decisions))
-            return Verified(registered, reports, sum(service.refused.values()),
-                            service.gate.held(service.state))
+            stats = service.stats()
+            reports = sum(n for kind, n in stats.admission.folded.items() if not kind.startswith(decisions))
+            return Verified(registered, reports, sum(stats.admission.refused.values()),
+                            stats.admission.waiting)
 
         answer: Verified | None = self._ask(count, None)
         return answer

@@ -18,8 +18,10 @@ from se_forwarder.fleet.coordinator import (
     FoldStats,
     Policy,
     evaluate,
-    fold_event,
     to_dict,
+)
+from se_forwarder.fleet.coordinator import (
+    claimed as fold_event,
 )
 from se_forwarder.fleet.coordinator.events import sent
 from se_forwarder.fleet.coordinator.limits import Limits

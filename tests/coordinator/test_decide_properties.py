@@ -12,9 +12,11 @@ from se_forwarder.fleet.coordinator import (
     Evaluation,
     Policy,
     evaluate,
-    fold_event,
     snapshot,
     to_dict,
+)
+from se_forwarder.fleet.coordinator import (
+    claimed as fold_event,
 )
 from se_forwarder.fleet.coordinator.availability import unavailable, used
 from se_forwarder.fleet.coordinator.scopes import index, resolve

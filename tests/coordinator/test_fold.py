@@ -8,10 +8,12 @@ from se_forwarder.fleet.coordinator import (
     FleetState,
     FoldStats,
     Policy,
-    fold_event,
     fold_json,
     prune,
     snapshot,
+)
+from se_forwarder.fleet.coordinator import (
+    claimed as fold_event,
 )
 from se_forwarder.fleet.coordinator.availability import unavailable
 from se_forwarder.fleet.coordinator.scopes import index, resolve

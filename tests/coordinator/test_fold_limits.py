@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.errors import ConfigError
-from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, prune
+from se_forwarder.fleet.coordinator import FleetState, FoldStats, prune
+from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.intake import OTHER_TYPES, SKIPPED_TYPES
 from se_forwarder.fleet.coordinator.limits import DEFAULT_LIMITS, MAX_REJECTIONS, Limits, load_limits
 from se_forwarder.fleet.coordinator.scopes import index, resolve

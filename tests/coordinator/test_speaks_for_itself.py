@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from se_forwarder.fleet.coordinator import Budget, Policy, prune, status
 from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.fold import Sender, fold_event
+from se_forwarder.fleet.coordinator.fold import Sender
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 from se_forwarder.fleet.coordinator.scopes import index, resolve
 
 from .fleet import SET, T0, AgentVm, Fleet, approved, avset, heartbeat, kinds, rejected, report

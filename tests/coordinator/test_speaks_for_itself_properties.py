@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import Policy
 from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.fold import Sender, fold_event
+from se_forwarder.fleet.coordinator.fold import Sender
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 from se_forwarder.fleet.coordinator.scopes import index
 from se_forwarder.fleet.coordinator.state import FleetState
 

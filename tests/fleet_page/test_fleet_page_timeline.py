@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from se_forwarder.fleet.coordinator.api import ApiServer
-from se_forwarder.fleet.coordinator.fold import fold_event
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 from se_forwarder.fleet.coordinator.scopes import index
 from se_forwarder.fleet.coordinator.timeline import spans
 from tests.support.waiting import wait_for

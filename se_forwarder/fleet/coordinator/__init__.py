@@ -23,7 +23,7 @@ signed messages and serves the API, and passes ``now`` (UTC epoch seconds) in. O
 from .control import ControlRefused, approve_now, hold, normalize_scope, pause, release, resume
 from .decide import DecisionPass, Evaluation, Verdict, evaluate
 from .events import BudgetUse, Decision, VmRef, to_cloudevent, to_dict, to_json
-from .fold import FoldStats, fold_event, fold_json
+from .fold import FoldStats, claimed, fold_event, fold_json
 from .retention import Pruned, prune
 from .settings import POLICY_SECTIONS, Blackout, Budget, Policy, load_policy, parse_duration
 from .snapshot import restore, snapshot
@@ -33,7 +33,7 @@ from .view import groups, status
 __all__ = [
     "POLICY_SECTIONS", "Blackout", "Budget", "BudgetUse", "ControlRefused", "Decision", "DecisionPass",
     "Evaluation", "FleetState", "FoldStats", "Policy", "Pruned", "Verdict", "VmRef", "approve_now",
-    "evaluate", "fold_event", "fold_json", "groups", "hold", "load_policy", "normalize_scope",
+    "claimed", "evaluate", "fold_event", "fold_json", "groups", "hold", "load_policy", "normalize_scope",
     "parse_duration", "pause", "prune", "release", "restore", "resume", "snapshot", "status",
     "to_cloudevent", "to_dict", "to_json",
 ]

@@ -1,6 +1,18 @@
-"""The service's input: each batch read from the hub through the gate into the fold, and what is said
-of it in the log. Runs on the service's thread, except the intermediates' fetching thread, which
-only hands finished URLs back through a queue.
+"""The service's input: each batch read from either hub checked on its way into the fold, and what is
+said of it in the log. The trust boundary: nothing reaches the fold from a hub but through here.
+Runs on the service's thread, except the intermediates' fetching thread, which only hands finished
+URLs back through a queue.
+
+Every event read from the agents' hub passes the gate first (gate.py, with trust.py's
+verdicts): agents' registrations bind each vmId to its key, their reports are
+folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
+decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
+watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
+(one log line a minute per reason). A registration whose attested document needs an intermediate
+not configured waits while intermediates.py fetches it on its own thread. A batch from the Azure
+feed hub (``readers.FEED`` partitions) is not the gate's: it goes to the
+feed's own check at the edge (``feed``: azure_input.py, with azure_facts.py), since no VM can write
+to that hub and none of its events carries a VM's key.
 
 ``Admission`` owns the gate (gate.py, pure) and the intermediates fetcher (intermediates.py, when
 ``[trust] fetch_intermediates``); it counts what is not a CloudEvent, keeps the newest enqueued time
@@ -15,13 +27,15 @@ import queue
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ...approvals import signing
 from . import trust
 from .gate import Edge, Gate
 from .hub_reader import Batch
 from .intermediates import Intermediates
-from .limits import Limits
+from .limits import CAPS, Limits
+from .readers import FEED
 from .state import FleetState
 from .trust_config import TrustSettings
 
@@ -35,9 +49,22 @@ REFUSED = {trust.FORGED: "a forged decision", trust.FOREIGN: "another coordinato
 SAY_EVERY = 60.0
 
 
+@dataclass(frozen=True)
+class AdmissionCounts:
+    """What became of the events read so far (``Admission.counts``, for /metrics and status)."""
+
+    folded: dict[str, int]  # by CloudEvent type (prefix left out)
+    skipped: dict[str, int]  # by why: not-cloudevent, malformed, late, other-type, capped
+    refused: dict[str, int]  # by trust.py's reason
+    capped: dict[str, int]  # by [limits] cap
+    waiting: int  # reports held until their VM's registration (or an intermediate)
+    rekeyed: int  # vmIds that registered a new key
+
+
 class Admission:
     def __init__(self, source: str, keys: Callable[[], signing.VerifyKeys], settings: TrustSettings,
-                 limits: Limits) -> None:
+                 limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None) -> None:
+        self.feed = feed  # the Azure feed hub's batches (with [azure.feed]): checked there
         self.fetched_urls: queue.Queue[str] = queue.Queue()
         self.intermediates = Intermediates(settings.intermediate_hosts, self.fetched_urls.put) \
             if settings.fetch_intermediates else None
@@ -54,7 +81,11 @@ class Admission:
         return self.gate.refused
 
     def fold(self, state: FleetState, batch: Batch) -> None:
-        """Every event of ``batch`` through the gate (the positions are the service's to keep)."""
+        """Every event of ``batch`` through the gate, or the feed's check for a batch of the Azure feed
+        hub (the positions are the service's to keep)."""
+        if self.feed is not None and batch.partition.startswith(FEED):
+            self.feed(state, batch)
+            return
         for event, position in batch.events:
             if event is None:
                 self.not_cloudevents += 1
@@ -72,6 +103,16 @@ class Admission:
                         "state directory moved away)", rekey.vm, vm.name if vm else "not heard from yet",
                         rekey.new, rekey.old)
         self.gate.rekeys.clear()
+
+    def counts(self, state: FleetState) -> AdmissionCounts:
+        fold = self.gate.stats
+        return AdmissionCounts(
+            dict(fold.folded),
+            {"not-cloudevent": self.not_cloudevents, "malformed": fold.malformed, "late": fold.late,
+             "other-type": sum(fold.skipped.values()), "capped": fold.dropped},
+            {code: self.refused[code] for code in trust.REASON_CODES},
+            {reason: fold.capped.get(reason, 0) for reason in CAPS},
+            self.gate.held(state), self.gate.registered.get("rekeyed", 0))
 
     def say(self, code: str, what: str) -> None:
         """One warning a minute at most per reason, with the count so far."""

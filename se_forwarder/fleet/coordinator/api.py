@@ -148,16 +148,16 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
 
     async def healthz(_request: Request) -> Response:
         try:
-            ok, line = observe.health(service)
+            ok, line = observe.health(service.health())
         except RuntimeError:  # a partition seen for the first time while reading: ask again
-            ok, line = observe.health(service)
+            ok, line = observe.health(service.health())
         return PlainTextResponse(line + "\n", status_code=200 if ok else 503,
                                  headers={"Cache-Control": "no-store"})
 
     async def metrics(_request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        data = await on_service(lambda: observe.values(service))
+        data = await on_service(lambda: observe.values(service.stats(), service.fleet_stats()))
         return Response(observe.render(data), media_type=CONTENT_TYPE_LATEST)
 
     async def status(request: Request) -> Response:

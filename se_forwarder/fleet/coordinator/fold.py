@@ -52,21 +52,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from .fold_decisions import MAX_DECISION_BYTES, fold_decision
-from .fold_reports import CLAIMED, Sender, fold_report
+from .fold_reports import CLAIMED, OWN, Sender, fold_report
 from .intake import CAPPED, FOLDED, LATE, MALFORMED, SKIPPED, Dropped, FoldStats, moment
 from .limits import DEFAULT_LIMITS, Limits
 from .schema import AGENT_TYPES, DECISION_KINDS, DECISION_PREFIX, PREFIX
 from .state import FleetState
 from .trust_config import DEFAULT_SKEW
 
-__all__ = ["AGENT_TYPES", "CAPPED", "DECISION_KINDS", "DECISION_PREFIX", "DEFAULT_SKEW", "FOLDED", "LATE",
-           "MALFORMED", "MAX_DECISION_BYTES", "PREFIX", "SKIPPED", "FoldStats", "Sender", "fold_event",
-           "fold_json"]
+__all__ = ["CAPPED", "FOLDED", "LATE", "MALFORMED", "MAX_DECISION_BYTES", "OWN", "SKIPPED", "FoldStats",
+           "Sender", "claimed", "fold_event", "fold_json"]
 
 
 def fold_json(state: FleetState, text: str | bytes, stats: FoldStats | None = None,
               limits: Limits = DEFAULT_LIMITS, received: float | None = None) -> str:
-    """``fold_event`` on a structured-mode CloudEvent's JSON text."""
+    """``claimed`` on a structured-mode CloudEvent's JSON text."""
     try:
         event = json.loads(text)
     except (ValueError, RecursionError):
@@ -75,15 +74,25 @@ def fold_json(state: FleetState, text: str | bytes, stats: FoldStats | None = No
         if stats is not None:
             stats.count(MALFORMED, "")
         return MALFORMED
-    return fold_event(state, event, stats, limits, received)
+    return claimed(state, event, stats, limits, received)
+
+
+def claimed(state: FleetState, event: Mapping[str, Any], stats: FoldStats | None = None,
+            limits: Limits = DEFAULT_LIMITS, received: float | None = None, sender: Sender = CLAIMED,
+            skew: float = DEFAULT_SKEW) -> str:
+    """``fold_event`` with no trust layer: a report from the VM it names, as if verified (tests,
+    benches, the demo's stand-ins). What is read from a hub is folded through the edge instead
+    (gate.py), which says who sent it."""
+    return fold_event(state, event, stats, limits, received, sender=sender, skew=skew)
 
 
 def fold_event(state: FleetState, event: Mapping[str, Any], stats: FoldStats | None = None,
-               limits: Limits = DEFAULT_LIMITS, received: float | None = None,
-               sender: Sender = CLAIMED, skew: float = DEFAULT_SKEW) -> str:
+               limits: Limits = DEFAULT_LIMITS, received: float | None = None, *,
+               sender: Sender, skew: float = DEFAULT_SKEW) -> str:
     """Fold one CloudEvent; the outcome: ``folded``, ``skipped``, ``malformed``, ``late`` or
     ``capped`` (dropped by a limit). ``received``: when the hub enqueued it (epoch seconds);
-    ``sender``: who trust.py found sent a report (default: the report's own word);
+    ``sender``: who the edge (trust.py) found sent a report, ``OWN`` for this coordinator's own
+    decisions;
     ``skew``: how far a report's time may be ahead of ``received``."""
     kind = event.get("type")
     kind = kind if isinstance(kind, str) else ""

@@ -87,6 +87,7 @@ class Sender:
 
 
 CLAIMED = Sender()  # no trust layer (tests, benches): the report's own word, as if verified
+OWN = Sender()  # the coordinator's own decisions, folded as it makes them: no VM's word at all
 
 
 def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident: str, when: float,

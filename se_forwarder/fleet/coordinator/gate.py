@@ -93,7 +93,7 @@ class Gate:
                 return self._register(state, verdict.claim, event)
             sender = (Sender(verdict.sender) if verdict.verified
                       else Sender(None, verified=False) if verdict is trust.UNVERIFIED else CLAIMED)
-            return fold_event(state, event, self.stats, edge.limits, enqueued, sender, edge.skew)
+            return fold_event(state, event, self.stats, edge.limits, enqueued, sender=sender, skew=edge.skew)
         if verdict.fetch is not None:
             self._hold(state, verdict.sender or "", event, enqueued)
             self.fetches.add(verdict.fetch)

@@ -39,6 +39,11 @@ class EventHubSettings:
     access: Access
     where: str = field(default="eventhub", compare=False)  # its section, in messages
 
+    @property
+    def label(self) -> str:
+        """``namespace/hub/consumer group``: what a snapshot names as the hub it covers."""
+        return f"{self.namespace or '(connection string)'}/{self.eventhub}/{self.consumer_group}"
+
 
 def path(value: Any, where: str) -> str:
     text = as_str(value, where).strip()

@@ -98,6 +98,21 @@ class Leadership:
         return all(end < 0 or (pid in positions and positions[pid].sequence >= end)
                    for pid, end in term.ends.items())
 
+    def role(self, acting: bool) -> str:
+        """What this instance is now, in a few words (``acting``: it leads and has caught up)."""
+        if self.term is not None:
+            if acting:
+                return "leader"
+            return "leader (not acting)" if not self.lease.acting() else "leader (catching up)"
+        return "standby" if self.stepped else "starting"
+
+    def leader(self, instance: str) -> dict[str, str] | None:
+        """Who leads (this ``instance``, or the holder a standby last read), when known."""
+        if self.term is not None:
+            return {"instance": instance, "api": self.lease.api}
+        holder = self.holder
+        return {"instance": holder.instance, "api": holder.api} if holder else None
+
     def why_not(self, positions: dict[str, Position]) -> str:
         """Why this instance does not act now, in words ("" when it may)."""
         term = self.term

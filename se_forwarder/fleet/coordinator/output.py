@@ -68,6 +68,19 @@ class OutputStats:
     dropped: int = 0
 
 
+@dataclass(frozen=True)
+class OutputCounts:
+    """What the output did so far (``Output.counts``, for /metrics and status)."""
+
+    published: int
+    publish_failures: int
+    dropped: int
+    sent: int
+    send_failures: int
+    pending_sends: int
+    latencies: tuple[float, ...]  # recent approvals: hub input -> message in the queue
+
+
 class Output:
     def __init__(self, publisher: HubPublisher, sender: Sender, source: str,
                  may_act: Callable[[int], bool], on_lost: Callable[[int], None], on_sent: OnSent,
@@ -99,6 +112,11 @@ class Output:
                 if item.trigger is not None:
                     self.sending.triggers[d.id] = item.trigger
         self._queue.put(item)
+
+    def counts(self) -> OutputCounts:
+        out, sends = self.stats, self.sending.stats
+        return OutputCounts(out.published, out.publish_failures, out.dropped, sends.sent, sends.failures,
+                            self.sending.pending(), tuple(sends.latencies))
 
     def want(self, approvals: list[DecisionRecord], term: int) -> None:
         """The approvals whose message is wanted now (sending.py)."""

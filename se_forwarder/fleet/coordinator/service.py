@@ -16,21 +16,11 @@ sending and the snapshot's upload and download all run on threads of their own w
 ``/metrics`` answer during any outage. It says once when this instance stops acting and why, and
 once when it acts again.
 
-Azure's input (``[azure]``, azure_input.py): the Azure feed hub is read beside the agents' hub into
-the same inbox (readers.py), its positions kept and snapshotted with theirs, and a new leader reads
-it to its end too; the Resource Graph catch-ups come back from their own thread and are folded. An
-approval through ARM (``Via: "arm"``) gets no message: it is acknowledged once published, off the
-loop with a deadline, and what Azure answered is published as an ``acknowledge`` record, the way
-a message that went out is published as a ``sent`` one (``_take_records``).
-
-Input rules: every event read from the agents' hub passes the gate first (admission.py around gate.py,
-with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
-folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
-decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
-watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
-(one log line a minute per reason). A registration whose attested document needs an intermediate
-not configured waits while intermediates.py fetches it on its own thread. The decisions this
-instance makes are folded as it makes them, before they are signed and published (output.py).
+Every batch read, from the agents' hub or the Azure feed hub (readers.py), goes through
+admission.py, the trust boundary. With ``[azure]`` (azure_input.py) the Resource Graph catch-ups
+come back from their own thread and are folded; an approval through ARM (``Via: "arm"``) gets no
+message: it is acknowledged once published, off the loop, and what Azure answered is published as
+an ``acknowledge`` record, the way a message that went out is a ``sent`` one (``_take_records``).
 
 A standby folds the same input and makes no decision. Control requests that change something are
 refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
@@ -46,7 +36,6 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -54,13 +43,13 @@ from typing import Any
 
 from ...approvals import signing
 from ...errors import SeForwarderError
-from . import access, observe
+from . import access
 from .admission import Admission
 from .azure_input import AzureInput
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, Recorded, sent, to_dict
-from .fold import FOLDED, fold_event
+from .fold import FOLDED, OWN, fold_event
 from .hub_publisher import HubPublisher
 from .hub_reader import Batch, Position
 from .inbox import Inbox
@@ -70,7 +59,7 @@ from .lease import Lease, ensure_container
 from .output import Outgoing, Output
 from .queues import QueueConflictLog
 from .reach import Reach, parts
-from .readers import FEED, Readers
+from .readers import Readers
 from .retention import prune
 from .sender import Sender
 from .service_config import ServiceSettings
@@ -78,6 +67,7 @@ from .signer import Approval, Signer
 from .snapshot import snapshot
 from .snapshot_blob import Snapshots
 from .state import FleetState
+from .stats import FleetStats, Health, Reachability, Stats, fleet_stats
 from .view import status
 
 log = logging.getLogger("se_forwarder.coordinator")
@@ -120,10 +110,11 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
-        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
-        self.gate, self.stats = self.admission.gate, self.admission.gate.stats
+        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
+                                   self.azure.fold_feed if self.azure is not None else None)
+        self.gate = self.admission.gate
         container = clients.container(settings.storage)
-        self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
+        self.keeper = Keeper(Snapshots(container, settings.name, settings.eventhub.label, self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container))
@@ -141,10 +132,6 @@ class Service:
         self.queue_conflicts = QueueConflictLog()
 
     # -- life -----------------------------------------------------------------------------------
-
-    def _hub_label(self) -> str:
-        hub = self.settings.eventhub
-        return f"{hub.namespace or '(connection string)'}/{hub.eventhub}/{hub.consumer_group}"
 
     def run(self) -> int:
         self.keeper.load()  # creates the container first, off the loop
@@ -236,18 +223,11 @@ class Service:
             self._fold(chunk)
 
     def _fold(self, batch: Batch) -> None:
-        if self.azure is not None and batch.partition.startswith(FEED):  # the feed hub: not the gate's
-            self.azure.fold_feed(self.state, batch)  # checked at the edge (azure_facts.py)
-        else:
-            self.admission.fold(self.state, batch)
+        self.admission.fold(self.state, batch)
         if batch.events:
             self.positions[batch.partition] = batch.events[-1][1]
         self.last_input = batch.arrived
         self._dirty = True
-
-    @property
-    def refused(self) -> Counter[str]:
-        return self.admission.refused
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -293,7 +273,7 @@ class Service:
                  done: Future[Any] | None = None) -> str:
         """Fold ``decision``, then hand it to the output; the fold's outcome (published only when
         ``folded``: what would not fold here would not fold anywhere)."""
-        outcome = fold_event(self.state, to_dict(decision, self.source))
+        outcome = fold_event(self.state, to_dict(decision, self.source), sender=OWN)
         extra = {"event_id": decision.event_id, "reason": decision.code}
         if outcome != FOLDED:
             log.error("%s %s not published: it does not fold (%s)", decision.kind, decision.id[:200],
@@ -379,8 +359,39 @@ class Service:
         return result
 
     def describe(self) -> dict[str, Any]:
-        """The ``service`` member of ``status`` (observe.py)."""
-        return observe.describe(self)
+        """The ``service`` member of ``status`` and ``/v1/state``."""
+        return self.stats().as_data()
+
+    # -- what observe.py renders (stats.py) -------------------------------------------------------
+
+    def health(self) -> Health:
+        """What the parts record now (read off the loop: never the fold's contents)."""
+        acting = self.acting()
+        return Health(
+            self.leadership.role(acting), self.leadership.term is not None, acting,
+            "" if acting else self.why_not(), len(self.state.vms),
+            {p: pos.sequence for p, pos in list(self.positions.items())},
+            tuple((r.failing_for(), r.line()) for r in self.reach.values() if not r.reachable),
+            self.output.unsigned)
+
+    def stats(self) -> Stats:
+        """Every counter and size, on the service thread (``submit``)."""
+        acting, state = self.acting(), self.state
+        return Stats(
+            self.settings.name, self.settings.instance, self.source, self.leadership.role(acting),
+            self.leadership.term is not None, acting, "" if acting else self.why_not(),
+            self.leadership.leader(self.settings.instance),
+            {p: pos.sequence for p, pos in sorted(self.positions.items())}, self.admission.counts(state),
+            self.output.counts(), self.decisions_made, len(state.vms), len(state.open_events),
+            len(state.identities), None if self.last_input is None else time.monotonic() - self.last_input,
+            {name: Reachability(r.reachable, r.failures, r.overdue, r.last_success, r.as_data())
+             for name, r in self.reach.items()},
+            self.azure.describe() if self.azure is not None else None)
+
+    def fleet_stats(self) -> FleetStats:
+        """What costs a pass over the fleet (``/metrics`` only), on the service thread."""
+        counts = dict(self.azure.counts) if self.azure is not None else None
+        return fleet_stats(self.state, self.policy, counts)
 
     def digest(self) -> str:
         text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))
