@@ -11,15 +11,20 @@ other VM's agent, so the decision pass never targets a VM whose queue another VM
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...approvals.queue.names import queue_name
 from ...errors import ConfigError
 from .state import FleetState
 
-if TYPE_CHECKING:
-    from .scopes import ScopeIndex
+
+class Shared(Protocol):
+    """What the log reads of scopes.ScopeIndex: VM key -> its queue, for the VMs sharing one."""
+
+    @property
+    def shared_queue(self) -> Mapping[str, str]: ...
 
 
 @lru_cache(maxsize=65_536)
@@ -42,10 +47,11 @@ def shared_queues(state: FleetState, members: list[str], template: str) -> dict[
     return {key: queue for queue, keys in by_queue.items() if len(keys) > 1 for key in keys}
 
 
-def queue_conflicts(state: FleetState, idx: ScopeIndex) -> list[dict[str, Any]]:
-    """``[{"queue", "vms": [names]}]``: each queue more than one VM of the fleet would use."""
+def queue_conflicts(state: FleetState, shared: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``[{"queue", "vms": [names]}]``: each queue more than one VM of the fleet would use
+    (``shared``: VM key -> its queue, as ``shared_queues`` found)."""
     by_queue: dict[str, list[str]] = {}
-    for key, queue in idx.shared_queue.items():
+    for key, queue in shared.items():
         by_queue.setdefault(queue, []).append(key)
     return [{"queue": queue, "vms": sorted(f"{state.vms[k].name} ({state.vms[k].vm_id or k})" for k in keys)}
             for queue, keys in sorted(by_queue.items())]
@@ -57,8 +63,9 @@ class QueueConflictLog:
     def __init__(self) -> None:
         self.known: dict[str, tuple[str, ...]] = {}
 
-    def news(self, state: FleetState, idx: ScopeIndex | None) -> list[str]:
-        now = {c["queue"]: tuple(c["vms"]) for c in queue_conflicts(state, idx)} if idx is not None else {}
+    def news(self, state: FleetState, idx: Shared | None) -> list[str]:
+        shared = idx.shared_queue if idx is not None else {}
+        now = {c["queue"]: tuple(c["vms"]) for c in queue_conflicts(state, shared)}
         lines = [f"approval queue {queue} would be shared by {', '.join(vms)}: none of them is sent an "
                  "approval (rename a VM, or put {vm_id} in [queues] queue and the agents' template)"
                  for queue, vms in now.items() if self.known.get(queue) != vms]

@@ -158,7 +158,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "started": started,
         "decisions": [_decision(d) for d in log],
         "unwatched": not_watched,
-        "queueConflicts": queue_conflicts(state, idx),
+        "queueConflicts": queue_conflicts(state, idx.shared_queue),
         "azure": azure_view.summary(state, idx, now),
         "nameConflicts": name_conflicts(state, policy, idx, now),
         "identities": identities(state),
