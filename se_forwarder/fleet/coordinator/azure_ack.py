@@ -31,8 +31,8 @@ from typing import Any
 
 from ...sinks.azure_common import scrub
 from .azure_config import AzureSettings
-from .azure_graph import ARM_PART, arm_call, arm_pipeline, describe_error
-from .reach import Reach
+from .azure_graph import ARM_PART, ERROR_LIMIT, arm_call, arm_pipeline
+from .reach import Reach, describe_error
 
 log = logging.getLogger("se_forwarder.coordinator.azure")
 
@@ -96,7 +96,7 @@ class Acknowledger:
             send = partial(self._pipeline.send_request, request, connection_timeout=10, read_timeout=TIMEOUT)
             response = arm_call(self.reach, send, "acknowledging a scheduled event", DEADLINE)
         except Exception as exc:  # noqa: BLE001 - one line, an outcome like any other
-            return outcome(None, None, describe_error(exc))
+            return outcome(None, None, describe_error(exc, ERROR_LIMIT))
         try:
             body = response.json()
         except ValueError:

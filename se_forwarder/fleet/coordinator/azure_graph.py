@@ -38,8 +38,7 @@ from typing import Any, TypeVar
 from . import azure_facts
 from .azure_config import AzureSettings
 from .azure_facts import CatchUp, VmFacts
-from .reach import Reach, begin
-from .reach import describe_error as one_line_error
+from .reach import Reach, begin, describe_error
 
 T = TypeVar("T")
 
@@ -57,6 +56,7 @@ VIEW_API_VERSION = "2024-07-01"
 READ_TIMEOUT = 30
 CALL_DEADLINE = 60.0  # s for one request, the SDK's retries (a 429's Retry-After) included
 ARM_PART = "arm"
+ERROR_LIMIT = 400  # characters of an ARM error kept (its messages run long)
 
 
 class Incomplete(Exception):
@@ -80,11 +80,6 @@ def arm_pipeline(settings: AzureSettings, credential: Any, retry_total: int = 3)
     ]
     return ARMPipelineClient(base_url=settings.arm_endpoint, policies=chain,
                              connection_verify=settings.verify)
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for people, at most 400 characters (reach.describe_error)."""
-    return one_line_error(exc)[:400]
 
 
 def answered(status: int | None) -> bool:
@@ -187,7 +182,7 @@ class Graph:
                 events, queries = self.rows(EVENTS, chunk, ends)
                 result.queries += queries
             except Exception as exc:  # noqa: BLE001 - one line; the part is read again next time
-                result.errors.append(describe_error(exc))
+                result.errors.append(describe_error(exc, ERROR_LIMIT))
                 continue
             for row in events:
                 facts = azure_facts.event_row(row, subs, result.as_of)
@@ -230,7 +225,7 @@ class Graph:
                 try:
                     self.domains[key] = self._view(vm.instance_view)
                 except Exception as exc:  # noqa: BLE001 - the domains stay as they were; tried again
-                    result.errors.append(f"instance view of {vm.name}: {describe_error(exc)}")
+                    result.errors.append(f"instance view of {vm.name}: {describe_error(exc, ERROR_LIMIT)}")
             fault, update = self.domains.get(key, ("", ""))
             out.append(replace(vm, fault_domain=vm.fault_domain or fault,
                                update_domain=vm.update_domain or update))

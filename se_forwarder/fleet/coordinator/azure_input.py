@@ -42,11 +42,11 @@ from . import azure_facts, azure_fold, azure_paths
 from .access import azure_credential
 from .azure_config import AzureSettings
 from .azure_facts import CatchUp
-from .azure_graph import ARM_PART, describe_error
+from .azure_graph import ARM_PART, ERROR_LIMIT
 from .events import Decision, Recorded
 from .hub_reader import Batch
 from .intake import FOLDED
-from .reach import Reach
+from .reach import Reach, describe_error
 from .readers import FEED_PART
 from .state import FleetState
 
@@ -131,7 +131,7 @@ class AzureInput:
                                        deadline=deadline, reach=self.arm)
                 result = graph.catch_up()
             except Exception as exc:  # noqa: BLE001 - one line; tried again at the next interval
-                result = CatchUp(time.time(), errors=[describe_error(exc)])
+                result = CatchUp(time.time(), errors=[describe_error(exc, ERROR_LIMIT)])
             for error in result.errors[:3]:
                 log.warning("Resource Graph catch-up: %s", error)
             self.results.put(result)

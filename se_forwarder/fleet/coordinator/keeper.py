@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from ...backoff import Backoff
 from ...errors import SeForwarderError, StateError
 from .hub_reader import Position
 from .reach import Reach, begin, describe_error
@@ -39,8 +40,8 @@ from .state import FleetState
 
 log = logging.getLogger("se_forwarder.coordinator")
 
-SAVE_BACKOFF = (5.0, 10.0, 20.0, 40.0, 60.0)
-LOAD_BACKOFF = (5.0, 10.0, 20.0, 30.0)
+SAVE_BACKOFF = Backoff(steps=(5.0, 10.0, 20.0, 40.0, 60.0))
+LOAD_BACKOFF = Backoff(steps=(5.0, 10.0, 20.0, 30.0))
 
 
 @dataclass
@@ -110,7 +111,7 @@ class Keeper:
         try:
             size = future.result()
         except SeForwarderError as exc:  # the signing key cannot be read: not the storage account's fault
-            self._save_after = time.monotonic() + SAVE_BACKOFF[-1]
+            self._save_after = time.monotonic() + SAVE_BACKOFF.steps[-1]
             log.error("snapshot not saved: %s", exc)
             return
         except Exception as exc:  # noqa: BLE001 - the next one may work; the hub still has everything
@@ -125,7 +126,7 @@ class Keeper:
 
     def _save_failed(self, error: str, overdue: bool = False) -> None:
         self.save_failures += 1
-        self._save_after = time.monotonic() + SAVE_BACKOFF[min(self.save_failures - 1, len(SAVE_BACKOFF) - 1)]
+        self._save_after = time.monotonic() + SAVE_BACKOFF.delay(self.save_failures)
         self.storage.failed(error, overdue=overdue)
 
     # -- loading -----------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class Keeper:
             return future.result()
         except Exception as exc:  # noqa: BLE001 - storage unreachable: recorded by reach; tried again
             self._load_failures += 1
-            delay = LOAD_BACKOFF[min(self._load_failures - 1, len(LOAD_BACKOFF) - 1)]
+            delay = LOAD_BACKOFF.delay(self._load_failures)
             self._load_after = time.monotonic() + delay
             said = log.error if isinstance(exc, SeForwarderError) else log.debug  # a configuration problem
             said("the fold cannot be loaded: %s; trying again in %.0f s",

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ... import notify
-from ...imds import Backoff
+from ...backoff import Backoff
 from ...validation import public_url
 from .event_feed import EventFeed
 from .notify_config import NotifySettings, hook_url

@@ -36,6 +36,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from ...backoff import Backoff
 from ...errors import ConfigError
 from .events import Decision
 from .hub_publisher import PUBLISH_TIMEOUT, HubPublisher
@@ -47,7 +48,7 @@ from .state import DecisionRecord
 
 log = logging.getLogger("se_forwarder.coordinator.output")
 
-BACKOFF = (0.25, 0.5, 1.0, 2.0)
+BACKOFF = Backoff(steps=(0.25, 0.5, 1.0, 2.0))
 MAX_PUBLISH = 500  # decisions per publish call
 PUBLISH_DEADLINE = PUBLISH_TIMEOUT + 2.0  # s a publish may take before it counts as failed
 LINGER = 60.0  # s the next publish waits at most for one that got no answer
@@ -197,7 +198,7 @@ class Output:
             except Exception as exc:  # noqa: BLE001 - PublishError, Overdue: recorded by reach
                 self.stats.publish_failures += 1
                 log.debug("publishing %d decision(s) failed: %s", len(items), describe_error(exc))
-                self._stopping.wait(BACKOFF[min(attempt, len(BACKOFF) - 1)])
+                self._stopping.wait(BACKOFF.delay(attempt + 1))
                 attempt += 1
                 continue
             self.stats.published += len(events)

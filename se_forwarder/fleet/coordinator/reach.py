@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from ...errors import one_line
 from ...sinks.azure_common import scrub
-from ...timestamps import rfc3339
+from ...timestamps import rfc3339_or_none
 
 log = logging.getLogger("se_forwarder.coordinator.reach")
 
@@ -71,11 +71,11 @@ def begin(func: Callable[[], T], name: str) -> Future[T]:
     return future
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line for people: the exception's type and first words, secrets scrubbed."""
-    if isinstance(exc, Overdue):
-        return str(exc)
-    return scrub(f"{type(exc).__name__}: {one_line(exc)}")
+def describe_error(exc: BaseException, limit: int | None = None) -> str:
+    """One line for people: the exception's type and first words, secrets scrubbed (cut at
+    ``limit`` characters, when given: ARM's errors, which are long)."""
+    text = str(exc) if isinstance(exc, Overdue) else scrub(f"{type(exc).__name__}: {one_line(exc)}")
+    return text[:limit] if limit is not None else text
 
 
 @dataclass
@@ -172,15 +172,15 @@ class Reach:
         with self._lock:
             return {
                 "reachable": self.failing_since is None,
-                "lastSuccess": _utc(self.last_success),
-                "failingSince": _utc(self.failing_since_wall),
+                "lastSuccess": rfc3339_or_none(self.last_success, whole=True),
+                "failingSince": rfc3339_or_none(self.failing_since_wall, whole=True),
                 "lastError": self.last_error or None,
                 "failures": self.failures, "timeouts": self.overdue,
             }
 
     def line(self) -> str:
         """``storage unreachable for 12 s (last success 2026-...Z): <error>`` (for /healthz)."""
-        last = _utc(self.last_success) or "never"
+        last = rfc3339_or_none(self.last_success, whole=True) or "never"
         return (f"{self.what} unreachable for {self.failing_for():.0f} s (last success {last}): "
                 f"{self.last_error}")
 
@@ -188,10 +188,6 @@ class Reach:
 def _expected(status: int | None) -> bool:
     """An expected refusal (not found, lease taken, precondition): the service answered."""
     return status in ANSWERS
-
-
-def _utc(moment: float | None) -> str | None:
-    return rfc3339(int(moment)) if moment else None
 
 
 def parts(*more: str) -> dict[str, Reach]:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from ...backoff import Backoff
 from ...telemetry import fields
 from .reach import Reach, begin, describe_error
 from .sender import Sender, Sent
@@ -38,7 +39,7 @@ from .signer import Approval
 
 log = logging.getLogger("se_forwarder.coordinator.sending")
 
-BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)
+BACKOFF = Backoff(steps=(0.5, 1.0, 2.0, 5.0, 10.0))
 DEADLINE = 5.0  # s an attempt may take before it counts as failed
 MAX_ATTEMPTS = 16  # attempts under way at once
 MAX_LATENCIES = 10_000
@@ -179,7 +180,7 @@ class Sending:
                 extra=fields(event_id=approval.event_id))
         elif not item.overdue:
             self.reach.failed(f"sending approval {approval.id}: {sent.problem}")
-        item.next_at = now + BACKOFF[min(item.attempts - 1, len(BACKOFF) - 1)]
+        item.next_at = now + BACKOFF.delay(item.attempts)
 
     def _sent(self, item: _Pending, queue: str, now: float) -> None:
         approval, when = item.approval, time.time()

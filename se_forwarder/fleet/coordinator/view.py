@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...timestamps import rfc3339
+from ...timestamps import rfc3339_or_none
 from . import azure_view
 from .availability import conflicts, echoes, unwatched
 from .decide import Evaluation, evaluate
@@ -57,17 +57,13 @@ from .settings import Policy
 from .state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
 
 
-def _utc(moment: float | None) -> str | None:
-    return None if moment is None else rfc3339(moment)
-
-
 def _age(now: float, moment: float | None) -> float | None:
     return None if moment is None else round(max(0.0, now - moment), 1)
 
 
 def _switch(switch: Switch, key: str, name: str) -> dict[str, Any]:
     data = switch.record.data
-    return {key: name, "since": _utc(switch.record.time), "actor": data.get("Actor"),
+    return {key: name, "since": rfc3339_or_none(switch.record.time), "actor": data.get("Actor"),
             "reason": data.get("Reason")}
 
 
@@ -78,11 +74,12 @@ def _approvals(state: FleetState, record: EventRecord, idx: ScopeIndex, vms: tup
     out: list[dict[str, Any]] = []
     for attempt, d in sorted(record.approvals.items()):
         target = d.data.get("Target")
-        out.append({"by": d.data.get("Actor"), "time": _utc(d.time), "attempt": attempt, "shadow": d.shadow,
-                    "vm": target.get("name") if isinstance(target, dict) else None, "echo": False})
+        out.append({"by": d.data.get("Actor"), "time": rfc3339_or_none(d.time), "attempt": attempt,
+                    "shadow": d.shadow, "vm": target.get("name") if isinstance(target, dict) else None,
+                    "echo": False})
     for vm, (moment, by) in sorted(echoes(idx, record, vms).items(), key=lambda item: item[1]):
         name = state.vms[vm].name if vm in state.vms else vm
-        out.append({"by": by, "time": _utc(moment), "attempt": None, "shadow": False, "vm": name,
+        out.append({"by": by, "time": rfc3339_or_none(moment), "attempt": None, "shadow": False, "vm": name,
                     "echo": True})
     return out
 
@@ -91,7 +88,7 @@ def _decision(d: DecisionRecord) -> dict[str, Any]:
     data = d.data
     target = data.get("Target")
     return {
-        "id": d.id, "decision": d.kind, "time": _utc(d.time), "eventId": data.get("EventId"),
+        "id": d.id, "decision": d.kind, "time": rfc3339_or_none(d.time), "eventId": data.get("EventId"),
         "eventType": data.get("EventType"), "reasonCode": data.get("ReasonCode"),
         "reason": data.get("Reason"), "actor": data.get("Actor"), "shadow": d.shadow,
         "attempt": data.get("Attempt"), "target": target.get("name") if isinstance(target, dict) else None,
@@ -124,7 +121,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         record = state.events[key]
         pending.append({
             "eventId": record.event_id, "eventType": record.event_type, "eventSource": record.event_source,
-            "notBeforeUtc": _utc(record.not_before), "resources": list(record.resources),
+            "notBeforeUtc": rfc3339_or_none(record.not_before), "resources": list(record.resources),
             "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
             "reason": verdict.reason, "scope": verdict.scope,
             "budgets": [u.as_data() for u in verdict.budgets],
@@ -135,18 +132,19 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         record = state.events[key]
         if record.rank == STARTED:
             started.append({"eventId": record.event_id, "eventType": record.event_type,
-                            "startedUtc": _utc(record.started_at),
+                            "startedUtc": rfc3339_or_none(record.started_at),
                             "affected": [state.vms[v].name for v in resolve(state, idx, record).vms]})
     log = sorted(state.decisions.values(), key=lambda d: (d.time, d.id), reverse=True)[:decisions_limit]
     not_watched: list[dict[str, Any]] = []
     for vm in unwatched(state, policy, idx, now):
         beat = last_heartbeat(state, idx, vm)
         not_watched.append({"name": state.vms[vm].name, "vmId": state.vms[vm].vm_id,
-                            "group": idx.group_of.get(vm), "lastHeartbeatUtc": _utc(beat),
+                            "group": idx.group_of.get(vm), "lastHeartbeatUtc": rfc3339_or_none(beat),
                             "heartbeatAgeSeconds": _age(now, beat)})
     not_watched.sort(key=lambda u: (u["name"].lower(), u["vmId"]))
     return {
-        "time": _utc(now), "shadow": policy.shadow, "blackout": blackout.name if blackout else None,
+        "time": rfc3339_or_none(now), "shadow": policy.shadow,
+        "blackout": blackout.name if blackout else None,
         "fleet": {"vms": len(idx.members), "watched": len(idx.members) - len(not_watched),
                   "unavailable": len(ev.unavailable), "groups": len(set(idx.group_of.values())),
                   "openEvents": len(state.open_events)},
@@ -186,7 +184,7 @@ def identities(state: FleetState) -> dict[str, Any]:
     return {
         "registered": len(state.identities),
         "rekeyed": [{"name": state.vms[r.vm].name if r.vm in state.vms else "", "vmId": r.vm, "old": r.old,
-                     "new": r.new, "time": _utc(r.time)} for r in reversed(state.rekeyed)],
+                     "new": r.new, "time": rfc3339_or_none(r.time)} for r in reversed(state.rekeyed)],
         "sharedKeys": [{"keyid": kid, "vms": [_named(state, k) for k in vms]}
                        for kid, vms in shared_keys(state)],
     }
@@ -194,7 +192,7 @@ def identities(state: FleetState) -> dict[str, Any]:
 
 def _event_ref(record: EventRecord, status: str) -> dict[str, Any]:
     return {"eventId": record.event_id, "eventType": record.event_type,
-            "notBeforeUtc": _utc(record.not_before), "status": status}
+            "notBeforeUtc": rfc3339_or_none(record.not_before), "status": status}
 
 
 def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]]:
