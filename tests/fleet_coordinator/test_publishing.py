@@ -18,10 +18,10 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import FleetState, Policy, observe, pause, trust
-from se_forwarder.fleet.coordinator.hub_publisher import HubPublisher
+from se_forwarder.fleet.coordinator.hub_publisher import HubProducer as HubPublisher
 from se_forwarder.fleet.coordinator.output import Outgoing, Output
 from se_forwarder.fleet.coordinator.reach import parts
-from se_forwarder.fleet.coordinator.sender import Sender
+from se_forwarder.fleet.coordinator.sender import ApprovalMessages as Sender
 from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
 from se_forwarder.fleet.coordinator.signer import Signer
 from se_forwarder.fleet.coordinator.stats import Health

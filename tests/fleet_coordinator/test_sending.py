@@ -23,8 +23,9 @@ from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator.access import Queues
 from se_forwarder.fleet.coordinator.events import VmRef
 from se_forwarder.fleet.coordinator.reach import Reach
-from se_forwarder.fleet.coordinator.sender import Sender
-from se_forwarder.fleet.coordinator.sending import DEADLINE, Sending
+from se_forwarder.fleet.coordinator.sender import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.sending import DEADLINE
+from se_forwarder.fleet.coordinator.sending import QueueSender as Sending
 from se_forwarder.fleet.coordinator.service_config import Access, QueueSettings
 from se_forwarder.fleet.coordinator.signer import Approval, Signer
 from tests.azurite import Azurite, find_binary

@@ -21,7 +21,7 @@ from se_forwarder.fleet.coordinator.hub_reader import Position
 from se_forwarder.fleet.coordinator.keeper import Keeper, Loaded
 from se_forwarder.fleet.coordinator.reach import Reach
 from se_forwarder.fleet.coordinator.signer import Signer
-from se_forwarder.fleet.coordinator.snapshot_blob import Snapshots
+from se_forwarder.fleet.coordinator.snapshot_blob import SnapshotBlob as Snapshots
 from tests.azurite import Azurite, find_binary
 from tests.support.waiting import wait_for
 

@@ -15,7 +15,8 @@ import pytest
 
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import control, load_policy
-from se_forwarder.fleet.coordinator.notifier import ChatHook, DecisionFeed, Notifier
+from se_forwarder.fleet.coordinator.notifier import ChatHook, Notifier
+from se_forwarder.fleet.coordinator.notifier import NewDecisions as DecisionFeed
 from se_forwarder.fleet.coordinator.notify_config import DECISIONS, NotifySettings, hook_url, load_notify
 from se_forwarder.fleet.coordinator.service_config import from_dict
 from se_forwarder.notify import describe

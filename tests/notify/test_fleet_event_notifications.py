@@ -18,7 +18,7 @@ import pytest
 
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import load_policy
-from se_forwarder.fleet.coordinator.event_feed import EventFeed
+from se_forwarder.fleet.coordinator.event_feed import EventStages as EventFeed
 from se_forwarder.fleet.coordinator.notifier import ChatHook, Notifier
 from se_forwarder.fleet.coordinator.notify_config import DECISIONS, EVENTS, NotifySettings, load_notify
 from se_forwarder.notify import describe

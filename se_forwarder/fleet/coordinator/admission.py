@@ -14,7 +14,7 @@ feed hub (``readers.FEED`` partitions) is not the gate's: it goes to the
 feed's own check at the edge (``feed``: azure_input.py, with azure_facts.py), since no VM can write
 to that hub and none of its events carries a VM's key.
 
-``Admission`` owns the gate (gate.py, pure) and the intermediates fetcher (intermediates.py, when
+``BatchAdmission`` owns the gate (gate.py, pure) and the intermediates fetcher (intermediates.py, when
 ``[trust] fetch_intermediates``); it counts what is not a CloudEvent, keeps the newest enqueued time
 read (the hub time held reports expire by), logs each vmId that registers a new key, and logs
 refusals: one ``warning`` a minute at most per reason, with the count so far.
@@ -51,7 +51,7 @@ SAY_EVERY = 60.0
 
 @dataclass(frozen=True)
 class AdmissionCounts:
-    """What became of the events read so far (``Admission.counts``, for /metrics and status)."""
+    """What became of the events read so far (``BatchAdmission.counts``, for /metrics and status)."""
 
     folded: dict[str, int]  # by CloudEvent type (prefix left out)
     skipped: dict[str, int]  # by why: not-cloudevent, malformed, late, other-type, capped
@@ -61,7 +61,7 @@ class AdmissionCounts:
     rekeyed: int  # vmIds that registered a new key
 
 
-class Admission:
+class BatchAdmission:
     def __init__(self, source: str, keys: Callable[[], signing.VerifyKeys], settings: TrustSettings,
                  limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None) -> None:
         self.feed = feed  # the Azure feed hub's batches (with [azure.feed]): checked there

@@ -1,6 +1,6 @@
 """The fleet's maintenance events for chat: one message per EventId and stage, never one per VM.
 
-``EventFeed.take`` runs on the service thread (the fold is its own) and compares each event of the
+``EventStages.take`` runs on the service thread (the fold is its own) and compares each event of the
 fold with the stage already accounted for it. The stages of an EventId, from every VM's reports:
 
 - ``scheduled``: some VM reported it (Scheduled); its time is the newest full report's;
@@ -51,7 +51,7 @@ def stage_time(record: EventRecord, stage: int) -> float | None:
     return record.ended_at
 
 
-class EventFeed:
+class EventStages:
     """Fleet events not announced before (module docstring)."""
 
     def __init__(self, since: float, policy: Policy | None = None) -> None:

@@ -1,6 +1,6 @@
 """Decisions published to the Event Hub, in order, with a timeout.
 
-``HubPublisher`` publishes decisions as structured-mode CloudEvents (``application/cloudevents+json``,
+``HubProducer`` publishes decisions as structured-mode CloudEvents (``application/cloudevents+json``,
 the form AMQP and Kafka consumers read alike) in as few ``send_batch`` calls as fit, with a timeout:
 the lease margin counts on a publish that either lands within it or fails (lease.py). They all
 carry one partition key (the coordinator's source), so they land in one partition in the order
@@ -24,7 +24,7 @@ CONTENT_TYPE = "application/cloudevents+json"
 PUBLISH_TIMEOUT = 5.0  # seconds for one send_batch; lease.MARGIN is larger
 
 
-class HubPublisher:
+class HubProducer:
     """Publishes decision CloudEvents (JSON texts); one producer for the service's life."""
 
     def __init__(self, settings: EventHubSettings, partition_key: str | None = None,

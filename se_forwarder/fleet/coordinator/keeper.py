@@ -35,7 +35,7 @@ from ...errors import SeForwarderError, StateError
 from .hub_reader import Position
 from .reach import Reach, begin, describe_error
 from .snapshot import restore
-from .snapshot_blob import SNAPSHOT_DEADLINE, Snapshot, Snapshots
+from .snapshot_blob import SNAPSHOT_DEADLINE, Snapshot, SnapshotBlob
 from .state import FleetState
 
 log = logging.getLogger("se_forwarder.coordinator")
@@ -53,7 +53,7 @@ class Loaded:
 
 
 class Keeper:
-    def __init__(self, snapshots: Snapshots, storage: Reach, instance: str,
+    def __init__(self, snapshots: SnapshotBlob, storage: Reach, instance: str,
                  prepare: Callable[[], None] | None = None) -> None:
         self.snapshots, self.storage, self.instance = snapshots, storage, instance
         self.prepare = prepare  # run once before the first load (creating the container)

@@ -42,7 +42,7 @@ class Term:
     began: float  # monotonic
 
 
-class Leadership:
+class LeaderElection:
     """Runs the lease; ``term`` is the current term while this instance holds the lease, else None."""
 
     def __init__(self, lease: Lease, ends: Callable[[], dict[str, int]], storage: Reach | None = None,

@@ -13,7 +13,7 @@ not both. Only what happens while this instance acts is sent (a standby sends no
 and events folded from the hub from before this process started are not sent). The text is
 se_forwarder.notify's.
 
-Never blocking decisions: ``DecisionFeed`` and ``EventFeed`` take what is new from the fold on the
+Never blocking decisions: ``NewDecisions`` and ``EventStages`` take what is new from the fold on the
 service thread (a look once a second, through ``Service.submit``); each hook has its own
 queue (at most ``QUEUE_MAX`` messages; when full the oldest is dropped with a warning) and thread.
 A message is retried after 408, 429, 5xx and connection errors, with backoff (a ``Retry-After`` is
@@ -37,7 +37,7 @@ from typing import Any
 from ... import notify
 from ...backoff import Backoff
 from ...validation import public_url
-from .event_feed import EventFeed
+from .event_feed import EventStages
 from .notify_config import NotifySettings, hook_url
 from .schema import DECISION_PREFIX
 from .settings import Policy
@@ -84,7 +84,7 @@ def as_event(record: DecisionRecord) -> dict[str, Any]:
             "datacontenttype": "application/json", "data": record.data}
 
 
-class DecisionFeed:
+class NewDecisions:
     """The decisions of the fold not seen before; those made since ``since`` while acting come out."""
 
     def __init__(self, since: float) -> None:
@@ -217,8 +217,8 @@ class Notifier:
                  since: float | None = None, policy: Policy | None = None) -> None:
         self.hooks = hooks
         since = time.time() if since is None else since
-        self.feed = DecisionFeed(since)
-        self.events = EventFeed(since, policy)
+        self.feed = NewDecisions(since)
+        self.events = EventStages(since, policy)
         self._submit, self._state, self._acting = submit, state, acting
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)

@@ -39,10 +39,10 @@ from typing import Any
 from ...backoff import Backoff
 from ...errors import ConfigError
 from .events import Decision
-from .hub_publisher import PUBLISH_TIMEOUT, HubPublisher
+from .hub_publisher import PUBLISH_TIMEOUT, HubProducer
 from .reach import Reach, begin, describe_error
-from .sender import Sender
-from .sending import OnSent, Sending
+from .sender import ApprovalMessages
+from .sending import OnSent, QueueSender
 from .signer import Approval
 from .state import DecisionRecord
 
@@ -83,13 +83,13 @@ class OutputCounts:
 
 
 class Output:
-    def __init__(self, publisher: HubPublisher, sender: Sender, source: str,
+    def __init__(self, publisher: HubProducer, messages: ApprovalMessages, source: str,
                  may_act: Callable[[int], bool], on_lost: Callable[[int], None], on_sent: OnSent,
                  hub: Reach, queues: Reach) -> None:
-        self.publisher, self.source, self.signer = publisher, source, sender.signer
+        self.publisher, self.source, self.signer = publisher, source, messages.signer
         self.may_act, self.on_lost, self.hub = may_act, on_lost, hub
         self.stats = OutputStats()
-        self.sending = Sending(sender, queues, may_act, on_sent, self._published)
+        self.sending = QueueSender(messages, queues, may_act, on_sent, self._published)
         self._queue: queue.Queue[Outgoing | None] = queue.Queue()
         self._busy = 0
         self._unpublished: set[str] = set()  # approve ids put and not yet published

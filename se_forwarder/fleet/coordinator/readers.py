@@ -1,6 +1,6 @@
 """The hubs the fold reads: the agents' Event Hub and, with ``[azure.feed]``, the Azure feed hub.
 
-``Readers`` runs one ``HubReader`` (hub.py) per hub, both delivering into the service's one inbox,
+``Hubs`` runs one ``HubReader`` (hub.py) per hub, both delivering into the service's one inbox,
 each recording its reachability (reach.py: ``hub-read``, ``azure-feed``) and saying in its own
 words when it loses and regains its hub. The feed's partitions are named ``feed:<hub>/<partition>``
 (``FEED``), so the positions of both hubs are kept, saved with the snapshot and restored together
@@ -35,7 +35,7 @@ FEED_PART = "azure-feed"
 FEED_ENDS_DEADLINE = 8.0  # s; within leader.ENDS_DEADLINE, the agents' hub's ends being read meanwhile
 
 
-class Readers:
+class Hubs:
     def __init__(self, agents: EventHubSettings, feed: EventHubSettings | None, reach: dict[str, Reach],
                  deliver: Callable[[Batch], None], connect: Callable[..., Any] = consumer) -> None:
         self.agents, self.feed, self.deliver = agents, feed, deliver

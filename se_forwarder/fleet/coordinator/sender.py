@@ -3,7 +3,7 @@
 The message is the agents' Ed25519-signed CloudEvent (``approvals/signing.py``) with ``id`` = the
 decision id, so an agent carries out one decision once however often it arrives, and ``VmName`` =
 the target, so no other VM can use it. The queue is the target's, named by the agents' template
-(``approvals.queue.queue_name``). ``Sender.send`` makes one attempt, with no SDK retry and
+(``approvals.queue.queue_name``). ``ApprovalMessages.send`` makes one attempt, with no SDK retry and
 timeouts of its own (``SEND_CALL``: a long read timeout, so that a queue that is only slow answers
 the one request rather than receiving a second copy); sending.py retries until the message is sent.
 """
@@ -33,7 +33,7 @@ class Sent:
     reached: bool = True  # the queue service answered (a refusal, or the message taken)
 
 
-class Sender:
+class ApprovalMessages:
     """Puts signed approval messages in the agents' queues."""
 
     def __init__(self, queues: Queues | Any, signer: Signer, template: str, ttl: float) -> None:

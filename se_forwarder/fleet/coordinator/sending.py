@@ -6,7 +6,7 @@ echoed, held, paused or past NotBefore) and under which leadership term. One thr
 
 - only once the approval's decision is on the hub (``published``), so an instance taking over
   always knows of an approval before any agent does;
-- one attempt at a time per approval (``sender.Sender.send``, on a thread of its own, at most
+- one attempt at a time per approval (``sender.ApprovalMessages.send``, on a thread of its own, at most
   ``MAX_ATTEMPTS`` at once), always under the approval's own id;
 - an attempt that failed is tried again after a backoff (``BACKOFF``, per approval);
 - an attempt that got no answer within ``DEADLINE`` counts as a failure (logged and counted by
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from ...backoff import Backoff
 from ...telemetry import fields
 from .reach import Reach, begin, describe_error
-from .sender import Sender, Sent
+from .sender import ApprovalMessages, Sent
 from .signer import Approval
 
 log = logging.getLogger("se_forwarder.coordinator.sending")
@@ -68,10 +68,10 @@ class _Pending:
 OnSent = Callable[[Approval, str, float, int], None]
 
 
-class Sending:
-    def __init__(self, sender: Sender, reach: Reach, may_act: Callable[[int], bool], on_sent: OnSent,
-                 published: Callable[[str], bool]) -> None:
-        self.sender, self.reach, self.may_act = sender, reach, may_act
+class QueueSender:
+    def __init__(self, messages: ApprovalMessages, reach: Reach, may_act: Callable[[int], bool],
+                 on_sent: OnSent, published: Callable[[str], bool]) -> None:
+        self.messages, self.reach, self.may_act = messages, reach, may_act
         self.on_sent, self.published = on_sent, published
         self.stats = SendStats()
         self.triggers: dict[str, float] = {}  # approve id -> monotonic arrival of the input behind it
@@ -145,7 +145,7 @@ class Sending:
                 self._forget(item)
             elif now >= item.next_at and under_way < MAX_ATTEMPTS and self.published(item.approval.id):
                 approval = item.approval
-                item.future = begin(lambda a=approval: self.sender.send(a, time.time()),  # type: ignore[misc]
+                item.future = begin(lambda a=approval: self.messages.send(a, time.time()),  # type: ignore[misc]
                                     "coordinator-send")
                 item.future.add_done_callback(lambda _f: self._wake.set())
                 item.started, item.overdue = now, False

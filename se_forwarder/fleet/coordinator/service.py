@@ -44,28 +44,28 @@ from typing import Any
 from ...approvals import signing
 from ...errors import SeForwarderError
 from . import access
-from .admission import Admission
+from .admission import BatchAdmission
 from .azure_input import AzureInput
 from .control import OVERRIDE, ControlRefused
 from .decide import Evaluation, evaluate
 from .events import Decision, Recorded, sent, to_dict
 from .fold import FOLDED, OWN, fold_event
-from .hub_publisher import HubPublisher
+from .hub_publisher import HubProducer
 from .hub_reader import Batch, Position
 from .inbox import Inbox
 from .keeper import Keeper, Loaded
-from .leader import Leadership
+from .leader import LeaderElection
 from .lease import Lease, ensure_container
 from .output import Outgoing, Output
 from .queues import QueueConflictLog
 from .reach import Reach, parts
-from .readers import Readers
+from .readers import Hubs
 from .retention import prune
-from .sender import Sender
+from .sender import ApprovalMessages
 from .service_config import ServiceSettings
 from .signer import Approval, Signer
 from .snapshot import snapshot
-from .snapshot_blob import Snapshots
+from .snapshot_blob import SnapshotBlob
 from .state import FleetState
 from .stats import FleetStats, Health, Reachability, Stats, fleet_stats
 from .view import status
@@ -110,24 +110,24 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
-        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
+        self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
                                    self.azure.fold_feed if self.azure is not None else None)
         self.gate = self.admission.gate
         container = clients.container(settings.storage)
-        self.keeper = Keeper(Snapshots(container, settings.name, settings.eventhub.label, self.signer.key,
+        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
-        self.leadership = Leadership(  # a new leader reads both hubs up to their ends before it acts
+        self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            self.readers.ends, self.reach["storage"], self.reach["hub-read"])
-        self.sender = Sender(clients.queues(settings.queues), self.signer, settings.queues.template,
-                             settings.queues.message_ttl)
-        self.output = Output(HubPublisher(settings.eventhub, self.source, clients.producer), self.sender,
-                             self.source, self.leadership.may_act, self._lost, self._on_sent,
+            self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
+        self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
+                                         settings.queues.template, settings.queues.message_ttl)
+        self.output = Output(HubProducer(settings.eventhub, self.source, clients.producer), self.messages,
+                             self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
 
@@ -138,7 +138,7 @@ class Service:
         if self.azure is not None:
             self.azure.start()
         self.output.start()
-        self.leadership.start()
+        self.election.start()
         last_pass = last_prune = last_save = 0.0
         try:
             while not self.stop.is_set():
@@ -188,7 +188,7 @@ class Service:
         self.inbox.clear()  # what a reader that was closed still handed on
         self.state, self.positions = loaded.state, loaded.positions
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
-        self.readers.start(self.positions)
+        self.hubs.start(self.positions)
         self._ready = True
 
     def _rebuild(self) -> None:
@@ -198,19 +198,19 @@ class Service:
             return
         self._rebuilt_terms.add(term)
         self._ready = False
-        self.keeper.load(before=self.readers.close)
+        self.keeper.load(before=self.hubs.close)
 
     def _lost(self, term: int) -> None:
         self._rebuild_term = term
 
     def _shutdown(self) -> None:
-        leading = self.leadership.term is not None
+        leading = self.election.term is not None
         self.output.close(15)
         if leading and self.output.idle() and not self.output.gave_up and self.acting():
             self.keeper.save_now(snapshot(self.state), self.positions, 20)
-        self.leadership.stop(release=True)
-        self.readers.close()
-        self.sender.queues.close()
+        self.election.stop(release=True)
+        self.hubs.close()
+        self.messages.queues.close()
         self.output.publisher.drop()
         self.admission.close()
         if self.azure is not None:
@@ -232,9 +232,9 @@ class Service:
     # -- deciding -------------------------------------------------------------------------------
 
     def acting(self) -> bool:
-        term = self.leadership.term
+        term = self.election.term
         return (self._ready and self._rebuild_term is None and term is not None
-                and self.leadership.may_act(term.number) and self.leadership.caught_up(self.positions))
+                and self.election.may_act(term.number) and self.election.caught_up(self.positions))
 
     def why_not(self) -> str:
         """Why this instance does not act now ("" when it does)."""
@@ -242,13 +242,13 @@ class Service:
             storage = self.reach["storage"]
             problem = f" ({storage.last_error})" if not storage.reachable else ""
             return f"it is loading the fold from the snapshot{problem}"
-        return self.leadership.why_not(self.positions)
+        return self.election.why_not(self.positions)
 
     def _say_acting(self, acting: bool) -> None:
         if acting == self._acting:
             return
         self._acting = acting
-        term = self.leadership.term
+        term = self.election.term
         if acting and term is not None:
             log.info("this instance acts as the leader (term %d, %.1f s after it took the lease)",
                      term.number, time.monotonic() - term.began)
@@ -256,7 +256,7 @@ class Service:
             log.warning("this instance stopped acting: %s", self.why_not() or "it no longer leads")
 
     def _decide(self, now: float) -> None:
-        term = self.leadership.term
+        term = self.election.term
         if term is None:
             return
         trigger = self.last_input if self._dirty else None
@@ -288,7 +288,7 @@ class Service:
         elif decision.kind not in RECORDS:
             log.info("%s %s: %s", decision.kind, decision.subject, decision.reason, extra=extra)
         if self.azure is not None:  # an approval through ARM is acknowledged once published
-            done = self.azure.once_published(self.state, decision, term, self.leadership.may_act, done)
+            done = self.azure.once_published(self.state, decision, term, self.election.may_act, done)
         self.output.put(Outgoing(decision, term, trigger, done))
         return outcome
 
@@ -306,7 +306,7 @@ class Service:
             except queue.Empty:
                 return
             approval = self.state.decisions.get(approval_id)
-            if approval is not None and self._ready and self.leadership.may_act(term):
+            if approval is not None and self._ready and self.election.may_act(term):
                 self._publish(make(approval), term)
 
     # -- requests from the API (run on this thread) ---------------------------------------------
@@ -332,15 +332,15 @@ class Service:
     def control(self, make: Callable[[FleetState, float], Decision]) -> tuple[Decision, Future[Any]]:
         """Make a control decision (on this thread) and publish it; it, and the future of its publication."""
         if not self.acting():
-            holder, why = self.leadership.holder, self.why_not()
-            if (self.leadership.term is None and self._ready and holder is not None and holder.api
+            holder, why = self.election.holder, self.why_not()
+            if (self.election.term is None and self._ready and holder is not None and holder.api
                     and self.reach["storage"].reachable):
                 raise NotLeading(f"this instance ({self.settings.instance}) is a standby ({why}); send "
                                  f"control requests to the leader ({holder.instance} at {holder.api})",
                                  holder.api)
             raise NotLeading(f"this instance ({self.settings.instance}) cannot act now: {why}; "
                              "try again in a few seconds")
-        term = self.leadership.term
+        term = self.election.term
         assert term is not None
         decision = make(self.state, time.time())
         published: Future[Any] = Future()
@@ -368,7 +368,7 @@ class Service:
         """What the parts record now (read off the loop: never the fold's contents)."""
         acting = self.acting()
         return Health(
-            self.leadership.role(acting), self.leadership.term is not None, acting,
+            self.election.role(acting), self.election.term is not None, acting,
             "" if acting else self.why_not(), len(self.state.vms),
             {p: pos.sequence for p, pos in list(self.positions.items())},
             tuple((r.failing_for(), r.line()) for r in self.reach.values() if not r.reachable),
@@ -378,9 +378,9 @@ class Service:
         """Every counter and size, on the service thread (``submit``)."""
         acting, state = self.acting(), self.state
         return Stats(
-            self.settings.name, self.settings.instance, self.source, self.leadership.role(acting),
-            self.leadership.term is not None, acting, "" if acting else self.why_not(),
-            self.leadership.leader(self.settings.instance),
+            self.settings.name, self.settings.instance, self.source, self.election.role(acting),
+            self.election.term is not None, acting, "" if acting else self.why_not(),
+            self.election.leader(self.settings.instance),
             {p: pos.sequence for p, pos in sorted(self.positions.items())}, self.admission.counts(state),
             self.output.counts(), self.decisions_made, len(state.vms), len(state.open_events),
             len(state.identities), None if self.last_input is None else time.monotonic() - self.last_input,

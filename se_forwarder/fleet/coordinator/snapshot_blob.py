@@ -43,7 +43,7 @@ class Snapshot:
     instance: str
 
 
-class Snapshots:
+class SnapshotBlob:
     """``<name>/snapshot.json.gz``: the fold and the positions it covers, signed with ``key()``
     and taken only when it verifies with ``trusted()`` (module docstring)."""
 
