@@ -9,7 +9,7 @@ from email.utils import format_datetime
 from typing import Any
 
 from se_forwarder.fleet.coordinator import azure_facts
-from se_forwarder.fleet.coordinator.azure_facts import CatchUp
+from se_forwarder.fleet.coordinator.azure_state import CatchUp
 from se_forwarder.fleet.coordinator.settings import Policy
 
 from .fleet import SUB, AgentVm, iso

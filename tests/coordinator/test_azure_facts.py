@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import azure_facts
-from se_forwarder.fleet.coordinator.azure_facts import EventFacts, Refusal, VmFacts, domains, vm_row
+from se_forwarder.fleet.coordinator.azure_facts import Refusal, domains, vm_row
+from se_forwarder.fleet.coordinator.azure_state import EventFacts, VmFacts
 
 from .azure import feed, row
 from .azure import vm_row as graph_vm_row

@@ -36,30 +36,23 @@ Facts:
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ...approvals.messages import EVENT_ID
 from ...model import MalformedDocument, parse_not_before
 from ...printable import has_controls
 from ...timestamps import seconds
+from .azure_state import _RG, _SUB, EVENT_ARM_ID, STATUS_RANKS, EventFacts, VmFacts
 from .schema import FEED_EVENT_TYPE
 
 EVENT_TYPE = FEED_EVENT_TYPE
 EVENT_TABLE_TYPE = "microsoft.maintenance/scheduledevents"
-STATUS_RANKS = {"scheduled": 1, "started": 2, "canceled": 3, "completed": 4}  # as state.py ranks them
 REASONS = ("type", "schema", "subscription", "resource-id", "status", "text")
 MAX_NAME = 200
 MAX_RESOURCES = 1000
 MAX_TAGS = 50
-_SUB = r"(?P<sub>[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12})"
-_RG = r"(?P<rg>[-\w._()]{1,90})"
-EVENT_ARM_ID = re.compile(
-    rf"^/subscriptions/{_SUB}/resourcegroups/{_RG}/providers/microsoft\.compute/"
-    r"(?P<kind>virtualmachines|virtualmachinescalesets|availabilitysets)/(?P<owner>[^/\s]{1,80})"
-    r"/providers/microsoft\.maintenance/scheduledevents/(?P<event>[^/\s]{1,128})\Z", re.I)
 VM_ARM_ID = re.compile(
     rf"^/subscriptions/{_SUB}/resourcegroups/{_RG}/providers/microsoft\.compute/"
     r"(?:virtualmachines/(?P<vm>[^/\s]{1,80})"
@@ -73,62 +66,6 @@ GROUP_ARM_ID = re.compile(
 class Refusal:
     code: str  # one of REASONS
     detail: str
-
-
-@dataclass(frozen=True)
-class EventFacts:
-    event_id: str
-    resource_id: str  # the scheduled event's ARM id (what ``acknowledge`` is posted to)
-    subscription: str  # lower case
-    resource_group: str  # lower case
-    status: str  # Scheduled | Started | Completed | Canceled
-    event_type: str
-    event_source: str
-    description: str
-    duration: int | None
-    resources: tuple[str, ...]
-    not_before: float | None
-    as_of: float
-    via: str  # feed | graph
-
-    @property
-    def rank(self) -> int:
-        return STATUS_RANKS[self.status.lower()]
-
-
-@dataclass(frozen=True)
-class VmFacts:
-    key: str  # vmId, lower case
-    vm_id: str
-    name: str
-    resource_id: str
-    subscription: str  # lower case
-    resource_group: str  # lower case
-    location: str
-    zone: str
-    availability_set: str  # its name as Azure spells it, or ""
-    scale_set: str  # its name as Azure spells it, or ""
-    fault_domain: str  # "" when Resource Graph does not have it (see instance_view)
-    update_domain: str
-    tags: dict[str, str] = field(default_factory=dict, hash=False)  # names in lower case
-    instance_view: str = ""  # the ARM path of its instance view, when the domains must come from it
-    set_id: str = ""  # its availability set's or scale set's ARM id, lower case
-    opted_in: bool = False  # its events reach Azure's feed and Resource Graph (module docstring)
-
-
-@dataclass
-class CatchUp:
-    """What one Resource Graph catch-up read (azure_graph.py)."""
-
-    as_of: float  # when it began: what it read is at least this fresh
-    covered: tuple[str, ...] = ()  # subscriptions read completely (topology and events)
-    topology: tuple[str, ...] = ()  # subscriptions whose VMs were all listed
-    vms: list[VmFacts] = field(default_factory=list)
-    events: list[EventFacts] = field(default_factory=list)
-    refused: Counter[str] = field(default_factory=Counter)  # reason -> rows
-    errors: list[str] = field(default_factory=list)
-    queries: int = 0
-    views: int = 0
 
 
 def _get(mapping: Mapping[str, Any], name: str) -> Any:

@@ -30,8 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from . import azure_topology
-from .azure_facts import CatchUp, EventFacts
-from .azure_state import AzureEvent
+from .azure_state import AzureEvent, CatchUp, EventFacts
 from .intake import FOLDED, LATE, SKIPPED
 from .state import COMPLETED, STARTED, TERMINAL, DecisionRecord, EventRecord, FleetState
 

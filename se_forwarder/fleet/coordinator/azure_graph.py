@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from . import azure_facts
 from .azure_config import AzureSettings
-from .azure_facts import CatchUp, VmFacts
+from .azure_state import CatchUp, VmFacts
 from .reach import Reach, begin, describe_error
 
 T = TypeVar("T")

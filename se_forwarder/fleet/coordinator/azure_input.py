@@ -41,8 +41,8 @@ from ...timestamps import rfc3339
 from . import azure_facts, azure_fold, azure_paths
 from .access import azure_credential
 from .azure_config import AzureSettings
-from .azure_facts import CatchUp
 from .azure_graph import ARM_PART, ERROR_LIMIT
+from .azure_state import CatchUp
 from .events import Decision, Recorded
 from .hub_reader import Batch
 from .intake import FOLDED

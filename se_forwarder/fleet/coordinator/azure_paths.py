@@ -23,8 +23,8 @@ stopped leading first).
 
 from __future__ import annotations
 
-from .azure_facts import EVENT_ARM_ID
 from .azure_fold import SUFFIX
+from .azure_state import EVENT_ARM_ID
 from .events import Decision, VmRef
 from .scopes import ScopeIndex
 from .settings import Policy

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .azure_facts import VmFacts
-from .azure_state import Claim
+from .azure_state import Claim, VmFacts
 from .settings import Policy
 from .state import NO_STAMP, EventRecord, FleetState, Vm
 
