@@ -29,9 +29,9 @@ from ..approvals import signing
 from ..approvals.queue.config import QueueConfig
 from ..approvals.settings import ApprovalsSettings
 from ..config import ImdsSettings, Settings, SinkSettings, StateSettings, VmSettings
-from ..fleet.coordinator import service_config as sc
-from ..fleet.coordinator.settings import load_policy
-from ..fleet.coordinator.trust_config import TrustSettings
+from ..fleet.coordinator.config import service as sc
+from ..fleet.coordinator.config.policy import load_policy
+from ..fleet.coordinator.config.trust import TrustSettings
 from ..simulator import SimulatorServer
 from ..simulator.topology import Topology
 from ..sinks.eventhubs.config import EventHubsOptions
@@ -94,9 +94,9 @@ class FleetParts:
 
     def start_coordinator(self) -> str:
         """The service, and its API with the page; the page's URL."""
-        from ..fleet.coordinator.api import ApiServer
+        from ..fleet.coordinator.api.server import ApiServer
+        from ..fleet.coordinator.api.tokens import read_tokens
         from ..fleet.coordinator.service import Service
-        from ..fleet.coordinator.tokens import read_tokens
 
         self.service = Service(self.coordinator_settings(), self.stopping, self.transport.for_coordinator())
         self._thread(self.service.run, "demo-coordinator")
@@ -188,7 +188,7 @@ class FleetParts:
 
     def down(self) -> set[str]:
         """The names of the VMs the coordinator counts unavailable now (empty until it answers)."""
-        from ..fleet.coordinator.decide import evaluate
+        from ..fleet.coordinator.decide.evaluate import evaluate
 
         def names(service: Any) -> set[str]:
             counted = evaluate(service.state, service.policy, time.time()).unavailable

@@ -7,20 +7,14 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import (
-    Budget,
-    Evaluation,
-    Policy,
-    evaluate,
-    snapshot,
-    to_dict,
-)
+from se_forwarder.fleet.coordinator import Budget, Evaluation, Policy, evaluate, to_dict
 from se_forwarder.fleet.coordinator import (
     claimed as fold_event,
 )
-from se_forwarder.fleet.coordinator.availability import unavailable, used
-from se_forwarder.fleet.coordinator.scopes import index, resolve
-from se_forwarder.fleet.coordinator.state import FleetState
+from se_forwarder.fleet.coordinator.decide.availability import unavailable, used
+from se_forwarder.fleet.coordinator.decide.scopes import index, resolve
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.fold.state import FleetState
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, report
 

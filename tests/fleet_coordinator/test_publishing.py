@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import FleetState, Policy, observe, pause, trust
-from se_forwarder.fleet.coordinator.hub_publisher import HubProducer as HubPublisher
-from se_forwarder.fleet.coordinator.output import Outgoing, Output
-from se_forwarder.fleet.coordinator.reach import parts
-from se_forwarder.fleet.coordinator.sender import ApprovalMessages as Sender
-from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator import FleetState, Policy, observe, pause
+from se_forwarder.fleet.coordinator.azure.reach import parts
+from se_forwarder.fleet.coordinator.config.service import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.edge import trust
+from se_forwarder.fleet.coordinator.output.hub_producer import HubProducer as HubPublisher
+from se_forwarder.fleet.coordinator.output.messages import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.output.publish import Outgoing, Output
 from se_forwarder.fleet.coordinator.signer import Signer
 from se_forwarder.fleet.coordinator.stats import Health
 from tests.eventhubs.broker import EventHubsBroker

@@ -20,15 +20,15 @@ signed messages and serves the API, and passes ``now`` (UTC epoch seconds) in. O
     status(state, policy, now, result); groups(state, policy, now, result)   # the read model
 """
 
-from .control import ControlRefused, approve_now, hold, normalize_scope, pause, release, resume
-from .decide import DecisionPass, Evaluation, Verdict, evaluate
-from .events import BudgetUse, Decision, VmRef, to_cloudevent, to_dict, to_json
-from .fold import FoldStats, claimed, fold_event, fold_json
-from .retention import Pruned, prune
-from .settings import POLICY_SECTIONS, Blackout, Budget, Policy, load_policy, parse_duration
-from .snapshot import restore, snapshot
-from .state import FleetState
-from .view import groups, status
+from .config.policy import POLICY_SECTIONS, Blackout, Budget, Policy, load_policy, parse_duration
+from .decide.control import ControlRefused, approve_now, hold, normalize_scope, pause, release, resume
+from .decide.evaluate import DecisionPass, Evaluation, Verdict, evaluate
+from .decide.events import BudgetUse, Decision, VmRef, to_cloudevent, to_dict, to_json
+from .fold.dispatch import FoldStats, claimed, fold_event, fold_json
+from .fold.retention import Pruned, prune
+from .fold.snapshot import restore, snapshot
+from .fold.state import FleetState
+from .view.status import groups, status
 
 __all__ = [
     "POLICY_SECTIONS", "Blackout", "Budget", "BudgetUse", "ControlRefused", "Decision", "DecisionPass",

@@ -29,9 +29,9 @@ class Addons:
 
 def start_addons(service: Any, settings: Any) -> Addons:
     """Start what is configured; ConfigError (one line) when a hook URL or the web port is unusable."""
-    from .api import ApiServer
-    from .notifier import Notifier
-    from .tokens import read_tokens
+    from .api.server import ApiServer
+    from .api.tokens import read_tokens
+    from .output.chat import Notifier
 
     notifier = Notifier.from_settings(settings.notify, service) if settings.notify else None
     web = None

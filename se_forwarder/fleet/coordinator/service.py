@@ -43,32 +43,32 @@ from typing import Any
 
 from ...approvals import signing
 from ...errors import SeForwarderError
-from . import access
-from .admission import BatchAdmission
-from .azure_input import AzureInput
-from .control import OVERRIDE, ControlRefused
-from .decide import Evaluation, evaluate
-from .events import Decision, Recorded, sent, to_dict
-from .fold import FOLDED, OWN, fold_event
-from .hub_publisher import HubProducer
-from .hub_reader import Batch, Position
-from .inbox import Inbox
-from .keeper import Keeper, Loaded
-from .leader import LeaderElection
-from .lease import Lease, ensure_container
-from .output import Outgoing, Output
-from .queues import QueueConflictLog
-from .reach import Reach, parts
-from .readers import Hubs
-from .retention import prune
-from .sender import ApprovalMessages
-from .service_config import ServiceSettings
+from .azure import clients as access
+from .azure.reach import Reach, parts
+from .config.service import ServiceSettings
+from .decide.control import OVERRIDE, ControlRefused
+from .decide.evaluate import Evaluation, evaluate
+from .decide.events import Decision, Recorded, sent, to_dict
+from .decide.queues import QueueConflictLog
+from .fold.dispatch import FOLDED, OWN, fold_event
+from .fold.retention import prune
+from .fold.snapshot import snapshot
+from .fold.state import FleetState
+from .ha.election import LeaderElection
+from .ha.keeper import Keeper, Loaded
+from .ha.lease import Lease, ensure_container
+from .ha.snapshot_blob import SnapshotBlob
+from .input.admission import BatchAdmission
+from .input.azure import AzureInput
+from .input.hub_reader import Batch, Position
+from .input.hubs import Hubs
+from .input.inbox import Inbox
+from .output.hub_producer import HubProducer
+from .output.messages import ApprovalMessages
+from .output.publish import Outgoing, Output
 from .signer import Approval, Signer
-from .snapshot import snapshot
-from .snapshot_blob import SnapshotBlob
-from .state import FleetState
 from .stats import FleetStats, Health, Reachability, Stats, fleet_stats
-from .view import status
+from .view.status import status
 
 log = logging.getLogger("se_forwarder.coordinator")
 

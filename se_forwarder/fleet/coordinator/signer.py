@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from ...approvals import signing
 from ...approvals.messages import MAX_TEXT
 from ...errors import ConfigError
-from .events import Decision, VmRef, signed
-from .state import DecisionRecord
+from .decide.events import Decision, VmRef, signed
+from .fold.state import DecisionRecord
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey

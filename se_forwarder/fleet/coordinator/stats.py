@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import azure_view
-from .admission import AdmissionCounts
-from .output import OutputCounts
-from .scopes import index
-from .settings import Policy
-from .state import FleetState
+from .config.policy import Policy
+from .decide.scopes import index
+from .fold.state import FleetState
+from .input.admission import AdmissionCounts
+from .output.publish import OutputCounts
+from .view import azure as azure_view
 
 
 @dataclass(frozen=True)

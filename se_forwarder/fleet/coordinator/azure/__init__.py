@@ -1,0 +1,7 @@
+"""The Azure services the coordinator calls, and what answers: clients, deadlines, ARM.
+
+``clients`` signs in as the configuration says (``Clients``: the SDKs', or stand-ins handed in by
+code); ``reach`` runs calls that end at a deadline and records which part answers; ``graph``
+reads Resource Graph and ARM's instance views; ``acknowledge`` posts the Maintenance
+``acknowledge``. Heavy SDKs are imported only where a call is made.
+"""

@@ -1,0 +1,6 @@
+"""The read model, pure and JSON-serialisable: what ``coordinator status`` prints and the page shows.
+
+``status`` (fleet, groups, events, decisions), ``azure`` (agentless VMs and where Azure and an
+agent disagree), ``timeline`` (each VM's Scheduled, approved, Started and healthy spans) and
+``page`` (the fleet page's one compact document).
+"""
