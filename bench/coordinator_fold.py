@@ -41,8 +41,8 @@ from se_forwarder.fleet.coordinator import (  # noqa: E402
     restore,
     to_json,
 )
-from se_forwarder.fleet.coordinator.config.limits import Limits  # noqa: E402
-from se_forwarder.fleet.coordinator.decide.events import Decision, signed  # noqa: E402
+from se_forwarder.fleet.coordinator.config import Limits  # noqa: E402
+from se_forwarder.fleet.coordinator.decide import Decision, signed  # noqa: E402
 from se_forwarder.fleet.coordinator.edge import trust  # noqa: E402
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot  # noqa: E402
 from se_forwarder.fleet.coordinator.signer import signed_json  # noqa: E402

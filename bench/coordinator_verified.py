@@ -33,10 +33,13 @@ from se_forwarder.approvals import signing  # noqa: E402
 from se_forwarder.fleet.coordinator import FleetState, FoldStats  # noqa: E402
 from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.config.anchors import anchors  # noqa: E402
-from se_forwarder.fleet.coordinator.edge import trust  # noqa: E402
-from se_forwarder.fleet.coordinator.edge.gate import Edge, Gate  # noqa: E402
+from se_forwarder.fleet.coordinator.edge import (  # noqa: E402
+    Edge,
+    Gate,
+    trust,  # noqa: E402
+)
+from se_forwarder.fleet.coordinator.fold import Identity  # noqa: E402
 from se_forwarder.fleet.coordinator.fold import identities as registrations  # noqa: E402
-from se_forwarder.fleet.coordinator.fold.state import Identity  # noqa: E402
 from se_forwarder.identity.attested import nonce_for  # noqa: E402
 from se_forwarder.simulator.attestation import AttestationAuthority  # noqa: E402
 

@@ -29,9 +29,8 @@ from ..approvals import signing
 from ..approvals.queue.config import QueueConfig
 from ..approvals.settings import ApprovalsSettings
 from ..config import ImdsSettings, Settings, SinkSettings, StateSettings, VmSettings
+from ..fleet.coordinator.config import TrustSettings, load_policy
 from ..fleet.coordinator.config import service as sc
-from ..fleet.coordinator.config.policy import load_policy
-from ..fleet.coordinator.config.trust import TrustSettings
 from ..simulator import SimulatorServer
 from ..simulator.topology import Topology
 from ..sinks.eventhubs.config import EventHubsOptions
@@ -94,8 +93,7 @@ class FleetParts:
 
     def start_coordinator(self) -> str:
         """The service, and its API with the page; the page's URL."""
-        from ..fleet.coordinator.api.server import ApiServer
-        from ..fleet.coordinator.api.tokens import read_tokens
+        from ..fleet.coordinator.api import ApiServer, read_tokens
         from ..fleet.coordinator.service import Service
 
         self.service = Service(self.coordinator_settings(), self.stopping, self.transport.for_coordinator())

@@ -23,8 +23,8 @@ from se_forwarder.fleet.coordinator import (
 from se_forwarder.fleet.coordinator import (
     claimed as fold_event,
 )
-from se_forwarder.fleet.coordinator.config.limits import Limits
-from se_forwarder.fleet.coordinator.decide.events import sent
+from se_forwarder.fleet.coordinator.config import Limits
+from se_forwarder.fleet.coordinator.decide import sent
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, 12:00 UTC
 SUB = "11111111-2222-3333-4444-555555555555"

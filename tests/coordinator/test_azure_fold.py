@@ -9,10 +9,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator.decide.availability import unavailable
-from se_forwarder.fleet.coordinator.decide.scopes import index, resolve
-from se_forwarder.fleet.coordinator.fold.azure import fold_catch_up, fold_event
-from se_forwarder.fleet.coordinator.fold.snapshot import restore, snapshot
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.fold import fold_catch_up, fold_event, restore
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.fold.state import COMPLETED, SCHEDULED, STARTED
 
 from .azure import catch_up, facts, feed, policy, row, vm_row

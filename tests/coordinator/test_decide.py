@@ -8,9 +8,8 @@ import pytest
 
 from se_forwarder.fleet.coordinator import Budget, Policy, evaluate, to_dict
 from se_forwarder.fleet.coordinator import claimed as fold_event
-from se_forwarder.fleet.coordinator.config.policy import Blackout
-from se_forwarder.fleet.coordinator.decide.availability import unavailable
-from se_forwarder.fleet.coordinator.decide.scopes import index
+from se_forwarder.fleet.coordinator.config import Blackout
+from se_forwarder.fleet.coordinator.decide import index, unavailable
 
 from .fleet import SET, SOURCE, T0, AgentVm, Fleet, approvals, avset, heartbeat, kinds, pause_event, report
 

@@ -11,10 +11,9 @@ from se_forwarder.fleet.coordinator import Budget, Evaluation, Policy, evaluate,
 from se_forwarder.fleet.coordinator import (
     claimed as fold_event,
 )
-from se_forwarder.fleet.coordinator.decide.availability import unavailable, used
-from se_forwarder.fleet.coordinator.decide.scopes import index, resolve
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable, used
+from se_forwarder.fleet.coordinator.fold import FleetState
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
-from se_forwarder.fleet.coordinator.fold.state import FleetState
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, report
 

@@ -8,8 +8,7 @@ from se_forwarder.fleet.coordinator import FleetState, FoldStats, Policy, fold_j
 from se_forwarder.fleet.coordinator import (
     claimed as fold_event,
 )
-from se_forwarder.fleet.coordinator.decide.availability import unavailable
-from se_forwarder.fleet.coordinator.decide.scopes import index, resolve
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.fold.state import CANCELED, COMPLETED, SCHEDULED, STARTED
 

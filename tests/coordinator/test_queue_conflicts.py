@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from se_forwarder.approvals.queue.names import names_the_vm, sharing_peers
 from se_forwarder.fleet.coordinator import Budget, Policy, approve_now
-from se_forwarder.fleet.coordinator.decide.control import ControlRefused
-from se_forwarder.fleet.coordinator.decide.queues import QueueConflictLog, queue_of
-from se_forwarder.fleet.coordinator.decide.scopes import index
+from se_forwarder.fleet.coordinator.decide import ControlRefused, QueueConflictLog, index, queue_of
 from se_forwarder.fleet.coordinator.view.status import status
 
 from .fleet import T0, AgentVm, Fleet, kinds

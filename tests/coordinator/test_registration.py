@@ -13,10 +13,9 @@ from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import restore, status
 from se_forwarder.fleet.coordinator.config.anchors import anchors
 from se_forwarder.fleet.coordinator.edge import trust
+from se_forwarder.fleet.coordinator.fold import Claim, FleetState, Identity
 from se_forwarder.fleet.coordinator.fold import identities as registrations
-from se_forwarder.fleet.coordinator.fold.identities import Claim
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
-from se_forwarder.fleet.coordinator.fold.state import FleetState, Identity
 from se_forwarder.simulator.attestation import AttestationAuthority
 
 from .fleet import SUB, AgentVm, heartbeat

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from se_forwarder.fleet.coordinator import Budget, Policy, restore, to_dict
 from se_forwarder.fleet.coordinator import claimed as fold_event
-from se_forwarder.fleet.coordinator.decide.events import sent
+from se_forwarder.fleet.coordinator.decide import sent
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import SET, SOURCE, T0, Fleet, approved, avset, kinds, pause_event, rejected

@@ -7,9 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import Policy
-from se_forwarder.fleet.coordinator.decide.scopes import index
-from se_forwarder.fleet.coordinator.view.page import page_view
-from se_forwarder.fleet.coordinator.view.timeline import Span, down, peak, spans
+from se_forwarder.fleet.coordinator.decide import index
+from se_forwarder.fleet.coordinator.view import Span, down, page_view, peak, spans
 
 from .fleet import SET, T0, avset, report
 

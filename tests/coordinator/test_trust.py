@@ -17,11 +17,10 @@ from hypothesis import strategies as st
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import approve_now, hold, pause
-from se_forwarder.fleet.coordinator.decide.arm_path import acknowledged
-from se_forwarder.fleet.coordinator.decide.events import sent, signed, to_dict
+from se_forwarder.fleet.coordinator.decide import acknowledged, sent, signed, to_dict
 from se_forwarder.fleet.coordinator.edge import attestation, trust
+from se_forwarder.fleet.coordinator.fold import DecisionRecord
 from se_forwarder.fleet.coordinator.fold import identities as registrations
-from se_forwarder.fleet.coordinator.fold.state import DecisionRecord
 
 from .fleet import SET, SOURCE, T0, avset, heartbeat, report
 

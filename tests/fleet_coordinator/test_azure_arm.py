@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
-from se_forwarder.fleet.coordinator.azure.acknowledge import Acknowledger
-from se_forwarder.fleet.coordinator.azure.graph import Graph
-from se_forwarder.fleet.coordinator.azure.reach import Reach
-from se_forwarder.fleet.coordinator.config.azure import AzureSettings
+from se_forwarder.fleet.coordinator.azure import Acknowledger, Graph, Reach
+from se_forwarder.fleet.coordinator.config import AzureSettings
 from se_forwarder.fleet.coordinator.decide.arm_path import ACK_API_VERSION
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.azure_side import AzureOptions

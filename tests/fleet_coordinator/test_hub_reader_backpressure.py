@@ -14,9 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from se_forwarder.fleet.coordinator.config.service import Access, EventHubSettings
-from se_forwarder.fleet.coordinator.input.hub_reader import Batch, HubReader
-from se_forwarder.fleet.coordinator.input.inbox import Inbox
+from se_forwarder.fleet.coordinator.config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.input import Batch, HubReader, Inbox
 from tests.eventhubs.broker import EventHubsBroker
 from tests.support.waiting import wait_for
 

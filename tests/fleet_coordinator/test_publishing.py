@@ -18,12 +18,12 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import FleetState, Policy, observe, pause
-from se_forwarder.fleet.coordinator.azure.reach import parts
-from se_forwarder.fleet.coordinator.config.service import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.azure import parts
+from se_forwarder.fleet.coordinator.config import Access, EventHubSettings
 from se_forwarder.fleet.coordinator.edge import trust
-from se_forwarder.fleet.coordinator.output.hub_producer import HubProducer as HubPublisher
-from se_forwarder.fleet.coordinator.output.messages import ApprovalMessages as Sender
-from se_forwarder.fleet.coordinator.output.publish import Outgoing, Output
+from se_forwarder.fleet.coordinator.output import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.output import HubProducer as HubPublisher
+from se_forwarder.fleet.coordinator.output import Outgoing, Output
 from se_forwarder.fleet.coordinator.signer import Signer
 from se_forwarder.fleet.coordinator.stats import Health
 from tests.eventhubs.broker import EventHubsBroker

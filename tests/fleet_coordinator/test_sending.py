@@ -20,13 +20,12 @@ from typing import Any
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator.azure.clients import Queues
-from se_forwarder.fleet.coordinator.azure.reach import Reach
-from se_forwarder.fleet.coordinator.config.service import Access, QueueSettings
-from se_forwarder.fleet.coordinator.decide.events import VmRef
-from se_forwarder.fleet.coordinator.output.messages import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.azure import Queues, Reach
+from se_forwarder.fleet.coordinator.config import Access, QueueSettings
+from se_forwarder.fleet.coordinator.decide import VmRef
+from se_forwarder.fleet.coordinator.output import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.output import QueueSender as Sending
 from se_forwarder.fleet.coordinator.output.queue_sender import DEADLINE
-from se_forwarder.fleet.coordinator.output.queue_sender import QueueSender as Sending
 from se_forwarder.fleet.coordinator.signer import Approval, Signer
 from tests.azurite import Azurite, find_binary
 from tests.support.waiting import wait_for

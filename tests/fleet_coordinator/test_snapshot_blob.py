@@ -17,11 +17,11 @@ import pytest
 from se_forwarder.approvals import signing
 from se_forwarder.errors import ConfigError, StateError
 from se_forwarder.fleet.coordinator import FleetState
-from se_forwarder.fleet.coordinator.azure.reach import Reach
+from se_forwarder.fleet.coordinator.azure import Reach
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
-from se_forwarder.fleet.coordinator.ha.keeper import Keeper, Loaded
-from se_forwarder.fleet.coordinator.ha.snapshot_blob import SnapshotBlob as Snapshots
-from se_forwarder.fleet.coordinator.input.hub_reader import Position
+from se_forwarder.fleet.coordinator.ha import Keeper, Loaded
+from se_forwarder.fleet.coordinator.ha import SnapshotBlob as Snapshots
+from se_forwarder.fleet.coordinator.input import Position
 from se_forwarder.fleet.coordinator.signer import Signer
 from tests.azurite import Azurite, find_binary
 from tests.support.waiting import wait_for

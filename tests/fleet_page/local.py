@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.coordinator_fold import LIMITS, fleet, heartbeat, iso, transition
 from se_forwarder.fleet.coordinator import FleetState, evaluate, fold_json, load_policy, to_dict
-from se_forwarder.fleet.coordinator.fold.dispatch import claimed as fold_event
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 
 SOURCE = "urn:se-forwarder:coordinator:local"
 POLICY = load_policy({

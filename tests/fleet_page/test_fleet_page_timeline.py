@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from se_forwarder.fleet.coordinator.api.server import ApiServer
-from se_forwarder.fleet.coordinator.decide.scopes import index
-from se_forwarder.fleet.coordinator.fold.dispatch import claimed as fold_event
-from se_forwarder.fleet.coordinator.view.timeline import spans
+from se_forwarder.fleet.coordinator.api import ApiServer
+from se_forwarder.fleet.coordinator.decide import index
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
+from se_forwarder.fleet.coordinator.view import spans
 from tests.support.waiting import wait_for
 
 from .browser import chrome, console_errors

@@ -15,11 +15,11 @@ import pytest
 
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import load_policy
-from se_forwarder.fleet.coordinator.config.notify import DECISIONS, NotifySettings, hook_url, load_notify
-from se_forwarder.fleet.coordinator.config.service import from_dict
+from se_forwarder.fleet.coordinator.config import NotifySettings, from_dict, hook_url, load_notify
+from se_forwarder.fleet.coordinator.config.notify import DECISIONS
 from se_forwarder.fleet.coordinator.decide import control
-from se_forwarder.fleet.coordinator.output.chat import ChatHook, Notifier
-from se_forwarder.fleet.coordinator.output.chat import NewDecisions as DecisionFeed
+from se_forwarder.fleet.coordinator.output import ChatHook, Notifier
+from se_forwarder.fleet.coordinator.output import NewDecisions as DecisionFeed
 from se_forwarder.notify import describe
 from tests.coordinator.fleet import T0, AgentVm, Fleet
 from tests.support.chat_receiver import ChatReceiver

@@ -5,3 +5,21 @@ sign in), ``policy`` (budgets, blackouts), ``trust`` (``[trust]``, with the atte
 ``anchors``), ``azure``, ``limits``, ``web`` and ``notify``. Nothing here imports the rest of the
 coordinator.
 """
+
+from __future__ import annotations
+
+from .anchors import default_roots
+from .azure import AzureSettings
+from .hub import Access, EventHubSettings
+from .limits import Limits, load_limits
+from .notify import NotifySettings, hook_url, load_notify
+from .policy import Blackout, Policy, load_policy
+from .service import QueueSettings, from_dict, load
+from .trust import TrustSettings
+from .web import WebSettings
+
+__all__ = [
+    "Access", "AzureSettings", "Blackout", "EventHubSettings", "Limits", "NotifySettings", "Policy",
+    "QueueSettings", "TrustSettings", "WebSettings", "default_roots", "from_dict", "hook_url", "load",
+    "load_limits", "load_notify", "load_policy"
+]

@@ -7,3 +7,13 @@ registration, and hands what passes to the fold with the sender it found. ``atte
 an IMDS attested document; ``azure_facts`` reads Azure's feed events and Resource Graph rows as
 facts. Each refusal has a reason code, a counter and a test; no I/O, no threads, no SDK here.
 """
+
+from __future__ import annotations
+
+from .attestation import Anchors, Attested, issuer_urls, verify
+from .azure_facts import domains, vm_row
+from .gate import Edge, Gate
+
+__all__ = [
+    "Anchors", "Attested", "Edge", "Gate", "domains", "issuer_urls", "verify", "vm_row"
+]

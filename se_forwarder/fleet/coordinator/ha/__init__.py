@@ -5,3 +5,13 @@ thread of its own and lets an instance act only once it read both hubs to their 
 ``snapshot_blob.SnapshotBlob`` is the signed snapshot of the fold with the positions it covers;
 ``keeper.Keeper`` saves and loads it off the loop, with deadlines and backoff.
 """
+
+from __future__ import annotations
+
+from .keeper import Keeper, Loaded
+from .lease import Lease, ensure_container
+from .snapshot_blob import SnapshotBlob
+
+__all__ = [
+    "Keeper", "Lease", "Loaded", "SnapshotBlob", "ensure_container"
+]

@@ -8,3 +8,14 @@ event of the agents' hub through the edge's gate (``intermediates`` fetches what
 document leaves out, on its own thread), each event of the feed hub through Azure's own check
 (``azure.AzureInput``, which also runs the Resource Graph catch-ups and ``acknowledge``).
 """
+
+from __future__ import annotations
+
+from .hub_reader import Batch, HubReader, Position, decode, partition_ends
+from .inbox import Inbox
+from .intermediates import FetchError, Intermediates, parse
+
+__all__ = [
+    "Batch", "FetchError", "HubReader", "Inbox", "Intermediates", "Position", "decode", "parse",
+    "partition_ends"
+]

@@ -6,3 +6,17 @@ until ``messages.ApprovalMessages`` has put it in its VM's queue once, and repor
 ``chat`` posts one Teams or Slack message per fleet event (``chat_stages``: each maintenance
 event's stages once, however many VMs report it). Every call has a deadline, off the loop.
 """
+
+from __future__ import annotations
+
+from .chat import ChatHook, NewDecisions, Notifier
+from .chat_stages import EventStages
+from .hub_producer import HubProducer
+from .messages import ApprovalMessages
+from .publish import Outgoing, Output
+from .queue_sender import QueueSender
+
+__all__ = [
+    "ApprovalMessages", "ChatHook", "EventStages", "HubProducer", "NewDecisions", "Notifier", "Outgoing",
+    "Output", "QueueSender"
+]
