@@ -49,72 +49,9 @@ def render(v: dict[str, Any]) -> bytes:
 
     class Collector:
         def collect(self) -> Iterator[Any]:
-            folded = CounterMetricFamily(PREFIX + "folded", "Hub events folded, by CloudEvent type "
-                                         "(com.azure.scheduledevents. left out).", labels=["type"])
-            for kind, count in sorted(v["folded"].items()):
-                folded.add_metric([kind], count)
-            yield folded
-            skipped = CounterMetricFamily(PREFIX + "skipped", "Hub events counted and skipped, by why.",
-                                          labels=["reason"])
-            for reason, count in v["skipped"].items():
-                skipped.add_metric([reason], count)
-            yield skipped
-            refused = CounterMetricFamily(PREFIX + "refused", "Hub events dropped before the fold by "
-                                          "trust.py, by reason (its reason table: forged and foreign "
-                                          "decisions, unsigned, unregistered, bad-signature and wrong-vm "
-                                          "reports, identity-* registrations).", labels=["reason"])
-            for reason, count in v["refused"].items():
-                refused.add_metric([reason], count)
-            yield refused
-            capped = CounterMetricFamily(PREFIX + "capped", "What the fold dropped of agents' reports by "
-                                         "a [limits] cap or rule (whole reports and parts), by why.",
-                                         labels=["reason"])
-            for reason, count in v["capped"].items():
-                capped.add_metric([reason], count)
-            yield capped
-            for name, help_text in (
-                ("decisions", "Decisions made by this instance."),
-                ("published", "Decisions published to the hub by this instance."),
-                ("publish_failures", "Failed attempts to publish decisions (retried)."),
-                ("sent", "Approval messages sent to the agents' queues."),
-                ("send_failures", "Attempts to send an approval message that failed (retried)."),
-                ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
-                ("rekeyed", "vmIds that registered a new identity key with a newer document (reinstalls)."),
-            ):
-                yield CounterMetricFamily(PREFIX + name, help_text, value=v[name])
-            for name, help_text in (
-                ("leader", "1 while this instance holds the leader lease."),
-                ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
-                ("vms", "VMs in the fold."),
-                ("open_events", "Events not completed or canceled."),
-                ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
-                ("identities", "VMs with a registered identity key."),
-                ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
-                ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
-            ):
-                yield GaugeMetricFamily(PREFIX + name, help_text, value=v[name])
-            reachable = GaugeMetricFamily(PREFIX + "reachable", "1 while the part answers (storage, queues, "
-                                          "hub-read, hub-publish; with [azure]: azure-feed, arm).",
-                                          labels=["part"])
-            failures = CounterMetricFamily(PREFIX + "call_failures", "Failed calls to each part, by kind "
-                                           "(error, or timeout: no answer by the deadline).",
-                                           labels=["part", "kind"])
-            success = GaugeMetricFamily(PREFIX + "last_success_timestamp_seconds",
-                                        "When a call to the part last succeeded (unix time).",
-                                        labels=["part"])
-            for part, (ok, failed, overdue, last) in v["reach"].items():
-                reachable.add_metric([part], int(ok))
-                failures.add_metric([part, "error"], failed - overdue)
-                failures.add_metric([part, "timeout"], overdue)
-                if last is not None:
-                    success.add_metric([part], round(last, 3))
-            yield reachable
-            yield failures
-            yield success
-            if v["last_input_age"] is not None:
-                yield GaugeMetricFamily(PREFIX + "last_input_age_seconds",
-                                        "Seconds since the last event arrived from the hub.",
-                                        value=round(v["last_input_age"], 3))
+            yield from _input_metrics(v, CounterMetricFamily)
+            yield from _service_metrics(v, CounterMetricFamily, GaugeMetricFamily)
+            yield from _reach_metrics(v, CounterMetricFamily, GaugeMetricFamily)
             yield from _azure_metrics(v["azure"], CounterMetricFamily, GaugeMetricFamily)
             latencies = v["latencies"]
             yield SummaryMetricFamily(PREFIX + "approval_latency_seconds",
@@ -126,6 +63,70 @@ def render(v: dict[str, Any]) -> bytes:
     registry.register(Collector())  # type: ignore[arg-type]
     ProcessCollector(registry=registry)
     return generate_latest(registry)
+
+
+def _input_metrics(v: dict[str, Any], counter: Any) -> Iterator[Any]:
+    """What became of the events read: folded, skipped, refused at the edge, capped."""
+    for name, help_text, label in (
+        ("folded", "Hub events folded, by CloudEvent type (com.azure.scheduledevents. left out).", "type"),
+        ("skipped", "Hub events counted and skipped, by why.", "reason"),
+        ("refused", "Hub events dropped before the fold by trust.py, by reason (its reason table: forged "
+                    "and foreign decisions, unsigned, unregistered, bad-signature and wrong-vm reports, "
+                    "identity-* registrations).", "reason"),
+        ("capped", "What the fold dropped of agents' reports by a [limits] cap or rule (whole reports and "
+                   "parts), by why.", "reason"),
+    ):
+        family = counter(PREFIX + name, help_text, labels=[label])
+        counts = v[name].items()
+        for key, count in sorted(counts) if name == "folded" else counts:
+            family.add_metric([key], count)
+        yield family
+
+
+def _service_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[Any]:
+    for name, help_text in (
+        ("decisions", "Decisions made by this instance."),
+        ("published", "Decisions published to the hub by this instance."),
+        ("publish_failures", "Failed attempts to publish decisions (retried)."),
+        ("sent", "Approval messages sent to the agents' queues."),
+        ("send_failures", "Attempts to send an approval message that failed (retried)."),
+        ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
+        ("rekeyed", "vmIds that registered a new identity key with a newer document (reinstalls)."),
+    ):
+        yield counter(PREFIX + name, help_text, value=v[name])
+    for name, help_text in (
+        ("leader", "1 while this instance holds the leader lease."),
+        ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
+        ("vms", "VMs in the fold."),
+        ("open_events", "Events not completed or canceled."),
+        ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
+        ("identities", "VMs with a registered identity key."),
+        ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
+        ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
+    ):
+        yield gauge(PREFIX + name, help_text, value=v[name])
+
+
+def _reach_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[Any]:
+    """Each part's reachability, failed calls and last success; the age of the last input."""
+    reachable = gauge(PREFIX + "reachable", "1 while the part answers (storage, queues, hub-read, "
+                      "hub-publish; with [azure]: azure-feed, arm).", labels=["part"])
+    failures = counter(PREFIX + "call_failures", "Failed calls to each part, by kind (error, or timeout: "
+                       "no answer by the deadline).", labels=["part", "kind"])
+    success = gauge(PREFIX + "last_success_timestamp_seconds", "When a call to the part last succeeded "
+                    "(unix time).", labels=["part"])
+    for part, (ok, failed, overdue, last) in v["reach"].items():
+        reachable.add_metric([part], int(ok))
+        failures.add_metric([part, "error"], failed - overdue)
+        failures.add_metric([part, "timeout"], overdue)
+        if last is not None:
+            success.add_metric([part], round(last, 3))
+    yield reachable
+    yield failures
+    yield success
+    if v["last_input_age"] is not None:
+        yield gauge(PREFIX + "last_input_age_seconds", "Seconds since the last event arrived from the hub.",
+                    value=round(v["last_input_age"], 3))
 
 
 def _azure_metrics(v: dict[str, Any] | None, counter: Any, gauge: Any) -> Iterator[Any]:

@@ -78,6 +78,17 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
+    lines += _refusals(s, svc)
+    lines += _scopes(s)
+    lines += _events(s)
+    lines += _azure(s)
+    lines += _fleet_notes(s)
+    return "\n".join(lines)
+
+
+def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
+    """What the edge refused (by reason), and what is paused or held."""
+    lines: list[str] = []
     refused = svc.get("refused") or {}
     refused_azure = refused.get("azure", 0)
     if refused_azure:
@@ -95,6 +106,12 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"paused: {p['scope']} since {p['since']} by {p['actor']}: {p['reason']}")
     for h in s.get("held", []):
         lines.append(f"held: {h['eventId']} since {h['since']} by {h['actor']}: {h['reason']}")
+    return lines
+
+
+def _scopes(s: dict[str, Any]) -> list[str]:
+    """Each scope in use with its budget use, and the totals by kind."""
+    lines: list[str] = []
     lines += ["", "SCOPES (budget use)"]
     scopes = s.get("scopes", [])
     if scopes:
@@ -109,6 +126,12 @@ def render_status(status: dict[str, Any]) -> str:
     if totals:
         lines.append("  " + ", ".join(f"{kind}: {t['full']} of {t['scopes']} full" for kind, t in
                                       sorted(totals.items())))
+    return lines
+
+
+def _events(s: dict[str, Any]) -> list[str]:
+    """The pending events with what each waits for, the started ones, shared queues."""
+    lines: list[str] = []
     lines += ["", "PENDING EVENTS (earliest NotBefore first)"]
     pending = s.get("pending", [])
     for p in pending:
@@ -127,7 +150,12 @@ def render_status(status: dict[str, Any]) -> str:
     if conflicts:
         lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
         lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
-    lines += _azure(s)
+    return lines
+
+
+def _fleet_notes(s: dict[str, Any]) -> list[str]:
+    """VMs that claim one name, identity keys that changed or are shared, VMs not watched."""
+    lines: list[str] = []
     named = s.get("nameConflicts") or []
     if named:
         lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
@@ -147,8 +175,7 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"  {u['name']}  {u.get('group') or '-'}  {last}")
     if not unwatched:
         lines.append("  none")
-    return "\n".join(lines)
-
+    return lines
 
 def _reachability(parts: dict[str, Any], pending: int) -> list[str]:
     """One line per part the service depends on: reachable or not, and its last success."""

@@ -55,7 +55,12 @@ from ..view.status import groups
 from .tokens import TokenTable, bearer, read_tokens
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
     from ..service import Service
+
+    Handler = Callable[[Request], Awaitable[Response]]
 
 __all__ = ["ApiServer", "BadRequest", "bearer", "host_allowed", "make_app", "read_tokens"]
 
@@ -111,11 +116,9 @@ class TrustedHosts:
 def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
-    from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, Response
     from starlette.routing import Route
 
-    from ..service import NotLeading
     from .page import page_routes
 
     table = TokenTable.of(tokens)
@@ -125,27 +128,7 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
     async def on_service(func: Callable[[], Any]) -> Any:
         return await asyncio.wait_for(asyncio.wrap_future(service.submit(func)), REQUEST_TIMEOUT)
 
-    Handler = Callable[[Request], Awaitable[Response]]
-
-    def guarded(handler: Handler) -> Handler:
-        async def wrapper(request: Request) -> Response:
-            name = bearer(request, table)
-            if name is None:
-                return JSONResponse({"error": "a valid bearer token is required (api.token_file)"},
-                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
-            request.state.actor = name
-            try:
-                return await handler(request)
-            except ControlRefused as exc:
-                return JSONResponse({"error": str(exc), "code": exc.code}, status_code=409)
-            except NotLeading as exc:
-                return JSONResponse({"error": str(exc), "leader": exc.leader or None}, status_code=503)
-            except BadRequest as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            except TimeoutError:
-                return JSONResponse({"error": "the coordinator did not answer in time (busy reading the "
-                                     "hub?); a control request may still be published"}, status_code=504)
-        return wrapper
+    guarded = _guard(table)
 
     async def healthz(_request: Request) -> Response:
         try:
@@ -176,30 +159,64 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
     async def state(_request: Request) -> Response:
         return JSONResponse(await on_service(lambda: {"digest": service.digest(), **service.describe()}))
 
-    def action(kind: str) -> Callable[[Request], Awaitable[Response]]:
-        async def handler(request: Request) -> Response:
-            body = await _json(request)
-            actor, reason = request.state.actor, _field(body, "reason")  # the token's name, never the body's
-            make = _maker(kind, body, actor, reason, service)
-            decision, published = await on_service(lambda: service.control(make))
-            try:
-                event = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(published)), PUBLISH_WAIT)
-            except TimeoutError:
-                return JSONResponse({"decision": to_dict(decision, service.source), "published": False,
-                                     "note": "made and in force on this instance; not yet on the Event Hub "
-                                     "(it is published as soon as the hub answers)"}, status_code=202)
-            return JSONResponse({"decision": event, "published": True})
-        return handler
-
     routes = [
         Route("/healthz", healthz), Route("/metrics", metrics),
         Route("/v1/status", guarded(status)), Route("/v1/groups", guarded(fleet_groups)),
         Route("/v1/state", guarded(state)),
-        *[Route(f"/v1/{kind}", guarded(action(kind)), methods=["POST"])
+        *[Route(f"/v1/{kind}", guarded(_action(kind, service, on_service)), methods=["POST"])
           for kind in ("pause", "resume", "hold", "release", "approve")],
         *page_routes(service, table),
     ]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHosts, names=trusted)])
+
+
+def _guard(table: TokenTable) -> Callable[[Handler], Handler]:
+    """A handler behind the bearer token, with the refusals a control request may meet as answers."""
+    from starlette.responses import JSONResponse
+
+    from ..service import NotLeading
+
+    def guarded(handler: Handler) -> Handler:
+        async def wrapper(request: Request) -> Response:
+            name = bearer(request, table)
+            if name is None:
+                return JSONResponse({"error": "a valid bearer token is required (api.token_file)"},
+                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            request.state.actor = name
+            try:
+                return await handler(request)
+            except ControlRefused as exc:
+                return JSONResponse({"error": str(exc), "code": exc.code}, status_code=409)
+            except NotLeading as exc:
+                return JSONResponse({"error": str(exc), "leader": exc.leader or None}, status_code=503)
+            except BadRequest as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            except TimeoutError:
+                return JSONResponse({"error": "the coordinator did not answer in time (busy reading the "
+                                     "hub?); a control request may still be published"}, status_code=504)
+        return wrapper
+    return guarded
+
+
+def _action(kind: str, service: Service,
+            on_service: Callable[[Callable[[], Any]], Awaitable[Any]]) -> Handler:
+    """``POST /v1/<kind>``: the control decision made on the service's thread, and whether it is on the
+    hub within ``PUBLISH_WAIT``."""
+    from starlette.responses import JSONResponse
+
+    async def handler(request: Request) -> Response:
+        body = await _json(request)
+        actor, reason = request.state.actor, _field(body, "reason")  # the token's name, never the body's
+        make = _maker(kind, body, actor, reason, service)
+        decision, published = await on_service(lambda: service.control(make))
+        try:
+            event = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(published)), PUBLISH_WAIT)
+        except TimeoutError:
+            return JSONResponse({"decision": to_dict(decision, service.source), "published": False,
+                                 "note": "made and in force on this instance; not yet on the Event Hub "
+                                 "(it is published as soon as the hub answers)"}, status_code=202)
+        return JSONResponse({"decision": event, "published": True})
+    return handler
 
 
 class BadRequest(Exception):

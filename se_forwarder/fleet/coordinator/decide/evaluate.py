@@ -6,28 +6,7 @@ event, the verdict (why it waits). It never changes the state: the service folds
 publishes (``fold.fold_event(state, events.to_dict(d, source))``) before the next pass, and the
 same decisions come back from the hub harmlessly (deterministic ids).
 
-For each event not yet approved, in this order (the first that fails is the verdict):
-
-=================  ==============================================================================
-``unmanaged``      a type it was reported under is not in ``manage``: left alone, no decision
-``due``            its NotBefore has passed: Azure starts it now, nothing to decide
-``too-early``      NotBefore is more than ``approve_within`` ahead
-``held``           a person held it
-``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
-``blackout``       now is inside a ``[[blackouts]]`` window
-``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
-``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
-                   heartbeat_timeout) nor by Azure (azure_topology.py)
-``prepare-failed`` an affected VM reported ``preparefailed`` (and no ``prepared`` after it)
-``not-prepared``   ``require_prepared`` and an affected VM has not reported ``prepared``
-``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
-``budget``         a budgeted scope would exceed its limit with every affected VM counted
-                   (VMs already unavailable counted once; approvals earlier in this pass count)
-``queue-conflict`` no affected VM can be sent the approval: each one's queue is another VM's too
-``fits``           all passed: **approve**, to one watched affected VM whose queue no other VM
-                   shares (the first by name among those that reported the event Scheduled,
-                   else among the others); with none, through ``acknowledge`` (azure_paths.py)
-=================  ==============================================================================
+For each event not yet approved, the rule chain (rules.py) says why it waits, or that it fits.
 
 Every verdict names the VMs the event affects (its Resources resolved, scopes.py), whatever its
 code. A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision
@@ -78,8 +57,9 @@ from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
 from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
-from .wording import hhmm, not_watched, prepare_failed, span, who, why
+from .wording import hhmm, span
 
 NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
 
@@ -202,7 +182,7 @@ class DecisionPass:
             return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now",
                            None, res.vms)
         impossible = self.breach(record, res)
-        code, reason, scope = self.check(record, res, impossible)
+        code, reason, scope = first_failing(self, record, res, impossible)
         budgets = self.uses(res.vms)
         if code == "budget" and not impossible:
             for use in budgets:
@@ -233,66 +213,6 @@ class DecisionPass:
         ident = f"{record.event_id}/coordinator/defer/{len(record.defers) + 1}-{code}"
         self.out.decisions.append(self.decision("defer", record, ident, code, reason, res,
                                                 budgets=budgets, scope=scope))
-
-    def check(self, record: EventRecord, res: Resolution, impossible: bool = False,
-              ) -> tuple[str, str, str | None]:
-        """(ReasonCode, Reason, Scope) of the first check that fails, or ``fits``; an event that can
-        never fit (a breach) is told ``budget``, not ``queued``."""
-        state, policy, now = self.state, self.policy, self.now
-        if record.not_before is not None and record.not_before - now > policy.approve_within:
-            return ("too-early", f"NotBefore {hhmm(record.not_before)} is more than "
-                    f"{span(policy.approve_within)} ahead", None)
-        held = state.held(record.key)
-        if held is not None:
-            return ("held", f"held by {who(held.record.data)}{why(held.record.data)}", None)
-        scopes = sorted({s for vm in res.vms for s in self.idx.scopes_of.get(vm, ())} | {FLEET},
-                        key=lambda s: (s != FLEET, s))
-        paused = next((s for s in scopes if state.paused(s)), None)
-        if paused is not None:
-            data = state.pauses[paused].record.data
-            return ("paused", f"{paused} is paused by {who(data)}{why(data)}", paused)
-        blackout = policy.blackout_at(now)
-        if blackout is not None:
-            return ("blackout", f"inside the blackout window {blackout.name!r}", None)
-        if not record.has_resources or not res.vms or res.unresolved:
-            names = ", ".join(res.unresolved) if res.unresolved else "its Resources"
-            return ("unresolved", f"{names} match no VM that reported the event or shares its group",
-                    None)
-        vm = next((v for v in res.vms if not self.watched(v)), None)
-        if vm is not None:
-            beat = last_heartbeat(self.state, self.idx, vm)
-            return ("not-watched", not_watched(self.state.vms[vm].name, beat, now), None)
-        failed = {self.idx.key(r) for r, (t, _) in record.prepare_failed.items()
-                  if t >= record.prepared.get(r, float("-inf"))}
-        vm = next((v for v in res.vms if v in failed or self.down.get(v) == "prepare-failed"), None)
-        if vm is not None:
-            said = next((r for k, (_, r) in record.prepare_failed.items() if self.idx.key(k) == vm and r), "")
-            return ("prepare-failed", prepare_failed(self.state.vms[vm].name, said), None)
-        if policy.require_prepared:
-            ready = {self.idx.key(r) for r, t in record.prepared.items()
-                     if t >= record.prepare_failed.get(r, (float("-inf"), ""))[0]}
-            vm = next((v for v in res.vms if v not in ready), None)
-            if vm is not None:
-                return ("not-prepared", f"{self.state.vms[vm].name} has not reported prepared", None)
-        uses = self.uses(res.vms)
-        for use in uses:
-            if use.with_event > use.used and use.scope in self.reserved and not impossible:
-                return ("queued", f"{use.scope} is kept for the earlier event "
-                        f"{self.reserved[use.scope]}", use.scope)
-        for use in uses:
-            if not use.fits:
-                return ("budget", f"{use.scope} would have {use.with_event} unavailable, max {use.max}",
-                        use.scope)
-        if not self.targets(record, res.vms) and self.arm(record, res) is None:
-            shared = [self.state.vms[v].name for v in res.vms if v in self.idx.shared_queue]
-            if shared:
-                return ("queue-conflict", f"the approval queue of {', '.join(shared)} is another VM's "
-                        "too: no affected VM to send the approval to", None)
-            return ("not-watched", "no affected VM has a watched agent"
-                    + ("" if policy.acknowledge else " ([azure] acknowledge is off)"), None)
-        tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
-        detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""
-        return ("fits", f"fits every budget{detail}", None)
 
     def breach(self, record: EventRecord, res: Resolution) -> bool:
         """Publish a breach warning if this event alone exceeds a scope; True when it does."""
