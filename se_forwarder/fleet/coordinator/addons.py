@@ -1,6 +1,6 @@
 """What ``coordinator run`` starts next to the service when ``coordinator.toml`` asks for it: the
-chat notifications (``[[notify]]``, notifier.py) and the fleet page's own listener (``[web]``,
-web/settings.py; the page is on the control API's listener in any case).
+chat notifications (``[[notify]]``, output/chat.py) and the fleet page's own listener (``[web]``,
+config/web.py; the page is on the control API's listener in any case).
 
 ``coordinator run`` calls ``start_addons(service, settings)`` once the API listens, and ``stop()``
 after the service stopped.

@@ -163,7 +163,7 @@ def _running(settings: ServiceSettings) -> tuple[bool | None, str]:
 
 
 class _Graph:
-    """Resource Graph and the acknowledge probe, with the coordinator's own clients (azure_graph.py)."""
+    """Resource Graph and the acknowledge probe, with the coordinator's own clients (azure/graph.py)."""
 
     NIL = "00000000-0000-0000-0000-000000000000"
 

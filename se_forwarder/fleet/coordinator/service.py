@@ -1,23 +1,23 @@
 """The coordinator service: the fold kept warm from the hub, decisions made while leading.
 
 One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, carries out
-the API's requests, and, while this instance acts (it leads and has caught up, leader.py), runs a
+the API's requests, and, while this instance acts (it leads and has caught up, ha/election.py), runs a
 decision pass whenever new input arrived (at most every 50 ms) and at least once a second (the
 clock matters: echo timeouts, min_healthy, heartbeats going stale). Each decision is folded at once
-and handed to the output (output.py), which publishes it; each pass also tells the output which
-approvals want their message (decide.py's ``sends``), and every message that went out comes back
+and handed to the output (output/publish.py), which publishes it; each pass also tells the output which
+approvals want their message (decide/evaluate.py's ``sends``), and every message that went out comes back
 as a ``sent`` record, folded and published like a decision. Every minute it prunes; while acting,
 every ``snapshot_interval`` it saves the fold with the positions it covers, when nothing is
 waiting to be published.
 
 The loop never waits for the storage account, the queues or the hub: the lease, publishing,
 sending and the snapshot's upload and download all run on threads of their own with deadlines
-(keeper.py, leader.py, output.py, sending.py, reach.py), so the API, ``/healthz`` and
-``/metrics`` answer during any outage. It says once when this instance stops acting and why, and
-once when it acts again.
+(ha/keeper.py, ha/election.py, output/publish.py, output/queue_sender.py, azure/reach.py), so the
+API, ``/healthz`` and ``/metrics`` answer during any outage. It says once when this instance stops
+acting and why, and once when it acts again.
 
-Every batch read, from the agents' hub or the Azure feed hub (readers.py), goes through
-admission.py, the trust boundary. With ``[azure]`` (azure_input.py) the Resource Graph catch-ups
+Every batch read, from the agents' hub or the Azure feed hub (input/hubs.py), goes through
+input/admission.py, the trust boundary. With ``[azure]`` (input/azure.py) the Resource Graph catch-ups
 come back from their own thread and are folded; an approval through ARM (``Via: "arm"``) gets no
 message: it is acknowledged once published, off the loop, and what Azure answered is published as
 an ``acknowledge`` record, the way a message that went out is a ``sent`` one (``_take_records``).
@@ -183,7 +183,7 @@ class Service:
             log.info("fold restored from the snapshot written by %s at %s; reading on from %s",
                      found.instance, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(found.written_at)),
                      ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(loaded.positions.items())) or "-")
-        elif not loaded.refused:  # a refused snapshot was said in one line already (keeper.py)
+        elif not loaded.refused:  # a refused snapshot was said in one line already (ha/keeper.py)
             log.info("no snapshot: reading the hub from the start of its retention")
         self.inbox.clear()  # what a reader that was closed still handed on
         self.state, self.positions = loaded.state, loaded.positions
@@ -219,7 +219,7 @@ class Service:
     # -- the fold -------------------------------------------------------------------------------
 
     def _fold_available(self, wait: float) -> None:
-        for chunk in self.inbox.turn(wait):  # a turn's worth (inbox.py), then requests and the clock
+        for chunk in self.inbox.turn(wait):  # a turn's worth (input/inbox.py), then requests and the clock
             self._fold(chunk)
 
     def _fold(self, batch: Batch) -> None:
@@ -279,7 +279,7 @@ class Service:
             log.error("%s %s not published: it does not fold (%s)", decision.kind, decision.id[:200],
                       outcome, extra=extra)
             return outcome
-        self.decisions_made += decision.kind not in RECORDS  # no decision (sending.py, azure_ack.py log them)
+        self.decisions_made += decision.kind not in RECORDS  # records are logged where made
         over = [f"{u.scope} {u.with_event}/{u.max}" for u in decision.budgets if not u.fits]
         if decision.kind == "approve" and (over or decision.code == OVERRIDE):
             log.warning("%s %s OVERRIDES budgets (%s) on the word of %s: %s", decision.kind,

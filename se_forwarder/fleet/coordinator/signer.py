@@ -1,8 +1,8 @@
 """The coordinator's Ed25519 key: what it signs and which keys it takes.
 
 One key (``[signing] key_file``) signs everything the coordinator says: every decision CloudEvent
-(``Signer.decision``, on its way out in output.py), the snapshot of the fold (``signed_json``,
-snapshot_blob.py) and each approval message (``Signer.message``, sender.py). ``verify_keys`` are
+(``Signer.decision``, on its way out in output/publish.py), the snapshot of the fold (``signed_json``,
+ha/snapshot_blob.py) and each approval message (``Signer.message``, output/messages.py). ``verify_keys`` are
 the keys whose decisions and snapshots trust.py takes.
 """
 

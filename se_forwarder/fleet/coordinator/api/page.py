@@ -1,4 +1,4 @@
-"""The fleet page's routes (Starlette), added to the control API's app (api.py).
+"""The fleet page's routes (Starlette), added to the control API's app (api/server.py).
 
 =========================  =========================================================  ==============
 route                      what                                                       auth

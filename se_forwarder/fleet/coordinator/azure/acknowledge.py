@@ -11,7 +11,7 @@ No generated client has the operation (docs/azure-feed.md), so it is a POST thro
 each through ``azure_graph.arm_call``: it ends at ``DEADLINE`` seconds (the SDK's retries
 included; a request that got no answer by then is left to end on its own) and says whether ARM
 answered (reach.py, ``arm``). It hands ``(approval id, outcome, reason, term)`` to ``done``; the
-service publishes that as an ``acknowledge`` record while the term lasts (azure_paths.py).
+service publishes that as an ``acknowledge`` record while the term lasts (decide/arm_path.py).
 ``outcome`` is a pure function of what came back: ``approved`` (2xx), ``unauthorized`` (401),
 ``forbidden`` (403: the identity lacks the role), ``not-found`` (404: the event is not, or no
 longer, the resource's), ``refused`` (another 4xx but 429), ``failed`` (429 after the retries,

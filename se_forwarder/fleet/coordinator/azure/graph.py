@@ -1,10 +1,10 @@
 """The catch-up: Resource Graph (and ARM's instance views) read with the coordinator's identity.
 
-``Graph.catch_up()`` runs on a thread of its own (azure_input.py), never on the service's loop, and
+``Graph.catch_up()`` runs on a thread of its own (input/azure.py), never on the service's loop, and
 returns a ``CatchUp``: every VM of the managed subscriptions (``resources`` for availability sets
 and flexible scale sets, ``computeresources`` for uniform scale sets) and every scheduled event
 (``maintenanceresources``, type ``microsoft.maintenance/scheduledevents``), each row read through
-azure_facts.py. Queries go through ``azure-mgmt-resourcegraph``'s ``ResourceGraphClient``:
+edge/azure_facts.py. Queries go through ``azure-mgmt-resourcegraph``'s ``ResourceGraphClient``:
 
 - at most ``CHUNK`` subscriptions per query, as Resource Graph asks;
 - every page, following ``$skipToken`` (a page holds at most ``page_size`` rows; the queries keep
@@ -196,7 +196,7 @@ class Graph:
         return result
 
     def _vms(self, chunk: Sequence[str], ends: float, result: CatchUp) -> tuple[list[VmFacts], int]:
-        """The VMs, each opted in when it or its set carries the policy (azure_facts.py)."""
+        """The VMs, each opted in when it or its set carries the policy (edge/azure_facts.py)."""
         vms: list[VmFacts] = []
         queries = 0
         for query in (VMS, UNIFORM):

@@ -15,7 +15,7 @@ waits for it at most ``timeout`` seconds. A call that has not returned by then i
 (``Overdue``), counted and logged like any other, and the caller goes on; the call itself runs
 until the SDK's own timeout ends it. Whether a request that got no answer still takes effect is
 unknown, so callers whose requests are not idempotent (approval messages) do not send the same
-thing again while the earlier call may still land: they keep its future (sending.py).
+thing again while the earlier call may still land: they keep its future (output/queue_sender.py).
 
 Times: ``time.time()`` for what people read, ``time.monotonic()`` for durations.
 """

@@ -1,7 +1,7 @@
 """``[limits]`` in ``coordinator.toml``: how much of the fold one VM's reports may take. Pure.
 
 Every VM may send to the hub as much as its send right allows, so the fold keeps only so much of
-what each VM says, whatever it sends (fold.py, through intake.py), and counts each drop in
+what each VM says, whatever it sends (fold/dispatch.py, through fold/caps.py), and counts each drop in
 ``FoldStats.capped`` by reason (``CAPS``)::
 
     [limits]

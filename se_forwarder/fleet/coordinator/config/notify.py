@@ -9,7 +9,7 @@
     events = ["scheduled", "started", "completed"]                                     # the default
 
 The hook's URL is a secret: it is read from its variable or file when the notifier starts
-(``hook_url``), never from this file. What is sent, and when: notifier.py.
+(``hook_url``), never from this file. What is sent, and when: output/chat.py.
 """
 
 from __future__ import annotations

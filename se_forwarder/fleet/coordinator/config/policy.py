@@ -137,7 +137,7 @@ class Policy:
     shadow: bool = False
     blackouts: tuple[Blackout, ...] = ()
     queue_template: str = "se-approvals-{vm_name}"  # not a [policy] key: [queues] queue (queues.py)
-    acknowledge: bool = False  # not a [policy] key: [azure] acknowledge (azure_paths.py)
+    acknowledge: bool = False  # not a [policy] key: [azure] acknowledge (decide/arm_path.py)
     azure_fresh_for: float = 0.0  # not a [policy] key: from [azure] arg_interval; 0: no Azure input
     by_kind: dict[str, Budget] = field(default_factory=dict, compare=False, repr=False)
 

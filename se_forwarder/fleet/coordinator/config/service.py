@@ -1,6 +1,6 @@
 """``coordinator.toml`` for the service: where it reads, keeps its state, sends, listens. Validated once.
 
-The policy sections (``[policy]``, ``[[budgets]]``, ``[[blackouts]]``) are read by settings.py; this
+The policy sections (``[policy]``, ``[[budgets]]``, ``[[blackouts]]``) are read by config/policy.py; this
 module reads the others and rejects any other top-level key::
 
     [coordinator]
@@ -34,23 +34,23 @@ module reads the others and rejects any other top-level key::
     key_file = "/etc/se-forwarder/coordinator-signing.key"   # the Ed25519 private key ('fleet keygen')
 
     [trust]                              # whose word it takes: coordinator keys, the agents' signed
-                                         # reports and registrations (trust_config.py)
+                                         # reports and registrations (config/trust.py)
 
     [api]
     listen = "127.0.0.1:8470"            # the control API, /metrics and /healthz
     token_file = "/etc/se-forwarder/coordinator-api.token"   # the API's token table (tokens.py)
     advertise = ""                       # the URL a standby names as the leader's (default http://<listen>)
     allowed_hosts = []                   # host names the API and page answer to, besides localhost and
-                                         # IP addresses (api.py: no DNS rebinding)
+                                         # IP addresses (api/server.py: no DNS rebinding)
 
     [telemetry]
     log_format = "auto"                  # auto | json | text
     log_level = "info"
 
-    [azure]                              # optional: Azure's own feed beside the agents (azure_config.py)
+    [azure]                              # optional: Azure's own feed beside the agents (config/azure.py)
     [limits]                             # optional: how much of the fold one VM may take (limits.py)
-    [web]                                # optional: the fleet page's own listener (web/settings.py)
-    [[notify]]                           # optional, repeatable: Teams/Slack messages (notifier.py)
+    [web]                                # optional: the fleet page's own listener (config/web.py)
+    [[notify]]                           # optional, repeatable: Teams/Slack messages (output/chat.py)
 
 Secrets come only from environment variables and files, never from this file.
 """

@@ -5,10 +5,10 @@
     coordinator_keys_file = ""           # ... one per line (# comments), and/or
     coordinator_keys_env = ""            # ... an environment variable (comma or space separated)
     require_signed_reports = true        # fold only reports signed with their VM's registered key;
-                                         # false for a fleet mid-upgrade (fold_reports.py: unverified
+                                         # false for a fleet mid-upgrade (fold/reports.py: unverified
                                          # reports may only make the coordinator more careful)
     attestation_roots = []               # PEM files of the roots attested documents chain to
-                                         # (default: the roots Azure documents, attestation_roots.py)
+                                         # (default: the roots Azure documents, config/anchors.py)
     attestation_intermediates = []       # PEM files of intermediates Azure's documents leave out
     fetch_intermediates = true           # else fetch a missing one from its "CA Issuers" URL
     intermediate_hosts = ["www.microsoft.com", "cacerts.digicert.com"]   # ... on these hosts only

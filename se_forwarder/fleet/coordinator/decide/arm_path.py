@@ -1,14 +1,14 @@
 """Approval without an agent: the path through the Maintenance ``acknowledge``, and its audit. Pure.
 
-An approval goes to the queue of a watched affected VM's agent whenever there is one (decide.py).
+An approval goes to the queue of a watched affected VM's agent whenever there is one (decide/evaluate.py).
 When no affected VM has a watched agent, ``[azure] acknowledge = true`` and Azure reported the
 event (so its ARM id is known) and still shows it Scheduled, the approval's target is ARM: an
 ``approve`` decision with ``Via: "arm"`` and, as ``Target``, the resource the event is filed under
 (the VM, or the scale set). It is published like any approval, through the same budgets and
 checks, and only then carried out: the coordinator POSTs
-``<the event's ARM id>/acknowledge?api-version=2025-11-01`` with its own identity (azure_ack.py).
+``<the event's ARM id>/acknowledge?api-version=2025-11-01`` with its own identity (azure/acknowledge.py).
 
-Such an approval gets no queue message (it is never in decide.py's ``sends``, and has no ``sent``
+Such an approval gets no queue message (it is never in decide/evaluate.py's ``sends``, and has no ``sent``
 record). What Azure answered is published as a signed record of kind ``acknowledge`` (id ``<the
 approval's id>/acknowledge``, ``ReasonCode`` one of ``OUTCOMES``), which every instance folds
 (azure_fold.fold_acknowledged): ``approved`` is the event's echo from ARM; ``forbidden`` (403),
@@ -49,7 +49,7 @@ def arm_target(state: FleetState, policy: Policy, idx: ScopeIndex, record: Event
 
 def went_out(state: FleetState, record: EventRecord, last: DecisionRecord | None) -> DecisionRecord | None:
     """The record that approval ``last`` of ``record`` went out: its ``sent`` one, or through ARM
-    its ``acknowledge`` one; None while there is none (decide.py's echo timeout counts from it)."""
+    its ``acknowledge`` one; None while there is none (decide/evaluate.py's echo timeout counts from it)."""
     if last is None:
         return None
     if last.data.get("Via") == VIA_ARM:

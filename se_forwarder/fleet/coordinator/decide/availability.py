@@ -1,12 +1,12 @@
 """Which VMs are unavailable now, and why: the conservative count (fleet-coordinator.md). Pure.
 
-Each VM's state for an event is its own word (fold_reports.py): what its peers say about the event
+Each VM's state for an event is its own word (fold/reports.py): what its peers say about the event
 can make it count as down, never as back. For an event the fold keeps open or still settling, a VM
 the event affects (its Resources resolved, scopes.py) is *done* with it once it reported the event
 completed or canceled itself, or, for an event someone reported Started, when its newest heartbeat
 polled IMDS more than ``heartbeat_timeout`` after anyone last reported the event and did not list
 it (an agent that missed the event's end, or the whole event). For an event Azure reported
-(its feed, Resource Graph: azure_fold.py), Azure's word wins: every VM the event affects is done
+(its feed, Resource Graph: fold/azure.py), Azure's word wins: every VM the event affects is done
 when Azure shows it Completed (at that time, or its own later completed report) or Canceled, and
 none is while Azure still shows it Scheduled or Started, whatever an agent reported; so an agentless
 VM, which never reports, is done when Azure says so. Until then, for that VM:

@@ -32,7 +32,7 @@ a blackout or past NotBefore, and every budget still fits as for a retry (below:
 approving it), its id is listed in ``Evaluation.sends`` (the service sends those, under their own
 message id). An approval through ARM (``Via: "arm"``) is never listed: it has no message; the
 service acknowledges it once published, and its ``acknowledge`` record says what Azure answered
-(azure_paths.py). An approve decision that got no such echo within ``echo_timeout`` of its
+(decide/arm_path.py). An approve decision that got no such echo within ``echo_timeout`` of its
 ``sent`` (or ``acknowledge``) record, or whose message its target VM itself (or ARM, for one
 through ARM) rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is
 retried as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next
@@ -113,7 +113,7 @@ class DecisionPass:
         return self.agent_watched(vm) or azure_topology.watched(self.state, self.policy, vm, self.now)
 
     def arm(self, record: EventRecord, res: Resolution) -> VmRef | None:
-        """The approval's target when it goes through ``acknowledge`` (azure_paths.py)."""
+        """The approval's target when it goes through ``acknowledge`` (decide/arm_path.py)."""
         return azure_paths.arm_target(self.state, self.policy, self.idx, record, res.vms)
 
     def ref(self, vm: str) -> VmRef:

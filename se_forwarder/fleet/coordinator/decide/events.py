@@ -8,7 +8,7 @@ Attributes:
 =================  ================================================================================
 ``type``           ``com.azure.scheduledevents.coordinator.<kind>``, kind one of ``approve``,
                    ``sent``, ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``,
-                   ``acknowledge`` (what Azure answered an approval through ARM: azure_paths.py)
+                   ``acknowledge`` (what Azure answered an approval through ARM: decide/arm_path.py)
 ``id``             deterministic, so the same decision made from the same fold by any instance has
                    the same id (and is folded once): ``<EventId>/coordinator/approve/<attempt>``,
                    ``<EventId>/coordinator/sent/<attempt>``,
@@ -46,9 +46,9 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
                    resource the event is filed under (its VM or scale set, ``vmId`` empty)
 ``Via``            approve and acknowledge: ``queue`` (a message to the target's agent) or ``arm``
                    (the Maintenance ``acknowledge``, when no affected VM has a watched agent:
-                   azure_paths.py); null for the other kinds (an approval through ``arm`` has no
+                   decide/arm_path.py); null for the other kinds (an approval through ``arm`` has no
                    ``sent`` record: its ``acknowledge`` says what came of it)
-``ReasonCode``     see decide.py (approve: ``fits``, ``approve-now``, ``approve-now-override``
+``ReasonCode``     see decide/evaluate.py (approve: ``fits``, ``approve-now``, ``approve-now-override``
                    (a person exceeded a budget), ``retry-no-echo``, ``retry-rejected``; defer:
                    ``too-early`` ... ``budget``; ``breach``; control: ``pause``, ``resume``,
                    ``hold``, ``release``; ``sent``; acknowledge: what Azure answered, one of
@@ -80,7 +80,7 @@ through a queue (``Via: "queue"``), to ``Target``'s queue, with the message ``id
 decision ``id``: an agent processes a message id once, so an approval sent by two instances (a
 leader change) is carried out once. An approval with ``Via: "arm"`` gets no message: the
 coordinator acknowledges the event through ARM, and publishes what Azure answered as an
-``acknowledge`` decision (azure_paths.py).
+``acknowledge`` decision (decide/arm_path.py).
 
 ``sent`` is not a decision but a record of one: published after the approval's message was put in
 its queue (``sent(approval, queue, when)``), with the approval's ``EventId``, ``EventType``,

@@ -1,12 +1,12 @@
 """Which VMs of the fleet would share an approval queue. Pure (the agents' queue-name rules).
 
 The coordinator sends a VM's approval to the queue the agents' template names for it
-(``approvals/queue/names.py``, as sender.py does). The rules make VMs of different names different
+(``approvals/queue/names.py``, as output/messages.py does). The rules make VMs of different names different
 queues (``web_1`` and ``web-1`` differ: a changed name gets a hash), but two VMs of the same name
 in other resource groups or subscriptions (``web-1`` and ``WEB-1``), or every VM under a template
 without ``{vm_name}`` or ``{vm_id}``, share one. An approval put there could be taken by the
 other VM's agent, so the decision pass never targets a VM whose queue another VM shares
-(decide.py); status lists each such queue, and the service logs it and counts it in ``/metrics``.
+(decide/evaluate.py); status lists each such queue, and the service logs it and counts it in ``/metrics``.
 """
 
 from __future__ import annotations

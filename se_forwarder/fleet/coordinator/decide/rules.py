@@ -11,7 +11,7 @@ For each event not yet approved (evaluate.py), in this order (the first that fai
 ``blackout``       now is inside a ``[[blackouts]]`` window
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
 ``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
-                   heartbeat_timeout) nor by Azure (azure_topology.py)
+                   heartbeat_timeout) nor by Azure (fold/topology.py)
 ``prepare-failed`` an affected VM reported ``preparefailed`` (and no ``prepared`` after it)
 ``not-prepared``   ``require_prepared`` and an affected VM has not reported ``prepared``
 ``queued``         a scope it needs is kept for an earlier event deferred for ``budget``
@@ -20,7 +20,7 @@ For each event not yet approved (evaluate.py), in this order (the first that fai
 ``queue-conflict`` no affected VM can be sent the approval: each one's queue is another VM's too
 ``fits``           all passed: **approve**, to one watched affected VM whose queue no other VM
                    shares (the first by name among those that reported the event Scheduled,
-                   else among the others); with none, through ``acknowledge`` (azure_paths.py)
+                   else among the others); with none, through ``acknowledge`` (decide/arm_path.py)
 =================  ==============================================================================
 
 The chain reads the pass (``Pass``: the fold, the policy, the clock, the scope index, who is down

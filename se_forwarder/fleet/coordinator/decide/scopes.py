@@ -3,7 +3,7 @@
 Groups. A VM's group is, in this order: ``tag/<value>`` when it carries the configured
 ``group_tag``; ``vmss/<subscription>/<resource group>/<scale set>`` when it is in a scale set;
 ``avset/<subscription>/<resource group>/<availability set>`` when Azure names its availability set
-(azure_topology.py: with ``[azure]``, a VM's topology is Azure's, whatever its agent says);
+(fold/topology.py: with ``[azure]``, a VM's topology is Azure's, whatever its agent says);
 otherwise the set of VMs that reported the same EventIds (co-reception: an availability set),
 named ``set/<subscription>/<resource group>/<name>`` after its member that sorts first (so a
 learned group's name can change while it is being learned; give groups a tag for stable names).

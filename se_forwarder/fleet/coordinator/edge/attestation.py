@@ -4,7 +4,7 @@ Pure, like ``approvals/messages.validate``: the document (the JSON object IMDS a
 anchors, the nonce the registering key implies (``identity/attested.nonce_for``), the allowed
 subscriptions and the time come in; the verified claims (``Attested``) or a ``Refusal`` with a
 reason code go out. Nothing is fetched: the intermediates Azure does not put in the SignedData come
-with the anchors (``attestation_roots.py`` loads them). ``docs/identity.md`` has the research.
+with the anchors (``config/anchors.py`` loads them). ``docs/identity.md`` has the research.
 
 The checks, in order, and the reason of each refusal:
 
@@ -32,7 +32,7 @@ reason                  the document ...
 
 ``issuer_urls`` reads, without verifying anything, the "CA Issuers" URLs of the signing
 certificate's Authority Information Access: where Azure publishes the intermediate its documents
-leave out. A verifier that lacks it may fetch it there (intermediates.py) and verify again: the
+leave out. A verifier that lacks it may fetch it there (input/intermediates.py) and verify again: the
 chain is still checked against the roots, so what is fetched needs no trust.
 """
 

@@ -6,8 +6,8 @@ in ``state``, the event judged at the hub's ``enqueued`` time) and then:
 ==========================  =======================================================================
 verdict                     what happens
 ==========================  =======================================================================
-a decision, a report        folded (fold.py), a report for its sender (verified or not, trust.py)
-a registration              bound (registrations.py); ``replayed``/``stale`` counted as
+a decision, a report        folded (fold/dispatch.py), a report for its sender (verified or not, trust.py)
+a registration              bound (fold/identities.py); ``replayed``/``stale`` counted as
                             ``identity-replayed``/``identity-stale``; a new key for a vmId that had
                             one is noted in ``rekeys`` for the service to log. The same key and
                             document as one that bound the VM's current key is ``same`` at once

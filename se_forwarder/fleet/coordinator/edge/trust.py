@@ -3,7 +3,7 @@
 Every VM's identity may send to the hub, and Event Hubs does not tell a reader who sent a
 message, so nothing read there is taken on its word. ``check`` is a pure function of the event,
 this coordinator's ``source``, the keys it trusts, the agents' registered keys (injected: a lookup
-by VM key, registrations.py), the attestation trust anchors (with a lookup of fetched
+by VM key, fold/identities.py), the attestation trust anchors (with a lookup of fetched
 intermediates) and the hub's enqueued time of the event, like ``approvals/messages.validate``.
 gate.py folds an event only when the verdict is trusted, and counts every other verdict by its
 reason code (``/metrics``: ``se_forwarder_coordinator_refused_total{reason}``; ``coordinator
@@ -12,7 +12,7 @@ decides:
 
 Azure's own events (``type`` starting ``Microsoft.ResourceNotifications.``, such as the
 ``ScheduledEventEmitted`` of Azure's feed) are refused as ``azure``, whatever they carry: only the
-Azure feed hub, which no VM can send to, carries those (azure_input.py reads it apart from this
+Azure feed hub, which no VM can send to, carries those (input/azure.py reads it apart from this
 hub, never through ``check``); on the agents' hub such an event is a VM's forgery.
 
 Decisions (``type`` starting ``com.azure.scheduledevents.coordinator.``):
@@ -45,7 +45,7 @@ Registrations (``com.azure.scheduledevents.identity``, docs/identity.md):
                            certificate's "CA Issuers" URL that has not been fetched yet: the verdict
                            names the URL (``fetch``) and gate.py asks again once it was fetched
 (trusted)                  otherwise: a ``Claim`` that the document's vmId holds this key, which
-                           registrations.py binds (``identity-replayed``, ``identity-stale`` there)
+                           fold/identities.py binds (``identity-replayed``, ``identity-stale`` there)
 =========================  ========================================================================
 
 Reports (an agent's CloudEvent of a type the fold reads: ``scheduled``, ..., ``heartbeat``; other
@@ -61,7 +61,7 @@ types pass, the fold skips them):
                            for a ``vmid`` with a registered key (that VM signs)
 (trusted)                  signed and verified: folded for its sender, the registered vmId
 (trusted, unverified)      unsigned, with ``require_signed_reports = false``, for a VM without a
-                           registered key: folded with only the effects fold_reports.py allows an
+                           registered key: folded with only the effects fold/reports.py allows an
                            unverified report (it can make the coordinator more careful, never less)
 =========================  ========================================================================
 
@@ -71,8 +71,8 @@ trust, so checking first would count an honest shadow as a forger.
 
 Times: a registration is judged at the hub's enqueued time of its event, never at the clock of the
 instance that reads it, so every instance, and a restart replaying the hub, reaches the same
-verdict. ``snapshot`` is the decisions' check for the snapshot blob (blobs.py): a snapshot
-replaces the fold, so it is taken only when signed by a trusted key.
+verdict. ``snapshot`` is the decisions' check for the snapshot blob (ha/snapshot_blob.py): a
+snapshot replaces the fold, so it is taken only when signed by a trusted key.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ REASON_CODES = (FOREIGN, FORGED, AZURE, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, U
 
 #: The VM key -> the key its reports must verify with (None: not registered); registrations.verifier.
 Registered = Callable[[str], signing.VerifyKeys | None]
-#: A "CA Issuers" URL -> the certificates fetched there; None while not fetched (intermediates.py).
+#: A "CA Issuers" URL -> the certificates fetched there; None while not fetched (input/intermediates.py).
 Fetched = Callable[[str], tuple[x509.Certificate, ...] | None]
 
 

@@ -2,7 +2,7 @@
 
 ``fold_event(state, facts)`` folds one observation (``azure_facts.EventFacts``, from the feed or
 from Resource Graph) into ``state.azure.events`` and then into the event's fold record
-(``reconcile``), which the agents' reports also update (fold.py calls ``reconcile`` after every
+(``reconcile``), which the agents' reports also update (fold/dispatch.py calls ``reconcile`` after every
 report of an event Azure knows). So the record the decision pass reads is the merge of both
 sources, whatever their order:
 
@@ -14,15 +14,15 @@ sources, whatever their order:
   advanced of Azure's and the agents' up to Started: an agent that saw it Started before Azure's
   feed said so is believed (that is the cautious side), an agent that says it completed while
   Azure still shows it Started or Scheduled is not (Azure: Started, agent: completed -> Started).
-  azure_view.py shows and counts each disagreement.
+  view/azure.py shows and counts each disagreement.
 - Its times (first Scheduled and Started, last completed and ended) include Azure's.
 - An event Azure shows ended that the fold never knew is not folded: Resource Graph keeps past
   events, and their end is history. (Should the feed deliver an event's end before its start,
   the next catch-up ends it.)
 
-The coordinator's ``acknowledge`` outcomes (azure_paths.py) fold here too: an approval through
+The coordinator's ``acknowledge`` outcomes (decide/arm_path.py) fold here too: an approval through
 ``acknowledge`` that Azure answered is the event's echo from ``ARM``, a refusal is a rejection of
-that approval by ``ARM`` (decide.py then tries the next path).
+that approval by ``ARM`` (decide/evaluate.py then tries the next path).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def fold_acknowledged(state: FleetState, decision: DecisionRecord) -> None:
 
 
 def fold_catch_up(state: FleetState, result: CatchUp) -> None:
-    """A Resource Graph catch-up (azure_graph.py): its topology, its events, and the subscriptions
+    """A Resource Graph catch-up (azure/graph.py): its topology, its events, and the subscriptions
     it read completely, whose view is then fresh as of its start."""
     azure_topology.fold_topology(state, result.topology, result.vms, result.as_of)
     for facts in result.events:

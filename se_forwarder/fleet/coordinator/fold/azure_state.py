@@ -9,15 +9,15 @@ EventId and a ``vmId`` in lower case.
 
 - ``events``: Azure's record of each scheduled event (``AzureEvent``).
 - ``vms``: each VM Azure lists in the managed subscriptions, as its last topology refresh saw it
-  (``VmFacts``, as azure_facts.py read them); ``topology_at``: when that refresh was answered,
+  (``VmFacts``, as edge/azure_facts.py read them); ``topology_at``: when that refresh was answered,
   per subscription.
 - ``claims``: what each agent said of its own topology, kept when Azure's replaced it in the VM's
-  record (azure_topology.py); a difference is a finding (azure_view.py).
+  record (fold/topology.py); a difference is a finding (view/azure.py).
 - ``synced``: per subscription, when the last complete catch-up of its scheduled events
   (``maintenanceresources``, every page) was answered: how fresh Azure's view is.
 
 ``dump``/``load`` are its part of the snapshot (snapshot.py). The facts themselves (``EventFacts``,
-``VmFacts``, a ``CatchUp``) are typed here; azure_facts.py, at the edge, makes them from what Azure
+``VmFacts``, a ``CatchUp``) are typed here; edge/azure_facts.py, at the edge, makes them from what Azure
 sent.
 """
 
@@ -80,7 +80,7 @@ class VmFacts:
 
 @dataclass
 class CatchUp:
-    """What one Resource Graph catch-up read (azure_graph.py)."""
+    """What one Resource Graph catch-up read (azure/graph.py)."""
 
     as_of: float  # when it began: what it read is at least this fresh
     covered: tuple[str, ...] = ()  # subscriptions read completely (topology and events)

@@ -1,6 +1,6 @@
 """What the fold keeps of one VM's word: texts, tags, Resources and new VMs within ``Limits``. Pure.
 
-The fold (fold.py) reads every field a VM sends through these helpers, and counts what it folded,
+The fold (fold/dispatch.py) reads every field a VM sends through these helpers, and counts what it folded,
 skipped and dropped in ``FoldStats`` (the fold's outcomes are named here). Each drop is counted in
 ``capped`` (``FoldStats.capped``) by its reason in limits.py's table; a drop of a whole report
 raises ``Dropped``. An identifier (a name, an id, a tag) is kept exactly as sent or not at all:

@@ -1,6 +1,6 @@
 """The fold's part for the coordinator's own decisions (``coordinator.<kind>``, as trust.py let them
 through): the decision log, each event's approvals (and the ``sent`` records of their messages,
-or the ``acknowledge`` records of what Azure answered an approval through ARM: azure_fold.py),
+or the ``acknowledge`` records of what Azure answered an approval through ARM: fold/azure.py),
 defers and breaches, and the switches. Pure.
 
 A decision id seen twice keeps one record (the earlier, then the smaller by content), so decisions

@@ -1,7 +1,7 @@
 """The fold: one CloudEvent (a structured-mode dict) in, the fleet state updated. No I/O, no clock.
 
 What it reads (``type`` = ``com.azure.scheduledevents.<suffix>``), each from the VM trust.py found
-it comes from (``sender``; fold_reports.py: a VM speaks only for itself):
+it comes from (``sender``; fold/reports.py: a VM speaks only for itself):
 
 =====================  =========================================================================
 ``scheduled``          the event's type, source, Resources, NotBefore; the VM saw it Scheduled
@@ -13,14 +13,14 @@ it comes from (``sender``; fold_reports.py: a VM speaks only for itself):
 ``prepared``           the VM's prepare hook succeeded; ``preparefailed``: it failed
 ``heartbeat``          the VM's agent is alive; its topology; ``data.Events`` it currently sees
 ``coordinator.<kind>`` the coordinator's own decisions (approve, ..., release), as trust.py let
-                       them through; pause/resume/hold/release only in sequence (fold_decisions.py);
+                       them through; pause/resume/hold/release only in sequence (fold/decisions.py);
                        its ``sent`` records (an approval's message put in its queue), and its
                        ``acknowledge`` records (what Azure answered an approval through ARM)
 =====================  =========================================================================
 
 Registrations (``identity`` events) are not folded here: trust.py verifies them and
-registrations.py binds each vmId to its key. Nor is Azure's own word (its feed, Resource Graph):
-azure_input.py reads it from inputs no VM can write to, and azure_fold.py folds it.
+fold/identities.py binds each vmId to its key. Nor is Azure's own word (its feed, Resource Graph):
+input/azure.py reads it from inputs no VM can write to, and fold/azure.py folds it.
 
 Anything else (another type, a missing ``id``/``time``/``type``, a ``data`` that is not an object)
 is counted in ``FoldStats`` and skipped; the fold never raises on what it reads. Every report

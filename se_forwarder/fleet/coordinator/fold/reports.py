@@ -11,7 +11,7 @@ VMs merges everyone's word so that no report makes another VM look more availabl
 - ``rank``, ``started_at``, ``completed_at`` say that *someone* saw it go that far: a VM of
   Resources that has not itself reported the event over stays unavailable (availability.py);
 - ``types``: every EventType reported; an event reported under two types is managed only when
-  every one of them is (decide.py), and only an all-``Terminate`` event retires its VMs (scopes.py);
+  every one of them is (decide/evaluate.py), and only an all-``Terminate`` event retires its VMs (scopes.py);
 - NotBefore, description and duration come from the newest report (a VM can shift the NotBefore
   others see, so the order in which events are approved, never a budget).
 
@@ -22,7 +22,7 @@ stale, its own completion older); it cannot end an event for another VM.
 
 An event stays *open* (``state.open_events``) until every VM that goes by a name of its Resources
 reported it completed or canceled itself (for an event Azure reported, until Azure shows it ended:
-Azure's word wins, azure_fold.py); ``prune`` keeps it until then (or until nobody reported
+Azure's word wins, fold/azure.py); ``prune`` keeps it until then (or until nobody reported
 it for ``forget_after``).
 
 Unverified reports (``[trust] require_signed_reports = false``, a fleet mid-upgrade; trust.py lets
@@ -307,14 +307,14 @@ def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when:
         if record.ended_at is None or when > record.ended_at:
             record.ended_at = when
     track(state, record)
-    azure_fold.reconcile(state, record)  # Azure's word on an event it reported wins (azure_fold.py)
+    azure_fold.reconcile(state, record)  # Azure's word on an event it reported wins (fold/azure.py)
 
 
 def closed(state: FleetState, record: EventRecord) -> bool:
     """Every VM that goes by a name of its Resources reported it over itself, and every such name is
     some VM's (without Resources: every reporter reported it over). A VM cannot close an event for
     a peer by taking the peer's name. For an event Azure reported, Azure's word: whether it shows
-    the event ended (azure_fold.py)."""
+    the event ended (fold/azure.py)."""
     azure = azure_fold.ended(state, record)
     if azure is not None:
         return azure

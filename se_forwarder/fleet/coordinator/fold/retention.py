@@ -7,7 +7,7 @@ as both pruned at about the same time. It drops:
 - VMs not heard from (any report) for ``forget_after``: deleted or long dead; they leave every
   scope, so they no longer count as unavailable (the status lists them as not watched until then);
   with their registered keys and the reports held for them;
-- events that every VM of their Resources reported completed or canceled itself (fold_reports.py:
+- events that every VM of their Resources reported completed or canceled itself (fold/reports.py:
   ``closed``; for an event Azure reported, that Azure showed ended) more than ``keep_events``
   (default: 24 h, at least ``min_healthy``) ago, and events nobody reported for ``forget_after``;
   with their decisions and holds. An event one of its VMs never reported over stays until then,

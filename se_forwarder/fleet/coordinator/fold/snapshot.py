@@ -5,7 +5,7 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (registrations.py), the key changes kept to be shown, and the reports waiting for
+identity keys (fold/identities.py), the key changes kept to be shown, and the reports waiting for
 their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 """

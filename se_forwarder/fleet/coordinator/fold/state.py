@@ -15,7 +15,7 @@ the instance that folds them. Keys:
 
 A VM's reports change only what is its own (its record, its status for an event, its echo, its
 ``prepared``); what an event is across VMs (``rank``, ``started_at``, ``resources``) merges them so
-that a report can make the coordinator more careful about other VMs, never less (fold.py).
+that a report can make the coordinator more careful about other VMs, never less (fold/dispatch.py).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class EventRecord:
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """A VM's registered identity key, bound by an IMDS attested document (registrations.py)."""
+    """A VM's registered identity key, bound by an IMDS attested document (fold/identities.py)."""
 
     public_key: str  # base64 of the raw 32-byte Ed25519 public key
     keyid: str
@@ -268,9 +268,9 @@ class FleetState:
     # Reports (and identity events) held until their sender's registration folds (gate.py):
     # VM key -> [(enqueued time, CloudEvent)].
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
-    azure: AzureView = field(default_factory=AzureView)  # Azure's own view (azure_state.py)
+    azure: AzureView = field(default_factory=AzureView)  # Azure's own view (fold/azure_state.py)
     version: int = 0
-    # Derived, not in snapshots (fold.py's limits): the events each VM reported (None: rebuilt from
+    # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
     names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys

@@ -12,8 +12,8 @@ fold takes a switch decision only when it follows that rule:
 
 So a decision can never skip ahead: a sequence out of reach (the review's ``10^700``) would
 otherwise give the next real pause an id nobody can fold, and leave the scope stuck. All of one
-coordinator's decisions go to one hub partition (hub.py), so every instance reads a scope's
-switches in the order they were made.
+coordinator's decisions go to one hub partition (output/hub_producer.py), so every instance reads
+a scope's switches in the order they were made.
 
 A snapshot (snapshot.py) keeps only each key's current switch (retention.py drops the ones before
 it), so restoring one is ``chained=False``: the switch with the greatest (sequence, time, id) of

@@ -5,7 +5,7 @@ Rules:
 - A VM Azure lists (``azure_facts.VmFacts``, from Resource Graph and ARM's instance view) has, in
   its fold record (``state.vms``), Azure's name, resource id, subscription, resource group,
   location, zone, scale set, fault and update domain and tags, whatever its agent reports: an
-  agent's report still updates its record (fold.py), then ``after_report`` puts Azure's values
+  agent's report still updates its record (fold/dispatch.py), then ``after_report`` puts Azure's values
   back and keeps the agent's as its *claim* (``AzureView.claims``). A domain Azure could not give
   (its instance view not read yet) keeps the value it had.
 - A VM Azure lists and no agent ever reported is in the fold too, *agentless*: a record made from
@@ -14,7 +14,7 @@ Rules:
 - An availability set Azure names is the VM's group, ``avset/<subscription>/<resource
   group>/<name>`` (scopes.py), so groups carry their Azure names.
 - *Watched by Azure*: a VM Azure lists and that is opted in to Azure's feed (only such a VM's
-  events reach Azure's side: azure_facts.py) is watched while Azure's view of its subscription is fresh,
+  events reach Azure's side: edge/azure_facts.py) is watched while Azure's view of its subscription is fresh,
   that is while the last complete catch-up of its scheduled events (every page of
   ``maintenanceresources``) is younger than ``policy.azure_fresh_for``. Then Azure says whether an
   event affecting it is Started or approved, so it need not be counted unavailable for want of a

@@ -1,8 +1,8 @@
 """Leader election: a thread that keeps (or tries to take) the lease, and the catch-up rule.
 
 Every ``lease_duration / 5`` seconds (sooner when its last renewal would not be renewed in time
-otherwise) the leader renews its lease and a standby tries to take it (blobs.Lease). Each call
-has a deadline (``blobs.LEASE_DEADLINE``, through reach.py): a renewal that hangs fails at its
+otherwise) the leader renews its lease and a standby tries to take it (lease.Lease). Each call
+has a deadline (``lease.LEASE_DEADLINE``, through reach.py): a renewal that hangs fails at its
 deadline like one that was refused, so this thread never waits on the storage account for longer
 than that. The leader may act only while its last renewal is recent
 enough (``Lease.acting``: a clock, not a call), so it stops acting before its lease could have
@@ -10,7 +10,7 @@ expired, whether renewals fail or hang; once the lease has run out it lets the l
 to take it again like a standby.
 
 Each time this instance takes the lease a new *term* begins: it reads the last sequence number of
-every partition at that moment (``hub.partition_ends``) and may act only once its fold has read
+every partition at that moment (``hub_reader.partition_ends``) and may act only once its fold has read
 that far (``caught_up``), so it decides nothing before it knows every decision the previous leader
 published. ``Term`` is what the rest of the service checks; ``why_not`` says in words why this
 instance does not act (the service logs it once when acting stops, and answers control requests

@@ -1,11 +1,11 @@
 """The fold's snapshot saved and loaded off the service's loop, with deadlines.
 
 The service's loop folds, decides and serves the API; it never waits for the storage account.
-``Keeper`` runs the snapshot's I/O (blobs.Snapshots) on threads of its own and the loop looks at
+``Keeper`` runs the snapshot's I/O (snapshot_blob.SnapshotBlob) on threads of its own and the loop looks at
 the outcome when it comes by (``poll``):
 
 - ``save(state, positions)``: the snapshot (a dict the loop made: the fold as it was) is
-  serialised, signed (blobs.signed_json) and uploaded in the background. At most one upload at a
+  serialised, signed (signer.signed_json) and uploaded in the background. At most one upload at a
   time: a save that is due while one is under way (or during the backoff after a failure: 5 s
   doubling to 60 s) is skipped. An upload that has not finished after ``SNAPSHOT_DEADLINE``
   counts as failed (logged and counted by reach.py); the next one waits for it to end. A snapshot

@@ -8,7 +8,7 @@ The fold (``snapshot.snapshot``) with the partition positions it
   others: approvals/signing.py), and a snapshot that does not verify with a trusted key
   (trust.snapshot) is not used: whoever can write the container cannot write the fold.
 
-Every call has short timeouts of its own and no SDK retry (``SNAPSHOT_CALL``): keeper.py retries on
+Every call has short timeouts of its own and no SDK retry (``SNAPSHOT_CALL``): ha/keeper.py retries on
 its own schedule, with a deadline (reach.py), off the service's loop.
 """
 

@@ -9,12 +9,12 @@ folded when signed by that key, and this coordinator's own decisions when signed
 decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
 watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
 (one log line a minute per reason). A registration whose attested document needs an intermediate
-not configured waits while intermediates.py fetches it on its own thread. A batch from the Azure
+not configured waits while input/intermediates.py fetches it on its own thread. A batch from the Azure
 feed hub (``readers.FEED`` partitions) is not the gate's: it goes to the
-feed's own check at the edge (``feed``: azure_input.py, with azure_facts.py), since no VM can write
+feed's own check at the edge (``feed``: input/azure.py, with edge/azure_facts.py), since no VM can write
 to that hub and none of its events carries a VM's key.
 
-``BatchAdmission`` owns the gate (gate.py, pure) and the intermediates fetcher (intermediates.py, when
+``BatchAdmission`` owns the gate (gate.py, pure) and the intermediates fetcher (input/intermediates.py, when
 ``[trust] fetch_intermediates``); it counts what is not a CloudEvent, keeps the newest enqueued time
 read (the hub time held reports expire by), logs each vmId that registers a new key, and logs
 refusals: one ``warning`` a minute at most per reason, with the count so far.

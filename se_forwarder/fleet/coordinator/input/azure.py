@@ -6,19 +6,19 @@ runs on a thread of its own with a deadline, and says whether ARM answered (reac
 through azure_graph.arm_call), so ``/healthz``, ``status`` and ``/metrics`` show when ARM or
 Resource Graph cannot be reached:
 
-- **The feed.** readers.py reads the Azure feed hub (``[azure.feed]``) with the same ``HubReader``
+- **The feed.** input/hubs.py reads the Azure feed hub (``[azure.feed]``) with the same ``HubReader``
   as the agents' hub, into the same inbox, its positions kept and snapshotted beside theirs
   (``azure-feed``: its reachability). Only Event Grid's identity may send to that hub (the Bicep
   grants nothing else), so no VM can write to this input. Each event (Event Grid delivers
-  ``[CloudEvent]``; hub.decode takes its one element) is checked by ``azure_facts.feed_event`` and
-  folded as Azure's (azure_fold.py); a refusal is counted by reason. Conversely, Azure's types read
+  ``[CloudEvent]``; hub_reader.decode takes its one element) is checked by ``azure_facts.feed_event`` and
+  folded as Azure's (fold/azure.py); a refusal is counted by reason. Conversely, Azure's types read
   from the agents' hub are refused by trust.py (``azure``).
-- **The catch-up.** At start and every ``arg_interval``, ``Graph.catch_up`` (azure_graph.py) on a
+- **The catch-up.** At start and every ``arg_interval``, ``Graph.catch_up`` (azure/graph.py) on a
   thread of its own; the ``CatchUp`` is folded on the loop (``pump``, azure_fold.fold_catch_up).
   While ARM does not answer, the next one comes sooner (``RETRY``, at most ``arg_interval`` apart).
-- **Acknowledge.** An approval through ARM (``Via: "arm"``, never a queue message: decide.py leaves
+- **Acknowledge.** An approval through ARM (``Via: "arm"``, never a queue message: decide/evaluate.py leaves
   it out of ``sends``) is acknowledged once it is published (``once_published``), while the term it
-  was made in lasts (azure_ack.py: one at a time, each ending at its deadline). What Azure answered
+  was made in lasts (azure/acknowledge.py: one at a time, each ending at its deadline). What Azure answered
   goes to ``record`` with that term: the service publishes it as the approval's ``acknowledge``
   record (azure_paths.acknowledged), as it publishes a message's ``sent`` one.
 
@@ -103,7 +103,7 @@ class AzureInput:
     # -- the feed (on the loop) --------------------------------------------------------------------
 
     def fold_feed(self, state: FleetState, batch: Batch) -> None:
-        """A batch from the Azure feed hub (readers.py), each event checked at the edge first (its
+        """A batch from the Azure feed hub (input/hubs.py), each event checked at the edge first (its
         positions are the service's to keep)."""
         for event, _ in batch.events:
             if event is None:

@@ -3,7 +3,7 @@
 ``HubReader`` reads ALL partitions in the coordinator's own consumer group, from given sequence
 numbers (or the start of retention), without the SDK's shared checkpoint store: every instance
 reads everything into its own fold, and no two instances split the partitions between them. Its
-checkpoint is the snapshot blob (snapshot_blob.py): the partition positions written together with the
+checkpoint is the snapshot blob (ha/snapshot_blob.py): the partition positions written together with the
 fold they belong to, since a position alone says where to resume but not what was known. The
 SDK's in-memory checkpoint only lets a partition that failed resume where it was. Each received
 event is decoded to a structured CloudEvent dict (or None: not a CloudEvent) on the SDK's thread
@@ -249,7 +249,7 @@ class HubReader:
         self.health.last_batch = arrived
         while True:
             try:
-                self.deliver(batch)  # may raise queue.Full: the fold is behind (inbox.py)
+                self.deliver(batch)  # may raise queue.Full: the fold is behind (input/inbox.py)
                 break
             except queue.Full:
                 if self._closing.is_set():  # the next reader starts from what was folded

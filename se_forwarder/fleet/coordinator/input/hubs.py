@@ -1,6 +1,6 @@
 """The hubs the fold reads: the agents' Event Hub and, with ``[azure.feed]``, the Azure feed hub.
 
-``Hubs`` runs one ``HubReader`` (hub.py) per hub, both delivering into the service's one inbox,
+``Hubs`` runs one ``HubReader`` (hub_reader.py) per hub, both delivering into the service's one inbox,
 each recording its reachability (reach.py: ``hub-read``, ``azure-feed``) and saying in its own
 words when it loses and regains its hub. The feed's partitions are named ``feed:<hub>/<partition>``
 (``FEED``), so the positions of both hubs are kept, saved with the snapshot and restored together
@@ -9,7 +9,7 @@ in one map, and the loop knows which hub a batch came from.
 - ``start(positions)`` starts reading each hub from the positions of the fold it reads for (the
   fold the keeper loaded); ``close()`` stops both, before that fold is loaded again and at the stop.
 - ``ends()`` is where every partition of both hubs ends now, named as the positions are: a new
-  leader acts once its fold has read that far (leader.py), so it knows everything Azure said too.
+  leader acts once its fold has read that far (ha/election.py), so it knows everything Azure said too.
   The feed's ends are read beside the agents' hub's, within ``FEED_ENDS_DEADLINE``; when they
   cannot be read (recorded as ``azure-feed`` failing) the agents' hub alone decides when the
   leader may act: the feed is the second input, and the catch-up brings what it missed.

@@ -1,10 +1,10 @@
-"""The fold's inbox: batches from the hub readers (readers.py) on their way to the service's loop.
+"""The fold's inbox: batches from the hub readers (input/hubs.py) on their way to the service's loop.
 
 It is bounded twice over:
 
 - **In memory.** At most ``BATCHES`` decoded batches wait. ``put``, called on a partition's
   thread, raises ``queue.Full`` after ``PUT_WAIT`` s without room, and the reader tries again
-  unless it is closing (hub.py). So a backlog that is read faster than the fold verifies it (a
+  unless it is closing (hub_reader.py). So a backlog that is read faster than the fold verifies it (a
   new leader, a rebuild) waits on the hub, not decoded in memory: 10,000 VMs' backlog took about
   300 MB that way.
 - **In time.** ``turn`` hands the loop ``CHUNK`` events at a time. A turn ends after

@@ -1,6 +1,6 @@
 """The coordinator's chat notifications: one Teams or Slack message per fleet event, not per VM.
 
-Configured by ``[[notify]]`` (notify_config.py).
+Configured by ``[[notify]]`` (config/notify.py).
 
 What is sent, once per fleet event and never once per VM: every ``approve`` (its first attempt; a
 retry to another VM of the same event is not a new message), the first ``defer`` of an event (not
@@ -8,7 +8,7 @@ each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` an
 what Azure answered each approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and
 per maintenance event (EventId), however many VMs report it, one message when it is first
 Scheduled, one when it first Started and one when it completed (``completed`` also selects the
-message of a canceled event), naming the VMs it affects (event_feed.py). Either list may be empty,
+message of a canceled event), naming the VMs it affects (output/chat_stages.py). Either list may be empty,
 not both. Only what happens while this instance acts is sent (a standby sends nothing; decisions
 and events folded from the hub from before this process started are not sent). The text is
 se_forwarder.notify's.

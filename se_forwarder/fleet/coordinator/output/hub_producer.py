@@ -2,7 +2,7 @@
 
 ``HubProducer`` publishes decisions as structured-mode CloudEvents (``application/cloudevents+json``,
 the form AMQP and Kafka consumers read alike) in as few ``send_batch`` calls as fit, with a timeout:
-the lease margin counts on a publish that either lands within it or fails (lease.py). They all
+the lease margin counts on a publish that either lands within it or fails (ha/lease.py). They all
 carry one partition key (the coordinator's source), so they land in one partition in the order
 they were made, and every instance reads them in that order (switches.py counts on it).
 """

@@ -5,7 +5,8 @@ decision id, so an agent carries out one decision once however often it arrives,
 the target, so no other VM can use it. The queue is the target's, named by the agents' template
 (``approvals.queue.queue_name``). ``ApprovalMessages.send`` makes one attempt, with no SDK retry and
 timeouts of its own (``SEND_CALL``: a long read timeout, so that a queue that is only slow answers
-the one request rather than receiving a second copy); sending.py retries until the message is sent.
+the one request rather than receiving a second copy); queue_sender.py retries until the message
+is sent.
 """
 
 from __future__ import annotations

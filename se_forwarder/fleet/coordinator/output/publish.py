@@ -3,14 +3,14 @@
 The service folds each decision as it makes it and hands it here (``put``). One thread signs
 (``Signer.decision``: this is the one place decisions are signed, ``sent`` and ``acknowledge``
 records included) and publishes what is queued, in order. Approval messages are sent by
-sending.py, and only for approvals that are on the hub already (``published``): the hub always
+output/queue_sender.py, and only for approvals that are on the hub already (``published``): the hub always
 knows of an approval before any agent does, so an instance taking over never misses one. Every
 pass the service says which approvals want their message (``want``); that includes the approvals
 it just made. An approval through ARM (``Via: "arm"``) has no message: it is acknowledged once
-published (its ``Outgoing.done``, azure_input.py).
+published (its ``Outgoing.done``, input/azure.py).
 
 Before every publish the thread asks ``may_act(term)``: the decision must come from the current
-leadership term, and the lease must still be comfortably held (blobs.py). When that fails with
+leadership term, and the lease must still be comfortably held (ha/lease.py). When that fails with
 decisions still unpublished, they are dropped and ``on_lost`` is called: the service's fold holds
 decisions nobody else will ever see, so it rebuilds the fold from the snapshot and the hub.
 
@@ -20,7 +20,7 @@ lasts, and so is one whose signing key cannot be read (logged once until it can)
 unsigned. The next attempt waits for an attempt that got no answer to end (the SDK's send timeout
 ends it), so that two never use the producer at once. A control request waits for its decision's
 publication through ``Outgoing.done`` (resolved with the signed CloudEvent); the API stops waiting
-after a second (api.py).
+after a second (api/server.py).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class Output:
         d = item.decision
         with self._lock:
             self._busy += 1
-            if d.kind == "approve" and not d.shadow and d.via is None:  # via ARM: no message (azure_input.py)
+            if d.kind == "approve" and not d.shadow and d.via is None:  # via ARM: no message (input/azure.py)
                 self._unpublished.add(d.id)
                 if item.trigger is not None:
                     self.sending.triggers[d.id] = item.trigger
@@ -120,7 +120,7 @@ class Output:
                             self.sending.pending(), tuple(sends.latencies))
 
     def want(self, approvals: list[DecisionRecord], term: int) -> None:
-        """The approvals whose message is wanted now (sending.py)."""
+        """The approvals whose message is wanted now (output/queue_sender.py)."""
         self.sending.want([Approval.of(r) for r in approvals], term)
 
     def idle(self) -> bool:

@@ -1,12 +1,12 @@
 """Approval messages sent until they are sent, each once.
 
 Every decision pass the service says which approvals want their message now (``want``: the ids
-decide.py lists in ``Evaluation.sends``, which are approvals without a ``sent`` record, not
+decide/evaluate.py lists in ``Evaluation.sends``, which are approvals without a ``sent`` record, not
 echoed, held, paused or past NotBefore) and under which leadership term. One thread sends them:
 
 - only once the approval's decision is on the hub (``published``), so an instance taking over
   always knows of an approval before any agent does;
-- one attempt at a time per approval (``sender.ApprovalMessages.send``, on a thread of its own, at most
+- one attempt at a time per approval (``messages.ApprovalMessages.send``, on a thread of its own, at most
   ``MAX_ATTEMPTS`` at once), always under the approval's own id;
 - an attempt that failed is tried again after a backoff (``BACKOFF``, per approval);
 - an attempt that got no answer within ``DEADLINE`` counts as a failure (logged and counted by

@@ -4,12 +4,12 @@ VM's agent disagree (a *finding*). Pure, JSON-serialisable.
 A finding is ``{"name", "vmId", "field", "agent", "azure", "eventId"}``:
 
 - ``field`` ``status``: the agent reported an event completed or canceled that Azure still shows
-  Scheduled or Started (the fold takes Azure's: azure_fold.py). While Azure's feed is a few
+  Scheduled or Started (the fold takes Azure's: fold/azure.py). While Azure's feed is a few
   seconds behind an honest agent this shows briefly; one that stays is a VM saying its
   maintenance is over when it is not.
 - ``field`` ``subscription``, ``resource group``, ``zone``, ``scale set``, ``fault domain``,
   ``update domain`` or ``tag:<name>``: what the agent said of its own VM (its claim,
-  azure_topology.py) is not what Azure says; Azure's is used. A VM that lies about its group is a
+  fold/topology.py) is not what Azure says; Azure's is used. A VM that lies about its group is a
   finding.
 
 ``said(state, vm, event)``: what the VM's agent and what Azure last said of one event, for the

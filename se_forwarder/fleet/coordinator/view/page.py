@@ -24,7 +24,7 @@ kilobytes (about a tenth of that gzipped)::
 heard); ``event`` an index into ``events`` or -1; ``watched`` 1 or 0; ``agentless`` 1 when Azure lists
 the VM and no agent reports it; ``findings`` where its agent and Azure disagree, ``"; "``-joined (""
 when none); ``said`` what its agent and Azure said of that event (``"agent completed, Azure
-Started"``, "" when neither; azure_view.py). ``max`` is the group's budget, or
+Started"``, "" when neither; view/azure.py). ``max`` is the group's budget, or
 null when groups have none. Labels come from se_forwarder.notify.describe, as the chat messages
 say them.
 

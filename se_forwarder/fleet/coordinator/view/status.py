@@ -19,17 +19,17 @@
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
-                      "findings": [...]}}   (azure_view.py)
+                      "findings": [...]}}   (view/azure.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
-decide.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
+decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
 first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
 (queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
 claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
 ``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
-first) and keys registered for several VMs (registrations.py).
+first) and keys registered for several VMs (fold/identities.py).
 
 ``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
