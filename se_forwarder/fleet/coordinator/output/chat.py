@@ -217,7 +217,7 @@ class Notifier:
                  since: float | None = None, policy: Policy | None = None) -> None:
         self.hooks = hooks
         since = time.time() if since is None else since
-        self.feed = NewDecisions(since)
+        self.decisions = NewDecisions(since)
         self.events = EventStages(since, policy)
         self._submit, self._state, self._acting = submit, state, acting
         self.stopping = threading.Event()
@@ -252,7 +252,7 @@ class Notifier:
             state, acting = self._state(), self._acting()
             out: list[tuple[dict[str, Any], datetime | None]] = []
             if any(hook.settings.decisions for hook in self.hooks):
-                out += [(event, None) for event in self.feed.take(state, acting)]
+                out += [(event, None) for event in self.decisions.take(state, acting)]
             if any(hook.settings.events for hook in self.hooks):
                 out += self.events.take(state, acting)
             return out
