@@ -4,6 +4,7 @@ with a bad setting that stops in one line, exit 2."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,15 @@ def test_the_agent_stops_in_one_line_with_exit_2_when_the_key_is_missing(tmp_pat
     assert done.stderr.strip().splitlines()[-1].endswith(
         "environment variable SE_TEST_NO_SUCH_KEY (the routing key) is not set or empty")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("page", ["docs/pagerduty-opsgenie.md", "docs/configuration.md", "README.md"])
+def test_the_pager_examples_of_the_docs_load_as_copied(page: str, tmp_path: Path) -> None:
+    blocks = [b for b in re.findall(r"^```toml\n(.*?)^```", (ROOT / page).read_text(), re.S | re.M)
+              if "pagerduty" in b or "opsgenie" in b]
+    assert blocks
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"example-{number}.toml"
+        path.write_text(block)
+        kinds = {s.type for s in config.load(path, env={}).sinks}
+        assert kinds & {"pagerduty", "opsgenie"}
