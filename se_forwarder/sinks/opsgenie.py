@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
@@ -27,6 +27,9 @@ from ..notify.opsgenie import PRIORITIES, REGIONS, TAG_CHARS
 from ..validation import as_choice, as_str, public_url
 from .base import Delivered
 from .pager import COMMON_KEYS, PagerOptions, PagerSink, by_event_type, common, secret
+
+if TYPE_CHECKING:
+    from ..notify.pager import Page
 
 KNOWN_KEYS = (*COMMON_KEYS, "api_key_env", "api_key_file", "region", "priority", "tags")
 #: The priority of each event type unless ``priority`` says otherwise; an unknown type: UNKNOWN.
@@ -79,7 +82,7 @@ class Opsgenie:
         self._priority, self._tags = dict(options.priority), options.tags
         self._prefix = urlsplit(options.url).path.rstrip("/")
 
-    def request(self, page: Any) -> tuple[str | None, dict[str, str], bytes]:
+    def request(self, page: Page) -> tuple[str | None, dict[str, str], bytes]:
         from ..notify import opsgenie
 
         path, body = opsgenie.request(page, self._priority.get(page.event_type, UNKNOWN))

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, one_line
 from ..event_fields import KNOWN_SOURCES, KNOWN_TYPES
@@ -50,6 +50,9 @@ from .base import (
     sink_name,
 )
 from .webhook.transport import Endpoint, retry_after, settled, snippet
+
+if TYPE_CHECKING:  # notify loads with the first event, not when the configuration is read
+    from ..notify.pager import Page
 
 COMMON_KEYS = ("name", "url", "ca_file", "connect_timeout", "read_timeout", "sources", "event_types",
                "only_this_vm")
@@ -178,7 +181,7 @@ class Service(Protocol):
 
     label: str  # "PagerDuty", "Opsgenie"
 
-    def request(self, page: Any) -> tuple[str | None, dict[str, str], bytes]:
+    def request(self, page: Page) -> tuple[str | None, dict[str, str], bytes]:
         """(path or None for the URL's own, headers, body) of the request for one page."""
         ...
 
@@ -236,8 +239,8 @@ class PagerSink:
         self._endpoint.close()
 
     # -- which events page ----------------------------------------------------------------------
-    def _page(self, event: StoredEvent) -> Any:
-        """The ``notify.pager.Page`` for ``event``; Delivered when it pages nothing."""
+    def _page(self, event: StoredEvent) -> Page | Delivered | DeadLetter:
+        """The page for ``event``; Delivered when it pages nothing."""
         from ..notify.pager import page_of
 
         try:
@@ -249,7 +252,7 @@ class PagerSink:
             return Delivered()
         return page
 
-    def _wanted(self, page: Any) -> bool:
+    def _wanted(self, page: Page) -> bool:
         source = page.event_source.casefold() or "platform"
         if source in {s.casefold() for s in KNOWN_SOURCES} and source not in self._sources:
             return False
@@ -259,7 +262,7 @@ class PagerSink:
         return bool(page.affects_this_vm or not self._options.only_this_vm)
 
     # -- one request ----------------------------------------------------------------------------
-    def _send(self, page: Any) -> Outcome:
+    def _send(self, page: Page) -> Outcome:
         try:
             target, headers, body = self._service.request(page)
         except Exception as exc:  # noqa: BLE001 - a builder bug must not stop the sink

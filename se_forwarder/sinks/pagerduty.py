@@ -16,12 +16,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..notify.pagerduty import ENQUEUE_URL, SEVERITIES
 from ..validation import public_url
 from .base import Delivered
 from .pager import COMMON_KEYS, PagerOptions, PagerSink, by_event_type, common, secret
+
+if TYPE_CHECKING:
+    from ..notify.pager import Page
 
 KNOWN_KEYS = (*COMMON_KEYS, "routing_key_env", "routing_key_file", "severity")
 #: The severity of each event type unless ``severity`` says otherwise; an unknown type: UNKNOWN.
@@ -56,7 +59,7 @@ class PagerDuty:
     def __init__(self, routing_key: str, severity: Mapping[str, str]) -> None:
         self._routing_key, self._severity = routing_key, dict(severity)
 
-    def request(self, page: Any) -> tuple[str | None, dict[str, str], bytes]:
+    def request(self, page: Page) -> tuple[str | None, dict[str, str], bytes]:
         from ..notify import pagerduty
 
         severity = self._severity.get(page.event_type, UNKNOWN)

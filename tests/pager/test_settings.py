@@ -4,6 +4,7 @@ with a bad setting that stops in one line, exit 2."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -198,3 +199,28 @@ def test_the_pager_examples_of_the_docs_load_as_copied(page: str, tmp_path: Path
         path.write_text(block)
         kinds = {s.type for s in config.load(path, env={}).sinks}
         assert kinds & {"pagerduty", "opsgenie"}
+
+
+def test_check_reaches_both_services_and_says_when_opsgenie_refuses_the_key(simulator, opsgenie, pagerduty,
+                                                                             tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[imds]\nurl = "{simulator.url}"\n[state]\ndir = "{tmp_path / "s"}"\n'
+                    f'[[sinks]]\ntype = "opsgenie"\nurl = "{opsgenie.base_url}"\napi_key_env = "OG_API_KEY"\n'
+                    f'[[sinks]]\ntype = "pagerduty"\nurl = "{pagerduty.url}"\n'
+                    'routing_key_env = "PD_ROUTING_KEY"\n')
+
+    def check(api_key: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "OG_API_KEY": api_key, "PD_ROUTING_KEY": ROUTING_KEY}
+        return subprocess.run([sys.executable, "-m", "se_forwarder", "check", "--config", str(path)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    good, bad = check(API_KEY), check("not-the-integration-key")
+
+    assert good.returncode == 0, good.stdout
+    assert f"ok    sink opsgenie:{opsgenie.base_url}" in good.stdout.splitlines()
+    assert f"ok    sink pagerduty:{pagerduty.url}" in good.stdout.splitlines()
+    assert bad.returncode == 1
+    assert (f"FAIL  sink opsgenie:{opsgenie.base_url}: HTTP 401 from {opsgenie.base_url}: Opsgenie refuses "
+            "the API key") in bad.stdout
+    assert pagerduty.requests == [r for r in pagerduty.requests if r.method == "OPTIONS"]  # nobody paged
+    assert opsgenie.alerts.opened == {}
