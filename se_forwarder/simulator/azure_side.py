@@ -28,7 +28,7 @@ from se_forwarder.simulator import identity
 from se_forwarder.simulator.arm import ArmApi
 from se_forwarder.simulator.azure_fleet import AzureFleet
 from se_forwarder.simulator.azure_ledger import AzureLedger
-from se_forwarder.simulator.event_grid import BODIES, FeedPublisher, cloud_event
+from se_forwarder.simulator.event_grid import BODIES, EVENT_TYPE, EVENT_TYPES, FeedPublisher, cloud_event
 
 if TYPE_CHECKING:
     from se_forwarder.simulator.arm_http import ArmHttpServer
@@ -46,7 +46,8 @@ class AzureOptions:
     ``feed_connection_string`` (+ ``feed_eventhub`` if it names no entity): the Event Hub the
     feed goes to (None: events are kept for ``GET /control/feed/events`` only).
     ``ca_path``: write the test CA's certificate (PEM) there. ``token``: the ARM bearer token
-    (default: a new random one; ``AzureSide.token``).
+    (default: a new random one; ``AzureSide.token``). ``feed_event_type``: the feed's CloudEvent
+    type, either spelling Microsoft documents (``event_grid.EVENT_TYPES``).
     """
 
     arm_port: int | None = None
@@ -55,6 +56,7 @@ class AzureOptions:
     feed_eventhub: str | None = None
     feed_delay_seconds: float = 0.0
     feed_body: str = "array"
+    feed_event_type: str = EVENT_TYPE
     ca_path: str | Path | None = None
     token: str | None = None
 
@@ -63,19 +65,24 @@ class AzureOptions:
             raise ValueError(f"arm_port must be 0-65535, got {self.arm_port}")
         if self.feed_body not in BODIES:
             raise ValueError(f"feed_body must be one of {', '.join(BODIES)}")
+        if self.feed_event_type not in EVENT_TYPES:
+            raise ValueError(f"feed_event_type must be one of {', '.join(EVENT_TYPES)}")
         if self.feed_delay_seconds < 0:
             raise ValueError("feed_delay_seconds must be >= 0")
 
 
 def options_from_flags(arm_port: int | None, ca_file: str | None, feed_env: str | None,
-                       feed_eventhub: str | None, feed_delay: float) -> AzureOptions | None:
+                       feed_eventhub: str | None, feed_delay: float,
+                       feed_event_type: str | None = None) -> AzureOptions | None:
     """Azure's side from ``se-forwarder simulate``'s flags (None when neither ARM nor feed is
     asked for); ConfigError naming a flag that cannot be used."""
     if arm_port is None and feed_env is None:
-        if ca_file or feed_eventhub:
-            raise ConfigError("--ca-file goes with --arm-port, and --feed-eventhub with "
-                              "--feed-connection-string-env")
+        if ca_file or feed_eventhub or feed_event_type:
+            raise ConfigError("--ca-file goes with --arm-port, and --feed-eventhub and --feed-event-type "
+                              "with --feed-connection-string-env")
         return None
+    if feed_event_type is not None and feed_event_type not in EVENT_TYPES:
+        raise ConfigError(f"--feed-event-type {feed_event_type!r} is not one of {', '.join(EVENT_TYPES)}")
     if arm_port is not None and not 0 <= arm_port <= 65535:
         raise ConfigError(f"--arm-port must be 0-65535, got {arm_port}")
     if feed_delay < 0:
@@ -89,7 +96,8 @@ def options_from_flags(arm_port: int | None, ca_file: str | None, feed_env: str 
     if arm_port is not None and ca_file is None:
         ca_file = os.path.join(tempfile.mkdtemp(prefix="se-forwarder-sim-"), "arm-ca.pem")
     return AzureOptions(arm_port=arm_port, ca_path=ca_file, feed_connection_string=connection,
-                        feed_eventhub=feed_eventhub, feed_delay_seconds=feed_delay)
+                        feed_eventhub=feed_eventhub, feed_delay_seconds=feed_delay,
+                        feed_event_type=feed_event_type or EVENT_TYPE)
 
 
 class AzureSide:
@@ -105,6 +113,7 @@ class AzureSide:
             options.feed_eventhub,
             delay_seconds=options.feed_delay_seconds,
             body=options.feed_body,
+            event_type=options.feed_event_type,
         )
         self.api = ArmApi(self.fleet, self.ledger, self._approve, self.token)
         self.ca: TestCa | None = None
@@ -140,7 +149,8 @@ class AzureSide:
     def _on_change(self, _incarnation: int, _changes: list[str]) -> None:
         for record in self.ledger.observe(self.sim.snapshot(), self.sim.now()):
             info = self.ledger.resource_info(record)
-            self.feed.publish(cloud_event(self.fleet.subscription, info, record.updated))
+            event = cloud_event(self.fleet.subscription, info, record.updated, self.feed.event_type)
+            self.feed.publish(event)
 
     def _on_reset(self) -> None:
         self.ledger.clear()
@@ -168,12 +178,16 @@ class AzureSide:
 
     def settings(self) -> dict[str, Any]:
         api = self.api
-        return {"roles": dict(api.roles), "arg_quota": api.arg_quota, "faults": api.faults.list()}
+        return {"roles": dict(api.roles), "roles_back_in": api.roles_back_in(), "arg_quota": api.arg_quota,
+                "faults": api.faults.list()}
 
     def update_settings(self, spec: Any) -> dict[str, Any]:
-        if not isinstance(spec, dict) or set(spec) - {"roles", "arg_quota"}:
+        """``roles`` (route -> bool), ``give_back_after`` (seconds until the roles this call takes
+        away come back) and ``arg_quota``; ValueError naming a bad one."""
+        if not isinstance(spec, dict) or set(spec) - {"roles", "arg_quota", "give_back_after"}:
             raise ValueError(
-                'the body must be {"roles": {"query"|"acknowledge"|"instance_view": bool}, "arg_quota": N}'
+                'the body must be {"roles": {"query"|"acknowledge"|"instance_view": bool}, '
+                '"give_back_after": seconds, "arg_quota": N}'
             )
         roles = spec.get("roles", {})
         if (
@@ -185,7 +199,17 @@ class AzureSide:
         quota = spec.get("arg_quota", self.api.arg_quota)
         if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
             raise ValueError("arg_quota must be a whole number >= 0 (0: not enforced)")
+        after = spec.get("give_back_after")
+        taken = [route for route, on in roles.items() if not on]
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int | float)
+                                  or not 0 < after <= 86400 or not taken):
+            raise ValueError("give_back_after must be a number of seconds from 0 to 86400, with roles "
+                             'that this call takes away, e.g. {"roles": {"acknowledge": false}, '
+                             '"give_back_after": 60}')
         self.api.roles.update(roles)
+        self.api.give_back(list(roles), None)
+        if after is not None:
+            self.api.give_back(taken, float(after))
         self.api.arg_quota = quota
         return self.settings()
 
@@ -197,7 +221,7 @@ class AzureSide:
                          f"{self.options.ca_path}; token: {imds_url}{identity.TOKEN_PATH})")
         if self.options.feed_connection_string:
             hub = self.options.feed_eventhub or "named by the connection string"
-            lines.append(f"Azure feed: ScheduledEventEmitted CloudEvents go to the Event Hub ({hub})")
+            lines.append(f"Azure feed: {self.feed.event_type} CloudEvents go to the Event Hub ({hub})")
         return lines
 
     def describe(self) -> dict[str, Any]:
