@@ -15,6 +15,7 @@ from se_forwarder.model import HEALTHY, UNHEALTHY, UNKNOWN
 from se_forwarder.outbox import Outbox
 from tests.support.app_server import AppServer, TcpPort
 from tests.support.ports import free_port
+from tests.support.receiver import make_tls
 from tests.support.waiting import wait_for
 
 
@@ -63,6 +64,14 @@ def test_an_http_probe_opens_a_fresh_connection_every_time():
         assert probe.run()[0]
         app.stop()  # an application that takes no new connections fails, whatever was open
         assert not probe.run()[0]
+
+
+def test_an_https_probe_verifies_the_certificate_against_its_ca_file(tmp_path):
+    tls = make_tls(tmp_path / "tls")
+    with AppServer(tls=tls) as app:
+        passed, reason = http(app.url).run()  # the public roots do not know the test CA
+        assert not passed and reason.startswith("TLS: ")
+        assert http(app.url, ca_file=str(tls.ca_cert)).run() == (True, None)
 
 
 def test_a_tcp_probe_passes_while_the_port_accepts_and_fails_once_it_is_closed():

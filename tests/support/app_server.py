@@ -1,21 +1,25 @@
-"""A VM's application as the tests play it: an HTTP health endpoint and a TCP port on 127.0.0.1
+"""A VM's application as the tests play it: an HTTP(S) health endpoint and a TCP port on 127.0.0.1
 whose answers the test sets (``status``), stops and starts again on the same port."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .ports import free_port
+from .receiver import TlsFiles
 
 
 class AppServer:
-    """``GET /healthz`` answers ``status`` (200 until told otherwise); ``hang`` delays answers."""
+    """``GET /healthz`` answers ``status`` (200 until told otherwise); ``hang`` delays answers;
+    with ``tls`` (``receiver.make_tls``), over HTTPS with that server certificate."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, tls: TlsFiles | None = None) -> None:
         self.port = port or free_port()
+        self.tls = tls
         self.status = 200
         self.hang = 0.0
         self.requests: list[str] = []
@@ -24,7 +28,7 @@ class AppServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/healthz"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/healthz"
 
     def start(self) -> AppServer:
         app = self
@@ -46,6 +50,10 @@ class AppServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.server_cert, self.tls.server_key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, name="app-server", daemon=True).start()
         return self
 
