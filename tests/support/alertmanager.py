@@ -26,6 +26,7 @@ import requests
 
 from .paths import ROOT
 from .ports import free_port
+from .processes import end
 from .waiting import wait_for
 
 BINARIES = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's
@@ -111,13 +112,7 @@ class Alertmanager:
         return self.http.get(f"{self.url}/-/ready", timeout=2).status_code == 200
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        end(self.proc)
         self.proc = None
 
     def __enter__(self) -> Alertmanager:
