@@ -145,10 +145,11 @@ class AzureSide:
     # -- the event model -> Azure -------------------------------------------------------------------
 
     def _on_change(self, _incarnation: int, _changes: list[str]) -> None:
-        for record in self.ledger.observe(self.sim.snapshot(), self.sim.now()):
+        events, now = self.sim.snapshot(), self.sim.now()
+        for record in self.ledger.observe(events, now):
             info = self.ledger.resource_info(record)
             self.feed.publish(cloud_event(self.fleet.subscription, info, record.updated))
-        self.signals.observe(self.sim.snapshot(), self.sim.now())
+        self.signals.observe(events, now)
 
     def _on_reset(self) -> None:
         self.ledger.clear()
