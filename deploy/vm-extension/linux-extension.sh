@@ -1,8 +1,10 @@
 #!/bin/sh
 # Run as root by the Azure Custom Script Extension for Linux (protectedSettings.script), in the
-# extension's download folder, next to install.sh, se-forwarder.service and 10-restart-backoff.conf
-# (protectedSettings.fileUris).
+# extension's download folder, next to install.sh, se-forwarder.service, 10-restart-backoff.conf and
+# (from a release) the wheel (protectedSettings.fileUris).
 # The @@...@@ fields are filled in by bicep/modules/vm-agent.bicep or deploy/vm-extension/make-settings.sh.
+# Every downloaded file is checked against the release's SHA256SUMS (carried in here, not downloaded)
+# before anything runs: a file that does not match stops the install with one line.
 # Config and environment travel base64-encoded so that no quoting can break them; the environment
 # holds secrets and is written only to a root-only temporary folder, then installed root 0600.
 set -eu
@@ -15,6 +17,38 @@ SE_FORWARDER_B64
 base64 -d > "$work/se-forwarder.env" <<'SE_FORWARDER_B64'
 @@ENV_B64@@
 SE_FORWARDER_B64
+base64 -d > "$work/SHA256SUMS" <<'SE_FORWARDER_B64'
+@@SUMS_B64@@
+SE_FORWARDER_B64
+wheel='@@WHEEL@@'
+index_url='@@INDEX_URL@@'
+package='@@PACKAGE_SPEC@@'
+extras='@@EXTRAS@@'
+# The release's files that were downloaded here (by their base name) must match its sums.
+checked=0
+while read -r digest path; do
+    [ -n "$digest" ] || continue
+    name="${path##*/}"
+    [ -f "./$name" ] || continue
+    actual="$(sha256sum "./$name" | cut -d' ' -f1)"
+    if [ "$actual" != "$digest" ]; then
+        echo "se-forwarder: $name: SHA-256 is $actual, not the release's $digest: refusing to install" >&2
+        exit 1
+    fi
+    checked=$((checked + 1))
+done < "$work/SHA256SUMS"
+for name in install.sh se-forwarder.service; do
+    grep -q "[ /]$name\$" "$work/SHA256SUMS" \
+        || { echo "se-forwarder: $name is not in the release's SHA256SUMS: refusing to install" >&2; exit 1; }
+done
 # An empty environment leaves an existing /etc/se-forwarder/se-forwarder.env alone.
 if [ -s "$work/se-forwarder.env" ]; then set -- --env-file "$work/se-forwarder.env"; else set --; fi
-bash ./install.sh --package '@@PACKAGE_SPEC@@' --config-file "$work/config.toml" "$@"
+if [ -n "$index_url" ]; then
+    set -- --package "$package" --index-url "$index_url" "$@"
+else
+    digest="$(awk -v w="$wheel" '{ n = $2; sub(/.*\//, "", n) } n == w { print $1 }' "$work/SHA256SUMS")"
+    [ -n "$digest" ] || { echo "se-forwarder: $wheel is not in the release's SHA256SUMS" >&2; exit 1; }
+    set -- --wheel "./$wheel" --sha256 "$digest" --extras "$extras" "$@"
+fi
+echo "se-forwarder: $checked downloaded files match the release's SHA256SUMS"
+bash ./install.sh --config-file "$work/config.toml" "$@"
