@@ -29,9 +29,9 @@ param hub object
 @minLength(1)
 param vms array
 
-@description('VMs per batch: each batch is one deployment with two resources per VM (at most 400 under ARM\'s 800).')
+@description('VMs per batch: each batch is one deployment with two resources per VM (at most 350: 700 of ARM\'s 800).')
 @minValue(1)
-@maxValue(400)
+@maxValue(350)
 param batchSize int = 100
 
 @description('Region of the agent identities (a region of this subscription).')

@@ -146,6 +146,8 @@ resource agent 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
   tags: tags
 }
 
+var agentIdentityId = agent.id
+
 // Read in any case: the VM's vmId names its queue.
 module current 'vm-identity.bicep' = {
   name: take('se-forwarder-identity-${vmName}', 64)
@@ -173,7 +175,7 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-03-01' = if (attachIdentity)
   identity: {
     type: mergedIdentityType
     userAssignedIdentities: union(current.outputs.userAssignedIdentities, {
-      '${agent.id}': {}
+      '${agentIdentityId}': {}
     })
   }
 }

@@ -30,7 +30,8 @@ param senderPrincipalId string = ''
 
 // The agent's rule for the template 'se-approvals-{vm_id}' (se_forwarder/approvals/queue/names.py):
 // a vmId is lowercase hex and single hyphens, so the name is the template filled in, lowercased.
-var queueName = 'se-approvals-${toLower(vmId)}'
+var vmIdLowered = toLower(vmId)
+var queueName = 'se-approvals-${vmIdLowered}'
 var queueDataMessageProcessor = '8a0f0c08-91a1-4084-bc3d-661d67233fed'
 var queueDataMessageSender = 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
 var eventHubsDataSender = '2b629674-e913-4c01-ae53-ef4638d8f975'
