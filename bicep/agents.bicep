@@ -69,10 +69,10 @@ param releaseSasToken string = ''
 @description('The VMs download the release with their agent identity (managedIdentity of the extension): give the identities Storage Blob Data Reader on the release\'s container (docs/deploy.md).')
 param releaseWithAgentIdentity bool = false
 
-@description('Your private index (pip --index-url): install packageSpec from it instead of the wheel; empty: the wheel.')
+@description('Your private index (pip --index-url): where the wheel\'s dependencies (or packageSpec) come from; empty: pip\'s default index (PyPI).')
 param packageIndexUrl string = ''
 
-@description('With packageIndexUrl: the pinned requirement, e.g. se-forwarder[eventhubs,queue]==0.1.0 (add the logs-ingestion extra with Logs).')
+@description('A pinned requirement installed from packageIndexUrl instead of the wheel, e.g. se-forwarder[eventhubs,queue]==0.1.0 (add the logs-ingestion extra with Logs); empty: the wheel.')
 param packageSpec string = ''
 
 @description('The coordinator\'s Ed25519 public key(s) that approval messages must be signed with: base64 of the raw 32 bytes (approvals.pub), several separated by commas while rotating. A change re-runs the installer on every VM.')
@@ -90,6 +90,9 @@ param coordinatorOnly bool = !empty(hub.coordinatorPrincipalId)
 
 @description('VM tag names the agents send with their reports ([vm] tags), for the coordinator\'s tag budgets.')
 param agentTagNames array = []
+
+@description('Uniform scale sets of this subscription that autoscale: [{ name, resourceGroup }]. Each gets one identity and rights made once for the set (its instances make their own queues); attach the identity and the extension to the set\'s model as docs/deploy.md shows.')
+param scaleSets array = []
 
 @description('Resource groups of this subscription where the coordinator may read the VMs and their scheduled events (Azure\'s feed, Resource Graph); empty: none.')
 param coordinatorResourceGroups array = []
@@ -142,6 +145,29 @@ module batches 'modules/agent-batch.bicep' = [for b in range(0, batchCount): {
   }
 }]
 
+module setIdentities 'modules/scale-set-identity.bicep' = [for set in scaleSets: {
+  name: take('se-forwarder-set-${set.name}', 64)
+  scope: resourceGroup(set.resourceGroup)
+  params: {
+    scaleSetName: set.name
+    location: location
+    identityName: take('${prefix}-agents-${replace(set.name, '.', '-')}', 128)
+    tags: tags
+  }
+}]
+
+module setAccess 'modules/scale-set-hub-access.bicep' = [for (set, i) in scaleSets: {
+  name: take('se-forwarder-set-access-${set.name}-${uniqueString(subscription().id, set.resourceGroup, set.name)}', 64)
+  scope: resourceGroup(hub.subscriptionId, hub.resourceGroup)
+  params: {
+    storageAccountName: hub.storageAccountName
+    namespaceName: hub.namespaceName
+    eventHubName: hub.eventHubName
+    agentPrincipalId: setIdentities[i].outputs.principalId
+    senderPrincipalId: hub.coordinatorPrincipalId
+  }
+}]
+
 module readerRole 'modules/coordinator-reader-role.bicep' = if (!empty(coordinatorResourceGroups)) {
   name: take('se-forwarder-coordinator-reader-${uniqueString(deployment().name)}', 64)
 }
@@ -183,6 +209,14 @@ var batchAgents = [for b in range(0, batchCount): batches[b].outputs.agents]
 
 @description('Per VM: its resource group, vmId, approval queue, and agent identity (resource ID and client ID).')
 output agents array = flatten(batchAgents)
+
+@description('Per scale set: its identity (resource ID for az vmss identity assign, client ID for the config).')
+output scaleSetIdentities array = [for (set, i) in scaleSets: {
+  scaleSetName: set.name
+  resourceGroup: set.resourceGroup
+  identityId: setIdentities[i].outputs.identityId
+  clientId: setIdentities[i].outputs.clientId
+}]
 
 @description('Resource ID of this subscription\'s system topic, or empty.')
 output systemTopicId string = deployAzureFeed ? feedTopic.outputs.systemTopicId : ''

@@ -56,10 +56,10 @@ param releaseSasToken string = ''
 @description('The VMs download the release with their agent identity.')
 param releaseWithAgentIdentity bool = false
 
-@description('Your private index (pip --index-url): install packageSpec from it instead of the wheel.')
+@description('Your private index (pip --index-url) for the wheel\'s dependencies (or packageSpec); empty: PyPI.')
 param packageIndexUrl string = ''
 
-@description('With packageIndexUrl: the pinned requirement.')
+@description('A pinned requirement from packageIndexUrl instead of the wheel; empty: the wheel.')
 param packageSpec string = ''
 
 @description('The coordinator\'s Ed25519 public key(s) (approvals.pub), several separated by commas while rotating; a change re-runs the installer on every VM.')

@@ -69,10 +69,10 @@ param releaseSasToken string = ''
 @description('Download the release as this VM\'s agent identity (it needs Storage Blob Data Reader on the release\'s container).')
 param releaseWithAgentIdentity bool = false
 
-@description('Your private index (pip --index-url): install packageSpec from it instead of the wheel; empty: the wheel.')
+@description('Your private index (pip --index-url): where the wheel\'s dependencies (or packageSpec) come from; empty: pip\'s default index.')
 param packageIndexUrl string = ''
 
-@description('With packageIndexUrl: the pinned requirement, e.g. se-forwarder[eventhubs,queue]==0.1.0.')
+@description('A pinned requirement installed from packageIndexUrl instead of the wheel, e.g. se-forwarder[eventhubs,queue]==0.1.0; empty: the wheel.')
 param packageSpec string = ''
 
 @description('Any new value re-runs the installer (e.g. after changing the verify keys, which it cannot see).')
@@ -114,18 +114,20 @@ var script2 = replace(script1, '@@ENV_B64@@', base64(agentEnvironment))
 var script3 = replace(script2, '@@SUMS_B64@@', base64(releaseSums))
 var script4 = replace(script3, '@@WHEEL@@', wheelFile)
 var script5 = replace(script4, '@@INDEX_URL@@', packageIndexUrl)
-var script6 = replace(script5, '@@EXTRAS@@', extras)
+var script6a = replace(script5, '@@EXTRAS@@', extras)
+var script6 = replace(script6a, '@@BASE_URI@@', '') // the extension downloads (fileUris)
 var linuxScript = replace(script6, '@@PACKAGE_SPEC@@', packageSpec)
 // The wheel's extras: the Logs sink needs logs-ingestion (a packageSpec names its own).
 var extras = empty(logsIngestionEndpoint) ? 'eventhubs,queue' : 'eventhubs,queue,logs-ingestion'
 var sas = empty(releaseSasToken) ? '' : '?${releaseSasToken}'
-var wheelUris = empty(packageIndexUrl) ? [
+var wheelUris = empty(packageSpec) ? [
   '${installerBaseUri}/${wheelFile}${sas}'
 ] : []
 // The wheel's line of SHA256SUMS, for install.ps1 -Sha256 (Windows has no sums check of its own).
 // (sha256sum's lines: 64 hex digits, two spaces, the path).
-var wheelDigest = empty(packageIndexUrl) ? substring(releaseSums, indexOf(releaseSums, '  ${wheelFile}') - 64, 64) : ''
-var windowsSource = empty(packageIndexUrl) ? '-Wheel ${wheelFile} -Sha256 ${wheelDigest} -Extras ${extras}' : '-PackageSpec "${packageSpec}" -IndexUrl ${packageIndexUrl}'
+var wheelDigest = empty(packageSpec) ? substring(releaseSums, indexOf(releaseSums, '  ${wheelFile}') - 64, 64) : ''
+var windowsIndex = empty(packageIndexUrl) ? '' : ' -IndexUrl ${packageIndexUrl}'
+var windowsSource = empty(packageSpec) ? '-Wheel ${wheelFile} -Sha256 ${wheelDigest} -Extras ${extras}${windowsIndex}' : '-PackageSpec "${packageSpec}"${windowsIndex}'
 var windowsCommand = 'powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File install.ps1 ${windowsSource} -ConfigBase64 ${base64(config)} -EnvFromExtension'
 var downloadIdentity = releaseWithAgentIdentity ? {
   managedIdentity: {

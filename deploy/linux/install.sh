@@ -37,7 +37,8 @@ usage: install.sh [options]
                       "" for none)
   --package SPEC      pip requirement to install instead of a wheel, e.g. 'se-forwarder[eventhubs,queue]==0.1.0';
                       only with --index-url or --find-links
-  --index-url URL     your private index (pip --index-url: the public index is not consulted)
+  --index-url URL     your private index (pip --index-url: the public index is not consulted):
+                      --package's, or the wheel's dependencies' (default: pip's own index)
   --find-links DIR    install offline from this wheelhouse only (pip --no-index)
   --no-deps           install only the package; its dependencies are already present
   --python PY         interpreter for the venv (default: the first python3, python3.13,
@@ -145,7 +146,6 @@ if [ "$mode" = "install" ]; then
         die "--package $package_spec would be resolved on the public index, where anyone can publish that name: give --wheel FILE|URL --sha256 HEX, or --index-url URL of your private index (or --find-links DIR)"
     fi
     if [ -n "$index_url" ]; then
-        [ -n "$package_spec" ] || die "--index-url goes with --package SPEC"
         case "$index_url" in https://*) ;; *) is_loopback_http "$index_url" || die "--index-url must be https://" ;; esac
     fi
     case "$wheel" in
@@ -225,7 +225,7 @@ chown_group() {
 default_config() {
     cat <<'EOF'
 # se-forwarder configuration (written by install.sh because none existed).
-# Keys and meaning: see the project's README and docs/design.md. Every key can also be set by an
+# Keys and meaning: see the project's README and docs/configuration.md. Every key can also be set by an
 # environment variable SE_FORWARDER_<SECTION>_<KEY>. Secrets never go here: name an environment
 # variable (*_env keys, set in /etc/se-forwarder/se-forwarder.env) or a file (*_file keys, e.g. a
 # credential: /run/credentials/se-forwarder.service/secret_NAME for /etc/se-forwarder/credentials/NAME).
@@ -328,8 +328,8 @@ verify_wheel() {
 # What pip is asked to install, as one line: recorded in the venv so a repeat run can skip pip.
 install_request() {
     if [ -n "$wheel" ]; then
-        printf '%s extras=%s sha256=%s no_deps=%s find_links=%s\n' "$(basename "$wheel")" "$extras" \
-            "$(sha256sum "$wheel" | cut -d' ' -f1)" "$no_deps" "$find_links"
+        printf '%s extras=%s sha256=%s index=%s no_deps=%s find_links=%s\n' "$(basename "$wheel")" "$extras" \
+            "$(sha256sum "$wheel" | cut -d' ' -f1)" "$(shown_url "$index_url")" "$no_deps" "$find_links"
     else
         printf '%s index=%s no_deps=%s find_links=%s\n' "$package_spec" "$(shown_url "$index_url")" \
             "$no_deps" "$find_links"

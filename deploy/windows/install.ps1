@@ -45,7 +45,8 @@
 #>
 [CmdletBinding()]
 param(
-    # pip requirement to install, only from -IndexUrl (your private index) or -FindLinks.
+    # pip requirement to install, only from -IndexUrl (your private index) or -FindLinks; -IndexUrl
+    # alone: where the wheel's dependencies come from.
     [string] $PackageSpec = '',
     [string] $IndexUrl = '',
     # Install this wheel (with the extras of -Extras); -Sha256 is the release's SHA256SUMS line for

@@ -15,6 +15,8 @@ from .conftest import REPO, tool
 
 EVENT_HUBS_DATA_SENDER = "2b629674-e913-4c01-ae53-ef4638d8f975"
 KEY_VAULT_SECRETS_USER = "4633458b-17de-408a-b874-0445c86b69e6"
+QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
+ACCOUNT = "Microsoft.Storage/storageAccounts"
 VAULT = "Microsoft.KeyVault/vaults"
 EVENT_HUBS_DATA_RECEIVER = "a638d3c7-ab3a-418d-83e6-5f17a39d4fde"
 QUEUE_DATA_MESSAGE_PROCESSOR = "8a0f0c08-91a1-4084-bc3d-661d67233fed"
@@ -131,7 +133,8 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified() -> None:
 def test_each_agent_may_only_send_to_the_hub_process_its_own_queue_and_publish_logs(
     bicep_docs: dict[str, dict],
 ) -> None:
-    agent = [a for a in role_assignments(bicep_docs) if a["principal"] == "agentPrincipalId"]
+    agent = [a for a in role_assignments(bicep_docs) if a["principal"] == "agentPrincipalId"
+             and not a["where"].startswith("modules/scale-set")]  # a scale set's: the test below
     assert {a["where"].split(":")[0] for a in agent} == {"modules/vm-hub-access.bicep"}  # one VM each
     assert sorted((a["role"], a["scope_type"], a["scope"], a["loop"], a["condition"]) for a in agent) == [
         # on the hub itself (not the namespace)
@@ -147,8 +150,9 @@ def test_coordinator_may_only_use_the_hub_send_to_the_queues_keep_its_container_
     bicep_docs: dict[str, dict],
 ) -> None:
     coordinator = [a for a in role_assignments(bicep_docs)
-                   if a["principal"] in ("receiverPrincipalId", "senderPrincipalId")
-                   or (a["principal"] == "coordinatorPrincipalId" and "keyvault" in a["where"])]
+                   if (a["principal"] in ("receiverPrincipalId", "senderPrincipalId")
+                       or (a["principal"] == "coordinatorPrincipalId" and "keyvault" in a["where"]))
+                   and not a["where"].startswith("modules/scale-set")]  # a scale set's: the test below
     assert sorted((a["role"], a["scope_type"], a["scope"], a["condition"]) for a in coordinator) == [
         # reads the agents' events and publishes its decisions, on the hub itself
         (EVENT_HUBS_DATA_SENDER, HUB, "hub", "!empty(receiverPrincipalId)"),
@@ -164,9 +168,27 @@ def test_coordinator_may_only_use_the_hub_send_to_the_queues_keep_its_container_
 
 def test_no_other_role_assignment_exists(bicep_docs: dict[str, dict]) -> None:
     assignments = role_assignments(bicep_docs)
-    assert len(assignments) == 12, [a["where"] for a in assignments]
-    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR, CONTAINER, VAULT, RESOURCE_GROUP}
+    assert len(assignments) == 15, [a["where"] for a in assignments]
+    scopes = {a["scope_type"] for a in assignments}
+    assert scopes == {HUB, QUEUE, DCR, CONTAINER, VAULT, RESOURCE_GROUP, ACCOUNT}
     assert all(a["loop"] is None for a in assignments)  # per VM only through a module per VM
+    # account-wide rights only for autoscaled scale sets, whose instances make their own queues
+    assert {a["where"] for a in assignments if a["scope_type"] == ACCOUNT} == {
+        "modules/scale-set-hub-access.bicep:setQueues", "modules/scale-set-hub-access.bicep:coordinatorSends"}
+
+
+def test_an_autoscaled_scale_set_gets_one_identity_whose_instances_make_their_own_queues(
+        bicep_docs: dict[str, dict]) -> None:
+    access = [a for a in role_assignments(bicep_docs)
+              if a["where"].startswith("modules/scale-set-hub-access")]
+    assert sorted((a["role"], a["scope_type"], a["principal"]) for a in access) == [
+        (EVENT_HUBS_DATA_SENDER, HUB, "agentPrincipalId"),
+        (QUEUE_DATA_CONTRIBUTOR, ACCOUNT, "agentPrincipalId"),  # queues/write: make its own queue
+        (QUEUE_DATA_MESSAGE_SENDER, ACCOUNT, "senderPrincipalId"),
+    ]
+    agents = bicep_docs["agents.bicep"]["modules"]
+    assert loop(agents["setIdentities"]) == "set in scaleSets"
+    assert loop(agents["setAccess"]) == "(set, i) in scaleSets"
 
 
 def test_only_event_grid_may_send_to_the_azure_feed_hub_and_the_coordinator_only_reads_it(

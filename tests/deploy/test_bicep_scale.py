@@ -40,24 +40,26 @@ def resources(doc: dict[str, Any], sizes: dict[str, int], path: str) -> int:
                for kind in ("resources", "modules") for name, node in (doc.get(kind) or {}).items())
 
 
-def sizes_for(vms: int, batch: int, resource_groups: int) -> dict[str, dict[str, int]]:
+def sizes_for(vms: int, batch: int, resource_groups: int, scale_sets: int = 0) -> dict[str, dict[str, int]]:
     """Loop lengths per template for `vms` VMs of one subscription in `resource_groups` groups,
-    the coordinator reading each group and every VM opted in to Azure's feed."""
+    the coordinator reading each group and every VM opted in to Azure's feed, and `scale_sets`
+    autoscaled uniform scale sets."""
     return {
         "main.bicep": {},
         "hub.bicep": {},
         "agents.bicep": {"batchCount": math.ceil(vms / batch), "coordinatorResourceGroups": resource_groups,
-                         "scheduledEventsTargets": resource_groups},
+                         "scheduledEventsTargets": resource_groups, "scaleSets": scale_sets},
         "modules/agent-batch.bicep": {"vms": batch},
         # one call per resource group: its standalone VMs (the worst case: all of them in one group)
         "modules/scheduled-events-policy.bicep": {"vmNames": vms, "scaleSetNames": 0},
     }
 
 
-@pytest.mark.parametrize(("vms", "batch", "groups"), [(VMS, BATCH, 1), (VMS, BATCH, 3), (VMS, 350, 1),
-                                                      (10_000, BATCH, 50)])
-def test_no_template_of_a_subscriptions_fleet_passes_arms_limits(bicep_docs, vms, batch, groups) -> None:
-    sizes = sizes_for(min(vms, 350), batch, groups)  # one policy call: at most 350 VMs (see docs)
+@pytest.mark.parametrize(("vms", "batch", "groups", "sets"), [
+    (VMS, BATCH, 1, 0), (VMS, BATCH, 3, 0), (VMS, 350, 1, 0), (10_000, BATCH, 50, 100)])
+def test_no_template_of_a_subscriptions_fleet_passes_arms_limits(bicep_docs, vms, batch, groups,
+                                                                 sets) -> None:
+    sizes = sizes_for(min(vms, 350), batch, groups, sets)  # one policy call: at most 350 VMs (see docs)
     sizes["agents.bicep"]["batchCount"] = math.ceil(vms / batch)
     counted = {}
     for path, doc in bicep_docs.items():
@@ -68,7 +70,7 @@ def test_no_template_of_a_subscriptions_fleet_passes_arms_limits(bicep_docs, vms
         assert len(doc.get("outputs") or {}) <= 64, path
     assert counted["modules/agent-batch.bicep"] == 2 * batch  # two per VM, whatever each holds
     if vms == VMS:
-        assert counted["agents.bicep"] == math.ceil(VMS / batch) + 1 + 2 * groups + 1
+        assert counted["agents.bicep"] == math.ceil(VMS / batch) + 1 + 2 * groups + 1 + 2 * sets
 
 
 def test_the_batch_size_keeps_a_batch_under_the_limit(bicep_docs) -> None:

@@ -203,7 +203,7 @@ def test_make_settings_rejects_bad_input_with_one_line(tmp_path: Path, release: 
         ("--os", "linux", "--base-uri", BASE, "--config", str(cfg)):
             "--release is required (the folder scripts/release made: its SHA256SUMS and wheel)",
         ("--os", "linux", "--base-uri", BASE, "--config", str(cfg), "--release", str(release),
-         "--package", "se-forwarder==0.1.0"): "--index-url and --package go together (a private index)",
+         "--package", "se-forwarder==0.1.0"): "--package needs --index-url (your private index)",
     }
     for args, message in cases.items():
         proc = make_settings(*args)
@@ -219,7 +219,7 @@ def test_every_placeholder_is_filled_in_by_the_bicep_module() -> None:
     for template in ("bicep/agent-config.toml", "bicep/agent-config-logs.toml"):
         config_fields |= set(re.findall(r"@@(\w+)@@", (REPO / template).read_text()))
     assert script_fields == {"CONFIG_B64", "ENV_B64", "SUMS_B64", "WHEEL", "INDEX_URL", "EXTRAS",
-                             "PACKAGE_SPEC"}
+                             "PACKAGE_SPEC", "BASE_URI"}
     assert script_fields | config_fields == filled
 
 
@@ -293,3 +293,85 @@ def test_bicep_passes_the_agent_environment_only_through_protected_settings(bice
     assert doc["variables"]["windowsCommand"]["value"].endswith(" -EnvFromExtension")
     assert "commandToExecute" not in linux["protectedSettings"]  # Linux: inside the script
     assert secret in references(linux["protectedSettings"]["script"], doc)
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, standing in for the storage account's TLS."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_a_run_command_downloads_the_release_with_its_sas_checks_it_and_installs(
+        tmp_path: Path, release: Path) -> None:
+    import ssl
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    requests: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            requests.append(self.path)
+
+    cert, key = _self_signed(tmp_path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(release)))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"https://127.0.0.1:{server.server_address[1]}"
+        cfg, _ = inputs(tmp_path)
+        env = tmp_path / "public.env"
+        env.write_text("APPROVALS_PUBLIC_KEYS=a2V5LWZvci10ZXN0cy1vbmx5LXB1YmxpYy0wMDAwMDAwMDA=\n")
+        made = make_settings("--os", "linux", "--run-command", "--release", str(release), "--base-uri", base,
+                             "--config", str(cfg), "--env", str(env))
+        assert made.returncode == 0, made.stderr
+        run = tmp_path / "run"
+        run.mkdir()
+        proc = subprocess.run(["sh", "-c", made.stdout], cwd=run, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "ARGS_OUT": str(tmp_path / "args"),
+                                   "SE_RELEASE_SAS": "sv=2024&sig=s3cret", "CURL_CA_BUNDLE": str(cert)})
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 downloaded files match the release's SHA256SUMS" in proc.stdout
+    assert sorted(requests) == sorted(f"/{p}?sv=2024&sig=s3cret" for p in (
+        "linux/install.sh", "linux/se-forwarder.service", "linux/10-restart-backoff.conf", WHEEL))
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[args.index("--wheel") + 1] == f"./{WHEEL}"
+
+
+def test_a_run_command_carries_no_secret_in_its_readable_script(tmp_path: Path, release: Path) -> None:
+    cfg, env = inputs(tmp_path)  # env holds APPROVALS_KEY: a secret
+    proc = make_settings("--os", "linux", "--run-command", "--release", str(release), "--base-uri", BASE,
+                         "--config", str(cfg), "--env", str(env))
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [
+        "make-settings.sh: error: --run-command: a Run Command's script is readable with the VM: --env may "
+        "hold only APPROVALS_PUBLIC_KEYS"]
