@@ -25,7 +25,7 @@ targetScope = 'subscription'
 @description('hub.bicep\'s output hub: subscriptionId, resourceGroup, namespaceName, eventHubsNamespace, eventHubName, storageAccountName, queueEndpoint, coordinatorPrincipalId, azureFeedHubName, logs*.')
 param hub object
 
-@description('The VMs of this subscription: [{ name, resourceGroup }], each existing.')
+@description('The VMs of this subscription: [{ name, resourceGroup }], each existing; "install": false leaves out the Custom Script Extension of a VM that holds another one (install it with a Run Command: docs/deploy.md).')
 @minLength(1)
 param vms array
 
@@ -49,7 +49,7 @@ param namePrefix string = 'sefwd'
 ])
 param vmOsType string = 'Linux'
 
-@description('Attach the agent identities to the VMs (a PUT of each VM with only its identity block, which keeps the identities each VM has). false: attach them by other means; the output agentIdentities lists them.')
+@description('Attach the agent identities to the VMs (a PUT of each VM with only its identity block, which keeps the identities each VM has). false: attach them by other means; the output agents lists them.')
 param attachIdentityToVms bool = true
 
 @description('Base URL of a release folder made by scripts/release (its wheel, linux/ and windows/ files), without a SAS token.')

@@ -7,7 +7,7 @@ targetScope = 'subscription'
 @description('hub.bicep\'s output hub.')
 param hub object
 
-@description('This batch\'s VMs: [{ name, resourceGroup }].')
+@description('This batch\'s VMs: [{ name, resourceGroup, install? }].')
 param vms array
 
 @description('Region of the agent identities.')
@@ -80,6 +80,7 @@ module agents 'vm-agent.bicep' = [for vm in vms: {
     identityName: take('${namePrefix}-agent-${replace(vm.name, '.', '-')}', 128)
     tags: tags
     attachIdentity: attachIdentityToVms
+    installAgent: vm.?install ?? true
     eventHubsNamespace: hub.eventHubsNamespace
     eventHubName: hub.eventHubName
     queueEndpoint: hub.queueEndpoint

@@ -23,6 +23,9 @@ param osType string
 @description('Attach the agent identity here (false: it is attached by other means, e.g. the VM\'s own template).')
 param attachIdentity bool = true
 
+@description('Install the agent with the Custom Script Extension (false: the VM holds another Custom Script Extension, and a Run Command installs it: docs/deploy.md).')
+param installAgent bool = true
+
 @description('Region of the agent identity.')
 param location string
 
@@ -182,7 +185,7 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-03-01' = if (attachIdentity)
   }
 }
 
-resource linuxInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01' = if (osType == 'Linux') {
+resource linuxInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01' = if (osType == 'Linux' && installAgent) {
   parent: existingVm
   name: 'se-forwarder'
   location: existingVm.location
@@ -207,7 +210,7 @@ resource linuxInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01
   }
 }
 
-resource windowsInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01' = if (osType == 'Windows') {
+resource windowsInstaller 'Microsoft.Compute/virtualMachines/extensions@2024-03-01' = if (osType == 'Windows' && installAgent) {
   parent: existingVm
   name: 'se-forwarder'
   location: existingVm.location
