@@ -72,3 +72,15 @@ def test_every_repository_path_a_deployment_document_cites_exists(document: Path
     missing = sorted(c for c in cited
                      if not (REPO / c).exists() and not (document.parent / c).exists())
     assert not missing, f"{document.relative_to(REPO)} cites {missing}"
+
+
+def test_the_example_parameters_are_parameters_of_main_bicep(bicep_docs) -> None:
+    import json
+
+    example = json.loads((REPO / "bicep/main.parameters.example.json").read_text())["parameters"]
+    declared = bicep_docs["main.bicep"]["parameters"]
+    assert set(example) <= set(declared)
+    # with the release's own file (release.parameters.json: wheelFile, releaseSums), every
+    # parameter without a default is given
+    required = {name for name, p in declared.items() if p.get("default") is None}
+    assert required <= set(example) | {"wheelFile", "releaseSums"}
