@@ -23,8 +23,6 @@ What decides an approval, for each Scheduled event not yet approved:
   hook succeeded (``ApprovedBy: hook``); ``wait`` / ``ignore``: never by itself;
 - ``leader_only``: only when this VM is the first entry of Resources (policy and hook approvals;
   a coordinator's message or the CLI names its event explicitly and is not subject to it);
-- ``coordinator_only``: no policy or hook approval at all (hooks still run); the coordinator's
-  signed messages and the CLI still approve, so the fleet's budgets decide every early start;
 - ``dry_run``: logged as "would approve", never POSTed.
 """
 
@@ -84,9 +82,7 @@ class Approver:
         # Set once the identity comes from the instance metadata (None: it does already).
         self.identity_known = identity_known
         self.settings = settings
-        # Under coordinator_only the sample's rules do not apply (no rules: every event waits).
-        self.policy = Policy(() if settings.coordinator_only and settings.rules is None else settings.rules)
-        self.coordinator_only = settings.coordinator_only
+        self.policy = Policy(settings.rules)
         self.dry_run = dry_run or settings.dry_run
         self.leader_only = settings.leader_only
         self.on_recorded = on_recorded
@@ -280,11 +276,6 @@ class Approver:
         now = datetime.now(UTC)
         for event in doc.events:
             if event.status != SCHEDULED or outbox.has_event(ce.ce_id(event.event_id, Kind.APPROVED)):
-                continue
-            if self.coordinator_only:
-                self._note(event.event_id, "coordinator-only",
-                           "not approving by itself (coordinator_only): the coordinator approves "
-                           "through the queue, or the event starts at its NotBefore")
                 continue
             origin = self._origin(outbox, event, now)
             if origin is None:

@@ -10,7 +10,7 @@ dataclasses (and nowhere else). The rules become ``policy.Rule`` values; secrets
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -64,6 +64,13 @@ def parse(t: Mapping[str, Any]) -> ApprovalsSettings:
         s.hooks = parse_hooks(_table(t["hooks"], "approvals.hooks"), "approvals.hooks")
     if "queue" in t:
         s.queue = parse_queue(_table(t["queue"], "approvals.queue"), "approvals.queue")
+    if s.coordinator_only:
+        # No sample rules, and a prepare hook only prepares: nothing here approves by itself.
+        if isinstance(t.get("hooks"), Mapping) and t["hooks"].get("approve_after_prepare") is True:
+            raise ConfigError("approvals.hooks.approve_after_prepare: contradicts coordinator_only = true "
+                              "(only the coordinator approves; the prepare hook still runs)")
+        s.rules = () if s.rules is None else s.rules
+        s.hooks = replace(s.hooks, approve_after_prepare=False)
     check_consistency(s)
     return s
 
@@ -162,6 +169,9 @@ def parse_hooks(raw: Mapping[str, Any], where: str) -> HookSettings:
 def check_consistency(settings: ApprovalsSettings) -> None:
     """Cross-checks between rules, hooks and ``coordinator_only``."""
     if settings.coordinator_only:
+        if settings.rules is None or settings.hooks.approve_after_prepare:
+            raise ConfigError("approvals.coordinator_only: give rules (none approving) and "
+                              "hooks.approve_after_prepare = false with it, as parse() does")
         if settings.queue is None:
             raise ConfigError("approvals.coordinator_only: needs [approvals.queue], where the "
                               "coordinator's signed approvals arrive (without it nothing is ever "

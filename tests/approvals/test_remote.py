@@ -195,7 +195,8 @@ def test_coordinator_only_agent_approves_nothing_itself_but_takes_the_coordinato
         # A user-initiated reboot: the sample policy would approve it at once.
         event_id = server.sim.add_event({"EventType": "Reboot", "EventSource": "User"})["EventId"]
         remote.knows(event_id)
-        wait_for(lambda: any("coordinator_only" in r["message"] for r in log_records(remote.log)),
+        wait_for(lambda: any("no rule matched" in r["message"] and "unless approved remotely" in r["message"]
+                             for r in log_records(remote.log)),
                  timeout=10, what="the agent saying it leaves the event to the coordinator")
         assert remote.posts(event_id) == []
         coordinator.send(signing.encode(coordinator.message(event_id)))

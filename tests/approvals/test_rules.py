@@ -147,10 +147,20 @@ QUEUE = {"queue": "se-approvals-{vm_name}", "connection_string_env": "APPROVALS_
     ({"coordinator_only": True, "queue": QUEUE, "rules": [rule("approve", "users", source="User")]},
      "approvals.rules[0].action: approve contradicts coordinator_only = true"),
     ({"coordinator_only": "yes", "queue": QUEUE}, "approvals.coordinator_only"),
+    ({"coordinator_only": True, "queue": QUEUE,
+      "hooks": {"prepare": ["true"], "approve_after_prepare": True}},
+     "approvals.hooks.approve_after_prepare: contradicts coordinator_only = true"),
 ])
 def test_coordinator_only_refuses_what_would_contradict_it(approvals, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         config.from_dict({"approvals": approvals})
+
+
+def test_coordinator_only_leaves_no_rule_nor_hook_that_approves():
+    settings = config.from_dict({"approvals": {"coordinator_only": True, "queue": QUEUE,
+                                               "hooks": {"prepare": ["true"]}}}).approvals
+    assert settings.rules == ()  # not the sample's, which approves user events and short freezes
+    assert settings.hooks.prepare == ("true",) and settings.hooks.approve_after_prepare is False
 
 
 def test_coordinator_only_allows_rules_that_only_wait_or_ignore():
