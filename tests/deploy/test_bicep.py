@@ -11,6 +11,7 @@ from typing import Any
 from se_forwarder import config
 from se_forwarder.sinks import logs_rows
 
+from .bicep_tree import expr, loop, module_body
 from .conftest import REPO, tool
 
 EVENT_HUBS_DATA_SENDER = "2b629674-e913-4c01-ae53-ef4638d8f975"
@@ -31,44 +32,6 @@ DCR = "Microsoft.Insights/dataCollectionRules"
 HUB = "Microsoft.EventHub/namespaces/eventhubs"
 QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
 ROLE_ASSIGNMENT = "Microsoft.Authorization/roleAssignments"
-
-
-def expr(node: Any) -> str:
-    """A pycep expression tree as compact Bicep-like text: `identities.outputs.agentIds[i]`."""
-    if not isinstance(node, dict):
-        return str(node)
-    if "operator" in node:
-        op = node["operator"]
-        operands = list(op["operands"].values())
-        if op["type"] == "property_accessor":
-            return f"{expr(operands[0])}.{expr(operands[1])}"
-        if op["type"] == "index_accessor":
-            return f"{expr(operands[0])}[{expr(operands[1])}]"
-        if op["type"] == "not":
-            return f"!{expr(operands[0])}"
-        return f"{op['type']}({', '.join(expr(o) for o in operands)})"
-    if "function" in node:
-        fn = node["function"]
-        args = [expr(a) for a in (fn.get("parameters") or {}).values() if a is not None]
-        return f"{fn['type']}({', '.join(args)})"
-    return json.dumps(node, sort_keys=True)
-
-
-def loop(node: dict) -> str | None:
-    """`item in array` or `(item, index) in array` for a looped resource, module or output value."""
-    loop_type = node.get("loop_type") or node.get("config", {}).get("loop_type")
-    if not loop_type:
-        return None
-    d = loop_type["detail"]
-    if "index_name" in d:
-        return f"({d['item_name']}, {d['index_name']}) in {d['array_name']}"
-    return f"{d['item_name']} in {d['array_name']}"
-
-
-def module_body(module: dict) -> dict:
-    """A module's name/params/scope, inside its loop or condition if it has one."""
-    cfg = module["config"]
-    return cfg["config"] if "loop_type" in cfg or "condition" in cfg else cfg
 
 
 def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import pytest
 from azure.mgmt.compute import models
 from azure.mgmt.compute._utils.model_base import Model
 
-from .test_bicep import module_body
+from .bicep_tree import module_body
 
 RESOURCES = {  # (file, symbolic name) -> the model of that resource type
     ("modules/scheduled-events-policy.bicep", "vms"): models.VirtualMachine,
