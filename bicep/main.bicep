@@ -1,7 +1,7 @@
-// se-forwarder for the VMs of one resource group, in one deployment: hub.bicep in this resource
-// group and agents.bicep for the VMs of vmResourceGroupName (this subscription). A fleet in several
-// subscriptions or resource groups deploys hub.bicep once and agents.bicep per subscription
-// instead (docs/deploy.md, "Layout").
+// se-forwarder for the VMs of one resource group, in one deployment: hub.bicep in the resource
+// group hubResourceGroupName (made if it does not exist) and agents.bicep for the VMs of
+// vmResourceGroupName, both in this subscription. A fleet in several subscriptions or resource
+// groups deploys hub.bicep once and agents.bicep per subscription instead (docs/deploy.md, "Layout").
 //
 // It downloads, from installerBaseUri (a release folder made by scripts/release): the wheel
 // (wheelFile), linux/install.sh, linux/se-forwarder.service, linux/10-restart-backoff.conf and
@@ -9,13 +9,16 @@
 // templates are modules/*.bicep, agent-config.toml, agent-config-logs.toml, logs-columns.json and
 // ../deploy/vm-extension/linux-extension.sh (tests/deploy/test_docs_files.py checks they exist).
 //
-//   az deployment group create -g RG -f bicep/main.bicep -p @release.parameters.json \
-//     -p vmNames='["vm-a","vm-b"]' installerBaseUri=https://.../se-forwarder-0.1.0 \
+//   az deployment sub create -l westeurope -f bicep/main.bicep -p @release.parameters.json \
+//     -p vmResourceGroupName=RG vmNames='["vm-a","vm-b"]' installerBaseUri=https://.../se-forwarder-0.1.0 \
 //     approvalVerifyKeys="$(cat approvals.pub)"
-targetScope = 'resourceGroup'
+targetScope = 'subscription'
 
 @description('Region of the new resources. The VMs keep their own region.')
-param location string = resourceGroup().location
+param location string = deployment().location
+
+@description('Resource group of the shared resources (made if it does not exist).')
+param hubResourceGroupName string = 'se-hub'
 
 @description('Lowercase letters and digits that start every resource name.')
 @minLength(3)
@@ -26,8 +29,8 @@ param namePrefix string = 'sefwd'
 @minLength(1)
 param vmNames array
 
-@description('Resource group of the VMs (default: this deployment\'s).')
-param vmResourceGroupName string = resourceGroup().name
+@description('Resource group of the VMs, in this subscription.')
+param vmResourceGroupName string
 
 @description('Operating system of the listed VMs; deploy once per OS for a mixed fleet.')
 @allowed([
@@ -135,8 +138,15 @@ param deployLogsIngestion bool = false
 @description('Tags for every new resource.')
 param tags object = {}
 
+resource hubGroup 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: hubResourceGroupName
+  location: location
+  tags: tags
+}
+
 module hub 'hub.bicep' = {
   name: 'se-forwarder-hub'
+  scope: hubGroup
   params: {
     location: location
     namePrefix: namePrefix
@@ -167,7 +177,6 @@ var policyTargets = empty(scheduledEventsVmNames) && empty(scheduledEventsScaleS
 
 module agents 'agents.bicep' = {
   name: 'se-forwarder-agents'
-  scope: subscription()
   params: {
     hub: hub.outputs.hub
     vms: [for vm in vmNames: {
@@ -195,7 +204,7 @@ module agents 'agents.bicep' = {
     ] : []
     azureFeedAcknowledge: azureFeedAcknowledge
     deployAzureFeed: withFeed
-    azureFeedResourceGroup: resourceGroup().name
+    azureFeedResourceGroup: hubGroup.name
     scheduledEventsTargets: policyTargets
     allInstancesDownAutoApprove: allInstancesDownAutoApprove
     tags: tags
