@@ -1,5 +1,6 @@
-"""What each import adds to a process's RSS, in the order an agent with a webhook sink loads them
-(each figure is the increase over everything above it). Linux (reads /proc/self/status).
+"""What each import adds to a process's RSS, in the order an agent with a webhook sink loads them,
+then what a pagerduty or opsgenie sink adds (each figure is the increase over everything above
+it). Linux (reads /proc/self/status).
 
 Run: python -m bench.import_costs
 """
@@ -15,6 +16,7 @@ MODULES = (
     "click", "http.server", "se_forwarder.telemetry", "se_forwarder.cli", "se_forwarder.agent",
     "se_forwarder.sinks.file", "cloudevents.core.formats.json", "requests",
     "cloudevents.core.bindings.http", "se_forwarder.sinks.webhook",
+    "se_forwarder.sinks.pagerduty", "se_forwarder.sinks.opsgenie",
 )
 
 

@@ -84,6 +84,20 @@ def split_http_url(text: str, where: str, what: str = "an http(s) URL") -> Split
     return parts
 
 
+def api_url(value: Any, where: str) -> str:
+    """An API endpoint's URL (a path is allowed): https, or plain http to a loopback address only;
+    no credentials, query or fragment. ConfigError naming ``where`` otherwise."""
+    text = as_str(value, where).strip().rstrip("/")
+    parts = split_http_url(text, where, "an https URL")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ConfigError(f"{where}: give only scheme, host, port and path "
+                          "(no credentials, query or fragment)")
+    if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        raise ConfigError(f"{where}: plain http is allowed only to a loopback address; use https "
+                          "(give ca_file for a private CA)")
+    return text
+
+
 def public_url(url: str) -> str:
     """A URL fit for logs, reasons, `status` and sink names.
 

@@ -4,12 +4,14 @@ foreground, until Ctrl-C or SIGTERM."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -178,6 +180,12 @@ def _printer(lines: queue.Queue[str | None]) -> None:
               "Event Hub whose connection string is in this environment variable.")
 @click.option("--feed-eventhub", metavar="NAME", help="The feed's hub if the connection string has none.")
 @click.option("--feed-delay", type=float, default=0.0, help="Seconds a feed event waits.")
+@click.option("--feed-event-type", metavar="TYPE", help="The feed's CloudEvent type, either spelling "
+              "Microsoft documents: Microsoft.ResourceNotifications.MaintenanceResources."
+              "ScheduledEventEmitted (default) or microsoft.maintenance/scheduledevents/write.")
+@click.option("--attestation-dir", metavar="DIR", help="Write the CA root and "
+              "intermediate that sign the VMs' attested documents there (PEM), for a coordinator's "
+              "[trust] (they are new each run).")
 @friendly_errors
 def simulate_command(**options: Any) -> None:
     """Run the IMDS Scheduled Events simulator in the foreground (Ctrl-C stops it)."""
@@ -210,7 +218,7 @@ def simulate_command(**options: Any) -> None:
         except OSError as exc:
             raise SeForwarderError(f"cannot listen on {options['host']}:{options['port']}: "
                                    f"{exc.strerror or exc}") from None
-        _announce(server, scenario)
+        _announce(server, scenario, options["attestation_dir"])
         printer.start()
         _serve(server, scenario, lines, stop)
     except KeyboardInterrupt:
@@ -260,19 +268,37 @@ def _build(options: Mapping[str, Any]) -> SimulatorServer:
         etag=options["etag"],
         topology=placement,
         not_before_format=options["not_before_format"],
-        azure=_azure(options["arm_port"], options["ca_file"], options["feed_connection_string_env"],
-                     options["feed_eventhub"], options["feed_delay"]),
+        azure=_azure(options),
+        attestation_dir=_attestation_dir(options["attestation_dir"]),
     )
 
 
-def _azure(arm_port: int | None, ca_file: str | None, feed_env: str | None, feed_eventhub: str | None,
-           feed_delay: float) -> AzureOptions | None:
+def _azure(options: Mapping[str, Any]) -> AzureOptions | None:
     from ..simulator.azure_side import options_from_flags
 
-    return options_from_flags(arm_port, ca_file, feed_env, feed_eventhub, feed_delay)
+    return options_from_flags(options["arm_port"], options["ca_file"], options["feed_connection_string_env"],
+                              options["feed_eventhub"], options["feed_delay"], options["feed_event_type"])
 
 
-def _announce(server: SimulatorServer, scenario: str | None) -> None:
+def _attestation_dir(value: str | None) -> Path | None:
+    """The directory for the attested documents' CA files, made if missing; ConfigError when it
+    cannot be made or written."""
+    if value is None:
+        return None
+    directory = Path(value).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"--attestation-dir {value}: is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--attestation-dir {value}: cannot make the directory: "
+                          f"{exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"--attestation-dir {value}: the directory is not writable")
+    return directory
+
+
+def _announce(server: SimulatorServer, scenario: str | None, options_dir: str | None) -> None:
     names = server.sim.vm_names
     _say(
         f"IMDS simulator listening on {server.url} "
@@ -284,6 +310,10 @@ def _announce(server: SimulatorServer, scenario: str | None) -> None:
     _say(f"control API: {server.url}/control")
     for line in server.azure.announce(server.url) if server.azure is not None else []:
         _say(line)
+    if options_dir is not None:  # a coordinator's [trust] attestation_roots and attestation_intermediates
+        _say("attested documents are signed by a per-run CA:")
+        _say(f"  root          {server.attestation_ca_file}")
+        _say(f"  intermediate  {server.attestation_intermediate_file}")
     status = server.sim.scenario_status()
     if scenario and status.get("waiting_for_first_poll"):
         _say(f"scenario {status['name']}: starts at the first scheduled-events poll "

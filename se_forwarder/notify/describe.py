@@ -9,7 +9,7 @@ nothing is sent. Rules:
   ``started`` event that came before); otherwise nothing is claimed. Inferred transitions say so.
 - Heartbeats are not chat messages: ``describe`` returns None for them.
 - Coordinator decisions (``com.azure.scheduledevents.coordinator.<action>``) read the ``data`` the
-  coordinator publishes (fleet/coordinator/events.py): ``EventId``, ``EventType``, ``NotBeforeUtc``,
+  coordinator publishes (fleet/coordinator/decide/events.py): ``EventId``, ``EventType``, ``NotBeforeUtc``,
   ``Resources`` (else the names in ``Affected``), ``Target.name`` (the VM an approval was sent to),
   ``Scope``, ``ReasonCode``, ``Reason``, ``Actor``, ``Shadow`` and ``Budgets``
   (``[{"scope", "kind", "size", "used", "withEvent", "max"}]``). The use shown is the count after the
@@ -121,6 +121,10 @@ def _agent_event(state: str, kind: str, event: dict, data: dict, now: datetime,
     elif state == Kind.RECOVER_FAILED:
         line = f"recover hook failed after {etype}" + (f": {reason}" if reason else "")
         tone = ATTENTION
+    elif state == Kind.RECOVERED:
+        back = _number(data.get("RecoveredAfterSeconds"))
+        line = f"back after {etype}" + (f", {duration(back)} after it ended" if back is not None else "")
+        tone = GOOD
     elif state == Kind.APPROVAL_REJECTED:
         what = etype if etype != "event" else f"event {_text(event.get('subject')) or 'unknown'}"
         line = f"approval message refused for {what}" + (f": {reason}" if reason else "")

@@ -13,11 +13,16 @@ Routes (paths are case-insensitive, as in ARM; every request needs ``Authorizati
 
 An acknowledge starts the event exactly as a StartRequests from one of its VMs does (through the
 engine, recorded in ``sim.approvals()`` with ``via: "arm"``), and answers ``{"value":
-"Successfully Approved"}``. Refusals are ARM's ``{"error": {"code", "message"}}``: 401 without the
-test token (``WWW-Authenticate: Bearer``), 403 when the principal lacks the role
-(``roles``), 404 for an event that is not (or no longer) the resource's, 429 with ``Retry-After``
-and 401/403/5xx on request (``add_fault``). Resource Graph answers carry
-``x-ms-user-quota-remaining`` and ``x-ms-user-quota-resets-after``.
+"Successfully Approved"}``; the list variant (``AcknowledgeList``, api-version 2025-10-01-preview
+and later) does so for every EventId of its body, or for none when one of them is not the
+resource's. Refusals are ARM's ``{"error": {"code", "message"}}``: 401 without the test token
+(``WWW-Authenticate: Bearer``), 403 ``AuthorizationFailed`` when the principal lacks the role
+(``roles``; ``give_back`` restores a role later, as an assignment reaches ARM minutes after it is
+made), 404 for an event that is not (or no longer) the resource's, 429 with ``Retry-After`` and
+401/403/5xx on request (``faults``, ``arm_faults.py``: a 403 there may be a policy's
+``RequestDisallowedByPolicy``). Resource Graph answers carry ``x-ms-user-quota-remaining`` and
+``x-ms-user-quota-resets-after``. The request log (``requests()``) keeps each request's status, the
+error code of a refusal and, for an acknowledge, the EventIds it named.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from se_forwarder.simulator.azure_ledger import AzureLedger
 from se_forwarder.timestamps import rfc3339
 
 ACK_VERSIONS = ("2023-10-01-preview", "2025-10-01-preview", "2025-11-01", "2026-02-01-preview")
+#: AcknowledgeList (``{"value": [EventIds]}``) is not in 2023-10-01-preview.
+LIST_ACK_VERSIONS = ACK_VERSIONS[1:]
 COMPUTE_VERSIONS = ("2023-09-01", "2024-03-01", "2024-07-01", "2024-11-01", "2025-04-01", "2025-11-01")
 QUOTA_WINDOW = 5.0
 _COMPUTE = r"/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
@@ -85,10 +92,13 @@ class ArmApi:
         approve: Approve,
         token: str,
         principal: str = "00000000-0000-0000-0000-00000000c0de",
+        tables: Callable[[str], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.fleet, self.ledger, self._approve = fleet, ledger, approve
+        self.tables = tables or (lambda name: resource_graph.table(name, fleet, ledger))
         self.token, self.principal = token, principal
         self.roles = {"query": True, "acknowledge": True, "instance_view": True}
+        self._given_back: dict[str, float] = {}  # route -> when its role comes back (monotonic)
         self.arg_quota = 0  # queries per 5 s window per principal; 0: not enforced
         self.faults = FaultBook()
         self._window: collections.deque[float] = collections.deque()
@@ -100,6 +110,30 @@ class ArmApi:
     def requests(self) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(r) for r in self._requests]
+
+    def give_back(self, routes: list[str], after: float | None) -> None:
+        """The roles of ``routes`` come back ``after`` seconds from now (a role assignment that
+        takes a while to reach ARM); None: not by themselves."""
+        with self._lock:
+            for route in routes:
+                if after is None:
+                    self._given_back.pop(route, None)
+                else:
+                    self._given_back[route] = time.monotonic() + after
+
+    def roles_back_in(self) -> dict[str, float]:
+        """Route -> seconds until its role comes back, for the roles still away."""
+        self._restore_roles()
+        now = time.monotonic()
+        with self._lock:
+            return {route: round(when - now, 3) for route, when in self._given_back.items()}
+
+    def _restore_roles(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for route in [r for r, when in self._given_back.items() if when <= now]:
+                self.roles[route] = True
+                del self._given_back[route]
 
     # -- one request ------------------------------------------------------------------------------
 
@@ -124,6 +158,8 @@ class ArmApi:
         }
         reply = self._answer(entry, method, path, query, headers, body, client)
         entry["status"] = reply[0]
+        error = reply[2].get("error") if isinstance(reply[2], dict) else None
+        entry["code"] = error.get("code") if isinstance(error, dict) else None
         with self._lock:
             self._requests.append(entry)
         return reply
@@ -139,6 +175,8 @@ class ArmApi:
             return error(404, "NotFound", f"No route for {method} {path} on the simulated ARM.")
         route, found = match
         entry["route"] = route
+        if route == "acknowledge":
+            entry["event_ids"] = _named(found, body)
         auth = headers.get("authorization") or ""
         if not auth.startswith("Bearer "):
             return error(
@@ -159,7 +197,7 @@ class ArmApi:
             )
         known = {
             "query": resource_graph.API_VERSIONS,
-            "acknowledge": ACK_VERSIONS,
+            "acknowledge": ACK_VERSIONS if found.groupdict().get("event") else LIST_ACK_VERSIONS,
             "instance_view": COMPUTE_VERSIONS,
         }[route]
         if query.get("api-version") not in known:
@@ -172,6 +210,7 @@ class ArmApi:
         if fault is not None:
             entry["fault"] = fault.status
             return fault.reply(self.principal, route, path)
+        self._restore_roles()
         if not self.roles.get(route, True):
             return forbidden(self.principal, route, path)
         if route == "query":
@@ -210,7 +249,7 @@ class ArmApi:
             request = json.loads(body.decode("utf-8") or "null")
             answer = resource_graph.query(
                 request,
-                lambda name: resource_graph.table(name, self.fleet, self.ledger),
+                self.tables,
                 self.fleet.subscription,
             )
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -318,3 +357,15 @@ class ArmApi:
                 ],
             },
         )
+
+
+def _named(found: re.Match[str], body: bytes) -> list[Any]:
+    """The EventIds an acknowledge names (its path's, or its body's list), as sent, for the log."""
+    if found.groupdict().get("event"):
+        return [found["event"]]
+    try:
+        data = json.loads(body.decode("utf-8") or "null")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    ids = data.get("value") if isinstance(data, dict) else None
+    return list(ids) if isinstance(ids, list) else []

@@ -5,10 +5,14 @@ For every change Azure sees (``azure_ledger.py``: each status through Completed 
 system topic delivers, in CloudEvents 1.0 schema (``docs/azure-feed.md``)::
 
     {"specversion": "1.0", "id": <uuid>, "source": "/subscriptions/<sub>",
-     "subject": <the scheduled event's ARM id>, "type": EVENT_TYPE, "time": <RFC 3339>,
+     "subject": <the scheduled event's ARM id>, "type": EVENT_TYPE or WRITE_TYPE, "time": <RFC 3339>,
      "data": {"resourceInfo": {"id", "name": <EventId>, "type", "location",
                                "properties": {<the scheduled event's fields>}},
               "operationalInfo": {"resourceEventTime": <RFC 3339>}, "apiVersion": DATA_API_VERSION}}
+
+Microsoft's page spells the type two ways: its sample's ``EVENT_TYPE`` and its field table's
+``WRITE_TYPE`` ("All scheduled events have the same event type"). The feed uses one of them
+(``event_type``, default the sample's), so a consumer can be tried with either.
 
 ``FeedPublisher`` sends each one as one Event Hubs message (the body a JSON array holding the one
 event, as Event Grid delivers; ``body="object"`` sends the bare object) from its own thread, so the
@@ -34,20 +38,24 @@ from se_forwarder.timestamps import rfc3339
 log = logging.getLogger("se_forwarder.simulator")
 
 EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
+WRITE_TYPE = "microsoft.maintenance/scheduledevents/write"
+EVENT_TYPES = (EVENT_TYPE, WRITE_TYPE)
 DATA_API_VERSION = "2024-07-01"
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 BODIES = ("array", "object")
 
 
-def cloud_event(subscription: str, resource_info: Mapping[str, Any], when: float) -> dict[str, Any]:
-    """The ``ScheduledEventEmitted`` CloudEvent for one change of a scheduled event."""
+def cloud_event(subscription: str, resource_info: Mapping[str, Any], when: float,
+                event_type: str = EVENT_TYPE) -> dict[str, Any]:
+    """The ``ScheduledEventEmitted`` CloudEvent for one change of a scheduled event, of type
+    ``event_type`` (one of ``EVENT_TYPES``)."""
     stamp = rfc3339(when, milliseconds=True)
     return {
         "specversion": "1.0",
         "id": str(uuid.uuid4()),
         "source": f"/subscriptions/{subscription}",
         "subject": resource_info["id"],
-        "type": EVENT_TYPE,
+        "type": event_type,
         "time": stamp,
         "data": {
             "resourceInfo": dict(resource_info),
@@ -79,11 +87,13 @@ class FeedPublisher:
         delay_seconds: float = 0.0,
         body: str = "array",
         keep: int = 10_000,
+        event_type: str = EVENT_TYPE,
     ) -> None:
         self.connection_string = connection_string
         self.eventhub = eventhub
         self.delay_seconds = delay_seconds
         self.body = body
+        self.event_type = event_type
         self.drop = False
         self.drop_next = 0
         self.emitted: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
@@ -104,12 +114,9 @@ class FeedPublisher:
             if self.drop or self.drop_next > 0:
                 self.drop_next = max(0, self.drop_next - 1)
                 self.counts["dropped"] += 1
-                event_id = event["data"]["resourceInfo"]["name"]
-                log.info(
-                    "feed: dropped %s %s",
-                    event_id,
-                    event["data"]["resourceInfo"]["properties"]["EventStatus"],
-                )
+                info = event["data"]["resourceInfo"]
+                log.info("feed: dropped %s %s", info["name"],
+                         info["properties"].get("EventStatus") or event["type"])
                 return
             if self.connection_string:
                 self._pending.append(_Pending(time.monotonic() + self.delay_seconds, event))
@@ -124,15 +131,17 @@ class FeedPublisher:
                 "drop": self.drop,
                 "drop_next": self.drop_next,
                 "body": self.body,
+                "event_type": self.event_type,
                 "pending": len(self._pending),
                 **self.counts,
             }
 
     def update(self, spec: Any) -> dict[str, Any]:
-        """Change ``delay_seconds``, ``drop``, ``drop_next`` or ``body``; ValueError naming a bad one."""
+        """Change ``delay_seconds``, ``drop``, ``drop_next``, ``body`` or ``event_type``; ValueError
+        naming a bad one."""
         if not isinstance(spec, dict):
             raise ValueError("the body must be a JSON object")
-        known = ("delay_seconds", "drop", "drop_next", "body")
+        known = ("delay_seconds", "drop", "drop_next", "body", "event_type")
         unknown = sorted(set(spec) - set(known))
         if unknown:
             raise ValueError(f"unknown feed setting {unknown[0]!r} (known: {', '.join(known)})")
@@ -146,11 +155,15 @@ class FeedPublisher:
             raise ValueError("drop must be true or false")
         if spec.get("body", self.body) not in BODIES:
             raise ValueError(f"body must be one of {', '.join(BODIES)}")
+        if spec.get("event_type", self.event_type) not in EVENT_TYPES:
+            raise ValueError(f"event_type must be one of {', '.join(EVENT_TYPES)} (the two spellings "
+                             "Microsoft's page gives)")
         with self._wake:
             self.delay_seconds = float(delay)
             self.drop_next = drop_next
             self.drop = spec.get("drop", self.drop)
             self.body = spec.get("body", self.body)
+            self.event_type = spec.get("event_type", self.event_type)
         return self.settings()
 
     def clear(self) -> None:

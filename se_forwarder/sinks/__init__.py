@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..validation import public_url
 from .base import Sink, SinkOptions
 
-SINK_TYPES = ("stdout", "file", "webhook", "eventhubs", "logs-ingestion")
+SINK_TYPES = ("stdout", "file", "webhook", "eventhubs", "logs-ingestion", "pagerduty", "opsgenie")
 
 
 Signer = Callable[[dict[str, Any]], dict[str, Any]]
@@ -75,6 +75,6 @@ def default_name(kind: str, options: Mapping[str, Any]) -> str:
         namespace = options.get("fully_qualified_namespace")
         hub = options.get("eventhub", "")
         return f"eventhubs:{namespace}/{hub}" if namespace else f"eventhubs:{hub}"
-    if kind == "logs-ingestion":
+    if kind in ("logs-ingestion", "pagerduty", "opsgenie"):
         return _module(kind).default_name(options)
     return kind

@@ -35,13 +35,13 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError, find_cause, one_line
 from ..imds import parse_retry_after
 from ..validation import (
+    api_url,
     as_choice,
     as_number,
     as_str,
     check_ca_file,
     no_unknown,
     public_url,
-    split_http_url,
 )
 from ..validation import is_loopback as _is_loopback
 from . import logs_rows
@@ -90,7 +90,7 @@ class LogsIngestionOptions(SinkOptions):
         if "endpoint" not in table:
             raise ConfigError(f"{where}.endpoint: missing (the DCE or DCR logs ingestion URL, "
                               "https://<name>.<region>-1.ingest.monitor.azure.com)")
-        endpoint = _endpoint(table["endpoint"], f"{where}.endpoint")
+        endpoint = api_url(table["endpoint"], f"{where}.endpoint")
         if "rule_id" not in table:
             raise ConfigError(f"{where}.rule_id: missing (the DCR's immutable id, dcr-<32 hex digits>)")
         rule_id = as_str(table["rule_id"], f"{where}.rule_id").strip()
@@ -126,17 +126,6 @@ class LogsIngestionOptions(SinkOptions):
 
 def validate(options: dict[str, Any], where: str) -> LogsIngestionOptions:
     return LogsIngestionOptions.parse(options, where)
-
-
-def _endpoint(value: Any, where: str) -> str:
-    text = as_str(value, where).strip().rstrip("/")
-    parts = split_http_url(text, where, "an https URL")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ConfigError(f"{where}: give only scheme, host and port (no credentials, query or fragment)")
-    if parts.scheme == "http" and not _is_loopback(parts.hostname or ""):
-        raise ConfigError(f"{where}: plain http is allowed only to a loopback address; use https "
-                          "(give ca_file for a private CA)")
-    return text
 
 
 def create(name: str, options: LogsIngestionOptions, ctx: Any) -> LogsIngestionSink:

@@ -123,7 +123,7 @@ def readme_toml(heading: str) -> list[str]:
     return [block.split("```", 1)[0] for block in section.split("```toml\n")[1:]]
 
 
-@pytest.mark.parametrize("heading", ["Teams and Slack", "Azure Monitor Logs"])
+@pytest.mark.parametrize("heading", ["Teams, Slack, PagerDuty and Opsgenie", "Azure Monitor Logs"])
 def test_the_readme_section_configs_load_as_copied(tmp_path, heading) -> None:
     [block] = readme_toml(heading)
     settings = load(tmp_path, block)

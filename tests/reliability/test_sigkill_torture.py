@@ -10,7 +10,7 @@ import random
 import threading
 import time
 
-from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.agent import AgentProcess, crash_repeatedly, read_jsonl
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_for
 
@@ -47,16 +47,13 @@ def test_twenty_sigkills_lose_nothing_and_repeat_only_same_ids(simulator, agents
                 time.sleep(max(0.0, due - time.monotonic()))
                 simulator.sim.delete_event(event_id)
 
+        def start() -> AgentProcess:
+            agents.append(AgentProcess(args, log_path=tmp_path / "agent.log").start())
+            return agents[-1]
+
         driver = threading.Thread(target=scenario, daemon=True)
         driver.start()
-        for _ in range(KILLS):
-            polls = len(simulator.sim.requests())
-            agent = AgentProcess(args, log_path=tmp_path / "agent.log").start()
-            agents.append(agent)
-            wait_for(lambda p=polls: len(simulator.sim.requests()) > p + 1, timeout=20,
-                     what="the restarted agent to poll")
-            time.sleep(rng.uniform(0.0, 0.5))
-            agent.kill()
+        crash_repeatedly(start, simulator, KILLS, rng, up_to=0.5)
         driver.join(60)
         polls = len(simulator.sim.requests())
         final = AgentProcess(args, log_path=tmp_path / "agent.log").start()

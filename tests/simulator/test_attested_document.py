@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -119,3 +120,27 @@ def test_attested_data_can_be_made_to_fail_like_any_route(sim, http):
     assert _get(http, sim.url, nonce="1").status_code == 200
     assert http.get(sim.url + "/metadata/scheduledevents", params={"api-version": "2020-07-01"},
                     headers=HEADERS, timeout=5).status_code == 200
+
+
+def test_simulate_attestation_dir_writes_the_ca_and_prints_the_paths_documents_chain_to(cli_simulator,
+                                                                                        tmp_path, http):
+    ca = tmp_path / "ca"
+    cli = cli_simulator("--quiet", "--attestation-dir", str(ca))
+    root_file, intermediate_file = ca / "attestation-root.pem", ca / "attestation-intermediate.pem"
+    deadline = time.monotonic() + 10
+    while not any(str(intermediate_file) in line for line in cli.lines):
+        assert time.monotonic() < deadline, cli.lines
+        time.sleep(0.05)
+    lines = [line.rstrip("\n") for line in cli.lines]
+    assert "attested documents are signed by a per-run CA:" in lines
+    assert f"  root          {root_file}" in lines
+    assert f"  intermediate  {intermediate_file}" in lines
+    signed = _signed_data(_get(http, cli.url, nonce="1234567890"))
+    signer = x509.load_der_x509_certificate(signed["certificates"][0].chosen.dump())
+    root = x509.load_pem_x509_certificate(root_file.read_bytes())
+    intermediate = x509.load_pem_x509_certificate(intermediate_file.read_bytes())
+    chain = (verification.PolicyBuilder().store(verification.Store([root]))
+             .build_server_verifier(verification.DNSName("metadata.azure.com"))
+             .verify(signer, [intermediate]))
+    assert chain[-1] == root
+    assert cli.stop() == 0

@@ -13,7 +13,7 @@ import pytest
 
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.azure_side import AzureOptions
-from se_forwarder.simulator.event_grid import EVENT_TYPE
+from se_forwarder.simulator.event_grid import EVENT_TYPE, WRITE_TYPE
 from tests.eventhubs.broker import EventHubsBroker
 from tests.eventhubs.helpers import consume
 
@@ -128,6 +128,18 @@ def test_a_delayed_event_arrives_after_one_published_later_without_delay(broker,
     assert enqueued[early["EventId"]] < enqueued[late["EventId"]]
 
 
+def test_the_feed_can_use_the_field_tables_spelling_of_the_type(broker):
+    options = AzureOptions(feed_connection_string=broker.connection_string(), feed_event_type=WRITE_TYPE)
+    with SimulatorServer(vm_names=("vm0",), azure=options) as server:
+        before = sum(1 for _ in broker.all_messages())
+        event = server.sim.add_event({"Resources": ["vm0"]})
+        _wait_published(server, 1)
+        received = _received(broker, before + 1)
+    events = [e for e in received if e["data"]["resourceInfo"]["name"] == event["EventId"]]
+    assert [e["type"] for e in events] == ["microsoft.maintenance/scheduledevents/write"]
+    assert events[0]["data"]["resourceInfo"]["type"] == "microsoft.maintenance/scheduledevents"
+
+
 def test_the_feed_can_send_the_bare_cloudevent_object(broker, feed):
     before = sum(1 for _ in broker.all_messages())
     feed.azure.feed.update({"body": "object"})
@@ -158,3 +170,20 @@ def test_a_bad_feed_setting_is_a_400_naming_it():
     with SimulatorServer(vm_names=("vm0",), azure=AzureOptions()) as server:
         answer = requests.post(f"{server.url}/control/feed", json={"delay_seconds": -1}, timeout=5)
     assert answer.status_code == 400 and "delay_seconds" in answer.json()["error"]
+
+
+def test_the_type_spelling_is_switched_through_the_control_api_for_later_events():
+    import requests
+
+    with SimulatorServer(vm_names=("vm0",), azure=AzureOptions()) as server:
+        server.sim.add_event({})
+        switched = requests.post(f"{server.url}/control/feed", json={"event_type": WRITE_TYPE}, timeout=5)
+        server.sim.add_event({})
+        back = requests.post(f"{server.url}/control/feed", json={"event_type": EVENT_TYPE}, timeout=5)
+        server.sim.add_event({})
+        kept = requests.get(f"{server.url}/control/feed/events", timeout=5).json()
+        bad = requests.post(f"{server.url}/control/feed", json={"event_type": "ScheduledEventEmitted"},
+                            timeout=5)
+    assert (switched.json()["event_type"], back.json()["event_type"]) == (WRITE_TYPE, EVENT_TYPE)
+    assert [e["type"] for e in kept] == [EVENT_TYPE, WRITE_TYPE, EVENT_TYPE]
+    assert bad.status_code == 400 and "event_type must be one of" in bad.json()["error"]

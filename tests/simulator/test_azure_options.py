@@ -37,6 +37,15 @@ def test_simulate_with_arm_port_says_where_arm_listens_and_writes_the_ca(cli_sim
         ),
         (["--ca-file", "ca.pem"], "--ca-file goes with --arm-port"),
         (["--arm-port", "70000"], "--arm-port"),
+        (["--feed-event-type", "ScheduledEventEmitted"],
+         "--feed-event-type with --feed-connection-string-env"),
+        (["--arm-port", "0", "--feed-event-type", "x"], "--feed-event-type 'x' is not one of "
+         "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted, "
+         "microsoft.maintenance/scheduledevents/write"),
+        (["--attestation-dir", "/proc/version"],
+         "--attestation-dir /proc/version: is a file, not a directory"),
+        (["--attestation-dir", "/proc/no/such"],
+         "--attestation-dir /proc/no/such: cannot make the directory"),
     ],
 )
 def test_a_bad_azure_flag_is_one_line_and_exit_2(args, named):

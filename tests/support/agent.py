@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import requests
 
 from .paths import ROOT
+from .waiting import wait_for
 
 
 class Control:
@@ -96,6 +101,18 @@ class AgentProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def crash_repeatedly(start: Callable[[], AgentProcess], simulator: Any, kills: int, rng: random.Random,
+                     up_to: float) -> None:
+    """``kills`` times: start an agent, let it poll the simulator, SIGKILL it within ``up_to`` s."""
+    for _ in range(kills):
+        polls = len(simulator.sim.requests())
+        agent = start()
+        wait_for(lambda p=polls: len(simulator.sim.requests()) > p + 1, timeout=20,
+                 what="the restarted agent to poll")
+        time.sleep(rng.uniform(0.0, up_to))
+        agent.kill()
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -30,7 +30,7 @@ from ..base import DeadLetter, Delivered, DeliveryReport, Outcome, Park, Retry, 
 from .auth import EntraToken, Signer, TokenError
 from .config import WebhookOptions
 from .handshake import Pacer, handshake
-from .transport import Endpoint, retry_after, snippet
+from .transport import Endpoint, retry_after, settled, snippet
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
@@ -253,13 +253,9 @@ class WebhookSink:
 
     def _classify(self, response: Reply, reply: bytes) -> Outcome:
         status = response.status
-        label = f"HTTP {status}{' ' + response.reason if response.reason else ''} from {self._where}"
-        if 200 <= status < 300:
-            return Delivered()
-        if 300 <= status < 400:
-            where_to = public_url(response.header("Location") or "") or "nowhere"
-            return Retry(f"{label}: redirect to {where_to} not followed (redirects never are); "
-                         "put the final URL in the configuration")
+        label, outcome = settled(response, self._where)
+        if outcome is not None:
+            return outcome
         refusal = self._chat.refusal(status, reply, label) if self._chat is not None else None
         if refusal is not None:
             return refusal

@@ -17,7 +17,7 @@ from ...errors import one_line
 from ...http_client import HttpError, Origin, Reply, environ_proxy, tls_context
 from ...imds import parse_retry_after
 from ...validation import is_loopback, public_url
-from ..base import Retry
+from ..base import Delivered, Retry
 from .auth import EntraToken
 
 SNIPPET_CHARS = 200
@@ -55,10 +55,12 @@ class Endpoint:
             headers["Authorization"] = self._token.header()
         return headers
 
-    def request(self, method: str, headers: dict[str, str], body: bytes | None = None) -> Reply:
+    def request(self, method: str, headers: dict[str, str], body: bytes | None = None,
+                target: str | None = None) -> Reply:
         """The reply with at most MAX_REPLY_BYTES of its body; ``HttpError`` when none came.
-        ``connect_timeout + read_timeout`` bound the whole request, however slowly it trickles."""
-        return self._origin.request(method, self._target, headers=headers, body=body,
+        ``connect_timeout + read_timeout`` bound the whole request, however slowly it trickles.
+        ``target``: another path (with its query) on the same origin, instead of the URL's."""
+        return self._origin.request(method, target or self._target, headers=headers, body=body,
                                     timeout=self.timeout[1], max_bytes=MAX_REPLY_BYTES,
                                     truncate=True, total=sum(self.timeout))
 
@@ -87,6 +89,21 @@ class Endpoint:
         self._origin.close()
         if self._token is not None:
             self._token.close()
+
+
+def settled(response: Reply, where: str) -> tuple[str, Delivered | Retry | None]:
+    """(the answer's label for reasons, its outcome when the status alone decides it): 2xx is
+    delivered; 3xx is never followed, so it is retried with the URL it points to (credentials and
+    query left out); None for the caller to decide the rest."""
+    status = response.status
+    label = f"HTTP {status}{' ' + response.reason if response.reason else ''} from {where}"
+    if 200 <= status < 300:
+        return label, Delivered()
+    if 300 <= status < 400:
+        where_to = public_url(response.header("Location") or "") or "nowhere"
+        return label, Retry(f"{label}: redirect to {where_to} not followed (redirects never are); "
+                            "put the final URL in the configuration")
+    return label, None
 
 
 def snippet(reply: bytes) -> str:

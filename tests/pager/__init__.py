@@ -1,0 +1,1 @@
+"""PagerDuty and Opsgenie: the alert bodies, the sinks' settings, and the sinks against local stand-ins."""
