@@ -19,6 +19,8 @@ CREDENTIALS = ("managed-identity", "default", "connection-string")
 ACCESS_KEYS = ("credential", "client_id", "connection_string_env", "connection_string_file")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _CONSUMER_GROUP = re.compile(r"^(\$Default|[A-Za-z0-9][A-Za-z0-9._-]{0,49})\Z")
+#: The consumer group the Bicep creates on both hubs (bicep/modules/eventhubs.bicep, azure-feed.bicep).
+CONSUMER_GROUP = "coordinator"
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def load_eventhub(t: dict[str, Any], where: str = "eventhub", default_hub: str =
     hub = as_str(t.get("eventhub", default_hub), f"{where}.eventhub").strip()
     if not hub or any(c in hub for c in "/;? "):
         raise ConfigError(f"{where}.eventhub: {hub!r} is not an Event Hub name")
-    group = as_str(t.get("consumer_group", "se-coordinator"), f"{where}.consumer_group").strip()
+    group = as_str(t.get("consumer_group", CONSUMER_GROUP), f"{where}.consumer_group").strip()
     if not _CONSUMER_GROUP.match(group):
         raise ConfigError(f"{where}.consumer_group: {group!r} is not a consumer group name")
     return EventHubSettings(namespace, hub, group, access, where)

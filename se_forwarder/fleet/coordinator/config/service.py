@@ -11,7 +11,8 @@ module reads the others and rejects any other top-level key::
     [eventhub]                           # where the agents send their CloudEvents
     fully_qualified_namespace = "ns.servicebus.windows.net"
     eventhub = "scheduled-events"
-    consumer_group = "se-coordinator"    # its own consumer group (every instance reads every partition)
+    consumer_group = "coordinator"       # its own consumer group (every instance reads every partition;
+                                         # the one the Bicep creates)
     credential = "managed-identity"      # managed-identity | default | connection-string
     client_id = ""                       # a user-assigned identity's client id
     connection_string_env = "EH_CONN"    # credential = connection-string: an environment variable
