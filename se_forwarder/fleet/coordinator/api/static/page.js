@@ -240,6 +240,11 @@
           (rekeyed.length > 1 ? ` (${rekeyed.length} key changes in all)` : "") }));
     }
     if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
+    for (const [part, r] of Object.entries((s && s.reachability) || {})) {
+      if (r.reachable) continue; // an unreachable part, or the Azure feed's events all refused
+      banner.append(el("span", { class: "down", "data-part": part,
+        text: `${part} ${r.state || "unreachable"} since ${r.failingSince}: ${r.lastError || ""}` }));
+    }
     const button = $("pause-fleet");
     button.textContent = fleetPaused ? "Resume all" : "Pause all";
     button.dataset.paused = fleetPaused ? "1" : "0";
