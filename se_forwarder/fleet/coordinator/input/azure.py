@@ -20,7 +20,10 @@ Resource Graph cannot be reached:
   While ARM does not answer, the next one comes sooner (``RETRY``, at most ``arg_interval`` apart).
 - **Acknowledge.** An approval through ARM (``Via: "arm"``, never a queue message: decide/evaluate.py leaves
   it out of ``sends``) is acknowledged once it is published (``once_published``), while the term it
-  was made in lasts (azure/acknowledge.py: one at a time, each ending at its deadline). What Azure answered
+  was made in lasts (azure/acknowledge.py: one call at a time, each ending at its deadline). The
+  approvals of one resource made in one turn of the loop (a decision pass, or a control request)
+  are gathered and, at the next turn (``pump``), handed on as one batch once all are published:
+  one ``AcknowledgeList`` call for several events of a scale set. What Azure answered each event
   goes to ``record`` with that term: the service publishes it as the approval's ``acknowledge``
   record (azure_paths.acknowledged), as it publishes a message's ``sent`` one.
 
@@ -40,6 +43,7 @@ from functools import partial
 from typing import Any
 
 from ....timestamps import rfc3339
+from ..azure.acknowledge import Ack
 from ..azure.clients import azure_credential
 from ..azure.graph import ARM_PART, ERROR_LIMIT
 from ..azure.reach import Reach, describe_error
@@ -71,6 +75,8 @@ class AzureInput:
         if FEED_EVENTS in reach:  # its own kind of part (feed_watch.py), in the service's map
             self.feed_watch = reach[FEED_EVENTS] = FeedWatch()
         self._said: dict[str, float] = {}  # refusal code -> monotonic time it was last warned of
+        self._gathering: dict[tuple[str, int], list[tuple[Ack, Future[Any]]]] = {}  # (resource, term)
+        self._may_act: Callable[[int], bool] = lambda _: False
         self.results: queue.Queue[CatchUp] = queue.Queue()
         self.counts: Counter[str] = Counter()  # feed-folded, feed-<reason>, graph-<reason>, acknowledge-<...>
         self.last: CatchUp | None = None  # the last catch-up folded
@@ -173,20 +179,39 @@ class AzureInput:
 
     def once_published(self, state: FleetState, decision: Decision, term: int, may_act: Callable[[int], bool],
                        done: Future[Any] | None) -> Future[Any] | None:
-        """For an approval through ARM, the future of its publication (``done``, or a new one),
-        which then has it acknowledged while ``term`` lasts; ``done`` for any other decision."""
+        """For an approval through ARM, the future of its publication (``done``, or a new one); it is
+        gathered with the other approvals of its resource made in this turn (module docstring).
+        ``done`` for any other decision."""
         if decision.kind != "approve" or decision.via != azure_paths.VIA_ARM or decision.shadow:
             return done
         published: Future[Any] = done or Future()
-        path = azure_paths.acknowledge_path(state, decision.event_id or "")
-
-        def go(future: Future[Any]) -> None:
-            if path is not None and future.exception() is None and may_act(term):
-                assert self._acknowledger is not None, "start() first"
-                self._acknowledger.submit(decision.id, path, term)
-
-        published.add_done_callback(go)
+        resource = azure_paths.event_resource_id(state, decision.event_id or "")
+        if resource is not None:
+            ack = Ack(decision.id, decision.event_id or "", resource)
+            self._gathering.setdefault((ack.owner.lower(), term), []).append((ack, published))
+            self._may_act = may_act
         return published
+
+    def _acknowledge_gathered(self) -> None:
+        """Each resource's approvals of the last turn: acknowledged as one batch once all of them are
+        published (those whose publication failed are left out), while their term lasts."""
+        gathered, self._gathering = self._gathering, {}
+        for (_, term), items in gathered.items():
+            left, lock = [len(items)], threading.Lock()
+
+            def published(_: Future[Any], items: list[tuple[Ack, Future[Any]]] = items, term: int = term,
+                          left: list[int] = left, lock: threading.Lock = lock) -> None:
+                with lock:
+                    left[0] -= 1
+                    if left[0]:
+                        return
+                batch = [ack for ack, future in items if future.exception() is None]
+                if batch and self._may_act(term):
+                    assert self._acknowledger is not None, "start() first"
+                    self._acknowledger.submit(batch, term)
+
+            for _, future in items:
+                future.add_done_callback(published)
 
     # -- on the loop -----------------------------------------------------------------------------------
 
@@ -194,6 +219,8 @@ class AzureInput:
         """Fold the catch-ups that came back; True when one was."""
         if self.feed_watch is not None:
             self.feed_watch.look()
+        if self._gathering:
+            self._acknowledge_gathered()
         folded = False
         while True:
             try:

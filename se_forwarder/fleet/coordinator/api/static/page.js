@@ -298,6 +298,8 @@
           p.held ? el("span", { class: "code", text: "held" }) : null),
         el("div", { class: "why" }, el("span", { class: "code", text: p.reasonCode }), " ",
           el("span", { text: p.reason || "" })),
+        p.nextTryUtc ? el("div", { class: "next-try muted" }, "next acknowledge ", countdown(p.nextTryUtc),
+          ` (${p.nextTryUtc})`) : null,
         p.budgets.length ? el("div", { class: "muted", text: p.budgets.map((b) =>
           `${b.label} ${b.withEvent}/${b.max}`).join(" · ") }) : null,
         approvals ? el("div", { class: "muted", text: approvals }) : null,
