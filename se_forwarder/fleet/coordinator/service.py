@@ -63,6 +63,7 @@ from .input.azure import AzureInput
 from .input.hub_reader import Batch, Position
 from .input.hubs import Hubs
 from .input.inbox import Inbox
+from .output.alert_book import AlertBook
 from .output.hub_producer import HubProducer
 from .output.messages import ApprovalMessages
 from .output.publish import Outgoing, Output
@@ -130,6 +131,7 @@ class Service:
                              self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
+        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
 
     # -- life -----------------------------------------------------------------------------------
 
