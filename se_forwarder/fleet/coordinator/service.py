@@ -109,7 +109,7 @@ class Service:
         self._rebuilt_terms: set[int] = set()
         trusted = signing.parse_public_keys("\n".join(settings.coordinator_keys), "trust.coordinator_keys") \
             if settings.coordinator_keys else []
-        self.signer = Signer(settings.key_file, self.source, trusted)
+        self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
                                    self.azure.fold_feed if self.azure is not None else None)

@@ -55,6 +55,15 @@ def check_connection_strings(settings: ServiceSettings) -> None:
         connection_string(settings.azure.feed.access, "azure.feed")
 
 
+def signing_key(settings: ServiceSettings) -> Any:
+    """What the signer signs with (signer.py): the key file's path, or the key read from Key Vault."""
+    if settings.key_vault is None:
+        return settings.key_file
+    from .keyvault import signing_key as from_vault
+
+    return from_vault(settings.key_vault)
+
+
 def azure_credential(settings: AzureSettings) -> Any:
     """The credential for ARM (``[azure] credential``)."""
     return credential(Access(settings.credential, settings.client_id))

@@ -172,7 +172,7 @@ def _read(settings: NotifySettings, env: str, file: str, what: str) -> str:
     if env:
         text = os.environ.get(env, "").strip()
         if not text:
-            raise ConfigError(f"{where}: the environment variable {env} is not set or empty (it holds {what})")
+            raise ConfigError(f"{where}: the environment variable {env} is not set or empty (for {what})")
         return text
     try:
         text = Path(file).read_text(encoding="utf-8").strip()
