@@ -118,6 +118,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["requests_after_403"] = fleet.server.sim.approvals()
         record["status_refused"] = coordinator.get("/v1/status")
         record["status_refused_text"] = coordinator.cli_ok("status")
+        record["page_next_try"] = next_try_on_page(coordinator, ids["refused"])
         fleet.azure.api.give_back(["acknowledge"], ROLE_BACK)  # the role reaches ARM a few seconds later
         record["role_back"] = time.time() + ROLE_BACK
         wait_for(lambda: ids["refused"] in fleet.starts(), 90, "the event to start once the role is back")
@@ -130,6 +131,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield record
     finally:
         shut_down(fleet, coordinator)
+
+
+def next_try_on_page(coordinator: Any, event_id: str) -> str:
+    """The pending card's line of when acknowledge is tried again, as the page shows it."""
+    browser = chrome()
+    try:
+        browser.get(coordinator.url + "/")
+        selector = f".card.event[data-event='{event_id}'] .next-try"
+        wait_for(lambda: browser.find_elements("css selector", selector), 30, "the next try on the page")
+        return str(browser.find_element("css selector", selector).text)
+    finally:
+        browser.quit()
 
 
 def trust_boundary(fleet: AzureFleet, coordinator: Any) -> dict[str, Any]:
@@ -237,6 +250,8 @@ def test_the_next_try_of_a_refused_acknowledge_is_in_status(run):
     assert pending["reasonCode"] == "acknowledge-refused" and pending["nextTryUtc"]
     assert f"next try at {pending['nextTryUtc'][:10]}" in pending["reason"]
     assert "acknowledge-refused: ARM refused the acknowledge 1 time(s)" in run["status_refused_text"]
+    assert run["page_next_try"].startswith("next acknowledge in ")
+    assert run["page_next_try"].endswith(f"({pending['nextTryUtc']})")
 
 
 def test_a_lying_agent_is_overruled_by_azures_topology_and_shown(run):
