@@ -267,3 +267,22 @@ def test_a_key_of_the_wrong_shape_is_refused_without_showing_it(tmp_path, monkey
     key_file.write_text(f"# the Opsgenie API key\n{API_KEY}\n")
     [settings] = load_notify([{"format": "opsgenie", "api_key_file": str(key_file)}])
     assert pager_key(settings) == API_KEY
+
+
+def test_check_reads_each_pagers_key_and_reaches_it(pagerduty, opsgenie, keys):
+    from se_forwarder.fleet.coordinator.check.notify import notify
+
+    tables = load_notify([{"format": "pagerduty", "routing_key_env": "PD_ROUTING_KEY", "url": pagerduty.url},
+                          {"format": "opsgenie", "api_key_env": "OG_API_KEY", "url": opsgenie.base_url}])
+    ok, text = notify(tables)
+    assert ok is True and text.count(" answers (alerts: breach,") == 2
+    assert pagerduty.bodies() == [] and opsgenie.bodies() == []  # nobody paged
+
+
+def test_check_names_an_opsgenie_key_it_refuses(opsgenie, monkeypatch):
+    from se_forwarder.fleet.coordinator.check.notify import notify
+
+    monkeypatch.setenv("OG_API_KEY", "a-key-opsgenie-does-not-know")
+    tables = load_notify([{"format": "opsgenie", "api_key_env": "OG_API_KEY", "url": opsgenie.base_url}])
+    ok, text = notify(tables)
+    assert ok is False and "Opsgenie refuses the API key" in text and "does-not-know" not in text

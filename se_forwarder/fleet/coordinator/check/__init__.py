@@ -21,6 +21,7 @@ event published, no message sent, nothing acknowledged.
   account's firewall (``AuthorizationPermissionMismatch`` against ``AuthorizationFailure``).
 - with ``[azure]`` (azure.py): ``resource graph`` (the VMs and scheduled events the identity can
   read) and, with ``acknowledge = true``, ``acknowledge`` (a probe for the nil EventId);
+- with ``[[notify]]`` (notify.py): each hook's URL and pager's key read, each pager reached;
 - ``running coordinator``: its ``/healthz``.
 
 Every line is one line, whatever the credential's errors say (``one``).
@@ -39,6 +40,7 @@ from ....telemetry import redact
 from ..api.tokens import read_tokens
 from ..config.service import ServiceSettings
 from .azure import AzureParts
+from .notify import notify
 from .services import WARN, Result, hub, no_token, queues, storage
 from .trust import attestation
 
@@ -65,6 +67,8 @@ def run_checks(settings: ServiceSettings, echo: Callable[[str], None], imds_url:
         checks.append(("resource graph", graph.read))
         if azure.acknowledge:
             checks.append(("acknowledge", graph.acknowledge))
+    if settings.notify:
+        checks.append(("notify", lambda: notify(settings.notify)))
     checks.append(("running coordinator", lambda: _running(settings)))
     failures = 0
     for label, check in checks:
