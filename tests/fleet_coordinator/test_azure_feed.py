@@ -122,6 +122,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         fleet.azure.api.give_back(["acknowledge"], ROLE_BACK)  # the role reaches ARM a few seconds later
         record["role_back"] = time.time() + ROLE_BACK
         wait_for(lambda: ids["refused"] in fleet.starts(), 90, "the event to start once the role is back")
+        wait_for(lambda: ids["refused"] in timeline.completed, 60, "it to end, so the feed is quiet")
+        time.sleep(2)  # Event Grid's last notices of it on the feed hub
 
         record["trust"] = trust_boundary(fleet, coordinator)
         record["decisions"] = fleet.decisions("azure")
