@@ -60,16 +60,10 @@ APPROVED, DRY_RUN, NOT_SCHEDULED, RETRY = "approved", "dry-run", "not-scheduled"
 
 class Approver:
     def __init__(
-        self,
-        imds: ImdsClient | Callable[[], ImdsClient],
-        state_dir: Path,
-        vm: VmIdentity | Callable[[], VmIdentity],
-        settings: ApprovalsSettings,
-        *,
-        dry_run: bool = False,
-        on_recorded: Callable[[], None] = lambda: None,
-        secret_env: Iterable[str] = (),
-        identity_known: threading.Event | None = None,
+        self, imds: ImdsClient | Callable[[], ImdsClient], state_dir: Path,
+        vm: VmIdentity | Callable[[], VmIdentity], settings: ApprovalsSettings, *,
+        dry_run: bool = False, on_recorded: Callable[[], None] = lambda: None,
+        secret_env: Iterable[str] = (), identity_known: threading.Event | None = None,
         document: Callable[[], Document | None] | None = None,  # the poller's (else: as offered)
         queue_clients: Callable[[str], Any] | None = None,  # stand-in queues (queue.client.resolve)
     ) -> None:
@@ -186,9 +180,8 @@ class Approver:
             while not known.wait(1.0):
                 if stop.is_set():
                     return
-        vm = self.vm
-        settings = dataclasses.replace(
-            self.queue_settings, name=queue_name(self.settings.queue.queue, vm.name, vm.vm_id))
+        name = queue_name(self.settings.queue.queue, self.vm.name, self.vm.vm_id)
+        settings = dataclasses.replace(self.queue_settings, name=name)
         QueueConsumer(self, settings).run(stop)
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
@@ -209,7 +202,7 @@ class Approver:
             for result in self.hooks.interrupted(outbox.hook_runs):
                 self._hook_finished(outbox, result)
             while not stop.is_set():
-                self._changed.wait(IDLE_WAIT)
+                self._changed.wait(IDLE_WAIT if self._timed() else None)
                 self._changed.clear()
                 if stop.is_set():
                     break
@@ -223,6 +216,14 @@ class Approver:
         finally:
             if outbox is not None:
                 outbox.close()
+
+    def _timed(self) -> bool:
+        """Whether to look each second (else a new document or a finished hook wakes the thread):
+        time alone may change a decision (a retry, an unknown identity, a rule's notice, a lead)."""
+        doc, known = self.current(), self.identity_known
+        return bool(self._failures) or (known is not None and not known.is_set()) or (
+            doc is not None and any(e.status == SCHEDULED for e in doc.events)
+            and (self.policy.timed or self.hooks.timed))
 
     def _step(self, outbox: Outbox) -> None:
         doc = self.current()
@@ -373,8 +374,7 @@ class Approver:
             self._failures.pop(event_id, None)
             stored = outbox.record(None, [ce.for_outbox(ce.approved(
                 event, doc.incarnation, self.vm, approved_by, datetime.now(UTC)))])
-        log.info("approved", extra=fields(event_id=event_id, origin=approved_by,
-                                          incarnation=doc.incarnation))
+        log.info("approved", extra=fields(event_id=event_id, origin=approved_by, incarnation=doc.incarnation))
         metrics.approval(approved_by, "approved")
         metrics.transitions(stored)
         tracing.recorded(stored)
