@@ -41,6 +41,8 @@ BENCHMARKS = (
               module="bench.burst"),
     Benchmark("footprint", "agent RSS with a file sink and with a webhook sink, vs the sample loop",
               module="bench.footprint"),
+    Benchmark("health_probes", "what [health] costs an idle agent: CPU, RSS and polls with an HTTP and "
+              "a TCP probe every second, beside the same agent without", module="bench.health_probes"),
     Benchmark("imports", "what each import adds to RSS, in the order an agent loads them",
               commands=(("-m", "bench.import_costs"),)),
     Benchmark("webhook_latency", "IMDS change -> webhook 200 latency (poll 1 s and 0.2 s, IMDS "

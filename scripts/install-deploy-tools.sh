@@ -4,7 +4,9 @@
 #   - checkov and pycep-parser, in their own venv, because their pins conflict with the project's;
 #   - a wheelhouse in that venv with the setuptools pyproject.toml's build-system asks for, so the
 #     install.sh test builds the project's wheel offline (pip wheel --no-index --find-links), in an
-#     isolated build environment: checkov pins packaging < 24, which setuptools >= 77 cannot use.
+#     isolated build environment: checkov pins packaging < 24, which setuptools >= 77 cannot use;
+#     and the wheels of the package's own dependencies (pyproject.toml [project] dependencies), so
+#     install.sh --coordinator installs a working venv offline in the tests (--find-links).
 # Idempotent and fast when everything is already there (a stamp file records what was installed).
 # Usage: scripts/install-deploy-tools.sh [TOOLS_VENV]   (default: <repo>/.cache/deploy-tools)
 set -euo pipefail
@@ -16,7 +18,9 @@ python_bin="${PYTHON:-python3}"
 tool_specs=("checkov==3.3.30" "pycep-parser")
 # The same requirement as pyproject.toml's [build-system] requires (77: SPDX license expressions).
 build_specs=("setuptools>=77,<81")
-stamp_want="${tool_specs[*]} | wheelhouse: ${build_specs[*]}"
+# The package's runtime dependencies, as pyproject.toml lists them.
+mapfile -t dep_specs < <("$python_bin" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$repo_root/pyproject.toml")
+stamp_want="${tool_specs[*]} | wheelhouse: ${build_specs[*]} ${dep_specs[*]}"
 
 log() { printf 'install-deploy-tools: %s\n' "$*" >&2; }
 
@@ -48,5 +52,7 @@ PYTHON="$python_bin" "$repo_root/scripts/make-venv" "$tools_venv"
 rm -rf "$tools_venv/wheelhouse"
 "$tools_venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
     --only-binary :all: --dest "$tools_venv/wheelhouse" "${build_specs[@]}"
+"$tools_venv/bin/python" -m pip download --quiet --disable-pip-version-check \
+    --only-binary :all: --dest "$tools_venv/wheelhouse" "${dep_specs[@]}"
 echo "$stamp_want" > "$stamp"
 log "done: $("$tools_venv/bin/checkov" --version 2>/dev/null | tail -n1) in $tools_venv"

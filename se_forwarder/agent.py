@@ -1,9 +1,9 @@
-"""The agent: ties the poller, the outbox, the sinks, the approver, enrichment and the identity
-(its key and registration, ``identity/``) together.
+"""The agent: ties the poller, the outbox, the sinks, the approver, enrichment, the identity
+(its key and registration, ``identity/``) and the application's probes (``health/``) together.
 
-Polling (``poller.py``) runs on the agent's thread; each sink, the approver and the enrichment have
-their own thread, so a slow or dead sink, a slow approval POST or a missing instance metadata
-endpoint never delays the next poll.
+Polling (``poller.py``) runs on the agent's thread; each sink, the approver, the enrichment and the
+probes have their own thread, so a slow or dead sink, a slow approval POST, a missing instance
+metadata endpoint or a hanging probe never delays the next poll.
 """
 
 from __future__ import annotations
@@ -20,19 +20,21 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from . import telemetry
 from .approvals.approver import Approver
+from .approvals.recovery import Recovery
 from .config import Settings
 from .delivery import DeliveryWorker
 from .enrichment import FIRST_ATTEMPT_TIMEOUT, Enricher, initial_identity
 from .errors import StateError
 from .imds import ImdsClient, already_enabled, resolve_base_url
-from .model import Document, VmIdentity
+from .model import Document, HealthVerdict, VmIdentity
 from .outbox import Outbox
 from .poller import Poller
 from .sinks import SinkContext, create
 from .sinks.base import StoredEvent
 from .telemetry import fields
 
-if TYPE_CHECKING:  # loaded only with a sink that signs
+if TYPE_CHECKING:  # loaded only with a sink that signs, with [health]
+    from .health.checker import HealthChecker
     from .identity.key import AgentKey
     from .identity.registration import Registration
 
@@ -121,12 +123,20 @@ class Agent:
                           eventhubs_producer=self.transport.eventhubs_producer,
                           **({"stdout": stdout} if stdout else {}))
         self.outbox = Outbox(self.state_dir)
+        self.health: HealthChecker | None = None
+        if settings.health is not None:
+            from .health.checker import HealthChecker  # only with [health]
+
+            self.health = HealthChecker(settings.health, state_dir=self.state_dir,
+                                        secret_env=telemetry.secret_env_names(settings),
+                                        on_change=self._health_changed)
         heartbeat = None
         if any(s.heartbeat_interval for s in settings.sinks):
             from .heartbeat import HeartbeatSource  # only where a sink wants heartbeats
 
             heartbeat = HeartbeatSource(self.identity, self.last_document,
-                                        [s.name for s in settings.sinks]).event
+                                        [s.name for s in settings.sinks],
+                                        health=self.health.current if self.health else None).event
         self.workers = [
             DeliveryWorker(create(s.type, s.name, s.options, ctx), self.state_dir, self.stop,
                            heartbeat_interval=s.heartbeat_interval, heartbeat=heartbeat,
@@ -229,6 +239,11 @@ class Agent:
             self._start_enrichment()
             assert self.enricher is not None
             known = self.enricher.answered
+            recovery = Recovery(self.identity, self.health.current if self.health else None,
+                                on_recorded=self._wake_sinks)
+            recovery.begin(self.outbox)  # before the first poll records a completion
+            if self.health is None:
+                self.outbox.set_meta({"health": None})  # `status`: no verdict of an earlier run
             self.approver = Approver(
                 # made on first use; the poller has waited out the first call by then
                 lambda: self._client(self.settings.imds.timeout),
@@ -236,6 +251,7 @@ class Agent:
                 dry_run=self.dry_run, on_recorded=self._wake_sinks,
                 secret_env=telemetry.secret_env_names(self.settings), identity_known=known,
                 document=self.last_document, queue_clients=self.transport.approval_queue,
+                recovery=recovery,
             )
             self.poller = Poller(self.settings, self.imds, self.outbox, self.identity,
                                  offer=self.approver.offer,
@@ -250,6 +266,8 @@ class Agent:
                                                   daemon=True))
             self._threads[-1].start()
             self.approver.start(self.stop)
+            if self.health is not None:
+                self.health.start(self.stop)
             self._start_registration()
             if not self.enricher.answered.is_set():
                 self.enricher.start(self.stop)  # retries in the background
@@ -328,6 +346,8 @@ class Agent:
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + SHUTDOWN_GRACE - 1.0
+        if self.health is not None:
+            self.health.close()  # a running command probe gets SIGTERM now
         for worker in self.workers:
             worker.wakeup.set()
             worker.join(max(0.0, deadline - time.monotonic()))
@@ -338,6 +358,8 @@ class Agent:
             self.enricher.join(max(0.0, deadline - time.monotonic()))
         if self.registration is not None:
             self.registration.join(max(0.0, deadline - time.monotonic()))
+        if self.health is not None:
+            self.health.join(max(0.0, deadline - time.monotonic()))
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.imds.close()
@@ -361,3 +383,10 @@ class Agent:
     def _wake_sinks(self) -> None:
         for worker in self.workers:
             worker.wakeup.set()
+
+    def _health_changed(self, _verdict: HealthVerdict) -> None:
+        """The verdict changed: heartbeats say so now, the recovery step looks again."""
+        for worker in self.workers:
+            worker.heartbeat_soon()
+        if self.approver is not None:
+            self.approver.wake()

@@ -1,11 +1,12 @@
 """Every CloudEvent the agent emits is built here: the one place that knows the schema of design.md.
 
 The kinds (``model.Kind``: transitions, ``approved``, the audit events, ``prepared``,
-``heartbeat``) name the types. Events about one Scheduled event (``about``) carry the IMDS event as
-``data`` plus enrichment, with id ``<EventId>/<kind>``; ``unmatched`` is an audit event whose
-EventId is not in the document; ``heartbeat`` is the agent's sign of life; ``identity`` registers
-its key with an attested document (``docs/identity.md``). ``for_outbox`` turns any of them into the
-outbox's row (``NewEvent``), so nothing else assembles ids, types or payloads.
+``recovered``, ``heartbeat``) name the types. Events about one Scheduled event (``about``) carry
+the IMDS event as ``data`` plus enrichment, with id ``<EventId>/<kind>``; ``unmatched`` is an
+audit event whose EventId is not in the document; ``heartbeat`` is the agent's sign of life
+(with its ``[health]`` verdict); ``identity`` registers its key with an attested document
+(``docs/identity.md``). ``for_outbox`` turns any of them into the outbox's row (``NewEvent``), so
+nothing else assembles ids, types or payloads.
 
 Events are built and serialised with the ``cloudevents`` SDK (core v1 API); the outbox keeps the
 structured-mode JSON text, which every sink derives its wire form from.
@@ -22,16 +23,20 @@ from typing import TYPE_CHECKING, Any
 from cloudevents.core.v1.event import CloudEvent
 
 from . import __version__
-from .model import TYPE_PREFIX, Document, Kind, ScheduledEvent, Transition, VmIdentity
+from .model import TYPE_PREFIX, Document, HealthVerdict, Kind, ScheduledEvent, Transition, VmIdentity
 from .timestamps import rfc3339
 
 __all__ = ["TYPE_PREFIX", "Kind", "NewEvent", "about", "approved", "ce_id", "ce_type", "event_data",
-           "for_outbox", "from_json", "heartbeat", "hook_failed", "identity", "prepared", "to_json",
-           "transition", "transition_rows", "unmatched"]
+           "for_outbox", "from_json", "health_data", "heartbeat", "hook_failed", "identity",
+           "imds_fields", "prepared", "recovered", "to_json", "transition", "transition_rows",
+           "unmatched"]
 
 #: The ``eventstatus`` extension says what happened, as Azure's Event Grid feed does; the last
 #: status IMDS showed stays in ``data.EventStatus``. Other types carry the IMDS status.
-EVENT_STATUS = {Kind.STARTED: "Started", Kind.COMPLETED: "Completed", Kind.CANCELED: "Canceled"}
+EVENT_STATUS = {Kind.STARTED: "Started", Kind.COMPLETED: "Completed", Kind.CANCELED: "Canceled",
+                Kind.RECOVERED: "Completed"}
+#: What ``event_data`` (and a transition's ``extra``) adds to the IMDS event in ``data``.
+ADDED_KEYS = ("NotBeforeUtc", "DocumentIncarnation", "AffectsThisVm", "Vm", "Inferred", "InferredFrom")
 if TYPE_CHECKING:
     from cloudevents.core.formats.json import JSONFormat
 
@@ -149,6 +154,38 @@ def hook_failed(hook: str, event: ScheduledEvent, incarnation: int, vm: VmIdenti
     })
 
 
+def recovered(event: ScheduledEvent, incarnation: int, vm: VmIdentity, observed: datetime, *,
+              completed_at: float, health: HealthVerdict | None, recover_hook: str) -> CloudEvent:
+    """``recovered``: after ``event`` (which affected this VM) completed, this VM's probes pass
+    (``health``; None without ``[health]``) and its recover hook succeeded (``recover_hook``:
+    ``succeeded``, ``none`` when no command is configured, ``not-run`` when no hook ran for it)."""
+    return about(Kind.RECOVERED, event, incarnation, vm, observed, extra_data={
+        "CompletedUtc": rfc3339(completed_at),
+        "RecoveredAfterSeconds": round(max(0.0, observed.timestamp() - completed_at), 3),
+        "Health": health_data(health),
+        "RecoverHook": recover_hook,
+    })
+
+
+def imds_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The IMDS event of a CloudEvent's ``data``: without what ``event_data`` added."""
+    return {k: v for k, v in data.items() if k not in ADDED_KEYS}
+
+
+def health_data(verdict: HealthVerdict | None) -> dict[str, Any] | None:
+    """``data.Health`` of heartbeats and ``recovered`` events (None without ``[health]``)."""
+    if verdict is None:
+        return None
+    return {
+        "Verdict": verdict.verdict,
+        "SinceUtc": rfc3339(verdict.since),
+        "CheckedUtc": rfc3339(verdict.checked_at) if verdict.checked_at is not None else None,
+        "Probe": verdict.probe,
+        "Reason": verdict.reason,
+        "Probes": verdict.probes,
+    }
+
+
 def unmatched(kind: Kind, subject: str, vm: VmIdentity, observed: datetime, *,
               incarnation: int | None, id_suffix: str, data: dict[str, Any]) -> CloudEvent:
     """An audit event whose EventId (``subject``) is not in the document: no ``eventtype`` or
@@ -198,9 +235,11 @@ def heartbeat(
     document: Document | None,
     incarnation: int | None,
     backlog: dict[str, int],
+    health: HealthVerdict | None = None,
 ) -> CloudEvent:
     """The ``heartbeat`` CloudEvent (never stored in the outbox): a sign of life and what the
-    agent sees now, for the fleet coordinator."""
+    agent sees now, for the fleet coordinator (``health``: its probes' verdict; None without
+    ``[health]``)."""
     events = [] if document is None else [
         {"EventId": e.event_id, "EventStatus": e.status, "EventType": e.event_type}
         for e in document.events
@@ -224,6 +263,7 @@ def heartbeat(
         "Events": events,
         "EnrichmentComplete": vm.complete,
         "Backlog": dict(backlog),
+        "Health": health_data(health),
         "Vm": vm.as_data(),
     }
     return CloudEvent(attributes, data)

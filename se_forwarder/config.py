@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from .approvals import settings as approvals_settings
 from .approvals.settings import ApprovalsSettings
 from .errors import ConfigError
+from .health import settings as health_settings
+from .health.settings import HealthSettings
 from .imds import DEFAULT_API_VERSION, DEFAULT_URL
 from .validation import (
     as_choice,
@@ -92,10 +94,11 @@ class Settings:
     approvals: ApprovalsSettings = field(default_factory=ApprovalsSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     vm: VmSettings = field(default_factory=VmSettings)
+    health: HealthSettings | None = None  # [health]: the application's probes (None: none)
     source: str = "defaults"  # where the settings came from, for messages
 
 
-_SECTIONS = ("imds", "state", "sinks", "approvals", "telemetry", "vm")
+_SECTIONS = ("imds", "state", "sinks", "approvals", "telemetry", "vm", "health")
 
 
 def load(
@@ -130,6 +133,7 @@ def from_dict(raw: Mapping[str, Any]) -> Settings:
         approvals=approvals_settings.parse(as_table(raw, "approvals")),
         telemetry=_telemetry(as_table(raw, "telemetry")),
         vm=_vm(as_table(raw, "vm")),
+        health=health_settings.parse(as_table(raw, "health")) if "health" in raw else None,
     )
     sinks_raw = raw.get("sinks", [{"type": "stdout"}])
     if not isinstance(sinks_raw, list):
@@ -306,7 +310,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
             out["sinks"] = [parse_sink_spec(s, f"{name}={s!r}") for s in specs]
             continue
         section, _, key = rest.partition("_")
-        if section not in ("imds", "state", "approvals", "telemetry", "vm") or not key:
+        if section not in ("imds", "state", "approvals", "telemetry", "vm", "health") or not key:
             raise ConfigError(f"environment variable {name}: unknown setting")
         target = out.setdefault(section, {})
         if section == "approvals":

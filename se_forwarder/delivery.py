@@ -164,6 +164,11 @@ class DeliveryWorker:
         except Exception as exc:  # noqa: BLE001 - such an event must never stop the worker
             return Retry(f"sink error: {type(exc).__name__}: {exc}")
 
+    def heartbeat_soon(self) -> None:
+        """Make the next heartbeat due now (something it reports changed: the health verdict)."""
+        self._next_heartbeat = time.monotonic()
+        self.wakeup.set()
+
     def heartbeat_if_due(self, outbox: Outbox | None = None) -> None:
         """Send a heartbeat if one is due and the sink is idle and well (see the docstring)."""
         if not self.heartbeat_interval or self._heartbeat is None:

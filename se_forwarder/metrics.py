@@ -10,18 +10,17 @@ is set. ``METRICS`` lists every instrument; the README table is made from it.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .event_fields import FIELDS as EVENT_FIELDS
-from .model import TRANSITIONS, Kind
+from .model import TRANSITIONS, VERDICTS, Kind
 
 if TYPE_CHECKING:
     from .sinks.base import StoredEvent
+    from .telemetry.sink_reader import SinkReader, SinkState
 
 log = logging.getLogger("se_forwarder.telemetry")
 
@@ -52,7 +51,7 @@ POLL_ERROR_REASONS = {  # ImdsError.reason (and "state") -> the label operators 
     "timeout": "timeout", "connection": "connection", "throttled": "429", "server": "5xx",
     "client": "4xx", "malformed": "malformed", "state": "state",
 }
-TRANSITION_TYPES = tuple(str(k) for k in (*TRANSITIONS, Kind.APPROVED))
+TRANSITION_TYPES = tuple(str(k) for k in (*TRANSITIONS, Kind.APPROVED, Kind.RECOVERED))
 DELIVERY_OUTCOMES = ("delivered", "dead_letter", "retry", "parked")
 APPROVAL_ORIGINS = ("policy", "hook", "coordinator", "cli")
 APPROVAL_OUTCOMES = ("approved", "rejected", "failed", "dry_run")
@@ -77,7 +76,7 @@ METRICS: tuple[MetricInfo, ...] = (
                "Unix time of the last successful poll (alert on time() minus this)."),
     MetricInfo("se_forwarder.transitions", "counter", "{transition}", ("type",),
                "Transitions recorded in the outbox, by type: scheduled, started, completed, "
-               "canceled, approved."),
+               "canceled, approved, recovered."),
     MetricInfo("se_forwarder.deliveries", "counter", "{event}", ("sink", "outcome"),
                "Delivery results per sink: delivered, dead_letter (per event); retry, parked "
                "(per failed attempt)."),
@@ -97,6 +96,11 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("se_forwarder.hook.runs", "counter", "{run}", ("hook", "outcome"),
                "prepare/recover hook runs by outcome: ok, failed (non-zero exit), timeout, "
                "interrupted (the agent stopped while it ran), error (could not start)."),
+    MetricInfo("se_forwarder.health.verdict", "gauge", "1", ("verdict",),
+               "The [health] probes' verdict on this VM's application: 1 for the current one of "
+               "healthy, unhealthy, unknown, 0 for the others (absent without [health])."),
+    MetricInfo("se_forwarder.health.probes", "counter", "{check}", ("probe", "outcome"),
+               "[health] probe checks by probe name and outcome: pass, fail."),
     MetricInfo("se_forwarder.enrichment.complete", "gauge", "1", (),
                "1 when events carry the VM's identity from the instance metadata, 0 while they "
                "carry only the host name (the instance metadata has not answered yet)."),
@@ -126,6 +130,7 @@ class PollState:
         self.last_error: str | None = None
         self.incarnation: int | None = None
         self.enrichment_complete: bool | None = None  # None: no agent identity yet
+        self.health: str | None = None  # the [health] verdict (None: no [health])
 
 
 polls = PollState()
@@ -219,72 +224,15 @@ def hook_run(hook: str, outcome: str) -> None:
         inst.hook_runs.add(1, {"hook": label(hook, HOOKS), "outcome": label(outcome, HOOK_OUTCOMES)})
 
 
-# -- sink state read from the outbox (its own read-only connection) --------------------------------
+def app_health(verdict: str) -> None:
+    """The ``[health]`` probes' verdict changed (or was first formed)."""
+    polls.health = verdict
 
 
-@dataclass(frozen=True)
-class SinkState:
-    name: str
-    backlog: int
-    oldest_age: float  # seconds; 0 when the backlog is empty
-    parked: str | None
-
-
-class SinkReader:
-    """Per-sink backlog, oldest age and parking for gauges and /healthz, cached for a second.
-
-    Scrapes, OTLP exports and health probes arrive on different threads: one lock, one connection.
-    Only the configured sinks are reported (a removed sink's cursor stays in the database).
-    """
-
-    def __init__(self, state_dir: Path, names: Sequence[str], max_age: float = 1.0) -> None:
-        self.state_dir = Path(state_dir)
-        self.names = list(names)
-        self.max_age = max_age
-        self._lock = threading.Lock()
-        self._box: Any = None
-        self._cache: tuple[float, list[SinkState]] | None = None
-
-    def snapshot(self) -> list[SinkState]:
-        with self._lock:
-            now = time.monotonic()
-            if self._cache is not None and now - self._cache[0] < self.max_age:
-                return self._cache[1]
-            states = self._read()
-            self._cache = (now, states)
-            return states
-
-    def _read(self) -> list[SinkState]:
-        from .outbox import Outbox
-
-        try:
-            if self._box is None:
-                self._box = Outbox(self.state_dir, readonly=True)
-            now = time.time()
-            out = []
-            for name in self.names:
-                try:
-                    st = self._box.sink_status(name)
-                except KeyError:
-                    continue  # not registered yet
-                age = 0.0 if st.oldest_observed_at is None else max(0.0, now - st.oldest_observed_at)
-                out.append(SinkState(name, st.backlog, age, st.parked))
-            return out
-        except Exception as exc:  # noqa: BLE001 - a gauge must never break a scrape
-            log.warning("cannot read the outbox for sink metrics: %s", exc)
-            self.close_locked()
-            return []
-
-    def close_locked(self) -> None:
-        if self._box is not None:
-            try:
-                self._box.close()
-            finally:
-                self._box = None
-
-    def close(self) -> None:
-        with self._lock:
-            self.close_locked()
+def probe_result(probe: str, passed: bool) -> None:
+    """One ``[health]`` probe check (probe names come from the configuration: a bounded set)."""
+    if (inst := _instruments) is not None:
+        inst.probes.add(1, {"probe": probe, "outcome": "pass" if passed else "fail"})
 
 
 # -- health ---------------------------------------------------------------------------------------
@@ -359,6 +307,7 @@ class _Instruments:
         self.dead_letters = counter("se_forwarder.dead_letters")
         self.approvals = counter("se_forwarder.approvals")
         self.hook_runs = counter("se_forwarder.hook.runs")
+        self.probes = counter("se_forwarder.health.probes")
         # Series that exist from the start at 0, so rate() and alerts work before the first event.
         for reason in sorted(set(POLL_ERROR_REASONS.values())):
             self.poll_errors.add(0, {"reason": reason})
@@ -376,6 +325,8 @@ class _Instruments:
             gauge("se_forwarder.outbox.backlog", per_sink(lambda s: s.backlog)),
             gauge("se_forwarder.outbox.oldest_age", per_sink(lambda s: round(s.oldest_age, 3))),
             gauge("se_forwarder.sink.parked", per_sink(lambda s: 1 if s.parked else 0)),
+            gauge("se_forwarder.health.verdict", lambda _options: [] if polls.health is None else [
+                Observation(int(polls.health == v), {"verdict": v}) for v in VERDICTS]),
             gauge("se_forwarder.enrichment.complete", scalar(
                 lambda: None if polls.enrichment_complete is None
                 else int(polls.enrichment_complete))),

@@ -30,8 +30,9 @@ class Kind(StrEnum):
     """Every kind of CloudEvent the agent emits: the last part of its ``type``.
 
     The first four are transitions of an event between two documents (``differ.py``); the others
-    are the approval path's and the agent's own (``identity``: its key and attested document, for
-    the fleet coordinator; ``docs/identity.md``). ``cloudevents.py`` builds each of them;
+    are the approval path's and the agent's own (``recovered``: this VM is back after an event that
+    affected it, ``approvals/recovery.py``; ``identity``: its key and attested document, for the
+    fleet coordinator; ``docs/identity.md``). ``cloudevents.py`` builds each of them;
     metrics, ``status``, ``demo``, ``fleet tail`` and the chat formatter name them from here.
     """
 
@@ -44,6 +45,7 @@ class Kind(StrEnum):
     PREPARED = "prepared"
     PREPARE_FAILED = "preparefailed"
     RECOVER_FAILED = "recoverfailed"
+    RECOVERED = "recovered"
     HEARTBEAT = "heartbeat"
     IDENTITY = "identity"
 
@@ -67,6 +69,31 @@ class Kind(StrEnum):
 TRANSITIONS = (Kind.SCHEDULED, Kind.STARTED, Kind.COMPLETED, Kind.CANCELED)
 # Older names of the transition kinds.
 T_SCHEDULED, T_STARTED, T_COMPLETED, T_CANCELED, T_APPROVED = (*TRANSITIONS, Kind.APPROVED)
+
+
+HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
+VERDICTS = (HEALTHY, UNHEALTHY, UNKNOWN)
+REASON_CHARS = 200  # a verdict's reason is cut to this length: it travels in every heartbeat
+
+
+@dataclass(frozen=True)
+class HealthVerdict:
+    """What this VM's own probes say of its application (``[health]``, ``health/``).
+
+    ``verdict`` is healthy, unhealthy or unknown (not yet enough passes or failures in a row);
+    ``probe`` and ``reason`` name what is not passing (None when healthy); ``since`` is when the
+    verdict took its value and ``checked_at`` when the last round of probes started (unix times;
+    None before the first round ended); ``last_round_ok``: every probe passed in that round.
+    ``cloudevents.health_data`` writes it into heartbeats and ``recovered`` events.
+    """
+
+    verdict: str
+    since: float
+    checked_at: float | None = None
+    last_round_ok: bool = False
+    probe: str | None = None
+    reason: str | None = None
+    probes: int = 0
 
 
 class MalformedDocument(ValueError):

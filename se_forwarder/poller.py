@@ -145,7 +145,7 @@ class Poller:
         only wakes an idle worker once more."""
         try:
             changed = self.outbox.changed_elsewhere()
-        except StateError as exc:
+        except Exception as exc:  # noqa: BLE001 - a hint: whatever it raises, polling goes on
             log.debug("cannot read the outbox's change counter: %s", exc)
             return
         if changed:

@@ -31,7 +31,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             "vm",
         )}
         last, last_ok = box.last_poll()
-        vm = _vm(meta["vm"])
+        vm = _json_object(meta["vm"])
         return {
             "state_dir": str(state_dir),
             "vm": vm,
@@ -49,6 +49,11 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             "pending_events": _pending(box, now),
             "sinks": [_sink(box, name, now) for name in box.sink_names()],
             "last_approvals": _approvals(box),
+            "health": _json_object(box.get_meta("health")),
+            "pending_recoveries": [
+                {"EventId": p.event_id, "completed_at": p.completed_at,
+                 "completed_age_seconds": _age(now, p.completed_at)}
+                for p in box.recoveries.pending()],
         }
 
 
@@ -101,14 +106,14 @@ def _approvals(box: Outbox) -> list[dict[str, Any]]:
     return out
 
 
-def _vm(raw: str | None) -> dict[str, Any] | None:
+def _json_object(raw: str | None) -> dict[str, Any] | None:
     if not raw:
         return None
     try:
-        vm = json.loads(raw)
+        value = json.loads(raw)
     except ValueError:
         return None
-    return vm if isinstance(vm, dict) else None
+    return value if isinstance(value, dict) else None
 
 
 def _age(now: float, then: float | None) -> float | None:
@@ -154,6 +159,7 @@ def render_status(status: dict[str, Any]) -> str:
                  else f"last success {ago(lp['last_ok_age_seconds'])} ago")
         lines.append(f"last poll     {ago(lp['age_seconds'])} ago: FAILED ({since}): {lp['result']}")
     lines.append(f"incarnation   {'-' if info['incarnation'] is None else info['incarnation']}")
+    lines += _health_lines(info.get("health"), info.get("pending_recoveries") or [])
     events = info["pending_events"]
     lines.append(f"events        {len(events)} in the current document")
     if events:
@@ -179,6 +185,21 @@ def render_status(status: dict[str, Any]) -> str:
             how = f"by {a['ApprovedBy']}" if a["outcome"] == "approved" else f"REJECTED: {a['Reason']}"
             lines.append(f"  {a['time']}  {a['EventId']}  {how}")
     return "\n".join(lines)
+
+
+def _health_lines(health: dict[str, Any] | None, pending: list[dict[str, Any]]) -> list[str]:
+    """The [health] verdict the agent stored last, and the recoveries not yet reported."""
+    lines = []
+    if health:
+        checked = health.get("CheckedUtc")
+        said = f"{health.get('Verdict')} since {health.get('SinceUtc')}"
+        if health.get("Probe"):
+            said += f" (probe {health['Probe']}: {health.get('Reason')})"
+        lines.append(f"health        {said}; last checked {checked or 'never'}")
+    for p in pending:
+        lines.append(f"recovered     not yet for {p['EventId']} (completed "
+                     f"{ago(p['completed_age_seconds'])} ago)")
+    return lines
 
 
 def _not_before(e: dict[str, Any]) -> str:

@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support.processes import end
+
 ROOT = Path(__file__).resolve().parents[1]
 # The storage emulator's documented, public development account (not a secret).
 ACCOUNT = "devstoreaccount1"
@@ -82,13 +84,7 @@ class Azurite:
             self._lines.put(line.rstrip())
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        end(self.proc)
         if self._drainer is not None:
             self._drainer.join(timeout=5)
 

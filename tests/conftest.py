@@ -1,13 +1,16 @@
-"""Shared fixtures: the simulator over real HTTP, and the agent as a real subprocess."""
+"""Shared fixtures: the simulator over real HTTP, the agent as a real subprocess, and a real
+Prometheus Alertmanager (Debian's) on loopback for the alert gates."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from se_forwarder.simulator import SimulatorServer
 from tests.support.agent import AgentProcess, Control
+from tests.support.alertmanager import INSTALL_HINT, Alertmanager, find_binary
 
 
 @pytest.fixture
@@ -29,3 +32,16 @@ def agents() -> Iterator[list[AgentProcess]]:
     for agent in started:
         if agent.alive():
             agent.kill()
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
+    """A real Alertmanager on a free 127.0.0.1 port with a minimal config and its own storage
+    directory, stopped at the end (skipped, saying how to install it, when it is missing)."""
+    binary = find_binary()
+    if binary is None:
+        pytest.skip(f"Alertmanager is not installed ({INSTALL_HINT})")
+    workdir = tmp_path / "alertmanager"
+    workdir.mkdir()
+    with Alertmanager(workdir, binary) as server:
+        yield server

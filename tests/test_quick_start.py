@@ -35,8 +35,8 @@ def fresh_clone(tmp_path):
 
 def assert_demo_ran(result: subprocess.CompletedProcess[str], clone: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert re.search(r"^summary: 12 CloudEvents in \d+ s \(3 scheduled, 2 approved, 3 started, "
-                     r"3 completed, 1 canceled\)$", result.stdout, re.M), result.stdout
+    assert re.search(r"^summary: 15 CloudEvents \(3 scheduled, 2 approved, 3 started, "
+                     r"3 completed, 3 recovered, 1 canceled\)$", result.stdout, re.M), result.stdout
     assert "Try next:" in result.stdout
     quick_start.assert_venv_of_the_system_python(clone)
 

@@ -1,9 +1,8 @@
-// Storage account with one approval queue per VM, for approvals sent by the fleet coordinator.
-// Entra ID only (shared-key access off), HTTPS only, TLS 1.2. Role assignments, each scoped to a
-// single queue: Storage Queue Data Message Processor (peek, receive, delete) for that VM's own
-// agent identity, and (optional) Storage Queue Data Message Sender for the coordinator. With a
-// coordinator, also a private blob container for its leader lease and fold snapshots, where it is
-// Storage Blob Data Contributor (scoped to that container only).
+// Storage account for the approval queues sent by the fleet coordinator (each VM's queue and its
+// role assignments: vm-queue.bicep, one deployment per VM). Entra ID only (shared-key access off),
+// HTTPS only, TLS 1.2. With a coordinator, also a private blob container for its leader lease and
+// fold snapshots, where it is Storage Blob Data Contributor (scoped to that container only), with
+// blob versioning and soft delete so that an overwritten or deleted snapshot can be brought back.
 
 @description('Azure region of the storage account.')
 param location string
@@ -12,12 +11,6 @@ param location string
 @minLength(3)
 @maxLength(24)
 param storageAccountName string
-
-@description('Queue names, one per VM, in the order of processorPrincipalIds.')
-param queueNames array
-
-@description('Principal IDs of the agents\' identities: the i-th may process messages of the i-th queue only.')
-param processorPrincipalIds array
 
 @description('Principal ID of the coordinator\'s identity (send to every queue), or empty for none.')
 param senderPrincipalId string = ''
@@ -41,6 +34,24 @@ param allowedSubnetIds array = []
 @description('Public IP ranges (CIDR, no /31 or /32: give the bare address) allowed to reach the account.')
 param allowedIpRanges array = []
 
+@description('Public network access: Enabled (limited by the network rules when subnets or IP ranges are given) or Disabled (private endpoints only).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
+@description('Subnet for private endpoints of the queue and blob services; empty for none.')
+param privateEndpointSubnetId string = ''
+
+@description('Private DNS zones (resource IDs) for the private endpoints: { queue: ..., blob: ... }; each optional (your DNS may resolve them otherwise).')
+param privateDnsZoneIds object = {}
+
+@description('Days a deleted or overwritten blob of the coordinator (a snapshot) can be restored (versioning and soft delete).')
+@minValue(1)
+@maxValue(365)
+param stateRetentionDays int = 14
+
 @description('Log Analytics workspace for the queue service\'s read, write and delete logs (who sent or took an approval); empty for none.')
 param logAnalyticsWorkspaceId string = ''
 
@@ -48,8 +59,6 @@ param logAnalyticsWorkspaceId string = ''
 param tags object = {}
 
 // Built-in data-plane roles (IDs are the same in every tenant).
-var queueDataMessageProcessor = '8a0f0c08-91a1-4084-bc3d-661d67233fed'
-var queueDataMessageSender = 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a'
 var blobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
 var restrictNetwork = !empty(allowedSubnetIds) || !empty(allowedIpRanges)
 
@@ -72,7 +81,7 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     minimumTlsVersion: 'TLS1_2'
     allowBlobPublicAccess: false
     allowCrossTenantReplication: false
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     networkAcls: {
       defaultAction: restrictNetwork ? 'Deny' : 'Allow'
       bypass: 'AzureServices'
@@ -107,41 +116,21 @@ resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-0
   name: 'default'
 }
 
-resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [for name in queueNames: {
-  parent: queueService
-  name: name
-  properties: {
-    metadata: {
-      purpose: 'se-forwarder approvals'
-    }
-  }
-}]
-
-resource agentProcesses 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in queueNames: {
-  name: guid(queues[i].id, processorPrincipalIds[i], queueDataMessageProcessor)
-  scope: queues[i]
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', queueDataMessageProcessor)
-    principalId: processorPrincipalIds[i]
-    principalType: 'ServicePrincipal'
-    description: 'se-forwarder agent: receive and delete approvals on its own queue only'
-  }
-}]
-
-resource coordinatorSends 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (name, i) in queueNames: if (!empty(senderPrincipalId)) {
-  name: guid(queues[i].id, senderPrincipalId, queueDataMessageSender)
-  scope: queues[i]
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', queueDataMessageSender)
-    principalId: senderPrincipalId
-    principalType: 'ServicePrincipal'
-    description: 'se-forwarder coordinator: send approvals to this queue'
-  }
-}]
-
 resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = if (!empty(senderPrincipalId)) {
   parent: account
   name: 'default'
+  properties: {
+    // The coordinator's snapshots: an overwritten or deleted one can be restored.
+    isVersioningEnabled: true
+    deleteRetentionPolicy: {
+      enabled: true
+      days: stateRetentionDays
+    }
+    containerDeleteRetentionPolicy: {
+      enabled: true
+      days: stateRetentionDays
+    }
+  }
 }
 
 resource coordinatorContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = if (!empty(senderPrincipalId)) {
@@ -163,6 +152,32 @@ resource coordinatorKeepsState 'Microsoft.Authorization/roleAssignments@2022-04-
     principalId: senderPrincipalId
     principalType: 'ServicePrincipal'
     description: 'se-forwarder coordinator: its leader lease and snapshots in this container only'
+  }
+}
+
+module queueEndpoint 'private-endpoint.bicep' = if (!empty(privateEndpointSubnetId)) {
+  name: take('se-forwarder-pe-queue-${account.name}', 64)
+  params: {
+    name: '${account.name}-queue'
+    location: location
+    subnetId: privateEndpointSubnetId
+    targetId: account.id
+    groupId: 'queue'
+    privateDnsZoneId: privateDnsZoneIds.?queue ?? ''
+    tags: tags
+  }
+}
+
+module blobEndpoint 'private-endpoint.bicep' = if (!empty(privateEndpointSubnetId) && !empty(senderPrincipalId)) {
+  name: take('se-forwarder-pe-blob-${account.name}', 64)
+  params: {
+    name: '${account.name}-blob'
+    location: location
+    subnetId: privateEndpointSubnetId
+    targetId: account.id
+    groupId: 'blob'
+    privateDnsZoneId: privateDnsZoneIds.?blob ?? ''
+    tags: tags
   }
 }
 
@@ -194,8 +209,6 @@ output queueEndpoint string = 'https://${account.name}.queue.${environment().suf
 @description('Storage account name.')
 output storageAccountName string = account.name
 
-@description('Queue URLs, in the order of queueNames.')
-output queueUrls array = [for (name, i) in queueNames: 'https://${account.name}.queue.${environment().suffixes.storage}/${queues[i].name}']
 
 @description('Blob service endpoint, e.g. https://acct.blob.core.windows.net (the coordinator\'s storage.account_url).')
 output blobEndpoint string = 'https://${account.name}.blob.${environment().suffixes.storage}'

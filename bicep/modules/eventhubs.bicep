@@ -1,7 +1,8 @@
 // Event Hubs namespace and hub that receive the agents' CloudEvents.
-// Entra ID only (local/SAS auth disabled), TLS 1.2 minimum, a "dashboards" consumer group, and the
-// only role assignments on it: Azure Event Hubs Data Sender for each agent identity and (optional)
-// Azure Event Hubs Data Receiver for the coordinator, both scoped to this one hub, not the namespace.
+// Entra ID only (local/SAS auth disabled), TLS 1.2 minimum, a "dashboards" consumer group (and a
+// "coordinator" one with a coordinator), and the coordinator's role assignments: Azure Event Hubs
+// Data Receiver and Data Sender, scoped to this one hub, not the namespace. Each agent's Data Sender
+// assignment on the hub is made with its queue (vm-hub-access.bicep).
 
 @description('Azure region of the namespace.')
 param location string
@@ -19,13 +20,10 @@ param eventHubName string
 @maxValue(32)
 param partitionCount int = 4
 
-@description('How long the hub keeps events, in days.')
+@description('How long the hub keeps events, in days (7, the most the Standard tier keeps: what a coordinator that lost its snapshots rebuilds from).')
 @minValue(1)
 @maxValue(7)
-param messageRetentionInDays int = 1
-
-@description('Principal IDs of the agents\' identities: each may send to the hub, nothing else.')
-param senderPrincipalIds array
+param messageRetentionInDays int = 7
 
 @description('Principal ID of the coordinator\'s identity (receive from the hub), or empty for none.')
 param receiverPrincipalId string = ''
@@ -38,6 +36,19 @@ param allowedIpRanges array = []
 
 @description('Let trusted Azure services through the network rules: Event Grid delivering Azure\'s feed (azure-feed.bicep) with its own identity, which holds a role on the feed hub only.')
 param allowTrustedServices bool = false
+
+@description('Public network access: Enabled (limited by the network rules when subnets or IP ranges are given) or Disabled (private endpoints only).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
+@description('Subnet for a private endpoint of the namespace; empty for none.')
+param privateEndpointSubnetId string = ''
+
+@description('Private DNS zone (privatelink.servicebus.windows.net) for the private endpoint; empty: your DNS resolves it otherwise.')
+param privateDnsZoneId string = ''
 
 @description('Log Analytics workspace for the namespace\'s operational and audit logs; empty for none.')
 param logAnalyticsWorkspaceId string = ''
@@ -62,7 +73,7 @@ resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
   properties: {
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     zoneRedundant: true
     kafkaEnabled: true
   }
@@ -73,7 +84,7 @@ resource networkRules 'Microsoft.EventHub/namespaces/networkRuleSets@2024-01-01'
   name: 'default'
   properties: {
     defaultAction: restrictNetwork ? 'Deny' : 'Allow'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     trustedServiceAccessEnabled: allowTrustedServices
     virtualNetworkRules: [for subnetId in allowedSubnetIds: {
       subnet: {
@@ -113,17 +124,6 @@ resource coordinatorGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroup
   }
 }
 
-resource agentSends 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for principalId in senderPrincipalIds: {
-  name: guid(hub.id, principalId, eventHubsDataSender)
-  scope: hub
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', eventHubsDataSender)
-    principalId: principalId
-    principalType: 'ServicePrincipal'
-    description: 'se-forwarder agent: send CloudEvents to this hub only'
-  }
-}]
-
 resource coordinatorReceives 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(receiverPrincipalId)) {
   name: guid(hub.id, receiverPrincipalId, eventHubsDataReceiver)
   scope: hub
@@ -145,6 +145,19 @@ resource coordinatorSends 'Microsoft.Authorization/roleAssignments@2022-04-01' =
     principalId: receiverPrincipalId
     principalType: 'ServicePrincipal'
     description: 'se-forwarder coordinator: publish its decisions to this hub only'
+  }
+}
+
+module namespaceEndpoint 'private-endpoint.bicep' = if (!empty(privateEndpointSubnetId)) {
+  name: take('se-forwarder-pe-${namespace.name}', 64)
+  params: {
+    name: '${namespace.name}-namespace'
+    location: location
+    subnetId: privateEndpointSubnetId
+    targetId: namespace.id
+    groupId: 'namespace'
+    privateDnsZoneId: privateDnsZoneId
+    tags: tags
   }
 }
 
@@ -170,6 +183,9 @@ output eventHubName string = hub.name
 
 @description('Consumer group for dashboards.')
 output dashboardsConsumerGroup string = dashboards.name
+
+@description('Name of the coordinator\'s consumer group, or empty.')
+output coordinatorConsumerGroup string = empty(receiverPrincipalId) ? '' : coordinatorGroup.name
 
 @description('Resource ID of the hub.')
 output eventHubId string = hub.id

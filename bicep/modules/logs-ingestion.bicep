@@ -1,7 +1,7 @@
 // Azure Monitor Logs for the agents' CloudEvents: a data collection endpoint (DCE) and a data
 // collection rule (DCR) whose stream declares the row schema (bicep/logs-columns.json) and passes
-// rows unchanged into the custom table. The only role assignments: "Monitoring Metrics Publisher"
-// (the data-plane right to send to a DCR) for each agent identity, scoped to this one rule.
+// rows unchanged into the custom table. Each agent identity's only right here, "Monitoring Metrics
+// Publisher" on this one rule, is assigned with its queue (vm-hub-access.bicep).
 // The DCE and DCR must be in the workspace's region.
 
 @description('Region of the DCE and DCR: the Log Analytics workspace\'s region.')
@@ -25,14 +25,9 @@ param streamName string = 'Custom-SeForwarderEvents'
 @description('Columns of the stream: [{ name, type }], the same as the table\'s.')
 param columns array
 
-@description('Principal IDs of the agents\' identities: each may send to this rule, nothing else.')
-param publisherPrincipalIds array
-
 @description('Tags for every resource.')
 param tags object = {}
 
-// Built-in role (the same ID in every tenant): send data to a data collection rule.
-var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb'
 
 resource dce 'Microsoft.Insights/dataCollectionEndpoints@2023-03-11' = {
   name: endpointName
@@ -81,16 +76,6 @@ resource dcr 'Microsoft.Insights/dataCollectionRules@2023-03-11' = {
   }
 }
 
-resource agentPublishes 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for principalId in publisherPrincipalIds: {
-  name: guid(dcr.id, principalId, monitoringMetricsPublisher)
-  scope: dcr
-  properties: {
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', monitoringMetricsPublisher)
-    principalId: principalId
-    principalType: 'ServicePrincipal'
-  }
-}]
-
 @description('Logs ingestion URL of the DCE (endpoint in the agents\' logs-ingestion sink).')
 output logsIngestionEndpoint string = dce.properties.logsIngestion.endpoint
 
@@ -99,3 +84,6 @@ output ruleImmutableId string = dcr.properties.immutableId
 
 @description('Stream the agents send to (stream in their logs-ingestion sink).')
 output streamName string = streamName
+
+@description('Name of the DCR (for the agents\' role assignments).')
+output ruleName string = dcr.name

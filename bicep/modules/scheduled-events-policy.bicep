@@ -16,12 +16,20 @@ param scaleSetNames array = []
 @description('Also approve user-initiated reboots and redeploys at once (no notice for them): false keeps their notice, so the coordinator paces them too.')
 param autoApproveUserEvents bool = false
 
+@description('allInstancesDown.automaticallyApprove: when every instance of the VM, availability set or scale set is already down, Azure approves the event by itself, before NotBefore (Azure\'s default is true, said here explicitly). false: such an event waits for an approval or its NotBefore like any other.')
+param allInstancesDownAutoApprove bool = true
+
+// scheduledEventsApiVersion and allInstancesDown arrived with Compute 2025-04-01: the api-version
+// of the resources below.
 var policy = union({
   scheduledEventsAdditionalPublishingTargets: {
     eventGridAndResourceGraph: {
       enable: true
       scheduledEventsApiVersion: '2020-07-01'
     }
+  }
+  allInstancesDown: {
+    automaticallyApprove: allInstancesDownAutoApprove
   }
 }, autoApproveUserEvents ? {
   userInitiatedRedeploy: {
@@ -32,11 +40,11 @@ var policy = union({
   }
 } : {})
 
-resource existingVms 'Microsoft.Compute/virtualMachines@2024-07-01' existing = [for name in vmNames: {
+resource existingVms 'Microsoft.Compute/virtualMachines@2025-04-01' existing = [for name in vmNames: {
   name: name
 }]
 
-resource vms 'Microsoft.Compute/virtualMachines@2024-07-01' = [for (name, i) in vmNames: {
+resource vms 'Microsoft.Compute/virtualMachines@2025-04-01' = [for (name, i) in vmNames: {
   // This PUT of an existing VM carries only its scheduledEventsPolicy; the Compute resource provider
   // keeps the VM's other properties, which this template neither sets nor weakens. Checks about those:
   // checkov:skip=CKV_AZURE_1: OS profile (SSH keys vs passwords) of an existing VM is not managed here.
@@ -52,11 +60,11 @@ resource vms 'Microsoft.Compute/virtualMachines@2024-07-01' = [for (name, i) in 
   }
 }]
 
-resource existingSets 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' existing = [for name in scaleSetNames: {
+resource existingSets 'Microsoft.Compute/virtualMachineScaleSets@2025-04-01' existing = [for name in scaleSetNames: {
   name: name
 }]
 
-resource sets 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = [for (name, i) in scaleSetNames: {
+resource sets 'Microsoft.Compute/virtualMachineScaleSets@2025-04-01' = [for (name, i) in scaleSetNames: {
   // This PUT of an existing scale set carries only its scheduledEventsPolicy; the Compute resource
   // provider keeps its other properties, which this template neither sets nor weakens. Checks about those:
   // checkov:skip=CKV_AZURE_49: OS profile (SSH keys) of an existing scale set is not managed here.

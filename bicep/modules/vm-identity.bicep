@@ -16,3 +16,6 @@ output identityType string = (existingVm.?identity.?type) ?? 'None'
 
 @description('The VM\'s user-assigned identities now, as { \'<resource id>\': {...} }.')
 output userAssignedIdentities object = (existingVm.?identity.?userAssignedIdentities) ?? {}
+
+@description('The VM\'s vmId (names its approval queue).')
+output vmId string = existingVm.properties.vmId

@@ -34,17 +34,25 @@
     Idempotent: a second run with the same arguments changes nothing and does not restart the agent.
     NOT TESTED on this project's CI (Linux only); see the README.
 
+    What is installed is always a pinned artifact: -Wheel with -Sha256 (a release's SHA256SUMS, from
+    scripts/release), or -PackageSpec from the private index -IndexUrl (or the wheelhouse
+    -FindLinks); a bare name is never resolved on the public index, where anyone may publish it.
+
 .EXAMPLE
-    powershell -ExecutionPolicy Bypass -File install.ps1 -ConfigFile .\config.toml
+    powershell -ExecutionPolicy Bypass -File install.ps1 -Wheel .\se_forwarder-0.1.0-py3-none-any.whl -Sha256 <hex> -ConfigFile .\config.toml
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File install.ps1 -Uninstall -Purge
 #>
 [CmdletBinding()]
 param(
-    # pip requirement to install.
-    [string] $PackageSpec = 'se-forwarder[eventhubs,queue]',
-    # Install this wheel instead of $PackageSpec (with the extras of -Extras).
+    # pip requirement to install, only from -IndexUrl (your private index) or -FindLinks; -IndexUrl
+    # alone: where the wheel's dependencies come from.
+    [string] $PackageSpec = '',
+    [string] $IndexUrl = '',
+    # Install this wheel (with the extras of -Extras); -Sha256 is the release's SHA256SUMS line for
+    # it: a wheel that does not match is refused.
     [string] $Wheel = '',
+    [string] $Sha256 = '',
     [string] $Extras = 'eventhubs,queue',
     # Install offline from this wheelhouse only (pip --no-index --find-links).
     [string] $FindLinks = '',
@@ -216,7 +224,7 @@ function Get-InstallRequest {
         $hash = (Get-FileHash -LiteralPath $Wheel -Algorithm SHA256).Hash
         return "$Wheel extras=$Extras sha256=$hash find_links=$FindLinks"
     }
-    return "$PackageSpec find_links=$FindLinks"
+    return "$PackageSpec index=$($IndexUrl -replace '\?.*$', '') find_links=$FindLinks"
 }
 
 # The supervisor, the venv's launchers and the base interpreter they start (its command line names
@@ -261,13 +269,16 @@ function Install-Venv {
     Stop-Agent  # Windows locks se-forwarder.exe while it runs; pip could not replace it.
     $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', '--quiet', '--upgrade')
     if ($FindLinks) { $pipArgs += @('--no-index', '--find-links', $FindLinks) }
+    if ($IndexUrl) { $pipArgs += @('--index-url', $IndexUrl) }
     if ($Wheel) {
         $uri = ([Uri] (Resolve-Path -LiteralPath $Wheel).Path).AbsoluteUri
         if ($Extras) { $pipArgs += "se-forwarder[$Extras] @ $uri" } else { $pipArgs += $Wheel }
     } else {
         $pipArgs += $PackageSpec
     }
-    Invoke-Change "pip $($pipArgs[2..($pipArgs.Count - 1)] -join ' ')" {
+    $shown = ($pipArgs[2..($pipArgs.Count - 1)] -join ' ')
+    if ($IndexUrl) { $shown = $shown.Replace($IndexUrl, ($IndexUrl -replace '\?.*$', '')) }  # no token printed
+    Invoke-Change "pip $shown" {
         & $venvPython @pipArgs
         if ($LASTEXITCODE -ne 0) { Fail "pip install failed" }
         if (-not (Test-Path -LiteralPath $agentExe)) { Fail "pip did not install $agentExe" }
@@ -508,6 +519,22 @@ function Invoke-Uninstall {
 
 if ($Purge -and -not $Uninstall) { Fail '-Purge only goes with -Uninstall' }
 if ($Wheel -and -not (Test-Path -LiteralPath $Wheel -PathType Leaf)) { Fail "wheel $Wheel does not exist" }
+if (-not $Uninstall) {
+    if ($Wheel -and $PackageSpec) { Fail 'give -Wheel or -PackageSpec, not both' }
+    if (-not $Wheel -and -not $PackageSpec) {
+        Fail 'nothing to install: give -Wheel FILE -Sha256 HEX (a release''s, see scripts/release), or -PackageSpec SPEC with -IndexUrl URL of your private index'
+    }
+    if ($PackageSpec -and -not $IndexUrl -and -not $FindLinks) {
+        Fail "-PackageSpec $PackageSpec would be resolved on the public index, where anyone can publish that name: give -Wheel FILE -Sha256 HEX, or -IndexUrl URL of your private index"
+    }
+    if ($IndexUrl -and -not $IndexUrl.StartsWith('https://')) { Fail '-IndexUrl must be https://' }
+    if ($Wheel -and $Sha256) {
+        $actual = (Get-FileHash -LiteralPath $Wheel -Algorithm SHA256).Hash.ToLowerInvariant()
+        if ($actual -ne $Sha256.ToLowerInvariant()) {
+            Fail "$(Split-Path -Leaf $Wheel): SHA-256 is $actual, not $Sha256 (-Sha256): refusing to install it"
+        }
+    }
+}
 if (-not $DryRun -and -not (Test-Administrator)) { Fail 'run as Administrator (or with -DryRun)' }
 
 if ($Uninstall) {

@@ -8,22 +8,20 @@ from IMDS again right before the POST), POSTs to IMDS (unless dry-run) and then 
 Threads (all started by ``start``; none of them ever blocks polling):
 
 - ``approver``: applies the policy to the current document, starts prepare/recover hooks when due
-  and collects their results (a successful prepare may approve; a failed one emits an audit event);
-- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue/consumer.py``. It
-  starts once the VM's identity is known from the instance metadata (its name may be in the
-  queue's, and messages name the VM they are for); forwarding never waits for that, approvals may;
+  and collects their results (a successful prepare may approve; a failed one emits an audit event),
+  then reports ``recovered`` when due (``recovery.py``);
+- ``approval-queue`` (only with ``[approvals.queue]``): the remote inbox, see ``queue/consumer.py``,
+  once the VM's identity is known from the instance metadata (its name may be in the queue's, and
+  messages name the VM they are for); forwarding never waits for that, approvals may;
 - one short-lived thread per running hook command.
 
-What decides an approval, for each Scheduled event not yet approved:
-
-- the first matching rule's action (no rule matched: ``wait``);
-- ``wait`` with no rule matched becomes ``prepare-then-approve`` when a prepare hook is configured
-  and ``approve_after_prepare`` is true (the documented loop: prepare, then approve);
-- ``approve``: now (``ApprovedBy: policy:<rule>``); ``prepare-then-approve``: once this VM's prepare
-  hook succeeded (``ApprovedBy: hook``); ``wait`` / ``ignore``: never by itself;
-- ``leader_only``: only when this VM is the first entry of Resources (policy and hook approvals;
-  a coordinator's message or the CLI names its event explicitly and is not subject to it);
-- ``dry_run``: logged as "would approve", never POSTed.
+What decides an approval, for each Scheduled event not yet approved: the first matching rule's
+action (none matched: ``wait``, which becomes ``prepare-then-approve`` when a prepare hook is
+configured and ``approve_after_prepare`` is true); ``approve``: now (``ApprovedBy: policy:<rule>``);
+``prepare-then-approve``: once this VM's prepare hook succeeded (``ApprovedBy: hook``); ``wait`` /
+``ignore``: never by itself; ``leader_only``: only when this VM is the first entry of Resources
+(policy and hook approvals; a coordinator's message or the CLI names its event explicitly and is
+not subject to it); ``dry_run``: logged as "would approve", never POSTed.
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ from ..timestamps import rfc3339
 from . import hooks as hooks_mod
 from .policy import Policy
 from .queue.names import STAND_IN_VM_ID, queue_name
+from .recovery import Recovery
 from .settings import ApprovalsSettings, check_consistency
 
 log = logging.getLogger("se_forwarder.approvals")
@@ -66,19 +65,19 @@ class Approver:
         secret_env: Iterable[str] = (), identity_known: threading.Event | None = None,
         document: Callable[[], Document | None] | None = None,  # the poller's (else: as offered)
         queue_clients: Callable[[str], Any] | None = None,  # stand-in queues (queue.client.resolve)
+        recovery: Recovery | None = None,  # reports ``recovered`` after the hooks' step
     ) -> None:
         check_consistency(settings)
         # A factory makes the client on first use: an agent that never approves keeps no session.
         self._imds: ImdsClient | None = imds if isinstance(imds, ImdsClient) else None
         self._make_imds = imds if not isinstance(imds, ImdsClient) else None
-        self.state_dir = state_dir
+        self.state_dir, self.recovery = state_dir, recovery
         self._vm = vm if callable(vm) else (lambda: vm)
         # Set once the identity comes from the instance metadata (None: it does already).
         self.identity_known = identity_known
         self.settings = settings
         self.policy = Policy(settings.rules)
-        self.dry_run = dry_run or settings.dry_run
-        self.leader_only = settings.leader_only
+        self.dry_run, self.leader_only = dry_run or settings.dry_run, settings.leader_only
         self.on_recorded = on_recorded
         self.queue_settings = None
         if settings.queue is not None:
@@ -91,15 +90,13 @@ class Approver:
             self.queue_settings = resolve(settings.queue, known, clients=queue_clients)
         # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
-        self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env,
-                                          wake=self._wake)
+        self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env, wake=self.wake)
         self._document = document
         self._offered: Document | None = None  # kept only without ``document``
         self._lock = threading.Lock()
         # POSTs are serialised under the approval lock, on a client used only there; the fresh
         # document before each POST is read outside it, one reader at a time.
-        self._approve_lock = threading.Lock()
-        self._read_lock = threading.Lock()
+        self._approve_lock, self._read_lock = threading.Lock(), threading.Lock()
         self._post_imds: ImdsClient | None = None
         self._changed = threading.Event()
         self._decided: dict[str, str] = {}  # event_id -> what was decided and logged
@@ -162,7 +159,7 @@ class Approver:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         self._changed.set()
 
     def _consume(self, stop: threading.Event) -> None:
@@ -218,12 +215,13 @@ class Approver:
                 outbox.close()
 
     def _timed(self) -> bool:
-        """Whether to look each second (else a new document or a finished hook wakes the thread):
-        time alone may change a decision (a retry, an unknown identity, a rule's notice, a lead)."""
-        doc, known = self.current(), self.identity_known
-        return bool(self._failures) or (known is not None and not known.is_set()) or (
-            doc is not None and any(e.status == SCHEDULED for e in doc.events)
-            and (self.policy.timed or self.hooks.timed))
+        """Whether to look each second: time alone may change a decision (a retry, an unknown
+        identity, a recovery waiting for a round of probes, a rule's notice, a prepare lead)."""
+        doc, known, recovery = self.current(), self.identity_known, self.recovery
+        if self._failures or (known is not None and not known.is_set()) or (recovery and recovery.waiting):
+            return True
+        return doc is not None and any(e.status == SCHEDULED for e in doc.events) and (
+            self.policy.timed or self.hooks.timed)
 
     def _step(self, outbox: Outbox) -> None:
         doc = self.current()
@@ -233,6 +231,8 @@ class Approver:
             # The poller recorded how each gone event ended before offering this document.
             self.hooks.sync(outbox.hook_runs, doc.events, doc.incarnation, self._hook_eligible,
                             ran=lambda e: outbox.has_event(ce.ce_id(e.event_id, Kind.COMPLETED)))
+        if self.recovery is not None:  # after the hooks: a recover hook due now has its row
+            self.recovery.step(outbox)
         self.consider(outbox)
 
     # -- hooks ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ dataclasses (and nowhere else). The rules become ``policy.Rule`` values; secrets
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -42,6 +42,7 @@ class HookSettings:
 class ApprovalsSettings:
     dry_run: bool = False
     leader_only: bool = False
+    coordinator_only: bool = False  # no policy or hook approval: only the coordinator's messages
     rules: tuple[Rule, ...] | None = None  # None: the documented sample's policy
     hooks: HookSettings = field(default_factory=HookSettings)
     queue: QueueConfig | None = None
@@ -49,18 +50,27 @@ class ApprovalsSettings:
 
 def parse(t: Mapping[str, Any]) -> ApprovalsSettings:
     """The ``[approvals]`` table, validated."""
-    no_unknown(t, "approvals", ("dry_run", "leader_only", "rules", "hooks", "queue"))
+    no_unknown(t, "approvals", ("dry_run", "leader_only", "coordinator_only", "rules", "hooks", "queue"))
     s = ApprovalsSettings()
     if "dry_run" in t:
         s.dry_run = as_bool(t["dry_run"], "approvals.dry_run")
     if "leader_only" in t:
         s.leader_only = as_bool(t["leader_only"], "approvals.leader_only")
+    if "coordinator_only" in t:
+        s.coordinator_only = as_bool(t["coordinator_only"], "approvals.coordinator_only")
     if "rules" in t:
         s.rules = parse_rules(t["rules"], "approvals.rules")
     if "hooks" in t:
         s.hooks = parse_hooks(_table(t["hooks"], "approvals.hooks"), "approvals.hooks")
     if "queue" in t:
         s.queue = parse_queue(_table(t["queue"], "approvals.queue"), "approvals.queue")
+    if s.coordinator_only:
+        # No sample rules, and a prepare hook only prepares: nothing here approves by itself.
+        if isinstance(t.get("hooks"), Mapping) and t["hooks"].get("approve_after_prepare") is True:
+            raise ConfigError("approvals.hooks.approve_after_prepare: contradicts coordinator_only = true "
+                              "(only the coordinator approves; the prepare hook still runs)")
+        s.rules = () if s.rules is None else s.rules
+        s.hooks = replace(s.hooks, approve_after_prepare=False)
     check_consistency(s)
     return s
 
@@ -157,7 +167,21 @@ def parse_hooks(raw: Mapping[str, Any], where: str) -> HookSettings:
 
 
 def check_consistency(settings: ApprovalsSettings) -> None:
-    """Cross-checks between rules and hooks."""
+    """Cross-checks between rules, hooks and ``coordinator_only``."""
+    if settings.coordinator_only:
+        if settings.rules is None or settings.hooks.approve_after_prepare:
+            raise ConfigError("approvals.coordinator_only: give rules (none approving) and "
+                              "hooks.approve_after_prepare = false with it, as parse() does")
+        if settings.queue is None:
+            raise ConfigError("approvals.coordinator_only: needs [approvals.queue], where the "
+                              "coordinator's signed approvals arrive (without it nothing is ever "
+                              "approved early: use rules = [] for that)")
+        for i, rule in enumerate(settings.rules or ()):
+            if rule.action in ("approve", "prepare-then-approve"):
+                raise ConfigError(
+                    f"approvals.rules[{i}].action: {rule.action} contradicts coordinator_only = true "
+                    "(only the coordinator approves; rules may only wait or ignore)"
+                )
     if settings.rules and not settings.hooks.prepare:
         for i, rule in enumerate(settings.rules):
             if rule.action == "prepare-then-approve":

@@ -121,6 +121,10 @@ def _agent_event(state: str, kind: str, event: dict, data: dict, now: datetime,
     elif state == Kind.RECOVER_FAILED:
         line = f"recover hook failed after {etype}" + (f": {reason}" if reason else "")
         tone = ATTENTION
+    elif state == Kind.RECOVERED:
+        back = _number(data.get("RecoveredAfterSeconds"))
+        line = f"back after {etype}" + (f", {duration(back)} after it ended" if back is not None else "")
+        tone = GOOD
     elif state == Kind.APPROVAL_REJECTED:
         what = etype if etype != "event" else f"event {_text(event.get('subject')) or 'unknown'}"
         line = f"approval message refused for {what}" + (f": {reason}" if reason else "")

@@ -9,7 +9,8 @@ Each thread opens its own ``Outbox``; SQLite serialises the writers, so sequence
 assigned in commit order and a cursor never skips an event.
 
 Other modules never run SQL: they use the typed methods here, ``approval_messages`` (the ledger of
-signed approval messages, ``approval_messages.py``) and ``hook_runs`` (``hook_runs.py``).
+signed approval messages, ``approval_messages.py``), ``hook_runs`` (``hook_runs.py``) and
+``recoveries`` (the pending ``recovered`` reports, ``recoveries.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..cloudevents import NewEvent
 from ..errors import StateError
 from ..model import Document, MalformedDocument, parse_document
 from ..sinks.base import StoredEvent
-from . import approval_messages, hook_runs, housekeeping
+from . import approval_messages, hook_runs, housekeeping, recoveries
 from .approval_messages import ApprovalMessages
 from .hook_runs import HookRuns
 from .transaction import Transaction, state_error
@@ -66,7 +67,7 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     at REAL NOT NULL,
     PRIMARY KEY (sink, seq)
 );
-""" + approval_messages.SCHEMA + hook_runs.SCHEMA
+""" + approval_messages.SCHEMA + hook_runs.SCHEMA + recoveries.SCHEMA
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class Outbox:
         self._data_version: int | None = None  # changed_elsewhere's last reading
         self.approval_messages = ApprovalMessages(self._db)
         self.hook_runs = HookRuns(self._db)
+        self.recoveries = recoveries.Recoveries(self._db)
 
     def _connect(self, target: str, uri: bool = False) -> sqlite3.Connection:
         try:
@@ -155,10 +157,7 @@ class Outbox:
 
     def changed_elsewhere(self) -> bool:
         """Whether another connection committed since the last call (the first call says so)."""
-        try:
-            version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        except sqlite3.Error as exc:
-            raise state_error(self.path, exc) from exc
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
         changed, self._data_version = version != self._data_version, version
         return changed
 

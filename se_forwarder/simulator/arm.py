@@ -92,8 +92,10 @@ class ArmApi:
         approve: Approve,
         token: str,
         principal: str = "00000000-0000-0000-0000-00000000c0de",
+        tables: Callable[[str], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.fleet, self.ledger, self._approve = fleet, ledger, approve
+        self.tables = tables or (lambda name: resource_graph.table(name, fleet, ledger))
         self.token, self.principal = token, principal
         self.roles = {"query": True, "acknowledge": True, "instance_view": True}
         self._given_back: dict[str, float] = {}  # route -> when its role comes back (monotonic)
@@ -254,7 +256,7 @@ class ArmApi:
             request = json.loads(body.decode("utf-8") or "null")
             answer = resource_graph.query(
                 request,
-                lambda name: resource_graph.table(name, self.fleet, self.ledger),
+                self.tables,
                 self.fleet.subscription,
             )
         except (UnicodeDecodeError, json.JSONDecodeError):

@@ -7,9 +7,12 @@ coordinator), ``AzureSide`` keeps Azure's record of each event (``azure_ledger.p
   Event Hub (``event_grid.py``), with optional delay and drops;
 - serves the subset of ARM a coordinator uses over HTTPS with a per-run test CA (``arm.py``):
   Resource Graph queries, the Maintenance ``acknowledge`` and the VMs' instance view;
-- hands out the ARM test token from IMDS's managed-identity endpoint (``identity.py``).
+- hands out the ARM test token from IMDS's managed-identity endpoint (``identity.py``);
+- plays Resource Health and fired Azure Monitor alerts (``azure_signals.py``): availability
+  changes on the same feed, ``healthresources`` and ``alertsmanagementresources`` in Resource Graph.
 
-Its control routes live under ``/control/arm`` and ``/control/feed`` (``control``).
+Its control routes live under ``/control/arm``, ``/control/feed``, ``/control/health`` and
+``/control/alerts`` (``control``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from se_forwarder.errors import ConfigError
-from se_forwarder.simulator import identity
+from se_forwarder.simulator import identity, resource_graph
 from se_forwarder.simulator.arm import ArmApi
 from se_forwarder.simulator.azure_fleet import AzureFleet
 from se_forwarder.simulator.azure_ledger import AzureLedger
+from se_forwarder.simulator.azure_signals import ROUTES as SIGNAL_ROUTES
+from se_forwarder.simulator.azure_signals import TABLES as SIGNAL_TABLES
+from se_forwarder.simulator.azure_signals import AzureSignals
 from se_forwarder.simulator.event_grid import BODIES, EVENT_TYPE, EVENT_TYPES, FeedPublisher, cloud_event
 
 if TYPE_CHECKING:
@@ -115,7 +121,8 @@ class AzureSide:
             body=options.feed_body,
             event_type=options.feed_event_type,
         )
-        self.api = ArmApi(self.fleet, self.ledger, self._approve, self.token)
+        self.signals = AzureSignals(self.fleet, self.feed.publish, sim.now)
+        self.api = ArmApi(self.fleet, self.ledger, self._approve, self.token, tables=self._table)
         self.ca: TestCa | None = None
         self.http: ArmHttpServer | None = None
         sim.subscribe(self._on_change)
@@ -147,14 +154,23 @@ class AzureSide:
     # -- the event model -> Azure -------------------------------------------------------------------
 
     def _on_change(self, _incarnation: int, _changes: list[str]) -> None:
-        for record in self.ledger.observe(self.sim.snapshot(), self.sim.now()):
+        events, now = self.sim.snapshot(), self.sim.now()
+        for record in self.ledger.observe(events, now):
             info = self.ledger.resource_info(record)
             event = cloud_event(self.fleet.subscription, info, record.updated, self.feed.event_type)
             self.feed.publish(event)
+        self.signals.observe(events, now)
 
     def _on_reset(self) -> None:
         self.ledger.clear()
         self.feed.clear()
+        self.signals.clear()
+
+    def _table(self, name: str) -> list[dict[str, Any]]:
+        """Resource Graph's rows of table ``name`` (one of ``kql.TABLES``)."""
+        if name in SIGNAL_TABLES:
+            return self.signals.table(name)
+        return resource_graph.table(name, self.fleet, self.ledger)
 
     def _approve(self, event_id: str, vm: str, client: str) -> None:
         self.sim.approve([event_id], vm=vm, client=client, via="arm")
@@ -232,7 +248,10 @@ class AzureSide:
         }
 
     def control(self, method: str, sub: str, body: bytes) -> tuple[int, Any]:
-        """``/control/arm...`` and ``/control/feed...``; KeyError -> 404, ValueError -> 400."""
+        """``/control/arm...``, ``/control/feed...``, ``/control/health...`` and
+        ``/control/alerts...``; KeyError -> 404, ValueError -> 400."""
+        if sub.split("/")[1:2] in [[r] for r in SIGNAL_ROUTES]:
+            return self.signals.control(method, sub, body)
         routes: dict[tuple[str, str], Any] = {
             ("GET", "/arm"): lambda: self.settings(),
             ("POST", "/arm"): lambda: self.update_settings(_json(body)),

@@ -82,7 +82,8 @@ class ControlApi:
             return 405, {"error": f"{method} not allowed on /control/events/<EventId>"}
         if any(path == sub for _, path in routes):
             return 405, {"error": f"{method} not allowed on /control{sub}"}
-        if sub.split("/")[1:2] in (["arm"], ["feed"]) and self.server.azure is not None:
+        azure_routes = (["arm"], ["feed"], ["health"], ["alerts"])
+        if sub.split("/")[1:2] in azure_routes and self.server.azure is not None:
             return self.server.azure.control(method, sub, body)  # Azure's side (azure_side.py)
         raise KeyError(f"no control route /control{sub}")
 

@@ -114,12 +114,9 @@ class FeedPublisher:
             if self.drop or self.drop_next > 0:
                 self.drop_next = max(0, self.drop_next - 1)
                 self.counts["dropped"] += 1
-                event_id = event["data"]["resourceInfo"]["name"]
-                log.info(
-                    "feed: dropped %s %s",
-                    event_id,
-                    event["data"]["resourceInfo"]["properties"]["EventStatus"],
-                )
+                info = event["data"]["resourceInfo"]
+                log.info("feed: dropped %s %s", info["name"],
+                         info["properties"].get("EventStatus") or event["type"])
                 return
             if self.connection_string:
                 self._pending.append(_Pending(time.monotonic() + self.delay_seconds, event))

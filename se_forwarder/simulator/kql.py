@@ -4,13 +4,14 @@ Resource Graph runs KQL; the simulator understands only the shapes a coordinator
 refuses anything else with one line naming it (``KqlError``, which ARM answers with 400)::
 
     <table>
-    | where <expr> <op> <literal> [and <expr> <op> <literal> ...]
+    | where <expr> <op> <literal> [and|or <expr> <op> <literal> ...]   (and binds tighter)
     | project <expr>, <name> = <expr>, ...
     | extend <name> = <expr>, ...
     | order by <expr> [asc|desc], ...          (also: sort by)
     | limit <n>                                (also: take)
 
-- ``<table>``: ``resources``, ``maintenanceresources``, ``computeresources`` (any case);
+- ``<table>``: ``resources``, ``maintenanceresources``, ``computeresources``, ``healthresources``,
+  ``alertsmanagementresources`` (any case);
 - ``<expr>``: a column or a dotted path into it (``properties.EventStatus``,
   ``properties['availabilitySet'].id``), optionally in ``tostring()``, ``tolower()`` or
   ``toupper()``;
@@ -28,7 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-TABLES = ("resources", "maintenanceresources", "computeresources")
+TABLES = ("resources", "maintenanceresources", "computeresources", "healthresources",
+          "alertsmanagementresources")
 _FUNCS = {
     "tostring": lambda v: "" if v is None else v if isinstance(v, str) else _text(v),
     "tolower": lambda v: _text(v).lower(),
@@ -241,10 +243,12 @@ def _named(reader: _Reader) -> list[tuple[str, Expr]]:
 def _stage(text: str) -> tuple[str, Any]:
     reader = _Reader(_tokens(text))
     if reader.word("where"):
-        conditions = [_condition(reader)]
-        while reader.word("and"):
-            conditions.append(_condition(reader))
-        stage: tuple[str, Any] = ("where", conditions)
+        groups = [[_condition(reader)]]  # or-ed groups of and-ed conditions
+        while (joined := "and" if reader.word("and") else "or" if reader.word("or") else ""):
+            if joined == "or":
+                groups.append([])
+            groups[-1].append(_condition(reader))
+        stage: tuple[str, Any] = ("where", groups)
     elif reader.word("project"):
         stage = ("project", _named(reader))
     elif reader.word("extend"):
@@ -291,7 +295,7 @@ def run(query: Query, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [dict(r) for r in rows]
     for kind, arg in query.stages:
         if kind == "where":
-            out = [r for r in out if all(c(r) for c in arg)]
+            out = [r for r in out if any(all(c(r) for c in group) for group in arg)]
         elif kind == "project":
             out = [{name: expr(r) for name, expr in arg} for r in out]
         elif kind == "extend":

@@ -46,6 +46,7 @@ EXPLAIN: dict[str, str] = {
     Kind.PREPARED: "prepared: the prepare hook finished",
     Kind.PREPARE_FAILED: "prepare failed: the prepare hook failed, so the agent did not approve",
     Kind.RECOVER_FAILED: "recover failed: the recover hook failed after the event",
+    Kind.RECOVERED: "recovered: this VM is back after the event (probes passed, recover hook done, if any)",
     Kind.HEARTBEAT: "heartbeat: the agent says it is alive (not stored, not repeated)",
     "other-vms": "for other VMs: Azure shows every VM the events of its neighbours too",
 }
@@ -143,6 +144,8 @@ class PrettyFormatter:
                 parts.append(f"{len(pending)} event(s) pending")
         elif state == Kind.PREPARED and isinstance(data.get("DurationSeconds"), int | float):
             parts.append(f"hook took {data['DurationSeconds']:g} s")
+        elif state == Kind.RECOVERED and isinstance(data.get("RecoveredAfterSeconds"), int | float):
+            parts.append(f"back {data['RecoveredAfterSeconds']:.0f} s after it ended")
         if data.get("Inferred"):
             why = str(data.get("InferredFrom") or "")
             parts.append(f"inferred ({_INFERRED_WHY.get(why, why or 'unknown')})")

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from .. import metrics, tracing
 from ..errors import ConfigError
+from .sink_reader import SinkReader
 
 OTLP_TIMEOUT = 5.0  # s per export request
 SHUTDOWN_SECONDS = 1.5  # for the last export: SIGTERM must end the agent within 5 s
@@ -69,7 +70,7 @@ class _Exporters:
         host = socket.gethostname()
         resource = Resource.create({"service.name": "se-forwarder",
                                     "service.version": __version__, "host.name": host})
-        self.sinks = metrics.SinkReader(settings.state.dir, [s.name for s in settings.sinks])
+        self.sinks = SinkReader(settings.state.dir, [s.name for s in settings.sinks])
         self.server: Any = None  # metrics_server.MetricsServer
         self.tracer_provider: Any = None
         readers: list[Any] = []

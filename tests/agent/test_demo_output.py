@@ -59,6 +59,7 @@ def test_columns_have_headers_and_a_legend(demo):
     "hardware failure: Azure starts it without notice",
     "completed: the maintenance is over and Azure removed the event",
     "canceled: Azure withdrew it before it started",
+    "recovered: this VM is back after the event (probes passed, recover hook done, if any)",
 ])
 def test_each_kind_is_explained_once_right_after_its_first_appearance(demo, explanation):
     lines = demo[0].stdout.splitlines()
@@ -74,11 +75,12 @@ def test_the_hardware_failure_line_says_no_notice(demo):
 def test_summary_says_what_happened_and_what_to_try_next(demo):
     out = demo[0].stdout
     summary = out[out.index("\nsummary: "):]
-    assert re.search(r"summary: 12 CloudEvents in \d+ s \(3 scheduled, 2 approved, 3 started, "
-                     r"3 completed, 1 canceled\)", summary)
-    assert re.search(r"Freeze +\w{8}  announced, approved by policy sample-freeze, started, completed",
+    assert re.search(r"summary: 15 CloudEvents \(3 scheduled, 2 approved, 3 started, "
+                     r"3 completed, 3 recovered, 1 canceled\)", summary)
+    assert re.search(r"Freeze +\w{8}  announced, approved by policy sample-freeze, started, completed, "
+                     r"recovered", summary)
+    assert re.search(r"Reboot +\w{8}  started without notice \(hardware failure\), completed, recovered",
                      summary)
-    assert re.search(r"Reboot +\w{8}  started without notice \(hardware failure\), completed", summary)
     assert re.search(r"Redeploy +\w{8}  announced, no policy rule approved it, canceled by Azure "
                      r"before it started", summary)
     tries = summary[summary.index("Try next:"):]
@@ -95,7 +97,7 @@ def _normalised(lines: list[str]) -> Counter[str]:
         line = re.sub(r"\b[0-9A-F]{8}\b", "<ID>", line)
         line = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line)
         line = re.sub(r"\(in \d+ s\)", "(in N s)", line)
-        line = re.sub(r"CloudEvents in \d+ s", "CloudEvents in N s", line)
+        line = re.sub(r"back \d+ s after", "back N s after", line)
         # DocumentIncarnation: one more or less when the simulator's two changes land in one poll
         line = re.sub(r"^(HH:MM:SS  \S+ +\S+ +<ID>  \S+) +\d+", r"\1 INC", line)
         if line in ("  # first, se-forwarder on your PATH:",) or line.startswith(("  . ", "  export PATH=")):

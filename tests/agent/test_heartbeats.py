@@ -48,13 +48,14 @@ def test_a_sink_with_heartbeat_interval_gets_one_at_start_and_then_at_that_inter
     assert last["source"].endswith("/virtualMachines/vm0")
     data = last["data"]
     assert set(data) == {"AgentVersion", "HeartbeatInterval", "LastPollUtc", "DocumentIncarnation",
-                         "Events", "EnrichmentComplete", "Backlog", "Vm"}
+                         "Events", "EnrichmentComplete", "Backlog", "Health", "Vm"}
     assert data["AgentVersion"] == __version__ and data["HeartbeatInterval"] == 1
     assert abs(datetime.fromisoformat(data["LastPollUtc"].replace("Z", "+00:00")).timestamp()
                - stamps[-1]) < 2
     assert data["DocumentIncarnation"] == simulator.sim.incarnation
     assert data["Events"] == [{"EventId": event_id, "EventStatus": "Scheduled", "EventType": "Reboot"}]
     assert data["EnrichmentComplete"] is True
+    assert data["Health"] is None  # no [health] probes configured
     assert data["Backlog"] == {f"file:{beats}": 0, f"file:{plain}": 0}
     assert data["Vm"]["vmId"] == vm_id and data["Vm"]["tags"] == {"environment": "simulator"}
     assert heartbeats(plain) == []  # off by default

@@ -49,8 +49,8 @@ def play(name: str, not_before_format: str, directory: Path) -> tuple[list[dict]
             wait_for(lambda: imds.sim.requests(), what="the agent polling")
             imds.sim.start_scenario(scenario)
             assert imds.sim.wait_scenario_done(timeout=30)
-            wait_for(lambda: len(cloudevents(out, "completed")) == len(scenario.events),
-                     what=f"the {name} events to complete")
+            wait_for(lambda: len(cloudevents(out, "recovered")) == len(scenario.events),
+                     what=f"the {name} events to complete and the VM reported back")
             assert agent.terminate() == 0
         finally:
             if agent.alive():
@@ -92,13 +92,13 @@ def test_a_new_event_id_for_each_state_is_two_events_to_the_agent(simulator, age
     wait_for(lambda: simulator.sim.requests(), what="the agent polling")
     simulator.sim.start_scenario("spot-eviction", new_event_id_per_state=True)
     (scheduled,) = wait_for(lambda: cloudevents(out, "scheduled"), what="scheduled")
-    wait_for(lambda: len(cloudevents(out, "completed")) == 2, what="both EventIds completed")
+    wait_for(lambda: len(cloudevents(out, "recovered")) == 2, what="both EventIds completed, VM back")
     first = scheduled["subject"]
     seen = sorted((e["subject"] == first, e["type"].rsplit(".", 1)[1], e["data"].get("InferredFrom"))
                   for e in cloudevents(out))
-    assert seen == [(False, "completed", None), (False, "started", None),
-                    (True, "completed", "not-before-passed"), (True, "scheduled", None),
-                    (True, "started", "not-before-passed")]
+    assert seen == [(False, "completed", None), (False, "recovered", None), (False, "started", None),
+                    (True, "completed", "not-before-passed"), (True, "recovered", None),
+                    (True, "scheduled", None), (True, "started", "not-before-passed")]
 
 
 def test_a_field_nobody_can_read_keeps_the_event_and_is_logged_and_counted_once(

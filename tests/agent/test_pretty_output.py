@@ -85,6 +85,7 @@ def test_every_type_fits_in_100_columns_and_long_details_wrap_under_details():
         cloudevent("prepared", Hook="prepare", DurationSeconds=12.5),
         cloudevent("preparefailed", Reason="exit status 3"),
         cloudevent("recoverfailed", Reason="timed out after 300 s"),
+        cloudevent("recovered", RecoveredAfterSeconds=41.2, RecoverHook="none"),
         {"type": "com.azure.scheduledevents.heartbeat", "subject": "8f1c6a2e-vm", "time": "not a time",
          "data": {"Events": [{"EventId": "x"}], "HeartbeatInterval": 60}},
         cloudevent("approved", ApprovedBy="coordinator:coord-1"),
@@ -98,6 +99,7 @@ def test_every_type_fits_in_100_columns_and_long_details_wrap_under_details():
     assert max(len(line) for line in lines) <= WIDTH
     text = "\n".join(lines)
     assert "poison queue" in text and "hook took 12.5 s" in text and "1 event(s) pending" in text
+    assert "back 41 s after it ended" in text and "^ recovered: this VM is back after the event" in text
     assert "by the fleet coordinator (coord-1)" in text
     assert "by hand (se-forwarder approve)" in text and "for vm1,vm2, not this VM" in text
     reason_lines = [line for line in lines if "signature" in line or "poison" in line]

@@ -185,6 +185,27 @@ def test_dry_run_agent_refuses_valid_messages_into_the_poison_queue(azurite, sig
         assert remote.posts(event_id) == []
 
 
+def test_coordinator_only_agent_approves_nothing_itself_but_takes_the_coordinators_message(
+        azurite, signing_key, unique_queue, agents, tmp_path):
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2,
+                             approvals={"coordinator_only": True})
+        remote.start(agents)
+        # A user-initiated reboot: the sample policy would approve it at once.
+        event_id = server.sim.add_event({"EventType": "Reboot", "EventSource": "User"})["EventId"]
+        remote.knows(event_id)
+        wait_for(lambda: any("no rule matched" in r["message"] and "unless approved remotely" in r["message"]
+                             for r in log_records(remote.log)),
+                 timeout=10, what="the agent saying it leaves the event to the coordinator")
+        assert remote.posts(event_id) == []
+        coordinator.send(signing.encode(coordinator.message(event_id)))
+        (post,) = wait_for(lambda: remote.posts(event_id), timeout=15, what="the coordinator's approval")
+        assert post["started"]
+        (approved,) = wait_for(lambda: cloudevents(remote.sink, "approved"), what="approved")
+        assert approved["data"]["ApprovedBy"] == f"coordinator:{SOURCE}"
+
+
 def test_hooks_do_not_see_the_agents_secrets(azurite, signing_key, unique_queue, agents, tmp_path):
     script = tmp_path / "hook.py"
     record = tmp_path / "env.json"

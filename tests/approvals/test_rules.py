@@ -7,6 +7,7 @@ Plus the agent as a subprocess: leader-only between two VMs, and dry-run.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -136,6 +137,38 @@ def test_rule_table(case: Case, simulator, tmp_path):
         assert len(posts) == 1 and posts[0]["accepted"] and posts[0]["started"]
         assert [a["data"]["ApprovedBy"] for a in approved] == [case.approved_by]
         assert approved[0]["id"] == f"{event_id}/approved"
+
+
+QUEUE = {"queue": "se-approvals-{vm_name}", "connection_string_env": "APPROVALS_CONN",
+         "verify_keys_env": "APPROVALS_PUBLIC_KEYS"}
+
+
+@pytest.mark.parametrize(("approvals", "message"), [
+    ({"coordinator_only": True}, "approvals.coordinator_only: needs [approvals.queue]"),
+    ({"coordinator_only": True, "queue": QUEUE, "rules": [rule("approve", "users", source="User")]},
+     "approvals.rules[0].action: approve contradicts coordinator_only = true"),
+    ({"coordinator_only": "yes", "queue": QUEUE}, "approvals.coordinator_only"),
+    ({"coordinator_only": True, "queue": QUEUE,
+      "hooks": {"prepare": ["true"], "approve_after_prepare": True}},
+     "approvals.hooks.approve_after_prepare: contradicts coordinator_only = true"),
+])
+def test_coordinator_only_refuses_what_would_contradict_it(approvals, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.from_dict({"approvals": approvals})
+
+
+def test_coordinator_only_leaves_no_rule_nor_hook_that_approves():
+    settings = config.from_dict({"approvals": {"coordinator_only": True, "queue": QUEUE,
+                                               "hooks": {"prepare": ["true"]}}}).approvals
+    assert settings.rules == ()  # not the sample's, which approves user events and short freezes
+    assert settings.hooks.prepare == ("true",) and settings.hooks.approve_after_prepare is False
+
+
+def test_coordinator_only_allows_rules_that_only_wait_or_ignore():
+    settings = config.from_dict({"approvals": {
+        "coordinator_only": True, "queue": QUEUE,
+        "rules": [rule("ignore", "no-freezes", type="Freeze"), rule("wait", "rest")]}}).approvals
+    assert settings.coordinator_only and [r.action for r in settings.rules] == ["ignore", "wait"]
 
 
 def test_prepare_then_approve_without_a_prepare_hook_is_a_config_error():

@@ -11,15 +11,20 @@ from typing import Any
 from se_forwarder import config
 from se_forwarder.sinks import logs_rows
 
+from .bicep_tree import expr, loop, module_body
 from .conftest import REPO, tool
 
 EVENT_HUBS_DATA_SENDER = "2b629674-e913-4c01-ae53-ef4638d8f975"
+KEY_VAULT_SECRETS_USER = "4633458b-17de-408a-b874-0445c86b69e6"
+QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
+ACCOUNT = "Microsoft.Storage/storageAccounts"
+VAULT = "Microsoft.KeyVault/vaults"
 EVENT_HUBS_DATA_RECEIVER = "a638d3c7-ab3a-418d-83e6-5f17a39d4fde"
 QUEUE_DATA_MESSAGE_PROCESSOR = "8a0f0c08-91a1-4084-bc3d-661d67233fed"
 QUEUE_DATA_MESSAGE_SENDER = "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
-READER = "acdd72a7-3385-48ef-bd42-f606fba81ae7"
+CUSTOM_READER = "custom:readerRoleId"
 SCHEDULED_EVENTS_CONTRIBUTOR = "b67fe603-310e-4889-b9ee-8257d09d353d"  # unconfirmed by Microsoft's pages
 RESOURCE_GROUP = "<not a resource>"  # an assignment without scope: the module's resource group
 CONTAINER = "Microsoft.Storage/storageAccounts/blobServices/containers"
@@ -27,44 +32,6 @@ DCR = "Microsoft.Insights/dataCollectionRules"
 HUB = "Microsoft.EventHub/namespaces/eventhubs"
 QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
 ROLE_ASSIGNMENT = "Microsoft.Authorization/roleAssignments"
-
-
-def expr(node: Any) -> str:
-    """A pycep expression tree as compact Bicep-like text: `identities.outputs.agentIds[i]`."""
-    if not isinstance(node, dict):
-        return str(node)
-    if "operator" in node:
-        op = node["operator"]
-        operands = list(op["operands"].values())
-        if op["type"] == "property_accessor":
-            return f"{expr(operands[0])}.{expr(operands[1])}"
-        if op["type"] == "index_accessor":
-            return f"{expr(operands[0])}[{expr(operands[1])}]"
-        if op["type"] == "not":
-            return f"!{expr(operands[0])}"
-        return f"{op['type']}({', '.join(expr(o) for o in operands)})"
-    if "function" in node:
-        fn = node["function"]
-        args = [expr(a) for a in (fn.get("parameters") or {}).values() if a is not None]
-        return f"{fn['type']}({', '.join(args)})"
-    return json.dumps(node, sort_keys=True)
-
-
-def loop(node: dict) -> str | None:
-    """`item in array` or `(item, index) in array` for a looped resource, module or output value."""
-    loop_type = node.get("loop_type") or node.get("config", {}).get("loop_type")
-    if not loop_type:
-        return None
-    d = loop_type["detail"]
-    if "index_name" in d:
-        return f"({d['item_name']}, {d['index_name']}) in {d['array_name']}"
-    return f"{d['item_name']} in {d['array_name']}"
-
-
-def module_body(module: dict) -> dict:
-    """A module's name/params/scope, inside its loop or condition if it has one."""
-    cfg = module["config"]
-    return cfg["config"] if "loop_type" in cfg or "condition" in cfg else cfg
 
 
 def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:
@@ -75,15 +42,19 @@ def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:
             if res["type"] != ROLE_ASSIGNMENT:
                 continue
             body = module_body(res)
-            role_fn = body["properties"]["roleDefinitionId"]["function"]
-            assert role_fn["type"] == "subscription_resource_id", f"{path}:{name}"
-            role_var = role_fn["parameters"]["resource_name_1"]
+            role_id = body["properties"]["roleDefinitionId"]
+            if isinstance(role_id, str):  # a custom role's ID, handed in as a parameter
+                role = f"custom:{role_id}"
+            else:
+                role_fn = role_id["function"]
+                assert role_fn["type"] == "subscription_resource_id", f"{path}:{name}"
+                role = doc["variables"][role_fn["parameters"]["resource_name_1"]]["value"]
             scope = expr(body.get("scope", "<resource group>"))
             scope_symbol = scope.split("[")[0]
             condition = res["config"].get("condition")
             found.append({
                 "where": f"{path}:{name}",
-                "role": doc["variables"][role_var]["value"],
+                "role": role,
                 "scope": scope,
                 "scope_type": doc["resources"].get(scope_symbol, {}).get("type", "<not a resource>"),
                 "principal": expr(body["properties"]["principalId"]),
@@ -95,9 +66,9 @@ def role_assignments(bicep_docs: dict[str, dict]) -> list[dict[str, Any]]:
 
 def test_every_bicep_file_parses_with_pycep(bicep_docs: dict[str, dict]) -> None:
     assert set(bicep_docs) >= {
-        "main.bicep", "modules/eventhubs.bicep", "modules/approval-queues.bicep",
-        "modules/identities.bicep", "modules/vm-agent.bicep", "modules/logs-table.bicep",
-        "modules/logs-ingestion.bicep",
+        "main.bicep", "hub.bicep", "agents.bicep", "modules/agent-batch.bicep",
+        "modules/eventhubs.bicep", "modules/approval-queues.bicep", "modules/vm-hub-access.bicep",
+        "modules/vm-agent.bicep", "modules/logs-table.bicep", "modules/logs-ingestion.bicep",
     }
     for path, doc in bicep_docs.items():
         assert "__error__" not in doc, f"{path}: {doc.get('__error__')}"
@@ -125,82 +96,112 @@ def test_checkov_finds_no_failed_check_and_every_skip_is_justified() -> None:
 def test_each_agent_may_only_send_to_the_hub_process_its_own_queue_and_publish_logs(
     bicep_docs: dict[str, dict],
 ) -> None:
-    agent = [a for a in role_assignments(bicep_docs)
-             if a["principal"] in ("principalId", "processorPrincipalIds[i]")]
+    agent = [a for a in role_assignments(bicep_docs) if a["principal"] == "agentPrincipalId"
+             and not a["where"].startswith("modules/scale-set")]  # a scale set's: the test below
+    assert {a["where"].split(":")[0] for a in agent} == {"modules/vm-hub-access.bicep"}  # one VM each
     assert sorted((a["role"], a["scope_type"], a["scope"], a["loop"], a["condition"]) for a in agent) == [
-        # one per agent identity, on the hub itself (not the namespace)
-        (EVENT_HUBS_DATA_SENDER, HUB, "hub", "principalId in senderPrincipalIds", None),
-        # one per agent identity, on the data collection rule itself (Logs ingestion)
-        (MONITORING_METRICS_PUBLISHER, DCR, "dcr", "principalId in publisherPrincipalIds", None),
-        # the i-th identity on the i-th queue only (not the account)
-        (QUEUE_DATA_MESSAGE_PROCESSOR, QUEUE, "queues[i]", "(name, i) in queueNames", None),
+        # on the hub itself (not the namespace)
+        (EVENT_HUBS_DATA_SENDER, HUB, "hub", None, None),
+        # on the data collection rule itself (Logs ingestion)
+        (MONITORING_METRICS_PUBLISHER, DCR, "dcr", None, "!empty(dataCollectionRuleName)"),
+        # on its own queue only (not the account)
+        (QUEUE_DATA_MESSAGE_PROCESSOR, QUEUE, "queue", None, None),
     ]
 
 
-def test_coordinator_may_only_use_the_hub_send_to_the_queues_and_keep_its_container(
+def test_coordinator_may_only_use_the_hub_send_to_the_queues_keep_its_container_and_read_its_key(
     bicep_docs: dict[str, dict],
 ) -> None:
     coordinator = [a for a in role_assignments(bicep_docs)
-                   if a["principal"] in ("receiverPrincipalId", "senderPrincipalId")]
+                   if (a["principal"] in ("receiverPrincipalId", "senderPrincipalId")
+                       or (a["principal"] == "coordinatorPrincipalId" and "keyvault" in a["where"]))
+                   and not a["where"].startswith("modules/scale-set")]  # a scale set's: the test below
     assert sorted((a["role"], a["scope_type"], a["scope"], a["condition"]) for a in coordinator) == [
         # reads the agents' events and publishes its decisions, on the hub itself
         (EVENT_HUBS_DATA_SENDER, HUB, "hub", "!empty(receiverPrincipalId)"),
+        # its signing key: secrets of its own vault only
+        (KEY_VAULT_SECRETS_USER, VAULT, "vault", None),
         (EVENT_HUBS_DATA_RECEIVER, HUB, "hub", "!empty(receiverPrincipalId)"),
         # its leader lease and snapshots, in its own container (not the account)
         (BLOB_DATA_CONTRIBUTOR, CONTAINER, "coordinatorContainer", "!empty(senderPrincipalId)"),
-        (QUEUE_DATA_MESSAGE_SENDER, QUEUE, "queues[i]", "!empty(senderPrincipalId)"),
+        # each VM's queue, one by one
+        (QUEUE_DATA_MESSAGE_SENDER, QUEUE, "queue", "!empty(senderPrincipalId)"),
     ]
 
 
 def test_no_other_role_assignment_exists(bicep_docs: dict[str, dict]) -> None:
     assignments = role_assignments(bicep_docs)
-    assert len(assignments) == 11, [a["where"] for a in assignments]
-    assert {a["scope_type"] for a in assignments} == {HUB, QUEUE, DCR, CONTAINER, RESOURCE_GROUP}
+    assert len(assignments) == 15, [a["where"] for a in assignments]
+    scopes = {a["scope_type"] for a in assignments}
+    assert scopes == {HUB, QUEUE, DCR, CONTAINER, VAULT, RESOURCE_GROUP, ACCOUNT}
+    assert all(a["loop"] is None for a in assignments)  # per VM only through a module per VM
+    # account-wide rights only for autoscaled scale sets, whose instances make their own queues
+    assert {a["where"] for a in assignments if a["scope_type"] == ACCOUNT} == {
+        "modules/scale-set-hub-access.bicep:setQueues", "modules/scale-set-hub-access.bicep:coordinatorSends"}
+
+
+def test_an_autoscaled_scale_set_gets_one_identity_whose_instances_make_their_own_queues(
+        bicep_docs: dict[str, dict]) -> None:
+    access = [a for a in role_assignments(bicep_docs)
+              if a["where"].startswith("modules/scale-set-hub-access")]
+    assert sorted((a["role"], a["scope_type"], a["principal"]) for a in access) == [
+        (EVENT_HUBS_DATA_SENDER, HUB, "agentPrincipalId"),
+        (QUEUE_DATA_CONTRIBUTOR, ACCOUNT, "agentPrincipalId"),  # queues/write: make its own queue
+        (QUEUE_DATA_MESSAGE_SENDER, ACCOUNT, "senderPrincipalId"),
+    ]
+    agents = bicep_docs["agents.bicep"]["modules"]
+    assert loop(agents["setIdentities"]) == "set in scaleSets"
+    assert loop(agents["setAccess"]) == "(set, i) in scaleSets"
 
 
 def test_only_event_grid_may_send_to_the_azure_feed_hub_and_the_coordinator_only_reads_it(
     bicep_docs: dict[str, dict],
 ) -> None:
-    feed = [a for a in role_assignments(bicep_docs) if a["where"].startswith("modules/azure-feed.bicep:")]
+    feed = [a for a in role_assignments(bicep_docs) if a["where"].startswith("modules/azure-feed")]
     assert sorted((a["role"], a["scope_type"], a["scope"], a["principal"], a["condition"]) for a in feed) == [
-        (EVENT_HUBS_DATA_SENDER, HUB, "feedHub", "topic.identity.principalId", None),
+        (EVENT_HUBS_DATA_SENDER, HUB, "feedHub", "topicPrincipalId", None),
         (EVENT_HUBS_DATA_RECEIVER, HUB, "feedHub", "coordinatorPrincipalId", None),
     ]
+    # the topic's assignment is named with its principal: a topic made again gets a new identity,
+    # and a new assignment instead of a clash with the old one's name
+    sender = bicep_docs["modules/azure-feed-sender.bicep"]["resources"]["topicSends"]["config"]
+    assert expr(sender["name"]) == "guid(feedHub.id, topicPrincipalId, eventHubsDataSender)"
     # no agent identity has any right on the feed hub: theirs are on the agents' hub only
-    agents = [a for a in role_assignments(bicep_docs) if "senderPrincipalIds" in (a["loop"] or "")]
-    assert {a["scope"] for a in agents} == {"hub"} and all(a["where"].startswith("modules/eventhubs.bicep:")
-                                                          for a in agents)
+    access = bicep_docs["modules/vm-hub-access.bicep"]["resources"]
+    assert expr(access["hub"]["config"]["name"]) == "eventHubName"
 
 
-def test_the_coordinator_reads_the_vms_resource_group_and_acknowledges_only_when_asked(
+def test_the_coordinator_reads_only_vms_and_their_events_and_acknowledges_only_when_asked(
     bicep_docs: dict[str, dict],
 ) -> None:
     roles = [a for a in role_assignments(bicep_docs)
              if a["where"].startswith("modules/coordinator-azure-roles.bicep:")]
     assert sorted((a["role"], a["scope_type"], a["principal"], a["condition"] or "") for a in roles) == [
-        (READER, RESOURCE_GROUP, "coordinatorPrincipalId", ""),
         (SCHEDULED_EVENTS_CONTRIBUTOR, RESOURCE_GROUP, "coordinatorPrincipalId", "acknowledge"),
+        (CUSTOM_READER, RESOURCE_GROUP, "coordinatorPrincipalId", ""),
     ]
-    main = bicep_docs["main.bicep"]
-    assert main["parameters"]["deployAzureFeed"]["default"] is False
-    assert main["parameters"]["azureFeedAcknowledge"]["default"] is False
-    module = main["modules"]["coordinatorAzureRoles"]
-    assert expr(module["config"]["condition"]) == "and(deployAzureFeed, deployCoordinator)"
-    body = module_body(module)
-    assert expr(body["scope"]) == "resource_group(vmResourceGroupName)"
-    assert {k: expr(v) for k, v in body["params"].items()} == {
-        "coordinatorPrincipalId": "identities.outputs.coordinatorPrincipalId",
-        "acknowledge": "azureFeedAcknowledge"}
+    role = bicep_docs["modules/coordinator-reader-role.bicep"]["resources"]["role"]["config"]["properties"]
+    (permissions,) = role["permissions"]
+    assert all(a.endswith("/read") for a in permissions["actions"])  # reads only, and not */read
+    assert {a.split("/")[0] for a in permissions["actions"]} == {
+        "Microsoft.Compute", "Microsoft.Maintenance", "Microsoft.Resources"}
+    assert permissions["dataActions"] == []
+    agents = bicep_docs["agents.bicep"]
+    assert agents["parameters"]["azureFeedAcknowledge"]["default"] is False
+    assert agents["parameters"]["coordinatorResourceGroups"]["default"] == []
+    module = agents["modules"]["coordinatorRoles"]
+    assert loop(module) == "rg in coordinatorResourceGroups"
+    assert expr(module_body(module)["scope"]) == "resource_group(rg)"
 
 
 def test_event_grid_delivers_every_scheduled_event_emitted_as_a_cloudevent_with_its_own_identity(
     bicep_docs: dict[str, dict],
 ) -> None:
-    feed = bicep_docs["modules/azure-feed.bicep"]
+    feed = bicep_docs["modules/azure-feed-topic.bicep"]
     topic = feed["resources"]["topic"]["config"]
     assert (topic["location"], topic["identity"]["type"]) == ("global", "SystemAssigned")
     assert (expr(topic["properties"]["source"]), topic["properties"]["topicType"]) == (
-        "subscription()", "topicType")  # pycep's text of subscription().id
+        "subscription()", "topicType")  # pycep's text of subscription().id: the VMs' subscription
     assert feed["variables"]["topicType"]["value"] == "Microsoft.ResourceNotifications.MaintenanceResources"
     delivery = feed["resources"]["delivery"]["config"]
     props = delivery["properties"]
@@ -208,68 +209,122 @@ def test_event_grid_delivers_every_scheduled_event_emitted_as_a_cloudevent_with_
     assert props["deliveryWithResourceIdentity"]["identity"] == {"type": "SystemAssigned"}
     destination = props["deliveryWithResourceIdentity"]["destination"]
     assert destination["endpointType"] == "EventHub"
-    assert expr(destination["properties"]["resourceId"]) == "feedHub.id"
+    assert expr(destination["properties"]["resourceId"]) == "feedHubId"
     assert props["filter"]["includedEventTypes"] == ["${topicType}.ScheduledEventEmitted"]
     assert delivery["dependsOn"] == ["topicSends"]  # its right to send exists before it is checked
+    sends = module_body(feed["modules"]["topicSends"])
+    assert expr(sends["params"]["topicPrincipalId"]) == "topic.identity.principalId"
 
 
-def test_vms_and_scale_sets_opt_in_to_event_grid_and_resource_graph(bicep_docs: dict[str, dict]) -> None:
+def test_vms_and_scale_sets_opt_in_with_the_api_version_that_has_the_properties(
+        bicep_docs: dict[str, dict]) -> None:
     module = bicep_docs["modules/scheduled-events-policy.bicep"]
     policy = module["variables"]["policy"]["value"]["function"]["parameters"]["arg_1"]
-    assert policy == {"scheduledEventsAdditionalPublishingTargets": {
-        "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}}}
+    assert policy == {
+        "scheduledEventsAdditionalPublishingTargets": {
+            "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}},
+        "allInstancesDown": {"automaticallyApprove": "allInstancesDownAutoApprove"}}
+    assert module["parameters"]["allInstancesDownAutoApprove"]["default"] is True  # Azure's own default
     for name, kind in (("vms", "Microsoft.Compute/virtualMachines"),
                        ("sets", "Microsoft.Compute/virtualMachineScaleSets")):
         resource = module["resources"][name]
         assert resource["type"] == kind
+        # scheduledEventsApiVersion and allInstancesDown arrived with Compute 2025-04-01
+        assert resource["api_version"] >= "2025-04-01"
         assert module_body(resource)["properties"] == {"scheduledEventsPolicy": "policy"}
-    main = bicep_docs["main.bicep"]["modules"]["scheduledEventsPolicy"]
-    assert expr(module_body(main)["scope"]) == "resource_group(vmResourceGroupName)"
+    agents = bicep_docs["agents.bicep"]["modules"]["scheduledEventsPolicy"]
+    assert expr(module_body(agents)["scope"]) == "resource_group(target.resourceGroup)"
 
 
-def test_main_gives_each_vm_its_own_identity_and_queue(bicep_docs: dict[str, dict]) -> None:
-    main = bicep_docs["main.bicep"]["modules"]
-    params = {name: {k: expr(v) for k, v in module_body(m)["params"].items()}
-              for name, m in main.items()}
-    # the principals the role modules grant to are the per-VM agent identities, in vmNames order
-    assert params["eventHubs"]["senderPrincipalIds"] == "identities.outputs.agentPrincipalIds"
-    assert params["approvalQueues"]["processorPrincipalIds"] == "identities.outputs.agentPrincipalIds"
-    assert params["approvalQueues"]["queueNames"] == "queueNames"
-    # VM i gets identity i and queue i
-    assert loop(main["agents"]) == "(vm, i) in vmNames"
-    assert params["agents"]["agentIdentityId"] == "identities.outputs.agentIds[i]"
-    assert params["agents"]["agentClientId"] == "identities.outputs.agentClientIds[i]"
-    assert params["agents"]["queueName"] == "queueNames[i]"
-    identities = bicep_docs["modules/identities.bicep"]
-    assert loop(identities["resources"]["agent"]) == "vm in vmNames"
-    for output in ("agentIds", "agentPrincipalIds", "agentClientIds"):
-        value = identities["outputs"][output]["value"]
-        assert loop(value) == "(vm, i) in vmNames"
-        assert expr(value["config"]).startswith("agent[i].")
+def test_each_vm_gets_its_own_identity_in_its_own_resource_group_and_its_own_queue(
+        bicep_docs: dict[str, dict]) -> None:
+    batch = bicep_docs["modules/agent-batch.bicep"]["modules"]
+    assert loop(batch["agents"]) == "vm in vms"
+    assert expr(module_body(batch["agents"])["scope"]) == "resource_group(vm.resourceGroup)"
+    assert loop(batch["access"]) == "(vm, i) in vms"
+    access = {k: expr(v) for k, v in module_body(batch["access"])["params"].items()}
+    assert access["vmId"] == "agents[i].outputs.vmId"  # VM i's queue, from VM i's vmId
+    assert access["agentPrincipalId"] == "agents[i].outputs.principalId"  # for VM i's identity
+    agent = bicep_docs["modules/vm-agent.bicep"]["resources"]
+    assert agent["agent"]["type"] == "Microsoft.ManagedIdentity/userAssignedIdentities"
+    assert loop(agent["agent"]) is None  # one identity per deployment of vm-agent.bicep: one per VM
 
 
-def test_outputs_give_the_coordinator_the_hub_and_the_queue_urls(bicep_docs: dict[str, dict]) -> None:
+def test_outputs_give_the_coordinator_the_hub_and_the_queues(bicep_docs: dict[str, dict]) -> None:
     outputs = bicep_docs["main.bicep"]["outputs"]
-    assert {"eventHubsNamespace", "eventHubName", "dashboardsConsumerGroup", "approvalQueues",
-            "coordinatorClientId", "coordinatorStorage"} <= set(outputs)
-    for name, output in outputs.items():
-        described = [d for d in output["decorators"] if d["type"] == "description"]
-        assert described, f"output {name} has no @description"
+    assert {"eventHubsNamespace", "eventHubName", "dashboardsConsumerGroup", "coordinatorConsumerGroup",
+            "agents", "coordinatorClientId", "coordinatorStorage", "keyVaultUri"} <= set(outputs)
+    for path in ("main.bicep", "hub.bicep", "agents.bicep"):
+        for name, output in bicep_docs[path]["outputs"].items():
+            described = [d for d in output["decorators"] if d["type"] == "description"]
+            assert described, f"{path}: output {name} has no @description"
 
 
-def test_every_parameter_of_main_is_documented(bicep_docs: dict[str, dict]) -> None:
-    for name, param in bicep_docs["main.bicep"]["parameters"].items():
-        assert any(d["type"] == "description" for d in param["decorators"]), name
+def test_every_parameter_of_the_entry_templates_is_documented(bicep_docs: dict[str, dict]) -> None:
+    for path in ("main.bicep", "hub.bicep", "agents.bicep"):
+        for name, param in bicep_docs[path]["parameters"].items():
+            assert any(d["type"] == "description" for d in param["decorators"]), f"{path}: {name}"
+
+
+def test_public_access_and_private_endpoints_are_parameters_of_every_shared_resource(
+        bicep_docs: dict[str, dict]) -> None:
+    hub = bicep_docs["hub.bicep"]
+    assert hub["parameters"]["publicNetworkAccess"]["default"] == "Enabled"
+    for module in ("eventHubs", "approvalQueues", "keyVault"):
+        params = {k: expr(v) for k, v in module_body(hub["modules"][module])["params"].items()}
+        assert params["publicNetworkAccess"] == "publicNetworkAccess", module
+        assert params["privateEndpointSubnetId"] == "privateEndpointSubnetId", module
+    namespace = bicep_docs["modules/eventhubs.bicep"]["resources"]
+    assert namespace["namespace"]["config"]["properties"]["publicNetworkAccess"] == "publicNetworkAccess"
+    assert namespace["networkRules"]["config"]["properties"]["publicNetworkAccess"] == "publicNetworkAccess"
+    account = bicep_docs["modules/approval-queues.bicep"]["resources"]["account"]["config"]
+    assert account["properties"]["publicNetworkAccess"] == "publicNetworkAccess"
+    endpoint = bicep_docs["modules/private-endpoint.bicep"]["resources"]["endpoint"]
+    assert endpoint["type"] == "Microsoft.Network/privateEndpoints"
+
+
+def test_the_coordinators_snapshots_are_versioned_and_the_hub_keeps_a_week(
+        bicep_docs: dict[str, dict]) -> None:
+    blob = bicep_docs["modules/approval-queues.bicep"]["resources"]["blobService"]["config"]["config"]
+    assert blob["properties"]["isVersioningEnabled"] is True
+    assert blob["properties"]["deleteRetentionPolicy"] == {"enabled": True, "days": "stateRetentionDays"}
+    for path in ("hub.bicep", "main.bicep"):
+        assert bicep_docs[path]["parameters"]["eventHubRetentionDays"]["default"] == 7
+
+
+def test_under_a_coordinator_the_agents_leave_approvals_to_it_and_send_their_tags(
+        bicep_docs: dict[str, dict]) -> None:
+    main = bicep_docs["main.bicep"]["parameters"]
+    assert expr(main["coordinatorOnly"]["default"]) == "deployCoordinator"
+    agents = bicep_docs["agents.bicep"]["parameters"]
+    assert expr(agents["coordinatorOnly"]["default"]) == "!empty(hub.coordinatorPrincipalId)"
+    template = (REPO / "bicep/agent-config.toml").read_text()
+    assert "coordinator_only = @@COORDINATOR_ONLY@@" in template and "tags = @@TAG_NAMES@@" in template
+
+
+def test_a_new_verify_key_re_runs_the_installer_on_every_vm(bicep_docs: dict[str, dict]) -> None:
+    variables = bicep_docs["modules/vm-agent.bicep"]["variables"]
+    tag = variables["updateTag"]["value"]["function"]
+    assert tag["type"] == "unique_string"
+    assert "approvalVerifyKeys" in tag["parameters"].values()
+    assert {"config", "releaseSums", "wheelFile"} <= set(tag["parameters"].values())
+    for name in ("linuxInstaller", "windowsInstaller"):
+        resource = bicep_docs["modules/vm-agent.bicep"]["resources"][name]
+        assert module_body(resource)["properties"]["forceUpdateTag"] == "updateTag"
+
+
+AGENT_VALUES = {
+    "VM_NAME": "vm-a", "EVENTHUBS_NAMESPACE": "sefwd-eh-x.servicebus.windows.net",
+    "EVENTHUB": "scheduled-events", "DRY_RUN": "false", "COORDINATOR_ONLY": "true",
+    "TAG_NAMES": '["rollout-group","zone"]',  # Bicep's string() of an array: a TOML array too
+    "QUEUE_ACCOUNT_URL": "https://sefwdx.queue.core.windows.net",
+    "CLIENT_ID": "00000000-0000-0000-0000-000000000001",
+}
 
 
 def test_agent_config_template_renders_a_valid_config_for_linux_and_windows(tmp_path) -> None:
     template = (REPO / "bicep/agent-config.toml").read_text()
-    values = {
-        "VM_NAME": "vm-a", "EVENTHUBS_NAMESPACE": "sefwd-eh-x.servicebus.windows.net",
-        "EVENTHUB": "scheduled-events", "DRY_RUN": "false",
-        "QUEUE_ACCOUNT_URL": "https://sefwdx.queue.core.windows.net", "QUEUE": "se-approvals-vm-a",
-        "CLIENT_ID": "00000000-0000-0000-0000-000000000001",
-    }
+    values = AGENT_VALUES
     for state_dir in ("/var/lib/se-forwarder", "C:/ProgramData/se-forwarder/state"):
         text = template.replace("@@STATE_DIR@@", state_dir)
         for key, value in values.items():
@@ -283,32 +338,34 @@ def test_agent_config_template_renders_a_valid_config_for_linux_and_windows(tmp_
         assert sink.options["client_id"] == values["CLIENT_ID"]  # the VM's own identity
         assert sink.heartbeat_interval == 60  # the coordinator's sign of life from every VM
         assert settings.approvals.queue is not None
-        assert settings.approvals.queue["queue"] == "se-approvals-vm-a"
+        assert settings.approvals.queue["queue"] == "se-approvals-{vm_id}"
         assert settings.approvals.queue["client_id"] == values["CLIENT_ID"]
+        assert settings.approvals.coordinator_only is True
+        assert settings.vm.tags == ["rollout-group", "zone"]
         assert str(settings.state.dir).replace("\\", "/") == state_dir
 
 
 def test_logs_are_off_by_default_and_publish_rights_go_to_the_agent_identities(
     bicep_docs: dict[str, dict],
 ) -> None:
-    main = bicep_docs["main.bicep"]
-    assert main["parameters"]["deployLogsIngestion"]["default"] is False
+    hub = bicep_docs["hub.bicep"]
+    assert hub["parameters"]["deployLogsIngestion"]["default"] is False
     for name in ("logsTable", "logsIngestion"):
-        assert main["modules"][name]["config"]["condition"] == "deployLogsIngestion"
-    params = {k: expr(v) for k, v in module_body(main["modules"]["logsIngestion"])["params"].items()}
-    assert params["publisherPrincipalIds"] == "identities.outputs.agentPrincipalIds"
+        assert hub["modules"][name]["config"]["condition"] == "deployLogsIngestion"
+    params = {k: expr(v) for k, v in module_body(hub["modules"]["logsIngestion"])["params"].items()}
     assert params["columns"] == "logsColumns"
-    agent = {k: expr(v) for k, v in module_body(main["modules"]["agents"])["params"].items()}
-    assert agent["logsRuleId"] == "conditional(deployLogsIngestion, logsIngestion.outputs.ruleImmutableId, )"
+    batch = {k: expr(v) for k, v in module_body(bicep_docs["modules/agent-batch.bicep"]["modules"]["access"])
+             ["params"].items()}
+    assert batch["dataCollectionRuleName"] == "conditional(withLogs, hub.logsRuleName, )"
 
 
 def test_table_stream_and_agent_rows_share_one_schema(bicep_docs: dict[str, dict]) -> None:
     columns = json.loads((REPO / "bicep/logs-columns.json").read_text())
     assert [(c["name"], c["type"]) for c in columns] == list(logs_rows.COLUMNS)
-    main = bicep_docs["main.bicep"]
-    loaded = main["variables"]["logsColumns"]["value"]["function"]
+    hub = bicep_docs["hub.bicep"]
+    loaded = hub["variables"]["logsColumns"]["value"]["function"]
     assert (loaded["type"], loaded["parameters"]["file_path"]) == ("load_json_content", "logs-columns.json")
-    assert expr(module_body(main["modules"]["logsTable"])["params"]["columns"]) == "logsColumns"
+    assert expr(module_body(hub["modules"]["logsTable"])["params"]["columns"]) == "logsColumns"
     table = bicep_docs["modules/logs-table.bicep"]
     assert table["parameters"]["tableName"]["default"] == logs_rows.TABLE
     assert table["resources"]["table"]["config"]["properties"]["schema"]["columns"] == "columns"
@@ -325,10 +382,7 @@ def test_agent_config_with_logs_renders_a_valid_logs_ingestion_sink(tmp_path) ->
     template = ((REPO / "bicep/agent-config.toml").read_text()
                 + (REPO / "bicep/agent-config-logs.toml").read_text())
     values = {
-        "VM_NAME": "vm-a", "EVENTHUBS_NAMESPACE": "sefwd-eh-x.servicebus.windows.net",
-        "EVENTHUB": "scheduled-events", "DRY_RUN": "false", "STATE_DIR": "/var/lib/se-forwarder",
-        "QUEUE_ACCOUNT_URL": "https://sefwdx.queue.core.windows.net", "QUEUE": "se-approvals-vm-a",
-        "CLIENT_ID": "00000000-0000-0000-0000-000000000001",
+        **AGENT_VALUES, "STATE_DIR": "/var/lib/se-forwarder",
         "LOGS_ENDPOINT": "https://sefwd-dce-x-a1b2.westeurope-1.ingest.monitor.azure.com",
         "LOGS_RULE_ID": "dcr-0123456789abcdef0123456789abcdef", "LOGS_STREAM": logs_rows.STREAM,
     }

@@ -130,13 +130,13 @@ def test_uninstall_purge_removes_config_and_state_too(prefix_copy: Path) -> None
     assert not (prefix_copy / "opt/se-forwarder").exists()
 
 
-def test_bad_arguments_end_with_one_clear_line(tmp_path: Path) -> None:
+def test_bad_arguments_end_with_one_clear_line(tmp_path: Path, wheel: Path) -> None:
     cases = {
         ("--bogus",): "install.sh: error: unknown option: --bogus",
         ("--prefix", tmp_path, "--wheel", tmp_path / "missing.whl"):
             f"install.sh: error: wheel {tmp_path / 'missing.whl'} does not exist",
         ("--prefix", tmp_path, "--purge"): "install.sh: error: --purge only goes with --uninstall",
-        ("--prefix", tmp_path / "p", "--python", tmp_path / "python9"):
+        ("--prefix", tmp_path / "p", "--wheel", wheel, "--python", tmp_path / "python9"):
             f"install.sh: error: {tmp_path / 'python9'} not found (use --python PATH)",
     }
     for args, message in cases.items():

@@ -1,6 +1,11 @@
-"""The agent and the Bicep name approval queues alike: the ``queueNames`` variables of main.bicep,
-parsed by pycep and evaluated by the small evaluator below (only the functions those lines use),
-give the same name as ``approvals.queue.names.queue_name`` for any VM name, long ones included.
+"""The agent, the coordinator and the Bicep name approval queues alike.
+
+The Bicep names each VM's queue from its vmId (``queueName`` of modules/vm-hub-access.bicep, parsed
+by pycep and evaluated by the small evaluator below): the same name as
+``approvals.queue.names.queue_name("se-approvals-{vm_id}", ...)`` gives the agent (its config's
+template, bicep/agent-config.toml) and the coordinator ([queues] queue of deploy/coordinator.toml),
+for any vmId, so that VMs of one name in two resource groups or subscriptions never share a queue.
+The ``{vm_name}`` rule, for hand-made configs, is checked for any VM name.
 
 ``uniqueString`` is checked against values Azure Resource Manager returned for it.
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 
 import re
 import string
+import tomllib
 from typing import Any
 
 import pytest
@@ -21,10 +27,10 @@ from se_forwarder.approvals.queue.names import (
     unique_string,
     vm_for_queue,
 )
+from tests.support.paths import ROOT as REPO
 
 TEMPLATE = "se-approvals-{vm_name}"
-QUEUE_VARIABLES = ("queueLowered", "queueDashed", "queueCollapsed", "queueNoLead", "queueLegal",
-                   "queueShort", "queueHashes", "queueNames")
+VM_ID_TEMPLATE = "se-approvals-{vm_id}"
 INTERPOLATION = re.compile(r"\$\{(\w+)(?:\[(\w+)\])?\}")
 
 
@@ -83,26 +89,17 @@ def _operator(name: str, o: dict[str, Any], scope: dict[str, Any]) -> Any:
     return ops[name]()
 
 
-def evaluate_queue_names(variables: dict[str, Any], vm_names: list[str]) -> list[str]:
-    """The ``queueNames`` main.bicep computes for ``vm_names``."""
-    scope: dict[str, Any] = {"vmNames": vm_names}
-    for name in QUEUE_VARIABLES:
-        value = variables[name]["value"]
-        loop = value["loop_type"]
-        items = scope[loop["detail"]["array_name"]]
-        out = []
-        for i, item in enumerate(items):
-            inner = {**scope, loop["detail"]["item_name"]: item}
-            if loop["type"] == "array_index":
-                inner[loop["detail"]["index_name"]] = i
-            out.append(_value(value["config"], inner))
-        scope[name] = out
-    return scope["queueNames"]
+def bicep_queue_name(module: dict[str, Any], vm_id: str) -> str:
+    """The queue vm-hub-access.bicep makes for the VM with this vmId."""
+    scope: dict[str, Any] = {"vmId": vm_id}
+    for name in ("vmIdLowered", "queueName"):
+        scope[name] = _value(module["variables"][name]["value"], scope)
+    return scope["queueName"]
 
 
 @pytest.fixture(scope="module")
-def main_variables(bicep_docs: dict[str, dict]) -> dict[str, Any]:
-    return bicep_docs["main.bicep"]["variables"]
+def access_module(bicep_docs: dict[str, dict]) -> dict[str, Any]:
+    return bicep_docs["modules/vm-hub-access.bicep"]
 
 
 # -- the tests ----------------------------------------------------------------------------------------
@@ -115,9 +112,20 @@ def test_unique_string_gives_what_azure_resource_manager_returned() -> None:
     assert unique_string("xxx", "yyy", "zzz") == "lghi7k5js7itq"
 
 
-def test_main_bicep_names_each_vms_queue_with_the_variables_the_evaluator_reads(
-        main_variables) -> None:
-    assert set(QUEUE_VARIABLES) <= set(main_variables)
+def test_the_agent_and_the_coordinator_are_configured_with_the_vm_id_template() -> None:
+    text = (REPO / "bicep/agent-config.toml").read_text()
+    text = text.replace("@@TAG_NAMES@@", "[]").replace("@@DRY_RUN@@", "false")
+    agent = tomllib.loads(text.replace("@@COORDINATOR_ONLY@@", "true"))
+    assert agent["approvals"]["queue"]["queue"] == VM_ID_TEMPLATE
+    coordinator = tomllib.loads((REPO / "deploy/coordinator.toml").read_text())
+    assert coordinator["queues"]["queue"] == VM_ID_TEMPLATE
+    assert access_queue_resource_name() == "queueName"
+
+
+def access_queue_resource_name() -> str:
+    text = (REPO / "bicep/modules/vm-hub-access.bicep").read_text()
+    (name,) = re.findall(r"resource queue '[^']+' = \{\n  parent: queueService\n  name: (\w+)", text)
+    return name
 
 
 @pytest.mark.parametrize("vm, expected", [
@@ -127,23 +135,30 @@ def test_main_bicep_names_each_vms_queue_with_the_variables_the_evaluator_reads(
     ("web.01", f"se-approvals-web-01-{unique_string('web.01')}"),
     ("a" * 64, f"se-approvals-{'a' * 29}-{unique_string('a' * 64)}"),
 ])
-def test_known_names_agree(main_variables, vm, expected) -> None:
+def test_known_vm_name_queues(vm, expected) -> None:
     assert queue_name(TEMPLATE, vm) == expected
-    assert evaluate_queue_names(main_variables, [vm]) == [expected]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.uuids(), st.booleans(), st.text(alphabet=string.ascii_letters, min_size=1, max_size=64))
+def test_bicep_agent_and_coordinator_give_the_same_queue_for_a_vm_id(access_module, vm_id, upper,
+                                                                     name) -> None:
+    text = str(vm_id).upper() if upper else str(vm_id)  # ARM and IMDS may differ in case
+    bicep = bicep_queue_name(access_module, text)
+    assert bicep == queue_name(VM_ID_TEMPLATE, name, text)
+    assert bicep == queue_name(VM_ID_TEMPLATE, "other", text.lower())
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", bicep) and 3 <= len(bicep) <= MAX_QUEUE_NAME
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.uuids(), st.uuids())
+def test_two_vm_ids_never_share_a_queue(a, b) -> None:
+    if a != b:
+        assert queue_name(VM_ID_TEMPLATE, "web-01", str(a)) != queue_name(VM_ID_TEMPLATE, "web-01", str(b))
 
 
 # Azure VM names: letters, digits, '-', '.', and '_' in scale-set instance names (vmss_3); up to 64.
 vm_names = st.text(alphabet=string.ascii_letters + string.digits + "-._", min_size=1, max_size=64)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(vm_names, min_size=1, max_size=8))
-def test_bicep_and_agent_give_the_same_queue_names(main_variables, names) -> None:
-    names = [n for n in names if any(c.isalnum() for c in n)]
-    bicep = evaluate_queue_names(main_variables, names)
-    assert bicep == [queue_name(TEMPLATE, n) for n in names]
-    for name in bicep:
-        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) and 3 <= len(name) <= MAX_QUEUE_NAME
 
 
 @settings(max_examples=300, deadline=None)

@@ -92,6 +92,7 @@ def test_agent_delivers_each_transition_once_in_order_in_both_modes(
             f"{reboot}/scheduled",
             f"{freeze}/started",
             f"{freeze}/completed",
+            f"{freeze}/recovered",
             f"{reboot}/canceled",
         }
         for broker in (eventhubs_broker, binary_broker):
@@ -114,6 +115,7 @@ def test_agent_delivers_each_transition_once_in_order_in_both_modes(
             assert {r.partition_key for r in got} == {vmid.encode()}
             assert ids.index(f"{freeze}/scheduled") < ids.index(f"{freeze}/started")
             assert ids.index(f"{freeze}/started") < ids.index(f"{freeze}/completed")
+            assert ids.index(f"{freeze}/completed") < ids.index(f"{freeze}/recovered")
             assert ids.index(f"{reboot}/scheduled") < ids.index(f"{reboot}/canceled")
 
 
@@ -151,6 +153,7 @@ def test_broker_outage_with_an_agent_sigkill_loses_nothing(simulator, eventhubs_
         f"{first}/started",
         f"{second}/scheduled",
         f"{first}/completed",
+        f"{first}/recovered",
         f"{second}/canceled",
     ]
     wait_for(lambda: set(_ids(eventhubs_broker)) == set(expected), timeout=40, what="catch-up after kill")

@@ -72,6 +72,13 @@ def test_table_counts_each_vm_once_per_event_and_state():
     assert table.events == 5
 
 
+def test_recovered_is_a_row_after_the_events_completed_row():
+    table = FleetTable()
+    for state in ("recovered", "completed", "started"):
+        table.add(cloud_event(VMS[0], "E1", state))
+    assert [r.state for r in table.sorted_rows()] == ["started", "completed", "recovered"]
+
+
 def test_heartbeats_are_not_rows_of_the_fleet_table():
     table = FleetTable()
     beat = {**cloud_event(VMS[0], "E1", "scheduled"), "type": "com.azure.scheduledevents.heartbeat",

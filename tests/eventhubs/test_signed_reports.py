@@ -77,16 +77,20 @@ def test_every_event_on_the_hub_verifies_with_the_agents_key_in_both_modes(
         wait_for(lambda: len(cloudevents(tmp_path / "events.jsonl")) == 1, timeout=30,
                  what="the scheduled event recorded")
         simulator.sim.patch_event(freeze, {"EventStatus": "Started"})
-        wanted = {IDENTITY, HEARTBEAT, Kind.SCHEDULED.type, Kind.STARTED.type}
+        wait_for(lambda: len(cloudevents(tmp_path / "events.jsonl")) == 2, timeout=30,
+                 what="the started event recorded")
+        simulator.sim.delete_event(freeze)
+        wanted = {IDENTITY, HEARTBEAT, Kind.SCHEDULED.type, Kind.STARTED.type, Kind.COMPLETED.type,
+                  Kind.RECOVERED.type}
         for broker in hubs.values():
             wait_for(lambda b=broker: {t for t, _ in stored_types_and_ids(b)} >= wanted, timeout=30,
-                     what="an identity, a heartbeat, scheduled and started on the hub")
+                     what="an identity, a heartbeat, scheduled, started, completed and recovered on the hub")
         assert agent.terminate() == 0
         read = {name: _events(broker, _stored_count(broker)) for name, broker in hubs.items()}
 
     key = _public_key(tmp_path)
     stored = {e["id"]: e for e in cloudevents(tmp_path / "events.jsonl")}
-    assert set(stored) == {f"{freeze}/scheduled", f"{freeze}/started"}
+    assert set(stored) == {f"{freeze}/{kind}" for kind in ("scheduled", "started", "completed", "recovered")}
     assert not any("signature" in e or "keyid" in e for e in stored.values()), "stored unsigned"
     for events in read.values():
         assert {e["type"] for e in events} >= wanted

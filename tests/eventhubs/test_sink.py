@@ -14,6 +14,7 @@ from se_forwarder.sinks import eventhubs
 from se_forwarder.sinks.base import DeadLetter, Delivered, Retry
 
 from .helpers import cloud_event, consume, parse_received, stored
+from .websocket_front import WebSocketFront
 
 VM_A = "9f2c1d4e-0000-4000-8000-00000000000a"
 VM_B = "9f2c1d4e-0000-4000-8000-00000000000b"
@@ -70,6 +71,38 @@ def test_structured_mode_sends_the_cloudevent_json_with_its_content_type(eventhu
     assert parsed[0].get_data() == events[0]["data"]
     assert parsed[0].get_extension("vmid") == VM_A
     assert [json.loads(r.body) for r in got] == events  # the outbox's JSON, unchanged
+
+
+def test_amqp_over_websockets_delivers_through_the_websocket_endpoint(eventhubs_broker, make_sink):
+    with WebSocketFront(eventhubs_broker.port) as front:
+        # The SDK's WebSocket URL carries no port but the endpoint's (443 on Azure), so the test
+        # points custom_endpoint_address at the front, as an application gateway would be.
+        sink = make_sink(eventhubs_broker, transport="amqp-websockets",
+                         custom_endpoint_address=f"http://127.0.0.1:{front.port}")
+        events = _events(VM_A, 2)
+        assert sink.deliver([stored(i + 1, e) for i, e in enumerate(events)]).outcomes == [Delivered()] * 2
+        sink.close()
+    assert front.paths and set(front.paths) == {"/$servicebus/websocket"}  # only WebSockets were used
+    got = consume(eventhubs_broker.connection_string(), 2, partition_id=_partition(eventhubs_broker, VM_A))
+    assert [json.loads(r.body) for r in got] == events
+
+
+def test_transport_is_amqp_or_amqp_websockets():
+    raw = {"eventhub": "h", "fully_qualified_namespace": "ns.servicebus.windows.net"}
+    assert eventhubs.validate(raw, "sinks[0]").transport == "amqp"
+    websockets = eventhubs.validate({**raw, "transport": "amqp-websockets"}, "sinks[0]")
+    assert websockets.transport == "amqp-websockets"
+    with pytest.raises(ConfigError, match=r"sinks\[0\]\.transport"):
+        eventhubs.validate({**raw, "transport": "websocket"}, "sinks[0]")
+
+
+@pytest.mark.parametrize("url", ["http://gateway.example.com", "ftp://127.0.0.1", "https://gw:99999",
+                                 "https://gw.example.com/path"])
+def test_custom_endpoint_address_is_an_https_origin(url):
+    raw = {"eventhub": "h", "fully_qualified_namespace": "ns.servicebus.windows.net",
+           "custom_endpoint_address": url}
+    with pytest.raises(ConfigError, match=r"sinks\[0\]\.custom_endpoint_address"):
+        eventhubs.validate(raw, "sinks[0]")
 
 
 def test_binary_mode_sends_cloudevents_application_properties(eventhubs_broker, make_sink):

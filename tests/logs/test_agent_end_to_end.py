@@ -58,18 +58,19 @@ def test_the_agent_sends_rows_and_slack_messages_for_one_maintenance(
         control.patch(event_id, EventStatus="Started")
         wait_for(lambda: ("started", event_id) in states(endpoint), timeout=30, what="started row")
         control.delete(event_id)
-        wait_for(lambda: ("completed", event_id) in states(endpoint), timeout=30, what="completed row")
-        wait_for(lambda: len(slack.messages()) >= 3, timeout=30, what="three Slack messages")
+        wait_for(lambda: ("recovered", event_id) in states(endpoint), timeout=30, what="recovered row")
+        wait_for(lambda: len(slack.messages()) >= 4, timeout=30, what="four Slack messages")
         assert agent.terminate() == 0
 
     assert [s for s in states(endpoint) if s[1] == event_id] == \
-        [("scheduled", event_id), ("started", event_id), ("completed", event_id)]
+        [("scheduled", event_id), ("started", event_id), ("completed", event_id), ("recovered", event_id)]
     assert slack.errors == []
     lines = [m["text"] for m in slack.messages()]
     assert "Reboot scheduled for " in lines[0] and ", in 1" in lines[0]
     assert lines[1].endswith("Reboot started")
     assert lines[2].endswith(("Reboot completed after 0 s", "Reboot completed after 1 s",
                               "Reboot completed after 2 s"))
+    assert "back after Reboot, " in lines[3] and lines[3].endswith(" after it ended")
     requests = token_requests(identity)
     assert requests and all("client_id=11111111-2222-3333-4444-555555555555" in r.path for r in requests)
 

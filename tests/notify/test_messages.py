@@ -92,6 +92,12 @@ def test_failures_and_refusals_carry_their_reason(state: str, said: str) -> None
     assert title(event).endswith(said)
 
 
+def test_recovered_says_the_vm_is_back_and_how_long_after_the_event_ended() -> None:
+    event = agent_event("recovered", RecoveredAfterSeconds=95, RecoverHook="succeeded")
+    assert title(event).endswith("back after Reboot, 2 min after it ended")
+    assert describe(event, NOW).tone == "Good"
+
+
 def test_heartbeats_are_not_chat_messages() -> None:
     assert describe(heartbeat(), NOW) is None
     assert render("teams", heartbeat(), NOW) is None
@@ -166,7 +172,8 @@ def test_missing_or_mistyped_fields_never_crash(event) -> None:
 
 
 @pytest.mark.parametrize("state", ["scheduled", "started", "completed", "canceled", "approved",
-                                   "prepared", "preparefailed", "recoverfailed", "approvalrejected"])
+                                   "prepared", "preparefailed", "recoverfailed", "recovered",
+                                   "approvalrejected"])
 def test_every_agent_event_renders_to_both_documented_shapes(state: str) -> None:
     event = agent_event(state, ApprovedBy="cli", Reason="because", DurationSeconds=3)
     assert teams_problems(render("teams", event, NOW)) == []

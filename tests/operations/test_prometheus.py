@@ -14,8 +14,10 @@ import pytest
 
 from se_forwarder import config, metrics
 from se_forwarder.agent import Agent
+from se_forwarder.health.settings import HealthSettings, ProbeSettings
 from se_forwarder.outbox import Outbox
 from tests.support.agent import AgentProcess, read_jsonl
+from tests.support.app_server import AppServer
 from tests.support.cli import cli
 from tests.support.config import write_config
 from tests.support.endpoint import HttpEndpoint
@@ -72,22 +74,22 @@ def test_counters_match_what_the_sinks_received(simulator, control, agents, tmp_
         wait_for(lambda: len(read_jsonl(out)) == 2, what="started")
         control.delete(a)
         b = control.add(EventType="Redeploy")["EventId"]
-        wait_for(lambda: len(read_jsonl(out)) == 4, what="completed, scheduled")
+        wait_for(lambda: len(read_jsonl(out)) == 5, what="completed, recovered, scheduled")
         control.delete(b)
-        wait_for(lambda: len(read_jsonl(out)) == 5 and len(hook.posts("/events")) == 5,
-                 what="all five at both sinks")
+        wait_for(lambda: len(read_jsonl(out)) == 6 and len(hook.posts("/events")) == 6,
+                 what="all six at both sinks")
         wait_for(lambda: backlog(tmp_path, file_sink) == 0 and backlog(tmp_path, hook_sink) == 0,
                  what="both cursors at the end")
         m = scrape(port)
         delivered = read_jsonl(out)
         by_type = Counter(e["type"].rsplit(".", 1)[1] for e in delivered)
-        assert by_type == {"scheduled": 2, "started": 1, "completed": 1, "canceled": 1}
-        for kind in ("scheduled", "started", "completed", "canceled"):
+        assert by_type == {"scheduled": 2, "started": 1, "completed": 1, "recovered": 1, "canceled": 1}
+        for kind in ("scheduled", "started", "completed", "recovered", "canceled"):
             assert sample(m, "se_forwarder_transitions_total", type=kind) == by_type[kind]
-        assert sample(m, "se_forwarder_deliveries_total", sink=file_sink, outcome="delivered") == 5
+        assert sample(m, "se_forwarder_deliveries_total", sink=file_sink, outcome="delivered") == 6
         assert sample(m, "se_forwarder_deliveries_total", sink=hook_sink,
                       outcome="delivered") == len(hook.posts("/events"))
-        assert sample(m, "se_forwarder_delivery_latency_seconds_count", sink=file_sink) == 5
+        assert sample(m, "se_forwarder_delivery_latency_seconds_count", sink=file_sink) == 6
         assert sample(m, "se_forwarder_dead_letters_total", sink=hook_sink) == 0
         assert sample(m, "se_forwarder_outbox_backlog", sink=file_sink) == 0
         assert sample(m, "se_forwarder_outbox_oldest_age_seconds", sink=hook_sink) == 0
@@ -207,10 +209,16 @@ def test_every_documented_metric_is_served_with_its_documented_labels(simulator,
                                                                       in_process_agent):
     port = free_port()
     out = tmp_path / "o.jsonl"
-    in_process_agent(config.load(agent_config(tmp_path, simulator, port,
-                                              [{"type": "file", "path": str(out)}])))
+    settings = config.load(agent_config(tmp_path, simulator, port, [{"type": "file", "path": str(out)}]))
+    app = AppServer().start()
+    settings.health = HealthSettings((ProbeSettings("http", "web", 0.5, url=app.url),), interval=1,
+                                     timeout=0.5)
+    in_process_agent(settings)
     control.add(EventType="Reboot")
     wait_for(lambda: read_jsonl(out), what="a delivery")
+    wait_for(lambda: sample(scrape(port), "se_forwarder_health_probes_total", probe="web",
+                            outcome="pass"), what="a [health] probe counted")
+    app.stop()
     # what the approver and the hooks report (wired there): origins and outcomes outside the
     # documented sets collapse into "other", so no caller can grow the series count
     metrics.approval("coordinator:fleet-7f3a", "approved")
@@ -223,5 +231,7 @@ def test_every_documented_metric_is_served_with_its_documented_labels(simulator,
         family = m.prometheus_name + ("_count" if m.kind == "histogram" else "")
         assert served.get(family, set()) - {"le"} == set(m.labels), m.name
     m = scrape(port)
+    assert sample(m, "se_forwarder_health_verdict", verdict="healthy") == 1
+    assert sample(m, "se_forwarder_health_verdict", verdict="unhealthy") == 0
     assert sample(m, "se_forwarder_approvals_total", origin="coordinator", outcome="approved") == 1
     assert sample(m, "se_forwarder_approvals_total", origin="policy", outcome="other") == 1

@@ -42,6 +42,17 @@ def test_in_lists_and_and_combine_conditions():
     assert ids(query) == ["a"]
 
 
+def test_or_joins_groups_of_conditions_and_and_binds_tighter():
+    assert ids("resources | where n == 9 or n == 11") == ["b", "c"]
+    assert ids("resources | where n == 9 or n == 11 and id == 'x'") == ["b"]
+    assert ids("resources | where id == 'x' and n == 11 or id startswith 'a'") == ["a"]
+
+
+def test_the_health_tables_are_in_the_subset():
+    for table in ("healthresources", "alertsmanagementresources", "HealthResources"):
+        assert kql.parse(f"{table} | where type =~ 'x'").table == table.lower()
+
+
 def test_project_names_columns_and_order_sorts_numbers_as_numbers():
     rows = kql.run(
         kql.parse("resources | project id, s = tostring(properties.EventStatus), n | order by n desc"), ROWS

@@ -1,9 +1,9 @@
 """End to end: simulator over HTTP -> the agent as a real subprocess -> a webhook receiver.
 
-The receiver is down (its port closed) while 200 transitions happen; once it is back every one
-arrives, in outbox order, signed and parsable. The same holds when the agent is SIGKILLed during
-the outage and restarted. A 410 parks the sink, `status` says so, and `sink resume` delivers the
-kept backlog.
+The receiver is down (its port closed) while 200 transitions happen (and 40 ``recovered`` after the
+40 completed); once it is back every one arrives, in outbox order, signed and parsable. The same
+holds when the agent is SIGKILLed during the outage and restarted. A 410 parks the sink, `status`
+says so, and `sink resume` delivers the kept backlog.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.support.receiver import Receiver, Reply
 from tests.support.waiting import wait_for
 
 EVENTS = 80  # 80 scheduled + 40 started + 40 completed + 40 canceled = 200 transitions
+ALL = 240  # and a recovered after each completed (no [health], no hook: at once)
 
 
 def stored_ids(state_dir: Path) -> list[str]:
@@ -81,12 +82,12 @@ def test_a_receiver_down_during_200_transitions_gets_all_of_them_in_order_when_b
     wait_for(lambda: len(stored_ids(state_dir)) == EVENTS * 3 // 2, timeout=20, what="40 started")
     for event_id in ids:
         simulator.sim.delete_event(event_id)
-    wait_for(lambda: len(stored_ids(state_dir)) == 200, timeout=20, what="200 transitions")
+    wait_for(lambda: len(stored_ids(state_dir)) == ALL, timeout=20, what="200 transitions, 40 recovered")
     assert receiver.requests == []
 
     receiver.start()
     try:
-        delivered = receiver.wait_for(200, timeout=45)
+        delivered = receiver.wait_for(ALL, timeout=45)
         assert delivered == stored_ids(state_dir)  # all, in outbox order, none twice
         assert receiver.errors == []  # every delivery parsed and its signature verified
         assert {r.mode for r in receiver.accepted()} == {"structured"}
@@ -117,17 +118,17 @@ def test_a_sigkill_of_the_agent_during_the_outage_loses_nothing(simulator, agent
     wait_for(lambda: len(stored_ids(state_dir)) == 160, timeout=20, what="the changes made meanwhile")
     for event_id in ids[: EVENTS // 2]:
         simulator.sim.delete_event(event_id)
-    wait_for(lambda: len(stored_ids(state_dir)) == 200, timeout=20, what="200 transitions")
+    wait_for(lambda: len(stored_ids(state_dir)) == ALL, timeout=20, what="200 transitions, 40 recovered")
     sink = wait_for(lambda: next((s for s in read_status(state_dir)["sinks"]
-                                  if s["last_error"] and s["backlog"] == 200), None),
+                                  if s["last_error"] and s["backlog"] == ALL), None),
                     timeout=20, what="status showing the backlog and the error")
     assert sink["last_error"].startswith(f"cannot connect to {receiver.url}")
 
     receiver.start()
     try:
-        delivered = receiver.wait_for(200, timeout=45)
+        delivered = receiver.wait_for(ALL, timeout=45)
         assert first_seen(delivered) == stored_ids(state_dir)
-        assert len(delivered) == 200  # nothing was accepted before the kill, so nothing repeats
+        assert len(delivered) == ALL  # nothing was accepted before the kill, so nothing repeats
         assert receiver.errors == []
         assert "Traceback" not in log.read_text()
         assert agent.terminate() == 0

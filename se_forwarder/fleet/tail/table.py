@@ -17,7 +17,7 @@ from ...model import Kind
 from ...printable import strip_controls
 
 STATE_ORDER: dict[str, int] = {Kind.SCHEDULED: 0, Kind.APPROVED: 1, Kind.STARTED: 2, Kind.COMPLETED: 3,
-                               Kind.CANCELED: 4}
+                               Kind.CANCELED: 4, Kind.RECOVERED: 5}
 
 
 @dataclass

@@ -80,9 +80,13 @@ class HubClient:
     def _new_producer(self) -> Any:
         if self.make is not None:
             return self.make()
-        from azure.eventhub import EventHubProducerClient
+        from azure.eventhub import EventHubProducerClient, TransportType
 
         common: dict[str, Any] = {"user_agent": f"se-forwarder/{__version__}", **CLIENT_RETRY}
+        if self.options.transport == "amqp-websockets":  # port 443; needs websocket-client
+            common["transport_type"] = TransportType.AmqpOverWebsocket
+        if self.options.custom_endpoint_address:
+            common["custom_endpoint_address"] = self.options.custom_endpoint_address
         quiet_sdk_logs()
         if self.credential_kind != "connection-string":
             return EventHubProducerClient(
@@ -161,10 +165,17 @@ class HubClient:
         return Retry(f"Event Hubs {self.target} failed: {type(exc).__name__}: {detail}")
 
 
-def missing_sdk() -> str | None:
-    """None when azure-eventhub can be imported, else how to install it."""
+def missing_sdk(transport: str = "amqp") -> str | None:
+    """None when azure-eventhub (and, over WebSockets, websocket-client) can be imported, else how
+    to install it."""
     try:
         import azure.eventhub  # noqa: F401
     except ImportError:
         return "the eventhubs sink needs azure-eventhub: pip install 'se-forwarder[eventhubs]'"
+    if transport == "amqp-websockets":
+        try:
+            import websocket  # noqa: F401
+        except ImportError:
+            return ("transport = \"amqp-websockets\" needs websocket-client: "
+                    "pip install 'se-forwarder[eventhubs]'")
     return None

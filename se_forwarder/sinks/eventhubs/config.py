@@ -12,14 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ...errors import ConfigError
-from ...validation import as_choice, as_str, no_unknown
+from ...validation import as_choice, as_http_url, as_str, is_loopback, no_unknown
 from ..azure_common import CREDENTIALS as TOKEN_CREDENTIALS
 from ..base import SinkOptions, sink_name
 
 CREDENTIALS = (*TOKEN_CREDENTIALS, "connection-string")
 MODES = ("structured", "binary")
+# AMQP over TCP port 5671, or over WebSockets on port 443 (networks that let only HTTPS out).
+TRANSPORTS = ("amqp", "amqp-websockets")
 KNOWN_KEYS = (
     "name",
     "fully_qualified_namespace",
@@ -29,6 +32,8 @@ KNOWN_KEYS = (
     "connection_string_env",
     "connection_string_file",
     "mode",
+    "transport",
+    "custom_endpoint_address",
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -44,6 +49,8 @@ class EventHubsOptions(SinkOptions):
     connection_string_env: str | None = None  # with credential = connection-string: one of
     connection_string_file: str | None = None  # these two
     mode: str = "structured"
+    transport: str = "amqp"
+    custom_endpoint_address: str | None = None  # a gateway or proxy in front of the namespace
 
     @classmethod
     def parse(cls, table: Mapping[str, Any], where: str) -> EventHubsOptions:
@@ -53,6 +60,7 @@ class EventHubsOptions(SinkOptions):
         credential = as_choice(table.get("credential", cls.credential), f"{where}.credential",
                                CREDENTIALS)
         mode = as_choice(table.get("mode", cls.mode), f"{where}.mode", MODES)
+        transport = as_choice(table.get("transport", cls.transport), f"{where}.transport", TRANSPORTS)
         if "eventhub" not in table:
             raise ConfigError(f"{where}.eventhub: missing (the Event Hub's name)")
         hub = as_str(table["eventhub"], f"{where}.eventhub").strip()
@@ -69,7 +77,24 @@ class EventHubsOptions(SinkOptions):
             )
         return cls(name=name, eventhub=hub, fully_qualified_namespace=namespace,
                    credential=credential, client_id=_client_id(table, credential, where),
-                   mode=mode, **_connection_string_source(table, credential, where))
+                   mode=mode, transport=transport,
+                   custom_endpoint_address=_endpoint(table, where),
+                   **_connection_string_source(table, credential, where))
+
+
+def _endpoint(table: Mapping[str, Any], where: str) -> str | None:
+    """``custom_endpoint_address``: where the SDK connects instead of the namespace (AMQP over
+    WebSockets through an application gateway or a relay); an https URL, plain http only on loopback."""
+    if "custom_endpoint_address" not in table:
+        return None
+    at = f"{where}.custom_endpoint_address"
+    url = as_http_url(table["custom_endpoint_address"], at)
+    parts = urlsplit(url)
+    if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        raise ConfigError(f"{at}: {url!r} must use https (TLS is required)")
+    if parts.path or parts.query:
+        raise ConfigError(f"{at}: {url!r}: give the scheme, host and port only")
+    return url
 
 
 def _client_id(table: Mapping[str, Any], credential: str, where: str) -> str | None:

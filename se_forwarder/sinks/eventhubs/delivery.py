@@ -58,7 +58,7 @@ class EventHubsSink:
     def deliver(self, batch: Sequence[StoredEvent]) -> DeliveryReport:
         """Send ``batch`` in order; outcomes for the prefix handled (see base.DeliveryReport)."""
         outcomes: list[Outcome] = []
-        missing = missing_sdk()
+        missing = missing_sdk(self.options.transport)
         if missing:
             return DeliveryReport([Retry(missing)])
         prepared: list[_Prepared] = []
@@ -82,7 +82,7 @@ class EventHubsSink:
 
     def check(self) -> str | None:
         """Reach the hub (``get_eventhub_properties``); None when fine, else what failed."""
-        missing = missing_sdk()
+        missing = missing_sdk(self.options.transport)
         if missing:
             return missing
         try:
