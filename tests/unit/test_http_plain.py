@@ -1,5 +1,6 @@
 """The IMDS client's plain HTTP/1.1 exchange (``http_plain.PlainOrigin``), against real sockets on
-loopback: a scripted server for each framing case, the standard library's server for keep-alive."""
+loopback: a scripted server for each framing case, the standard library's server for keep-alive.
+What it shares with ``http_client.Origin`` is tested with it in test_http_client.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import pytest
 from se_forwarder.http_client import HttpError
 from se_forwarder.http_plain import PlainOrigin
 from tests.support.trickling import TricklingServer
-from tests.unit.test_http_client import Server
 
 
 class Scripted:
@@ -64,20 +64,6 @@ def scripted() -> Iterator:
         server.close()
 
 
-@pytest.fixture
-def keep_alive() -> Iterator:
-    """The standard library's HTTP/1.1 server (keep-alive), counting its connections."""
-    made: list[Server] = []
-
-    def make(**kwargs: object) -> Server:
-        made.append(Server(**kwargs))  # type: ignore[arg-type]
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 def get(origin: PlainOrigin, max_bytes: int = 1000, method: str = "GET"):
     return origin.request(method, "/metadata/x?api-version=1", timeout=2, max_bytes=max_bytes)
 
@@ -102,8 +88,8 @@ def test_the_request_carries_the_prefix_the_host_and_the_fixed_headers(scripted)
     assert "Metadata: true\r\n" in head
 
 
-def test_many_requests_share_one_connection_and_extra_headers_go_with_theirs_only(keep_alive):
-    server = keep_alive()
+def test_many_requests_share_one_connection_and_extra_headers_go_with_theirs_only(serve):
+    server = serve()
     origin = PlainOrigin(server.url + "/vm/a", connect_timeout=2)
     try:
         for i in range(20):
@@ -114,17 +100,6 @@ def test_many_requests_share_one_connection_and_extra_headers_go_with_theirs_onl
         origin.close()
     assert server.connections == 1
     assert server.paths == ["/vm/a/x?y=1"] * 20
-
-
-def test_a_connection_the_server_closed_while_idle_is_replaced_without_an_error(keep_alive):
-    server = keep_alive(close_after_each=True)
-    origin = PlainOrigin(server.url, connect_timeout=2)
-    try:
-        for _ in range(5):
-            assert origin.request("GET", "/", timeout=2, max_bytes=100).status == 200
-    finally:
-        origin.close()
-    assert server.connections == 5
 
 
 def test_a_post_sends_its_body_with_its_length(scripted):
@@ -204,36 +179,9 @@ def test_a_body_larger_than_allowed_is_too_large(scripted, reply):
     assert failure(origin, max_bytes=1000).kind == "too-large"
 
 
-def test_a_reply_cut_short_is_a_connection_error_not_a_short_body(scripted):
-    _, origin = scripted([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"half\":"])
-    error = failure(origin)
-    assert error.kind == "connection" and "broke off" in str(error)
-
-
 def test_a_fresh_connection_closed_without_a_reply_is_a_connection_error(scripted):
     _, origin = scripted([b""])
     assert failure(origin).kind == "connection"
-
-
-def test_a_server_that_never_answers_is_a_timeout():
-    listener = socket.create_server(("127.0.0.1", 0))
-    origin = PlainOrigin(f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout=2)
-    try:
-        with pytest.raises(HttpError) as caught:
-            origin.request("GET", "/", timeout=0.3, max_bytes=1000)
-    finally:
-        origin.close()
-        listener.close()
-    assert caught.value.kind == "timeout"
-
-
-def test_nothing_listening_is_a_connection_error_while_connecting():
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        port = probe.getsockname()[1]
-    origin = PlainOrigin(f"http://127.0.0.1:{port}", connect_timeout=2)
-    with pytest.raises(HttpError) as caught:
-        origin.request("GET", "/", timeout=1, max_bytes=1000)
-    assert (caught.value.kind, caught.value.connecting) == ("connection", True)
 
 
 @pytest.mark.parametrize("head_too", [False, True], ids=["body-trickles", "head-trickles"])
