@@ -52,7 +52,7 @@ from bench.coordinator_fold import (  # noqa: E402
     transition,
     vm,
 )
-from se_forwarder.fleet.coordinator.limits import DEFAULT_LIMITS  # noqa: E402
+from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS  # noqa: E402
 
 FLOOD_ROUNDS = 20  # heartbeats with fake EventIds, and heartbeats with tags
 FAKE_EVENTS = 20_000  # EventIds listed per heartbeat

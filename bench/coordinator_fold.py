@@ -39,13 +39,13 @@ from se_forwarder.fleet.coordinator import (  # noqa: E402
     fold_json,
     load_policy,
     restore,
-    snapshot,
     to_json,
-    trust,
 )
-from se_forwarder.fleet.coordinator.blobs import signed_json  # noqa: E402
-from se_forwarder.fleet.coordinator.events import Decision, signed  # noqa: E402
-from se_forwarder.fleet.coordinator.limits import Limits  # noqa: E402
+from se_forwarder.fleet.coordinator.config import Limits  # noqa: E402
+from se_forwarder.fleet.coordinator.decide import Decision, signed  # noqa: E402
+from se_forwarder.fleet.coordinator.edge import trust  # noqa: E402
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot  # noqa: E402
+from se_forwarder.fleet.coordinator.signer import signed_json  # noqa: E402
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()
 T_BURST = T0 + 180

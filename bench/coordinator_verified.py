@@ -30,10 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import print_figures  # noqa: E402
 from bench.coordinator_fold import LIMITS, T0, burst, burst_events, fleet, heartbeat  # noqa: E402
 from se_forwarder.approvals import signing  # noqa: E402
-from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, registrations, trust  # noqa: E402
-from se_forwarder.fleet.coordinator.attestation_roots import anchors  # noqa: E402
-from se_forwarder.fleet.coordinator.gate import Edge, Gate  # noqa: E402
-from se_forwarder.fleet.coordinator.state import Identity  # noqa: E402
+from se_forwarder.fleet.coordinator import FleetState, FoldStats  # noqa: E402
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.config.anchors import anchors  # noqa: E402
+from se_forwarder.fleet.coordinator.edge import (  # noqa: E402
+    Edge,
+    Gate,
+    trust,  # noqa: E402
+)
+from se_forwarder.fleet.coordinator.fold import Identity  # noqa: E402
+from se_forwarder.fleet.coordinator.fold import identities as registrations  # noqa: E402
 from se_forwarder.identity.attested import nonce_for  # noqa: E402
 from se_forwarder.simulator.attestation import AttestationAuthority  # noqa: E402
 

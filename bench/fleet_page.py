@@ -28,8 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from se_forwarder.fleet.coordinator import evaluate  # noqa: E402
 from se_forwarder.fleet.coordinator.api import ApiServer  # noqa: E402
-from se_forwarder.fleet.coordinator.view import groups, status  # noqa: E402
-from se_forwarder.fleet.coordinator.web.model import page_view  # noqa: E402
+from se_forwarder.fleet.coordinator.view import (
+    groups,  # noqa: E402
+    page_view,  # noqa: E402
+)
+from se_forwarder.fleet.coordinator.view.status import status  # noqa: E402
 from tests.fleet_page.browser import chrome  # noqa: E402
 from tests.fleet_page.local import POLICY, LocalCoordinator, fleet_state, rollout_state, tagged  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402

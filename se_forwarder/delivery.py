@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import metrics, tracing
+from .backoff import Backoff
 from .errors import StateError
-from .imds import Backoff
 from .outbox import Outbox
 from .sinks.base import DeadLetter, Delivered, DeliveryReport, Park, Retry, Sink, StoredEvent
 from .telemetry import fields

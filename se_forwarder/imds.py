@@ -24,7 +24,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -58,26 +57,6 @@ class ImdsError(SeForwarderError):
         super().__init__(message)
         self.reason = reason  # timeout | connection | throttled | server | client | malformed
         self.retry_after = retry_after
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with full jitter; a server's Retry-After is a floor."""
-
-    base: float = 0.5
-    cap: float = 30.0
-    attempt: int = 0
-
-    def next_delay(self, retry_after: float | None = None) -> float:
-        self.attempt += 1
-        ceiling = min(self.cap, self.base * (2 ** min(self.attempt, 16)))
-        delay = random.uniform(self.base, max(self.base, ceiling))
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, 300.0))
-        return delay
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 def throttled_delay(retry_after: float | None) -> float:

@@ -17,6 +17,13 @@ def rfc3339(moment: datetime | float, *, milliseconds: bool = False) -> str:
     return text.replace("+00:00", "Z")
 
 
+def rfc3339_or_none(moment: float | None, *, whole: bool = False) -> str | None:
+    """``rfc3339`` of a moment that may be unknown (None); ``whole``: to the second."""
+    if moment is None:
+        return None
+    return rfc3339(int(moment) if whole else moment)
+
+
 def seconds(value: Any) -> float | None:
     """An RFC 3339 time (UTC when it has no offset) as epoch seconds, or None for anything else."""
     if not isinstance(value, str) or len(value) > 40:

@@ -157,7 +157,7 @@ def test_every_toml_example_is_valid_toml(path: Path) -> None:
 def test_the_configuration_examples_load_as_copied(tmp_path: Path, name: str) -> None:
     """An agent's example loads as the agent's configuration; a coordinator's (it has a
     ``[coordinator]`` table) as the coordinator's."""
-    from se_forwarder.fleet.coordinator.service_config import load as load_coordinator
+    from se_forwarder.fleet.coordinator.config import load as load_coordinator
 
     blocks = toml_blocks(ROOT / name)
     assert blocks

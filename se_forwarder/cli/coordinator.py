@@ -27,7 +27,7 @@ config_option = click.option(
 
 
 def _settings(config: str | None) -> Any:
-    from ..fleet.coordinator.service_config import load
+    from ..fleet.coordinator.config import load
 
     path = config or DEFAULT_CONFIG
     if not config and not Path(path).exists():
@@ -51,11 +51,10 @@ def run(config: str | None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    from ..fleet.coordinator.access import check_connection_strings
     from ..fleet.coordinator.addons import start_addons
-    from ..fleet.coordinator.api import ApiServer
+    from ..fleet.coordinator.api import ApiServer, read_tokens
+    from ..fleet.coordinator.azure import check_connection_strings
     from ..fleet.coordinator.service import Service
-    from ..fleet.coordinator.tokens import read_tokens
     from ..sinks.azure_common import quiet_sdk_logs
     from ..telemetry import setup_logging
 
@@ -92,7 +91,7 @@ def run(config: str | None) -> None:
 @friendly_errors
 def check(config: str | None) -> None:
     """Validate the configuration; reach the hub, storage and queues."""
-    from ..fleet.coordinator.access import check_connection_strings
+    from ..fleet.coordinator.azure import check_connection_strings
     from ..fleet.coordinator.check import run_checks
     from ..sinks.azure_common import quiet_sdk_logs
 
@@ -104,7 +103,7 @@ def check(config: str | None) -> None:
 
 
 def _client(config: str | None, url: str | None, token_file: str | None) -> Any:
-    from ..fleet.coordinator.client import Client
+    from ..fleet.coordinator.api import Client
 
     if url and token_file:
         return Client(url, token_file)
@@ -129,7 +128,7 @@ def _api_options(func: F) -> F:
 def status(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
            as_json: bool) -> None:
     """Budget use, pending events and why each waits, VMs not watched."""
-    from ..fleet.coordinator.client import render_status
+    from ..fleet.coordinator.api import render_status
 
     result = _client(config, url, token_file).status(all_scopes)
     click.echo(json.dumps(result, indent=2) if as_json else render_status(result))

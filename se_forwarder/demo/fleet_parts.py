@@ -29,9 +29,8 @@ from ..approvals import signing
 from ..approvals.queue.config import QueueConfig
 from ..approvals.settings import ApprovalsSettings
 from ..config import ImdsSettings, Settings, SinkSettings, StateSettings, VmSettings
-from ..fleet.coordinator import service_config as sc
-from ..fleet.coordinator.settings import load_policy
-from ..fleet.coordinator.trust_config import TrustSettings
+from ..fleet.coordinator.config import TrustSettings, load_policy
+from ..fleet.coordinator.config import service as sc
 from ..simulator import SimulatorServer
 from ..simulator.topology import Topology
 from ..sinks.eventhubs.config import EventHubsOptions
@@ -94,9 +93,8 @@ class FleetParts:
 
     def start_coordinator(self) -> str:
         """The service, and its API with the page; the page's URL."""
-        from ..fleet.coordinator.api import ApiServer
+        from ..fleet.coordinator.api import ApiServer, read_tokens
         from ..fleet.coordinator.service import Service
-        from ..fleet.coordinator.tokens import read_tokens
 
         self.service = Service(self.coordinator_settings(), self.stopping, self.transport.for_coordinator())
         self._thread(self.service.run, "demo-coordinator")
@@ -171,23 +169,24 @@ class FleetParts:
 
     def verified(self) -> Verified | None:
         """What the coordinator's edge did with the agents' word (None while it does not answer)."""
-        from ..fleet.coordinator.fold import DECISION_PREFIX, PREFIX
+        from ..fleet.coordinator.schema import DECISION_PREFIX, PREFIX
 
         def count(service: Any) -> Verified:
             names = set(self.vm_names)
             registered = sum(1 for key in service.state.identities
                              if key in service.state.vms and service.state.vms[key].name in names)
             decisions = DECISION_PREFIX.removeprefix(PREFIX)  # folded counts types without PREFIX
-            reports = sum(n for kind, n in service.stats.folded.items() if not kind.startswith(decisions))
-            return Verified(registered, reports, sum(service.refused.values()),
-                            service.gate.held(service.state))
+            stats = service.stats()
+            reports = sum(n for kind, n in stats.admission.folded.items() if not kind.startswith(decisions))
+            return Verified(registered, reports, sum(stats.admission.refused.values()),
+                            stats.admission.waiting)
 
         answer: Verified | None = self._ask(count, None)
         return answer
 
     def down(self) -> set[str]:
         """The names of the VMs the coordinator counts unavailable now (empty until it answers)."""
-        from ..fleet.coordinator.decide import evaluate
+        from ..fleet.coordinator.decide.evaluate import evaluate
 
         def names(service: Any) -> set[str]:
             counted = evaluate(service.state, service.policy, time.time()).unavailable

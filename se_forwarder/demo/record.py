@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..fleet.coordinator import timeline
+from ..fleet.coordinator.view import timeline
 from ..simulator.history import EventLife
 
 

@@ -23,7 +23,7 @@ victim's fresh document. The coordinator's other checks (``docs/identity.md``, "
 coordinator checks") carry the rest.
 
 ``unpack`` reads a document without verifying it (the agent checks that IMDS answered for its
-own nonce, since IMDS may serve a cached document); ``fleet/coordinator/attestation.py`` verifies.
+own nonce, since IMDS may serve a cached document); ``fleet/coordinator/edge/attestation.py`` verifies.
 """
 
 from __future__ import annotations

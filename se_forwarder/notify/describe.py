@@ -9,7 +9,7 @@ nothing is sent. Rules:
   ``started`` event that came before); otherwise nothing is claimed. Inferred transitions say so.
 - Heartbeats are not chat messages: ``describe`` returns None for them.
 - Coordinator decisions (``com.azure.scheduledevents.coordinator.<action>``) read the ``data`` the
-  coordinator publishes (fleet/coordinator/events.py): ``EventId``, ``EventType``, ``NotBeforeUtc``,
+  coordinator publishes (fleet/coordinator/decide/events.py): ``EventId``, ``EventType``, ``NotBeforeUtc``,
   ``Resources`` (else the names in ``Affected``), ``Target.name`` (the VM an approval was sent to),
   ``Scope``, ``ReasonCode``, ``Reason``, ``Actor``, ``Shadow`` and ``Budgets``
   (``[{"scope", "kind", "size", "used", "withEvent", "max"}]``). The use shown is the count after the

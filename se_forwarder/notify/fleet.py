@@ -1,6 +1,6 @@
 """One maintenance event of the fleet, however many VMs report it, as one chat message.
 
-Pure: the coordinator (fleet/coordinator/notifier.py) gives what it folded about one EventId (its
+Pure: the coordinator (fleet/coordinator/output/chat.py) gives what it folded about one EventId (its
 type, source, NotBefore, Resources and the VMs it affects with their group, zone and fault
 domain); ``message`` returns the structured CloudEvent that ``describe`` words like an agent's, so
 the title reads the same as for one VM:

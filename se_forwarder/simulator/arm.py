@@ -156,7 +156,7 @@ class ArmApi:
             "status": None,
             "fault": None,
         }
-        reply = self._answer(method, path, query, headers, body, client, entry)
+        reply = self._answer(entry, method, path, query, headers, body, client)
         entry["status"] = reply[0]
         error = reply[2].get("error") if isinstance(reply[2], dict) else None
         entry["code"] = error.get("code") if isinstance(error, dict) else None
@@ -164,16 +164,9 @@ class ArmApi:
             self._requests.append(entry)
         return reply
 
-    def _answer(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str],
-        headers: Mapping[str, str],
-        body: bytes,
-        client: str,
-        entry: dict[str, Any],
-    ) -> Reply:
+    def _answer(self, entry: dict[str, Any], method: str, path: str, query: Mapping[str, str],
+                headers: Mapping[str, str], body: bytes, client: str) -> Reply:
+        """The reply to one request (``handle``); the route found is noted in its log ``entry``."""
         match = next(
             ((r, m) for r, verb, p in _PATTERNS if verb == method and (m := p.fullmatch(path.rstrip("/")))),
             None,

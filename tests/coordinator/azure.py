@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-from se_forwarder.fleet.coordinator import azure_facts
-from se_forwarder.fleet.coordinator.azure_facts import CatchUp
-from se_forwarder.fleet.coordinator.settings import Policy
+from se_forwarder.fleet.coordinator.config import Policy
+from se_forwarder.fleet.coordinator.edge import azure_facts
+from se_forwarder.fleet.coordinator.fold import CatchUp
 
 from .fleet import SUB, AgentVm, iso
 

@@ -18,11 +18,13 @@ from se_forwarder.fleet.coordinator import (
     FoldStats,
     Policy,
     evaluate,
-    fold_event,
     to_dict,
 )
-from se_forwarder.fleet.coordinator.events import sent
-from se_forwarder.fleet.coordinator.limits import Limits
+from se_forwarder.fleet.coordinator import (
+    claimed as fold_event,
+)
+from se_forwarder.fleet.coordinator.config import Limits
+from se_forwarder.fleet.coordinator.decide import sent
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()  # a Monday, 12:00 UTC
 SUB = "11111111-2222-3333-4444-555555555555"

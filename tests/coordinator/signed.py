@@ -17,10 +17,10 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import Policy, evaluate, to_dict, trust
-from se_forwarder.fleet.coordinator.attestation_roots import anchors
-from se_forwarder.fleet.coordinator.gate import Edge, Gate
-from se_forwarder.fleet.coordinator.state import FleetState
+from se_forwarder.fleet.coordinator import Policy, evaluate, to_dict
+from se_forwarder.fleet.coordinator.config.anchors import anchors
+from se_forwarder.fleet.coordinator.edge import Edge, Gate, trust
+from se_forwarder.fleet.coordinator.fold import FleetState
 from se_forwarder.identity.attested import nonce_for
 from se_forwarder.simulator.attestation import AttestationAuthority
 

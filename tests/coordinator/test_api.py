@@ -16,8 +16,7 @@ import pytest
 import requests
 
 from se_forwarder.errors import ConfigError
-from se_forwarder.fleet.coordinator.api import ApiServer, host_allowed
-from se_forwarder.fleet.coordinator.tokens import TokenTable, read_tokens, unnamed
+from se_forwarder.fleet.coordinator.api import ApiServer, TokenTable, host_allowed, read_tokens, unnamed
 from tests.fleet_page.local import LocalCoordinator, fleet_state
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"

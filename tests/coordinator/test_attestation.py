@@ -13,8 +13,10 @@ from cryptography import x509
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator.attestation import Anchors, Attested, Refusal, verify
-from se_forwarder.fleet.coordinator.attestation_roots import AZURE_ROOTS, anchors, default_roots
+from se_forwarder.fleet.coordinator.config import default_roots
+from se_forwarder.fleet.coordinator.config.anchors import AZURE_ROOTS, anchors
+from se_forwarder.fleet.coordinator.edge import Anchors, Attested, verify
+from se_forwarder.fleet.coordinator.edge.attestation import Refusal
 from se_forwarder.identity.attested import nonce_for
 from se_forwarder.simulator.attestation import AttestationAuthority
 from se_forwarder.simulator.wire import compute_metadata

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from se_forwarder.errors import ConfigError
-from se_forwarder.fleet.coordinator.service_config import from_dict
+from se_forwarder.fleet.coordinator.config import from_dict
 
 from .azure import BASE_CONFIG as BASE
 

@@ -4,8 +4,8 @@ watched agent, within the same budgets; what Azure answered decides the next pat
 from __future__ import annotations
 
 from se_forwarder.fleet.coordinator import approve_now
-from se_forwarder.fleet.coordinator.azure_fold import fold_catch_up, fold_event
-from se_forwarder.fleet.coordinator.azure_paths import acknowledge_path, acknowledged
+from se_forwarder.fleet.coordinator.decide import acknowledge_path, acknowledged
+from se_forwarder.fleet.coordinator.fold import fold_catch_up, fold_event
 
 from .azure import catch_up, facts, feed, policy, vm_row
 from .fleet import SET, T0, Fleet, approvals, kinds

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import azure_facts
-from se_forwarder.fleet.coordinator.azure_facts import EventFacts, Refusal, VmFacts, domains, vm_row
+from se_forwarder.fleet.coordinator.edge import azure_facts, domains, vm_row
+from se_forwarder.fleet.coordinator.edge.azure_facts import Refusal
+from se_forwarder.fleet.coordinator.fold import EventFacts, VmFacts
 
 from .azure import feed, row
 from .azure import vm_row as graph_vm_row

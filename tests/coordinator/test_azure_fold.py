@@ -9,12 +9,10 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import snapshot
-from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.azure_fold import fold_catch_up, fold_event
-from se_forwarder.fleet.coordinator.scopes import index, resolve
-from se_forwarder.fleet.coordinator.snapshot import restore
-from se_forwarder.fleet.coordinator.state import COMPLETED, SCHEDULED, STARTED
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.fold import fold_catch_up, fold_event, restore
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.fold.state import COMPLETED, SCHEDULED, STARTED
 
 from .azure import catch_up, facts, feed, policy, row, vm_row
 from .fleet import SET, T0, AgentVm, Fleet, heartbeat, report

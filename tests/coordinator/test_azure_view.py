@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from se_forwarder.fleet.coordinator import groups, status
-from se_forwarder.fleet.coordinator.azure_fold import fold_catch_up, fold_event
+from se_forwarder.fleet.coordinator.fold import fold_catch_up, fold_event
 
 from .azure import catch_up, facts, feed, policy, vm_row
 from .fleet import SET, T0, AgentVm, Fleet, heartbeat, report

@@ -216,7 +216,7 @@ def test_the_next_sequence_is_one_more_than_the_current_switch():
 
 
 def test_a_group_can_be_named_as_status_shows_it():
-    from se_forwarder.fleet.coordinator.azure_fold import fold_catch_up
+    from se_forwarder.fleet.coordinator.fold import fold_catch_up
 
     from .azure import catch_up, policy, vm_row
 

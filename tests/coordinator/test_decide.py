@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from se_forwarder.fleet.coordinator import Budget, Policy, evaluate, fold_event, to_dict
-from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.scopes import index
-from se_forwarder.fleet.coordinator.settings import Blackout
+from se_forwarder.fleet.coordinator import Budget, Policy, evaluate, to_dict
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.config import Blackout
+from se_forwarder.fleet.coordinator.decide import index, unavailable
 
 from .fleet import SET, SOURCE, T0, AgentVm, Fleet, approvals, avset, heartbeat, kinds, pause_event, report
 

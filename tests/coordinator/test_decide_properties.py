@@ -7,18 +7,13 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from se_forwarder.fleet.coordinator import Budget, Evaluation, Policy, evaluate, to_dict
 from se_forwarder.fleet.coordinator import (
-    Budget,
-    Evaluation,
-    Policy,
-    evaluate,
-    fold_event,
-    snapshot,
-    to_dict,
+    claimed as fold_event,
 )
-from se_forwarder.fleet.coordinator.availability import unavailable, used
-from se_forwarder.fleet.coordinator.scopes import index, resolve
-from se_forwarder.fleet.coordinator.state import FleetState
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable, used
+from se_forwarder.fleet.coordinator.fold import FleetState
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, report
 

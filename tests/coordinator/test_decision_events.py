@@ -5,16 +5,8 @@ from __future__ import annotations
 import copy
 
 from se_forwarder import cloudevents as ce
-from se_forwarder.fleet.coordinator import (
-    evaluate,
-    fold_json,
-    hold,
-    pause,
-    restore,
-    snapshot,
-    to_cloudevent,
-    to_json,
-)
+from se_forwarder.fleet.coordinator import evaluate, fold_json, hold, pause, restore, to_cloudevent, to_json
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.timestamps import rfc3339
 
 from .fleet import SET, SOURCE, T0, avset, iso

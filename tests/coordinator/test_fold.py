@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import json
 
+from se_forwarder.fleet.coordinator import FleetState, FoldStats, Policy, fold_json, prune
 from se_forwarder.fleet.coordinator import (
-    FleetState,
-    FoldStats,
-    Policy,
-    fold_event,
-    fold_json,
-    prune,
-    snapshot,
+    claimed as fold_event,
 )
-from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.scopes import index, resolve
-from se_forwarder.fleet.coordinator.state import CANCELED, COMPLETED, SCHEDULED, STARTED
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.fold.state import CANCELED, COMPLETED, SCHEDULED, STARTED
 
 from .fleet import T0, AgentVm, Fleet, approved, heartbeat, iso, report
 

@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.errors import ConfigError
-from se_forwarder.fleet.coordinator import FleetState, FoldStats, fold_event, prune
-from se_forwarder.fleet.coordinator.intake import OTHER_TYPES, SKIPPED_TYPES
-from se_forwarder.fleet.coordinator.limits import DEFAULT_LIMITS, MAX_REJECTIONS, Limits, load_limits
-from se_forwarder.fleet.coordinator.scopes import index, resolve
-from se_forwarder.fleet.coordinator.state import SCHEDULED
+from se_forwarder.fleet.coordinator import FleetState, FoldStats, prune
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.config import Limits, load_limits
+from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS, MAX_REJECTIONS
+from se_forwarder.fleet.coordinator.decide import index, resolve
+from se_forwarder.fleet.coordinator.fold.caps import OTHER_TYPES, SKIPPED_TYPES
+from se_forwarder.fleet.coordinator.fold.state import SCHEDULED
 from se_forwarder.printable import has_controls
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, Fleet, heartbeat, iso, rejected, report

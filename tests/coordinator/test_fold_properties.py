@@ -15,8 +15,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import FleetState, FoldStats, Policy, fold_event, restore, snapshot
-from se_forwarder.fleet.coordinator.scopes import index
+from se_forwarder.fleet.coordinator import FleetState, FoldStats, Policy, restore
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.decide import index
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, rejected, report
 

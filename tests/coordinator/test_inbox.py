@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from se_forwarder.fleet.coordinator import inbox as inbox_module
-from se_forwarder.fleet.coordinator.hub import Batch, Position
-from se_forwarder.fleet.coordinator.inbox import CHUNK, Inbox
+from se_forwarder.fleet.coordinator.input import Batch, Inbox, Position
+from se_forwarder.fleet.coordinator.input import inbox as inbox_module
+from se_forwarder.fleet.coordinator.input.inbox import CHUNK
 
 
 def batch(partition: str, first: int, count: int) -> Batch:

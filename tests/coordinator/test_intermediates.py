@@ -14,8 +14,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs7
 
-from se_forwarder.fleet.coordinator.attestation import issuer_urls
-from se_forwarder.fleet.coordinator.intermediates import FetchError, Intermediates, parse
+from se_forwarder.fleet.coordinator.edge import issuer_urls
+from se_forwarder.fleet.coordinator.input import FetchError, Intermediates, parse
 from se_forwarder.simulator.attestation import AttestationAuthority
 
 from .fleet import AgentVm, heartbeat

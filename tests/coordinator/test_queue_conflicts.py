@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from se_forwarder.approvals.queue.names import names_the_vm, sharing_peers
 from se_forwarder.fleet.coordinator import Budget, Policy, approve_now
-from se_forwarder.fleet.coordinator.control import ControlRefused
-from se_forwarder.fleet.coordinator.queues import QueueConflictLog, queue_of
-from se_forwarder.fleet.coordinator.scopes import index
-from se_forwarder.fleet.coordinator.view import status
+from se_forwarder.fleet.coordinator.decide import ControlRefused, QueueConflictLog, index, queue_of
+from se_forwarder.fleet.coordinator.view.status import status
 
 from .fleet import T0, AgentVm, Fleet, kinds
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from se_forwarder.fleet.coordinator.client import render_status
-from se_forwarder.fleet.coordinator.reach import Overdue, Reach, begin, parts
+from se_forwarder.fleet.coordinator.api import render_status
+from se_forwarder.fleet.coordinator.azure import Overdue, Reach, begin, parts
 
 
 class Refused(Exception):

@@ -10,10 +10,12 @@ import time
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import registrations, restore, snapshot, status, trust
-from se_forwarder.fleet.coordinator.attestation_roots import anchors
-from se_forwarder.fleet.coordinator.registrations import Claim
-from se_forwarder.fleet.coordinator.state import FleetState, Identity
+from se_forwarder.fleet.coordinator import restore, status
+from se_forwarder.fleet.coordinator.config.anchors import anchors
+from se_forwarder.fleet.coordinator.edge import trust
+from se_forwarder.fleet.coordinator.fold import Claim, FleetState, Identity
+from se_forwarder.fleet.coordinator.fold import identities as registrations
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.simulator.attestation import AttestationAuthority
 
 from .fleet import SUB, AgentVm, heartbeat

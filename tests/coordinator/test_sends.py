@@ -3,8 +3,10 @@ out, and the "no echo" retry counts from that record, not from the decision."""
 
 from __future__ import annotations
 
-from se_forwarder.fleet.coordinator import Budget, Policy, fold_event, restore, snapshot, to_dict
-from se_forwarder.fleet.coordinator.events import sent
+from se_forwarder.fleet.coordinator import Budget, Policy, restore, to_dict
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.decide import sent
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import SET, SOURCE, T0, Fleet, approved, avset, kinds, pause_event, rejected
 

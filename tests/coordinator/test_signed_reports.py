@@ -10,8 +10,10 @@ import time
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import restore, snapshot, trust
-from se_forwarder.fleet.coordinator.gate import WAIT_PER_VM, WAIT_SECONDS
+from se_forwarder.fleet.coordinator import restore
+from se_forwarder.fleet.coordinator.edge import trust
+from se_forwarder.fleet.coordinator.edge.gate import WAIT_PER_VM, WAIT_SECONDS
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import AgentVm, heartbeat, report
 from .signed import Coordinator, SignedVm

@@ -6,9 +6,9 @@ events. Then what an unverified report may do with ``require_signed_reports = fa
 from __future__ import annotations
 
 from se_forwarder.fleet.coordinator import Budget, Policy, prune, status
-from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.fold import Sender, fold_event
-from se_forwarder.fleet.coordinator.scopes import index, resolve
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.fold import Sender
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 
 from .fleet import SET, T0, AgentVm, Fleet, approved, avset, heartbeat, kinds, rejected, report
 

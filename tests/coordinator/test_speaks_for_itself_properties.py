@@ -19,10 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import Policy
-from se_forwarder.fleet.coordinator.availability import unavailable
-from se_forwarder.fleet.coordinator.fold import Sender, fold_event
-from se_forwarder.fleet.coordinator.scopes import index
-from se_forwarder.fleet.coordinator.state import FleetState
+from se_forwarder.fleet.coordinator.decide import index, unavailable
+from se_forwarder.fleet.coordinator.fold import FleetState, Sender
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 
 from .fleet import SET, T0, AgentVm, Fleet, approved, avset, heartbeat, rejected, report
 

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import hold, pause, prune, release, restore, resume, snapshot, to_dict
-from se_forwarder.fleet.coordinator.switches import MAX_SEQUENCE
+from se_forwarder.fleet.coordinator import hold, pause, prune, release, restore, resume, to_dict
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.fold.switches import MAX_SEQUENCE
 
 from .fleet import SOURCE, T0, Fleet, avset, iso
 

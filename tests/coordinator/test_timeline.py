@@ -7,9 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import Policy
-from se_forwarder.fleet.coordinator.scopes import index
-from se_forwarder.fleet.coordinator.timeline import Span, down, peak, spans
-from se_forwarder.fleet.coordinator.web.model import page_view
+from se_forwarder.fleet.coordinator.decide import index
+from se_forwarder.fleet.coordinator.view import Span, down, page_view, peak, spans
 
 from .fleet import SET, T0, avset, report
 

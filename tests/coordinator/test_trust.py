@@ -16,10 +16,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import approve_now, attestation, hold, pause, registrations, trust
-from se_forwarder.fleet.coordinator.azure_paths import acknowledged
-from se_forwarder.fleet.coordinator.events import sent, signed, to_dict
-from se_forwarder.fleet.coordinator.state import DecisionRecord
+from se_forwarder.fleet.coordinator import approve_now, hold, pause
+from se_forwarder.fleet.coordinator.decide import acknowledged, sent, signed, to_dict
+from se_forwarder.fleet.coordinator.edge import attestation, trust
+from se_forwarder.fleet.coordinator.fold import DecisionRecord
+from se_forwarder.fleet.coordinator.fold import identities as registrations
 
 from .fleet import SET, SOURCE, T0, avset, heartbeat, report
 

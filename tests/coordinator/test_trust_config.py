@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 
 from se_forwarder.approvals import signing
 from se_forwarder.errors import ConfigError
-from se_forwarder.fleet.coordinator.service_config import from_dict
+from se_forwarder.fleet.coordinator.config import from_dict
 
 BASE = {"signing": {"key_file": "/k"},
         "eventhub": {"fully_qualified_namespace": "ns.servicebus.windows.net"},

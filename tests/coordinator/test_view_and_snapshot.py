@@ -7,18 +7,9 @@ import json
 import pytest
 
 from se_forwarder.errors import StateError
-from se_forwarder.fleet.coordinator import (
-    Budget,
-    Policy,
-    evaluate,
-    groups,
-    hold,
-    pause,
-    restore,
-    snapshot,
-    status,
-)
-from se_forwarder.fleet.coordinator.client import render_status
+from se_forwarder.fleet.coordinator import Budget, Policy, evaluate, groups, hold, pause, restore, status
+from se_forwarder.fleet.coordinator.api import render_status
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import SET, SOURCE, T0, AgentVm, approved, avset, iso
 

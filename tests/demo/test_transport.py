@@ -16,9 +16,10 @@ from azure.eventhub import EventData
 from se_forwarder.approvals.queue.client import create_if_missing
 from se_forwarder.demo.transport import DemoTransport
 from se_forwarder.demo.transport.hub import LocalHub
-from se_forwarder.fleet.coordinator.blobs import Lease, ensure_container
-from se_forwarder.fleet.coordinator.hub import Batch, HubPublisher, HubReader, Position, partition_ends
-from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.ha import Lease, ensure_container
+from se_forwarder.fleet.coordinator.input import Batch, HubReader, Position, partition_ends
+from se_forwarder.fleet.coordinator.output import HubProducer as HubPublisher
 from tests.support.waiting import wait_for
 
 HUB = EventHubSettings("local", "scheduled-events", "coordinator", Access())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from se_forwarder.fleet.coordinator.service_config import load
+from se_forwarder.fleet.coordinator.config import load
 
 from .conftest import REPO
 from .systemd import MAX_EXPOSURE, unit_settings
@@ -51,7 +51,7 @@ def test_every_value_the_example_shows_is_the_default_unless_it_says_otherwise()
     import re
     import tomllib
 
-    from se_forwarder.fleet.coordinator.service_config import from_dict
+    from se_forwarder.fleet.coordinator.config import from_dict
 
     text = EXAMPLE.read_text()
     whole = from_dict(tomllib.loads(text))

@@ -11,9 +11,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator.attestation import Attested, verify
-from se_forwarder.fleet.coordinator.attestation_roots import anchors
-from se_forwarder.fleet.coordinator.hub import decode
+from se_forwarder.fleet.coordinator.config.anchors import anchors
+from se_forwarder.fleet.coordinator.edge import Attested, verify
+from se_forwarder.fleet.coordinator.input import decode
 from se_forwarder.identity.attested import nonce_for
 from se_forwarder.model import Kind
 from se_forwarder.simulator import SimulatorServer

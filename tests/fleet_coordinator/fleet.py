@@ -20,7 +20,7 @@ from typing import Any
 import requests
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator.tokens import read_tokens
+from se_forwarder.fleet.coordinator.api import read_tokens
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.azure_side import AzureOptions
 from se_forwarder.simulator.topology import Topology

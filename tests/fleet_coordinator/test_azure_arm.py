@@ -11,11 +11,9 @@ from typing import Any
 
 import pytest
 
-from se_forwarder.fleet.coordinator.azure_ack import Acknowledger
-from se_forwarder.fleet.coordinator.azure_config import AzureSettings
-from se_forwarder.fleet.coordinator.azure_graph import Graph
-from se_forwarder.fleet.coordinator.azure_paths import ACK_API_VERSION
-from se_forwarder.fleet.coordinator.reach import Reach
+from se_forwarder.fleet.coordinator.azure import Acknowledger, Graph, Reach
+from se_forwarder.fleet.coordinator.config import AzureSettings
+from se_forwarder.fleet.coordinator.decide.arm_path import ACK_API_VERSION
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.azure_side import AzureOptions
 from se_forwarder.simulator.topology import Topology

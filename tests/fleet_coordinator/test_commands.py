@@ -147,7 +147,7 @@ def test_a_plaintext_connection_string_to_a_remote_host_is_refused_in_one_line(
 def test_check_warns_when_group_or_others_can_read_the_signing_key_or_the_token_file(
         files: dict[str, Path]) -> None:
     from se_forwarder.fleet.coordinator import check
-    from se_forwarder.fleet.coordinator.service_config import load
+    from se_forwarder.fleet.coordinator.config import load
 
     settings = load(config(files))
     files["key"].chmod(0o640)

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from se_forwarder.fleet.coordinator.hub import Batch, HubReader
-from se_forwarder.fleet.coordinator.inbox import Inbox
-from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.input import Batch, HubReader, Inbox
 from tests.eventhubs.broker import EventHubsBroker
 from tests.support.waiting import wait_for
 

@@ -12,18 +12,20 @@ import json
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator import FleetState, Policy, observe, pause, trust
-from se_forwarder.fleet.coordinator.hub import HubPublisher
+from se_forwarder.fleet.coordinator import FleetState, Policy, observe, pause
+from se_forwarder.fleet.coordinator.azure import parts
+from se_forwarder.fleet.coordinator.config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.edge import trust
+from se_forwarder.fleet.coordinator.output import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.output import HubProducer as HubPublisher
 from se_forwarder.fleet.coordinator.output import Outgoing, Output
-from se_forwarder.fleet.coordinator.reach import parts
-from se_forwarder.fleet.coordinator.sender import Sender, Signer
-from se_forwarder.fleet.coordinator.service_config import Access, EventHubSettings
+from se_forwarder.fleet.coordinator.signer import Signer
+from se_forwarder.fleet.coordinator.stats import Health
 from tests.eventhubs.broker import EventHubsBroker
 from tests.support.waiting import wait_for
 
@@ -60,10 +62,7 @@ def output(broker: EventHubsBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def healthz(output: Output) -> tuple[bool, str]:
     """observe.health of a service that has only this output (every part answers)."""
-    service = SimpleNamespace(reach=parts(), positions={}, state=FleetState(), output=output,
-                              acting=lambda: True, why_not=lambda: "",
-                              leadership=SimpleNamespace(term=SimpleNamespace(number=1)))
-    return observe.health(service)  # type: ignore[arg-type]
+    return observe.health(Health("leader", True, True, "", 0, {}, (), output.unsigned))
 
 
 def test_a_decision_waits_unpublished_while_the_key_cannot_be_read_and_healthz_says_so(

@@ -33,7 +33,7 @@ import pytest
 import requests
 
 from se_forwarder.approvals.queue import queue_name
-from se_forwarder.fleet.coordinator.tokens import unnamed
+from se_forwarder.fleet.coordinator.api import unnamed
 from tests.azurite import find_binary
 from tests.support.waiting import wait_for
 

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 from se_forwarder.approvals import signing
-from se_forwarder.fleet.coordinator.access import Queues
-from se_forwarder.fleet.coordinator.events import VmRef
-from se_forwarder.fleet.coordinator.reach import Reach
-from se_forwarder.fleet.coordinator.sender import Approval, Sender, Signer
-from se_forwarder.fleet.coordinator.sending import DEADLINE, Sending
-from se_forwarder.fleet.coordinator.service_config import Access, QueueSettings
+from se_forwarder.fleet.coordinator.azure import Queues, Reach
+from se_forwarder.fleet.coordinator.config import Access, QueueSettings
+from se_forwarder.fleet.coordinator.decide import VmRef
+from se_forwarder.fleet.coordinator.output import ApprovalMessages as Sender
+from se_forwarder.fleet.coordinator.output import QueueSender as Sending
+from se_forwarder.fleet.coordinator.output.queue_sender import DEADLINE
+from se_forwarder.fleet.coordinator.signer import Approval, Signer
 from tests.azurite import Azurite, find_binary
 from tests.support.waiting import wait_for
 

@@ -16,12 +16,13 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.errors import ConfigError, StateError
-from se_forwarder.fleet.coordinator import FleetState, snapshot
-from se_forwarder.fleet.coordinator.blobs import Snapshots
-from se_forwarder.fleet.coordinator.hub import Position
-from se_forwarder.fleet.coordinator.keeper import Keeper, Loaded
-from se_forwarder.fleet.coordinator.reach import Reach
-from se_forwarder.fleet.coordinator.sender import Signer
+from se_forwarder.fleet.coordinator import FleetState
+from se_forwarder.fleet.coordinator.azure import Reach
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.ha import Keeper, Loaded
+from se_forwarder.fleet.coordinator.ha import SnapshotBlob as Snapshots
+from se_forwarder.fleet.coordinator.input import Position
+from se_forwarder.fleet.coordinator.signer import Signer
 from tests.azurite import Azurite, find_binary
 from tests.support.waiting import wait_for
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.coordinator_fold import LIMITS, fleet, heartbeat, iso, transition
 from se_forwarder.fleet.coordinator import FleetState, evaluate, fold_json, load_policy, to_dict
-from se_forwarder.fleet.coordinator.fold import fold_event
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
 
 SOURCE = "urn:se-forwarder:coordinator:local"
 POLICY = load_policy({
@@ -158,6 +158,6 @@ class LocalCoordinator:
                 "time": iso(time.time())}
 
     def status(self, all_scopes: bool = False, decisions: int = 50) -> dict[str, Any]:
-        from se_forwarder.fleet.coordinator.view import status
+        from se_forwarder.fleet.coordinator.view.status import status
 
         return status(self.state, self.policy, time.time(), decisions_limit=decisions, all_scopes=all_scopes)

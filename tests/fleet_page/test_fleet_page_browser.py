@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from se_forwarder.fleet.coordinator.tokens import unnamed
+from se_forwarder.fleet.coordinator.api import unnamed
 from tests.fleet_coordinator.fleet import DECISION, TOPOLOGY, Fleet
 from tests.support.waiting import wait_for
 

@@ -14,8 +14,7 @@ import time
 import pytest
 
 from se_forwarder.fleet.coordinator import load_policy
-from se_forwarder.fleet.coordinator.api import ApiServer
-from se_forwarder.fleet.coordinator.tokens import TokenTable
+from se_forwarder.fleet.coordinator.api import ApiServer, TokenTable
 from tests.support.waiting import wait_for
 
 from .browser import chrome, console_errors, dialog_open, give_reason, give_token

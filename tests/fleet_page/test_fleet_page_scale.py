@@ -16,9 +16,8 @@ import requests
 from selenium.webdriver.common.keys import Keys
 
 from se_forwarder.fleet.coordinator.addons import start_addons
-from se_forwarder.fleet.coordinator.api import ApiServer
-from se_forwarder.fleet.coordinator.web.app import is_loopback_client
-from se_forwarder.fleet.coordinator.web.settings import WebSettings
+from se_forwarder.fleet.coordinator.api import ApiServer, is_loopback_client
+from se_forwarder.fleet.coordinator.config import WebSettings
 from tests.support.waiting import wait_for
 
 from .browser import chrome, console_errors

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from se_forwarder.fleet.coordinator.api import ApiServer
-from se_forwarder.fleet.coordinator.fold import fold_event
-from se_forwarder.fleet.coordinator.scopes import index
-from se_forwarder.fleet.coordinator.timeline import spans
+from se_forwarder.fleet.coordinator.decide import index
+from se_forwarder.fleet.coordinator.fold import claimed as fold_event
+from se_forwarder.fleet.coordinator.view import spans
 from tests.support.waiting import wait_for
 
 from .browser import chrome, console_errors

@@ -14,17 +14,12 @@ from concurrent.futures import Future
 import pytest
 
 from se_forwarder.errors import ConfigError
-from se_forwarder.fleet.coordinator import control, load_policy
-from se_forwarder.fleet.coordinator.notifier import (
-    DECISIONS,
-    ChatHook,
-    DecisionFeed,
-    Notifier,
-    NotifySettings,
-    hook_url,
-    load_notify,
-)
-from se_forwarder.fleet.coordinator.service_config import from_dict
+from se_forwarder.fleet.coordinator import load_policy
+from se_forwarder.fleet.coordinator.config import NotifySettings, from_dict, hook_url, load_notify
+from se_forwarder.fleet.coordinator.config.notify import DECISIONS
+from se_forwarder.fleet.coordinator.decide import control
+from se_forwarder.fleet.coordinator.output import ChatHook, Notifier
+from se_forwarder.fleet.coordinator.output import NewDecisions as DecisionFeed
 from se_forwarder.notify import describe
 from tests.coordinator.fleet import T0, AgentVm, Fleet
 from tests.support.chat_receiver import ChatReceiver

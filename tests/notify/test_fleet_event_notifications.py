@@ -18,8 +18,10 @@ import pytest
 
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import load_policy
-from se_forwarder.fleet.coordinator.event_feed import EVENTS, EventFeed
-from se_forwarder.fleet.coordinator.notifier import DECISIONS, ChatHook, Notifier, NotifySettings, load_notify
+from se_forwarder.fleet.coordinator.config import NotifySettings, load_notify
+from se_forwarder.fleet.coordinator.config.notify import DECISIONS, EVENTS
+from se_forwarder.fleet.coordinator.output import ChatHook, Notifier
+from se_forwarder.fleet.coordinator.output import EventStages as EventFeed
 from se_forwarder.notify import describe
 from se_forwarder.notify.describe import when_text
 from se_forwarder.notify.fleet import vms_label

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator.client import render_status as coordinator_status
+from se_forwarder.fleet.coordinator.api import render_status as coordinator_status
 from se_forwarder.fleet.tail import FleetTable
 from se_forwarder.printable import CONTROLS, escape_controls, has_controls, strip_controls, strip_tree
 from se_forwarder.status import render_status as agent_status

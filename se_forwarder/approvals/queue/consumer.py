@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...backoff import Backoff
 from ...errors import one_line
 from ...imds import ImdsClient, ImdsError
 from ...model import Document, VmIdentity
@@ -45,7 +46,7 @@ RETRY_SECONDS = 1  # how long a waiting message stays invisible before it is loo
 POST_RETRY_SECONDS = 2  # after a failed approval POST
 MAX_POISON_ATTEMPTS = 5  # a refused message is dropped if the poison queue fails this often
 POISON_ORIGINAL_CHARS = 4096  # keeps the poison message well under the 64 KiB queue limit
-BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+BACKOFF = Backoff(steps=(1.0, 2.0, 5.0, 10.0, 30.0))
 
 
 class Approving(Protocol):
@@ -143,7 +144,7 @@ class QueueConsumer:
 
     def _problem(self, text: str) -> float:
         self._failures += 1
-        delay = BACKOFF[min(self._failures - 1, len(BACKOFF) - 1)]
+        delay = BACKOFF.delay(self._failures)
         level = logging.WARNING if text != self._last_problem else logging.DEBUG
         log.log(level, "%s (retry in %.0f s)", text, delay)
         self._last_problem = text

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...agent import Transport
-from ...fleet.coordinator.access import Clients
+from ...fleet.coordinator.azure import Clients
 from .blobs import LocalContainer
 from .hub import NAMESPACE, LocalHub
 from .queues import LocalQueueService

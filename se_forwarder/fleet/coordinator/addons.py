@@ -1,6 +1,6 @@
 """What ``coordinator run`` starts next to the service when ``coordinator.toml`` asks for it: the
-chat notifications (``[[notify]]``, notifier.py) and the fleet page's own listener (``[web]``,
-web/settings.py; the page is on the control API's listener in any case).
+chat notifications (``[[notify]]``, output/chat.py) and the fleet page's own listener (``[web]``,
+config/web.py; the page is on the control API's listener in any case).
 
 ``coordinator run`` calls ``start_addons(service, settings)`` once the API listens, and ``stop()``
 after the service stopped.
@@ -29,9 +29,9 @@ class Addons:
 
 def start_addons(service: Any, settings: Any) -> Addons:
     """Start what is configured; ConfigError (one line) when a hook URL or the web port is unusable."""
-    from .api import ApiServer
-    from .notifier import Notifier
-    from .tokens import read_tokens
+    from .api.server import ApiServer
+    from .api.tokens import read_tokens
+    from .output.chat import Notifier
 
     notifier = Notifier.from_settings(settings.notify, service) if settings.notify else None
     web = None

@@ -25,10 +25,10 @@ from ...approvals import signing
 from ...errors import describe
 from ...sinks.azure_common import scrub
 from ...telemetry import redact
-from . import access
-from .azure_config import AzureSettings
-from .service_config import EventHubSettings, ServiceSettings
-from .tokens import read_tokens
+from .api.tokens import read_tokens
+from .azure import clients as access
+from .config.azure import AzureSettings
+from .config.service import EventHubSettings, ServiceSettings
 
 WARN = "warn"
 
@@ -163,7 +163,7 @@ def _running(settings: ServiceSettings) -> tuple[bool | None, str]:
 
 
 class _Graph:
-    """Resource Graph and the acknowledge probe, with the coordinator's own clients (azure_graph.py)."""
+    """Resource Graph and the acknowledge probe, with the coordinator's own clients (azure/graph.py)."""
 
     NIL = "00000000-0000-0000-0000-000000000000"
 
@@ -172,7 +172,7 @@ class _Graph:
         self.vm = ""  # a VM the identity can read, for the probe
 
     def read(self) -> tuple[bool | str | None, str]:
-        from .azure_graph import EVENTS, Graph
+        from .azure.graph import EVENTS, Graph
 
         settings = self.settings
         graph = Graph(settings, access.azure_credential(settings), deadline=60)
@@ -191,7 +191,7 @@ class _Graph:
                       f"{len(events)} scheduled event(s) readable in {subs}")
 
     def acknowledge(self) -> tuple[bool | str | None, str]:
-        from .azure_ack import Acknowledger
+        from .azure.acknowledge import Acknowledger
 
         if not self.vm:
             return None, "no VM readable to probe the acknowledge permission on"

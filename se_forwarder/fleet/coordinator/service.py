@@ -1,36 +1,26 @@
 """The coordinator service: the fold kept warm from the hub, decisions made while leading.
 
 One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, carries out
-the API's requests, and, while this instance acts (it leads and has caught up, leader.py), runs a
+the API's requests, and, while this instance acts (it leads and has caught up, ha/election.py), runs a
 decision pass whenever new input arrived (at most every 50 ms) and at least once a second (the
 clock matters: echo timeouts, min_healthy, heartbeats going stale). Each decision is folded at once
-and handed to the output (output.py), which publishes it; each pass also tells the output which
-approvals want their message (decide.py's ``sends``), and every message that went out comes back
+and handed to the output (output/publish.py), which publishes it; each pass also tells the output which
+approvals want their message (decide/evaluate.py's ``sends``), and every message that went out comes back
 as a ``sent`` record, folded and published like a decision. Every minute it prunes; while acting,
 every ``snapshot_interval`` it saves the fold with the positions it covers, when nothing is
 waiting to be published.
 
 The loop never waits for the storage account, the queues or the hub: the lease, publishing,
 sending and the snapshot's upload and download all run on threads of their own with deadlines
-(keeper.py, leader.py, output.py, sending.py, reach.py), so the API, ``/healthz`` and
-``/metrics`` answer during any outage. It says once when this instance stops acting and why, and
-once when it acts again.
+(ha/keeper.py, ha/election.py, output/publish.py, output/queue_sender.py, azure/reach.py), so the
+API, ``/healthz`` and ``/metrics`` answer during any outage. It says once when this instance stops
+acting and why, and once when it acts again.
 
-Azure's input (``[azure]``, azure_input.py): the Azure feed hub is read beside the agents' hub into
-the same inbox (readers.py), its positions kept and snapshotted with theirs, and a new leader reads
-it to its end too; the Resource Graph catch-ups come back from their own thread and are folded. An
-approval through ARM (``Via: "arm"``) gets no message: it is acknowledged once published, off the
-loop with a deadline, and what Azure answered is published as an ``acknowledge`` record, the way
-a message that went out is published as a ``sent`` one (``_take_records``).
-
-Input rules: every event read from the agents' hub passes the gate first (admission.py around gate.py,
-with trust.py's verdicts): agents' registrations bind each vmId to its key, their reports are
-folded when signed by that key, and this coordinator's own decisions when signed by a trusted key;
-decisions of another coordinator name (``foreign``: a shadow coordinator under its own name can
-watch the same hub as a live one), forgeries and refused reports are counted by reason and dropped
-(one log line a minute per reason). A registration whose attested document needs an intermediate
-not configured waits while intermediates.py fetches it on its own thread. The decisions this
-instance makes are folded as it makes them, before they are signed and published (output.py).
+Every batch read, from the agents' hub or the Azure feed hub (input/hubs.py), goes through
+input/admission.py, the trust boundary. With ``[azure]`` (input/azure.py) the Resource Graph catch-ups
+come back from their own thread and are folded; an approval through ARM (``Via: "arm"``) gets no
+message: it is acknowledged once published, off the loop, and what Azure answered is published as
+an ``acknowledge`` record, the way a message that went out is a ``sent`` one (``_take_records``).
 
 A standby folds the same input and makes no decision. Control requests that change something are
 refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
@@ -46,7 +36,6 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -54,28 +43,32 @@ from typing import Any
 
 from ...approvals import signing
 from ...errors import SeForwarderError
-from . import access, observe
-from .admission import Admission
-from .azure_input import AzureInput
-from .blobs import Lease, Snapshots, ensure_container
-from .control import OVERRIDE, ControlRefused
-from .decide import Evaluation, evaluate
-from .events import Decision, Recorded, sent, to_dict
-from .fold import FOLDED, fold_event
-from .hub import Batch, HubPublisher, Position
-from .inbox import Inbox
-from .keeper import Keeper, Loaded
-from .leader import Leadership
-from .output import Outgoing, Output
-from .queues import QueueConflictLog
-from .reach import Reach, parts
-from .readers import FEED, Readers
-from .retention import prune
-from .sender import Approval, Sender, Signer
-from .service_config import ServiceSettings
-from .snapshot import snapshot
-from .state import FleetState
-from .view import status
+from .azure import clients as access
+from .azure.reach import Reach, parts
+from .config.service import ServiceSettings
+from .decide.control import OVERRIDE, ControlRefused
+from .decide.evaluate import Evaluation, evaluate
+from .decide.events import Decision, Recorded, sent, to_dict
+from .decide.queues import QueueConflictLog
+from .fold.dispatch import FOLDED, OWN, fold_event
+from .fold.retention import prune
+from .fold.snapshot import snapshot
+from .fold.state import FleetState
+from .ha.election import LeaderElection
+from .ha.keeper import Keeper, Loaded
+from .ha.lease import Lease, ensure_container
+from .ha.snapshot_blob import SnapshotBlob
+from .input.admission import BatchAdmission
+from .input.azure import AzureInput
+from .input.hub_reader import Batch, Position
+from .input.hubs import Hubs
+from .input.inbox import Inbox
+from .output.hub_producer import HubProducer
+from .output.messages import ApprovalMessages
+from .output.publish import Outgoing, Output
+from .signer import Approval, Signer
+from .stats import FleetStats, Health, Reachability, Stats, fleet_stats
+from .view.status import status
 
 log = logging.getLogger("se_forwarder.coordinator")
 
@@ -117,38 +110,35 @@ class Service:
             if settings.coordinator_keys else []
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
-        self.admission = Admission(self.source, self.signer.verify_keys, settings.trust, settings.limits)
-        self.gate, self.stats = self.admission.gate, self.admission.gate.stats
+        self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
+                                   self.azure.fold_feed if self.azure is not None else None)
+        self.gate = self.admission.gate
         container = clients.container(settings.storage)
-        self.keeper = Keeper(Snapshots(container, settings.name, self._hub_label(), self.signer.key,
+        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.readers = Readers(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
-        self.leadership = Leadership(  # a new leader reads both hubs up to their ends before it acts
+        self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            self.readers.ends, self.reach["storage"], self.reach["hub-read"])
-        self.sender = Sender(clients.queues(settings.queues), self.signer, settings.queues.template,
-                             settings.queues.message_ttl)
-        self.output = Output(HubPublisher(settings.eventhub, self.source, clients.producer), self.sender,
-                             self.source, self.leadership.may_act, self._lost, self._on_sent,
+            self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
+        self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
+                                         settings.queues.template, settings.queues.message_ttl)
+        self.output = Output(HubProducer(settings.eventhub, self.source, clients.producer), self.messages,
+                             self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
 
     # -- life -----------------------------------------------------------------------------------
-
-    def _hub_label(self) -> str:
-        hub = self.settings.eventhub
-        return f"{hub.namespace or '(connection string)'}/{hub.eventhub}/{hub.consumer_group}"
 
     def run(self) -> int:
         self.keeper.load()  # creates the container first, off the loop
         if self.azure is not None:
             self.azure.start()
         self.output.start()
-        self.leadership.start()
+        self.election.start()
         last_pass = last_prune = last_save = 0.0
         try:
             while not self.stop.is_set():
@@ -193,12 +183,12 @@ class Service:
             log.info("fold restored from the snapshot written by %s at %s; reading on from %s",
                      found.instance, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(found.written_at)),
                      ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(loaded.positions.items())) or "-")
-        elif not loaded.refused:  # a refused snapshot was said in one line already (keeper.py)
+        elif not loaded.refused:  # a refused snapshot was said in one line already (ha/keeper.py)
             log.info("no snapshot: reading the hub from the start of its retention")
         self.inbox.clear()  # what a reader that was closed still handed on
         self.state, self.positions = loaded.state, loaded.positions
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
-        self.readers.start(self.positions)
+        self.hubs.start(self.positions)
         self._ready = True
 
     def _rebuild(self) -> None:
@@ -208,19 +198,19 @@ class Service:
             return
         self._rebuilt_terms.add(term)
         self._ready = False
-        self.keeper.load(before=self.readers.close)
+        self.keeper.load(before=self.hubs.close)
 
     def _lost(self, term: int) -> None:
         self._rebuild_term = term
 
     def _shutdown(self) -> None:
-        leading = self.leadership.term is not None
+        leading = self.election.term is not None
         self.output.close(15)
         if leading and self.output.idle() and not self.output.gave_up and self.acting():
             self.keeper.save_now(snapshot(self.state), self.positions, 20)
-        self.leadership.stop(release=True)
-        self.readers.close()
-        self.sender.queues.close()
+        self.election.stop(release=True)
+        self.hubs.close()
+        self.messages.queues.close()
         self.output.publisher.drop()
         self.admission.close()
         if self.azure is not None:
@@ -229,29 +219,22 @@ class Service:
     # -- the fold -------------------------------------------------------------------------------
 
     def _fold_available(self, wait: float) -> None:
-        for chunk in self.inbox.turn(wait):  # a turn's worth (inbox.py), then requests and the clock
+        for chunk in self.inbox.turn(wait):  # a turn's worth (input/inbox.py), then requests and the clock
             self._fold(chunk)
 
     def _fold(self, batch: Batch) -> None:
-        if self.azure is not None and batch.partition.startswith(FEED):  # the feed hub: not the gate's
-            self.azure.fold_feed(self.state, batch)  # checked at the edge (azure_facts.py)
-        else:
-            self.admission.fold(self.state, batch)
+        self.admission.fold(self.state, batch)
         if batch.events:
             self.positions[batch.partition] = batch.events[-1][1]
         self.last_input = batch.arrived
         self._dirty = True
 
-    @property
-    def refused(self) -> Counter[str]:
-        return self.admission.refused
-
     # -- deciding -------------------------------------------------------------------------------
 
     def acting(self) -> bool:
-        term = self.leadership.term
+        term = self.election.term
         return (self._ready and self._rebuild_term is None and term is not None
-                and self.leadership.may_act(term.number) and self.leadership.caught_up(self.positions))
+                and self.election.may_act(term.number) and self.election.caught_up(self.positions))
 
     def why_not(self) -> str:
         """Why this instance does not act now ("" when it does)."""
@@ -259,13 +242,13 @@ class Service:
             storage = self.reach["storage"]
             problem = f" ({storage.last_error})" if not storage.reachable else ""
             return f"it is loading the fold from the snapshot{problem}"
-        return self.leadership.why_not(self.positions)
+        return self.election.why_not(self.positions)
 
     def _say_acting(self, acting: bool) -> None:
         if acting == self._acting:
             return
         self._acting = acting
-        term = self.leadership.term
+        term = self.election.term
         if acting and term is not None:
             log.info("this instance acts as the leader (term %d, %.1f s after it took the lease)",
                      term.number, time.monotonic() - term.began)
@@ -273,7 +256,7 @@ class Service:
             log.warning("this instance stopped acting: %s", self.why_not() or "it no longer leads")
 
     def _decide(self, now: float) -> None:
-        term = self.leadership.term
+        term = self.election.term
         if term is None:
             return
         trigger = self.last_input if self._dirty else None
@@ -290,13 +273,13 @@ class Service:
                  done: Future[Any] | None = None) -> str:
         """Fold ``decision``, then hand it to the output; the fold's outcome (published only when
         ``folded``: what would not fold here would not fold anywhere)."""
-        outcome = fold_event(self.state, to_dict(decision, self.source))
+        outcome = fold_event(self.state, to_dict(decision, self.source), sender=OWN)
         extra = {"event_id": decision.event_id, "reason": decision.code}
         if outcome != FOLDED:
             log.error("%s %s not published: it does not fold (%s)", decision.kind, decision.id[:200],
                       outcome, extra=extra)
             return outcome
-        self.decisions_made += decision.kind not in RECORDS  # no decision (sending.py, azure_ack.py log them)
+        self.decisions_made += decision.kind not in RECORDS  # records are logged where made
         over = [f"{u.scope} {u.with_event}/{u.max}" for u in decision.budgets if not u.fits]
         if decision.kind == "approve" and (over or decision.code == OVERRIDE):
             log.warning("%s %s OVERRIDES budgets (%s) on the word of %s: %s", decision.kind,
@@ -305,7 +288,7 @@ class Service:
         elif decision.kind not in RECORDS:
             log.info("%s %s: %s", decision.kind, decision.subject, decision.reason, extra=extra)
         if self.azure is not None:  # an approval through ARM is acknowledged once published
-            done = self.azure.once_published(self.state, decision, term, self.leadership.may_act, done)
+            done = self.azure.once_published(self.state, decision, term, self.election.may_act, done)
         self.output.put(Outgoing(decision, term, trigger, done))
         return outcome
 
@@ -323,7 +306,7 @@ class Service:
             except queue.Empty:
                 return
             approval = self.state.decisions.get(approval_id)
-            if approval is not None and self._ready and self.leadership.may_act(term):
+            if approval is not None and self._ready and self.election.may_act(term):
                 self._publish(make(approval), term)
 
     # -- requests from the API (run on this thread) ---------------------------------------------
@@ -349,15 +332,15 @@ class Service:
     def control(self, make: Callable[[FleetState, float], Decision]) -> tuple[Decision, Future[Any]]:
         """Make a control decision (on this thread) and publish it; it, and the future of its publication."""
         if not self.acting():
-            holder, why = self.leadership.holder, self.why_not()
-            if (self.leadership.term is None and self._ready and holder is not None and holder.api
+            holder, why = self.election.holder, self.why_not()
+            if (self.election.term is None and self._ready and holder is not None and holder.api
                     and self.reach["storage"].reachable):
                 raise NotLeading(f"this instance ({self.settings.instance}) is a standby ({why}); send "
                                  f"control requests to the leader ({holder.instance} at {holder.api})",
                                  holder.api)
             raise NotLeading(f"this instance ({self.settings.instance}) cannot act now: {why}; "
                              "try again in a few seconds")
-        term = self.leadership.term
+        term = self.election.term
         assert term is not None
         decision = make(self.state, time.time())
         published: Future[Any] = Future()
@@ -376,8 +359,39 @@ class Service:
         return result
 
     def describe(self) -> dict[str, Any]:
-        """The ``service`` member of ``status`` (observe.py)."""
-        return observe.describe(self)
+        """The ``service`` member of ``status`` and ``/v1/state``."""
+        return self.stats().as_data()
+
+    # -- what observe.py renders (stats.py) -------------------------------------------------------
+
+    def health(self) -> Health:
+        """What the parts record now (read off the loop: never the fold's contents)."""
+        acting = self.acting()
+        return Health(
+            self.election.role(acting), self.election.term is not None, acting,
+            "" if acting else self.why_not(), len(self.state.vms),
+            {p: pos.sequence for p, pos in list(self.positions.items())},
+            tuple((r.failing_for(), r.line()) for r in self.reach.values() if not r.reachable),
+            self.output.unsigned)
+
+    def stats(self) -> Stats:
+        """Every counter and size, on the service thread (``submit``)."""
+        acting, state = self.acting(), self.state
+        return Stats(
+            self.settings.name, self.settings.instance, self.source, self.election.role(acting),
+            self.election.term is not None, acting, "" if acting else self.why_not(),
+            self.election.leader(self.settings.instance),
+            {p: pos.sequence for p, pos in sorted(self.positions.items())}, self.admission.counts(state),
+            self.output.counts(), self.decisions_made, len(state.vms), len(state.open_events),
+            len(state.identities), None if self.last_input is None else time.monotonic() - self.last_input,
+            {name: Reachability(r.reachable, r.failures, r.overdue, r.last_success, r.as_data())
+             for name, r in self.reach.items()},
+            self.azure.describe() if self.azure is not None else None)
+
+    def fleet_stats(self) -> FleetStats:
+        """What costs a pass over the fleet (``/metrics`` only), on the service thread."""
+        counts = dict(self.azure.counts) if self.azure is not None else None
+        return fleet_stats(self.state, self.policy, counts)
 
     def digest(self) -> str:
         text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,212 @@
+"""The control commands' side of the API: requests to a running coordinator, and ``status`` as text.
+
+The base URL and the token come from ``coordinator.toml`` (``[api] listen`` or ``advertise``, and
+``token_file``), or from ``--url`` and ``--token-file``. The token is only ever read from a file (the
+first entry of a token table, tokens.py), and the coordinator records each action under that
+token's name in its own table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from ....errors import ConfigError, SeForwarderError
+from ....printable import strip_tree
+from .tokens import read_tokens
+
+TIMEOUT = 20.0
+
+
+class Refused(SeForwarderError):
+    """The coordinator answered with an error; the message is its one line."""
+
+
+class Client:
+    def __init__(self, base_url: str, token_file: str) -> None:
+        self.base = base_url.rstrip("/")
+        self.token = read_tokens(token_file).first
+        self.http = requests.Session()
+        self.http.trust_env = False  # the API is local or on the private network: no proxy
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, f"{self.base}{path}", timeout=TIMEOUT,
+                                         headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+        except requests.RequestException as exc:
+            raise SeForwarderError(f"cannot reach the coordinator at {self.base} ({type(exc).__name__}): "
+                                   "is it running, and is this [api] listen?") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        if response.status_code == 401:
+            raise ConfigError(f"the coordinator at {self.base} refused the token (api.token_file)")
+        if response.status_code >= 400:
+            text = body.get("error") if isinstance(body, dict) else None
+            code = body.get("code") if isinstance(body, dict) else None
+            prefix = f"refused ({code}): " if code else ""
+            raise Refused(f"{prefix}{text or f'HTTP {response.status_code}'}")
+        return body
+
+    def status(self, all_scopes: bool = False, decisions: int = 20) -> dict[str, Any]:
+        params = {"decisions": str(decisions), **({"all": "1"} if all_scopes else {})}
+        result: dict[str, Any] = self._call("GET", "/v1/status", params=params)
+        return result
+
+    def act(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/{kind}", json=body)
+        return result
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """``coordinator status`` for people: who leads, scopes with budget use, what waits and why, and
+    the VMs not watched. Names and reasons come from VMs: their control characters are stripped."""
+    s: dict[str, Any] = strip_tree(status)
+    svc = s.get("service", {})
+    leader = svc.get("leader") or {}
+    lines = [f"coordinator {svc.get('name')}: this instance {svc.get('instance')} is {svc.get('role')}"
+             + (f"; leader {leader.get('instance')} at {leader.get('api')}" if svc.get("role") == "standby"
+                and leader else "")
+             + ("; SHADOW MODE (nothing is sent)" if s.get("shadow") else "")
+             + (f"; inside blackout {s['blackout']!r}" if s.get("blackout") else "")]
+    if svc.get("notActing") and svc.get("role") != "standby":
+        lines.append(f"not acting: {svc['notActing']}")
+    lines += _reachability(svc.get("reachability") or {}, svc.get("pendingSends") or 0)
+    fleet = s.get("fleet", {})
+    lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
+                 f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
+                 f"{fleet.get('openEvents', 0)} open events")
+    lines += _refusals(s, svc)
+    lines += _scopes(s)
+    lines += _events(s)
+    lines += _azure(s)
+    lines += _fleet_notes(s)
+    return "\n".join(lines)
+
+
+def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
+    """What the edge refused (by reason), and what is paused or held."""
+    lines: list[str] = []
+    refused = svc.get("refused") or {}
+    refused_azure = refused.get("azure", 0)
+    if refused_azure:
+        lines.append(f"REFUSED: {refused_azure} event(s) of Azure's own types on the agents' hub (only the "
+                     "Azure feed hub carries Azure's events; a VM sent them)")
+    forged = refused.get("forged", 0)
+    if forged:
+        lines.append(f"FORGED: {forged} decision(s) in this coordinator's name that did not verify were "
+                     "dropped (someone who can send to the hub published them)")
+    others = {code: n for code, n in refused.items() if n and code not in ("forged", "foreign")}
+    if others:
+        lines.append("REFUSED from the hub: " + ", ".join(f"{code} {n}" for code, n in sorted(others.items()))
+                     + " (reports and registrations that did not verify: see docs/coordinator.md#trust)")
+    for p in s.get("paused", []):
+        lines.append(f"paused: {p['scope']} since {p['since']} by {p['actor']}: {p['reason']}")
+    for h in s.get("held", []):
+        lines.append(f"held: {h['eventId']} since {h['since']} by {h['actor']}: {h['reason']}")
+    return lines
+
+
+def _scopes(s: dict[str, Any]) -> list[str]:
+    """Each scope in use with its budget use, and the totals by kind."""
+    lines: list[str] = []
+    lines += ["", "SCOPES (budget use)"]
+    scopes = s.get("scopes", [])
+    if scopes:
+        width = max(len(x["scope"]) for x in scopes)
+        lines.append(f"  {'SCOPE':<{width}}  USED/MAX  SIZE  PAUSED")
+        for x in scopes:
+            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {x['size']:>4}  "
+                         f"{'yes' if x['paused'] else ''}")
+    else:
+        lines.append("  none in use")
+    totals = s.get("scopeTotals", {})
+    if totals:
+        lines.append("  " + ", ".join(f"{kind}: {t['full']} of {t['scopes']} full" for kind, t in
+                                      sorted(totals.items())))
+    return lines
+
+
+def _events(s: dict[str, Any]) -> list[str]:
+    """The pending events with what each waits for, the started ones, shared queues."""
+    lines: list[str] = []
+    lines += ["", "PENDING EVENTS (earliest NotBefore first)"]
+    pending = s.get("pending", [])
+    for p in pending:
+        affected = ", ".join(p.get("affected") or p.get("resources") or []) or "-"
+        lines.append(f"  {p['eventId']}  {p.get('eventType') or '?':<8}  NotBefore "
+                     f"{p.get('notBeforeUtc') or '-'}  {affected}")
+        lines.append(f"      {p['reasonCode']}: {p['reason']}")
+    if not pending:
+        lines.append("  none")
+    started = s.get("started", [])
+    if started:
+        lines += ["", "STARTED"]
+        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
+                  f"{', '.join(x.get('affected') or [])}" for x in started]
+    conflicts = s.get("queueConflicts") or []
+    if conflicts:
+        lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
+        lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
+    return lines
+
+
+def _fleet_notes(s: dict[str, Any]) -> list[str]:
+    """VMs that claim one name, identity keys that changed or are shared, VMs not watched."""
+    lines: list[str] = []
+    named = s.get("nameConflicts") or []
+    if named:
+        lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
+        lines += [f"  {c['name']}: {', '.join(c['vms'])}" for c in named]
+    keys = s.get("identities") or {}
+    if keys.get("rekeyed") or keys.get("sharedKeys"):
+        lines += ["", "IDENTITY KEYS"]
+        lines += [f"  {r['name'] or r['vmId']} ({r['vmId']}) registered a new key {r['new']} at {r['time']}, "
+                  f"replacing {r['old']}" for r in keys.get("rekeyed", [])[:10]]
+        lines += [f"  key {k['keyid']} is registered for several VMs (a copied state directory?): "
+                  f"{', '.join(k['vms'])}" for k in keys.get("sharedKeys", [])]
+    lines += ["", "VMS NOT WATCHED (no heartbeat within heartbeat_timeout)"]
+    unwatched = s.get("unwatched", [])
+    for u in unwatched:
+        age = u.get("heartbeatAgeSeconds")
+        last = f"last heartbeat {age:.0f} s ago" if age is not None else "no heartbeat yet"
+        lines.append(f"  {u['name']}  {u.get('group') or '-'}  {last}")
+    if not unwatched:
+        lines.append("  none")
+    return lines
+
+def _reachability(parts: dict[str, Any], pending: int) -> list[str]:
+    """One line per part the service depends on: reachable or not, and its last success."""
+    lines = []
+    for name, r in parts.items():
+        last = f"last success {r.get('lastSuccess') or 'never'}"
+        if r.get("reachable", True):
+            lines.append(f"  {name:<12} ok           {last}")
+        else:
+            lines.append(f"  {name:<12} UNREACHABLE  since {r.get('failingSince')}, {last}: "
+                         f"{r.get('lastError')}")
+    if pending:
+        lines.append(f"  {pending} approval message(s) waiting to be sent")
+    return ["reachability:", *lines] if lines else []
+
+
+def _azure(s: dict[str, Any]) -> list[str]:
+    """The AZURE part of ``status``: freshness of Azure's view, agentless VMs, disagreements."""
+    azure = s.get("azure")
+    if not azure:
+        return []
+    ages = ", ".join(f"{sub} {age:.0f} s ago" for sub, age in (azure.get("syncedAgeSeconds") or {}).items())
+    lines = ["", f"AZURE: {azure.get('vms', 0)} VMs, {azure.get('events', 0)} events; last complete "
+             f"catch-up: {ages or 'none yet'}"]
+    agentless = azure.get("agentless") or []
+    lines.append(f"  agentless (Azure lists them, no agent reports): {', '.join(agentless) or 'none'}")
+    findings = azure.get("findings") or []
+    lines.append(f"  Azure and an agent disagree ({len(findings)}; Azure's is used):" if findings
+                 else "  Azure and the agents agree")
+    for f in findings:
+        where = f" for {f['eventId']}" if f.get("eventId") else ""
+        lines.append(f"    {f['name']}: {f['field']}{where}: agent says {f['agent'] or '-'}, "
+                     f"Azure says {f['azure'] or '-'}")
+    return lines

@@ -1,0 +1,211 @@
+"""Which VMs are unavailable now, and why: the conservative count (fleet-coordinator.md). Pure.
+
+Each VM's state for an event is its own word (fold/reports.py): what its peers say about the event
+can make it count as down, never as back. For an event the fold keeps open or still settling, a VM
+the event affects (its Resources resolved, scopes.py) is *done* with it once it reported the event
+completed or canceled itself, or, for an event someone reported Started, when its newest heartbeat
+polled IMDS more than ``heartbeat_timeout`` after anyone last reported the event and did not list
+it (an agent that missed the event's end, or the whole event). For an event Azure reported
+(its feed, Resource Graph: fold/azure.py), Azure's word wins: every VM the event affects is done
+when Azure shows it Completed (at that time, or its own later completed report) or Canceled, and
+none is while Azure still shows it Scheduled or Started, whatever an agent reported; so an agentless
+VM, which never reports, is done when Azure says so. Until then, for that VM:
+
+==================  ==============================================================================
+reason              when (first that applies; the reasons of all events and VMs then merge in
+                    this order)
+==================  ==================================================================================
+``started``         anyone reported it Started or completed (Azure starts an event for all its
+                    Resources at once), or an unverified report claimed so (``doubted``); or it
+                    reported the event Started itself while a name of Resources is no VM's (a
+                    peer's own report does not count it: its IMDS lists the event too)
+``approved``        approved and not done: by a counted coordinator decision, or by an ``approved``
+                    echo from a VM the event affects (only those can approve it on IMDS) or from
+                    ARM (Azure answered the coordinator's ``acknowledge``)
+``prepare-failed``  it reported ``preparefailed`` for the event, and no ``prepared`` after
+``completed``       done, less than ``min_healthy`` ago: after its own completed report, or after
+                    the silence that made it done (the event's last report + heartbeat_timeout)
+``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
+                    group, or one resourceId: all of them (``conflicts``), whatever they say
+``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
+                    (azure_topology.watched)
+==================  ==================================================================================
+
+Everything per decision pass is O(open and settling events x their VMs) plus one pass over the
+VMs for heartbeat ages and names.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..config.policy import Policy
+from ..fold import topology as azure_topology
+from ..fold.azure import ARM
+from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
+from .scopes import ScopeIndex, last_heartbeat, resolve
+
+REASONS = ("started", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
+
+
+def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
+    """The ``approved`` echoes that count: from VMs the event affects, or ARM's (VM -> (time, ApprovedBy))."""
+    affected = set(vms)
+    return {vm: echo for vm, echo in record.echoes.items() if vm == ARM or idx.key(vm) in affected}
+
+
+def counted_approval(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...], policy: Policy) -> bool:
+    """Approved: by an echo that counts, or by a coordinator decision that counts in this mode."""
+    return bool(echoes(idx, record, vms)) or record.last_approval(policy.shadow) is not None
+
+
+def own_ranks(idx: ScopeIndex, record: EventRecord) -> dict[str, int]:
+    """Each VM's own status for the event (a host: record's counted as its VM's)."""
+    out: dict[str, int] = {}
+    for reporter, rank in record.reports.items():
+        vm = idx.key(reporter)
+        out[vm] = max(rank, out.get(vm, 0))
+    return out
+
+
+def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...],
+                policy: Policy) -> dict[str, float | None]:
+    """When each of ``vms`` was done with ``record`` (module docstring): its own completed report,
+    or the silence that made it done; None when it reported the event canceled (never down).
+    VMs not done are absent."""
+    own: dict[str, float] = {}
+    for reporter, moment in record.finished.items():
+        vm = idx.key(reporter)
+        own[vm] = max(moment, own.get(vm, moment))
+    azure = state.azure.events.get(record.key)
+    if azure is not None:  # Azure's word wins (module docstring)
+        if azure.rank == CANCELED:
+            return dict.fromkeys(vms)
+        if azure.rank != COMPLETED or azure.ended_at is None:
+            return {}
+        return {vm: max(own.get(vm, azure.ended_at), azure.ended_at) for vm in vms}
+    ranks = own_ranks(idx, record)
+    silent_from = record.last_report + policy.heartbeat_timeout
+    out: dict[str, float | None] = {}
+    for vm in vms:
+        if vm in own:
+            out[vm] = own[vm]
+        elif ranks.get(vm, 0) >= TERMINAL:
+            out[vm] = None
+        elif record.ran and _silent(state, idx, vm, record, silent_from):
+            out[vm] = silent_from
+    return out
+
+
+def _silent(state: FleetState, idx: ScopeIndex, vm: str, record: EventRecord, after: float) -> bool:
+    """Its newest heartbeat polled after ``after`` and does not list the event."""
+    for key in (vm, *idx.extra_heartbeats.get(vm, ())):
+        record_vm = state.vms.get(key)
+        if record_vm is not None and record_vm.polled is not None and record_vm.polled > after \
+                and record.key not in record_vm.listed:
+            return True
+    return False
+
+
+def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, str]:
+    """VM key -> the first reason it is unavailable now (module docstring); others are absent."""
+    found: dict[str, set[str]] = {}
+    for key in sorted(state.open_events):
+        record = state.events.get(key)
+        if record is not None:
+            _open_event(state, policy, idx, record, now, found)
+    for key in sorted(state.settling - state.open_events):  # every VM of it is done with it
+        record = state.events.get(key)
+        if record is None or record.completed_at is None or record.completed_at + policy.min_healthy <= now:
+            continue
+        for vm, moment in completions(state, idx, record, resolve(state, idx, record).vms, policy).items():
+            if moment is not None and moment + policy.min_healthy > now:
+                found.setdefault(vm, set()).add("completed")
+    for vm in conflicts(state, policy, idx, now):
+        found.setdefault(vm, set()).add("name-conflict")
+    for vm in unwatched(state, policy, idx, now):
+        found.setdefault(vm, set()).add("not-watched")
+    return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())
+            if vm in idx.group_of}
+
+
+def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, now: float,
+                found: dict[str, set[str]]) -> None:
+    """The reasons an event that some VM has not reported over gives its VMs (module docstring)."""
+    resolution = resolve(state, idx, record)
+    affected = resolution.vms
+    ranks = own_ranks(idx, record)
+    done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy)
+    approved = counted_approval(idx, record, affected, policy)
+    # A peer's IMDS lists the event too (an availability set): its Started is about the event, not
+    # itself, unless Resources name a VM nobody goes by (the reporter may be it, by another name).
+    uncertain = bool(resolution.unresolved)
+    for vm, rank in ranks.items():
+        if rank == STARTED and vm not in done and (uncertain or vm in affected):
+            found.setdefault(vm, set()).add("started")
+    for vm in affected:
+        if vm in done:
+            back = done[vm]
+            if back is not None and back + policy.min_healthy > now:
+                found.setdefault(vm, set()).add("completed")
+            continue
+        if record.ran:
+            found.setdefault(vm, set()).add("started")
+        elif approved:
+            found.setdefault(vm, set()).add("approved")
+    for reporter, (failed_at, _) in record.prepare_failed.items():
+        vm = idx.key(reporter)
+        later = failed_at >= record.prepared.get(reporter, float("-inf"))
+        if vm in affected and vm not in done and later:
+            found.setdefault(vm, set()).add("prepare-failed")
+
+
+def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, list[str]]:
+    """VM key -> the other VMs that claim its name in its group or its resourceId, among VMs heard
+    from within ``heartbeat_timeout``. The claims shared by several VMs are found once per index;
+    each pass only looks at those."""
+    shared = idx.cache.get("shared-claims")
+    if shared is None:
+        by_name: dict[tuple[str, str], list[str]] = {}
+        by_id: dict[str, list[str]] = {}
+        vms, group_of = state.vms, idx.group_of
+        for key in idx.members:
+            vm = vms[key]
+            by_name.setdefault((group_of[key], vm.name.lower()), []).append(key)
+            if vm.resource_id:
+                by_id.setdefault(vm.resource_id.lower(), []).append(key)
+        shared = idx.cache["shared-claims"] = [keys for claims in (by_name, by_id) for keys in claims.values()
+                                               if len(keys) > 1]
+    recent = now - policy.heartbeat_timeout
+    out: dict[str, list[str]] = {}
+    for keys in shared:
+        live = [k for k in keys if state.vms[k].last_heard >= recent]
+        if len(live) > 1:
+            for key in live:
+                out[key] = sorted(set(out.get(key, [])) | {k for k in live if k != key})
+    return out
+
+
+def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> set[str]:
+    """VMs of the fleet without a heartbeat for ``heartbeat_timeout`` (cached per index and time)."""
+    if idx.unwatched_at is not None and idx.unwatched_at[0] == (now, policy.heartbeat_timeout):
+        return idx.unwatched_at[1]
+    stale = now - policy.heartbeat_timeout
+    vms, out = state.vms, set[str]()
+    for key in idx.members:
+        beat = vms[key].last_heartbeat
+        if key in idx.extra_heartbeats:
+            beat = last_heartbeat(state, idx, key)
+        if (beat is None or beat < stale) and not azure_topology.watched(state, policy, key, now):
+            out.add(key)
+    idx.unwatched_at = ((now, policy.heartbeat_timeout), out)
+    return out
+
+
+def used(idx: ScopeIndex, down: dict[str, str]) -> Counter[str]:
+    """Unavailable VMs per budgeted scope."""
+    counts: Counter[str] = Counter()
+    for vm in down:
+        for scope in idx.budget_scopes_of.get(vm, ()):
+            counts[scope] += 1
+    return counts

@@ -1,0 +1,321 @@
+"""The decision pass: a pure function of the fold's state, the policy and the clock.
+
+``evaluate(state, policy, now)`` looks at every Scheduled event the fleet reports, earliest
+``NotBefore`` first (then by EventId), and returns the decisions to publish plus, for every such
+event, the verdict (why it waits). It never changes the state: the service folds the decisions it
+publishes (``fold.fold_event(state, events.to_dict(d, source))``) before the next pass, and the
+same decisions come back from the hub harmlessly (deterministic ids).
+
+For each event not yet approved, the rule chain (rules.py) says why it waits, or that it fits.
+
+Every verdict names the VMs the event affects (its Resources resolved, scopes.py), whatever its
+code. A verdict other than ``fits``, ``unmanaged`` or ``due`` is published as a ``defer`` decision
+only when its ReasonCode differs from the event's last recorded defer: once per change of reason (a
+budget that fails in another scope is the same reason; the read model shows the current one).
+``queued`` is what makes "earliest NotBefore first" hold within a scope: an event that does
+not fit keeps the scopes where it failed from later events in the same pass (unless it can never
+fit: see breach), so a later, smaller event cannot overtake it there.
+
+Breach. At its NotBefore Azure starts an event whatever the coordinator does, for all its
+Resources at once. So a managed Scheduled event *breaches* a budgeted scope S when its own
+affected VMs in S alone exceed S's limit: ``|affected ∩ S| > max(S)``. This is certain, not a
+forecast (other VMs of S may be down then too, which would only make it worse). A ``breach``
+decision names those scopes; it is published as soon as the event is resolved (whatever its other
+verdicts: held, paused, too early), once per event and set of scopes (again only if a scope was
+added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
+it reserves no scope.
+
+Approved events (an echo from a VM the event affects or from ARM, or a counted approve decision)
+are not decided again. An approval's message goes out until it is sent: while the latest approve
+decision of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in
+a blackout or past NotBefore, and every budget still fits as for a retry (below: sending it is
+approving it), its id is listed in ``Evaluation.sends`` (the service sends those, under their own
+message id). An approval through ARM (``Via: "arm"``) is never listed: it has no message; the
+service acknowledges it once published, and its ``acknowledge`` record says what Azure answered
+(decide/arm_path.py). An approve decision that got no such echo within ``echo_timeout`` of its
+``sent`` (or ``acknowledge``) record, or whose message its target VM itself (or ARM, for one
+through ARM) rejected (any reason but ``replayed``, ``not-scheduled``, ``unknown-event``), is
+retried as a new ``approve`` (next attempt, ``retry-no-echo`` / ``retry-rejected``) to the next
+watched affected VM by name that has not rejected it (cycling; the same VM when it is the only
+one; through ARM when no VM is left and that path is open), while NotBefore is ahead, the event is
+neither held, paused nor in a blackout, and every budget still fits (``budget``/``unresolved``
+otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
+with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
+as approvals there (so a shadow run paces like a live one) and are ignored by a live run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..config.policy import Policy
+from ..fold import azure as azure_fold
+from ..fold import topology as azure_topology
+from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
+from . import arm_path as azure_paths
+from .availability import echoes, unavailable, used
+from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .rules import first_failing
+from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
+from .wording import hhmm, span
+
+NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why an event waits (or that it was approved) after this pass."""
+
+    event_key: str
+    event_id: str
+    code: str
+    reason: str
+    scope: str | None = None
+    affected: tuple[str, ...] = ()  # VM keys (every verdict: the resolved Resources)
+    budgets: tuple[BudgetUse, ...] = ()
+
+
+@dataclass
+class Evaluation:
+    now: float
+    decisions: list[Decision] = field(default_factory=list)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # event key -> verdict
+    unavailable: dict[str, str] = field(default_factory=dict)  # VM key -> reason (before the pass)
+    used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
+    index: ScopeIndex | None = None
+    sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
+
+
+class DecisionPass:
+    """One evaluation: the unavailable set grows with each approval made in it."""
+
+    def __init__(self, state: FleetState, policy: Policy, now: float) -> None:
+        self.state, self.policy, self.now = state, policy, now
+        self.idx = index(state, policy)
+        self.down = unavailable(state, policy, self.idx, now)
+        self.counts = used(self.idx, self.down)
+        self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
+        self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
+        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
+        kinds = [b.kind for b in policy.budgets]
+        self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
+
+    # -- helpers shared with control.py -------------------------------------------------------
+
+    def agent_watched(self, vm: str) -> bool:
+        beat = last_heartbeat(self.state, self.idx, vm)
+        return beat is not None and beat >= self.now - self.policy.heartbeat_timeout
+
+    def watched(self, vm: str) -> bool:
+        """Its agent is watched, or Azure watches it (azure_topology.watched)."""
+        return self.agent_watched(vm) or azure_topology.watched(self.state, self.policy, vm, self.now)
+
+    def arm(self, record: EventRecord, res: Resolution) -> VmRef | None:
+        """The approval's target when it goes through ``acknowledge`` (decide/arm_path.py)."""
+        return azure_paths.arm_target(self.state, self.policy, self.idx, record, res.vms)
+
+    def ref(self, vm: str) -> VmRef:
+        record = self.state.vms[vm]
+        return VmRef(record.name, record.vm_id, self.idx.group_of.get(vm, ""))
+
+    def uses(self, vms: tuple[str, ...]) -> tuple[BudgetUse, ...]:
+        """Budget use of every budgeted scope holding one of ``vms``, in policy order."""
+        extra: Counter[str] = Counter()
+        for vm in vms:
+            if vm not in self.taken:
+                extra.update(self.idx.budget_scopes_of.get(vm, ()))
+            else:
+                for scope in self.idx.budget_scopes_of.get(vm, ()):
+                    extra[scope] += 0
+        scopes = sorted(extra, key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
+        return tuple(
+            BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.taken_counts[s],
+                      self.taken_counts[s] + extra[s], self.idx.limit(s))
+            for s in scopes
+        )
+
+    def take(self, vms: tuple[str, ...]) -> None:
+        for vm in vms:
+            if vm not in self.taken:
+                self.taken[vm] = "approved"
+                self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
+
+    def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
+        """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
+        reported the event Scheduled first, then by name."""
+        seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
+        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue),
+                      key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
+
+    def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
+                 res: Resolution, **more: object) -> Decision:
+        return Decision(
+            kind=kind, id=ident, subject=record.event_id, time=self.now, code=code, reason=reason,
+            shadow=self.policy.shadow, event_id=record.event_id, event_type=record.event_type or None,
+            event_source=record.event_source or None, not_before=record.not_before,
+            resources=record.resources, affected=tuple(self.ref(vm) for vm in res.vms),
+            **more,  # type: ignore[arg-type]
+        )
+
+    # -- the pass -------------------------------------------------------------------------------
+
+    def run(self) -> Evaluation:
+        pending = [self.state.events[k] for k in self.state.open_events
+                   if self.state.events[k].rank == SCHEDULED]
+        pending.sort(key=lambda r: (r.not_before if r.not_before is not None else float("inf"), r.key))
+        for record in pending:
+            verdict = self.consider(record)
+            self.out.verdicts[record.key] = verdict
+        return self.out
+
+    def consider(self, record: EventRecord) -> Verdict:
+        res = resolve(self.state, self.idx, record)
+        if echoes(self.idx, record, res.vms) or record.last_approval(self.policy.shadow) is not None:
+            return self.retry(record, res)
+        if unmanaged := [t for t in record.types or (record.event_type,) if t not in self.policy.manage]:
+            said = " and ".join(record.types) if len(record.types) > 1 else unmanaged[0] or "this type"
+            return Verdict(record.key, record.event_id, "unmanaged",
+                           f"{said} is not in manage: left alone", None, res.vms)
+        if record.not_before is not None and record.not_before <= self.now:
+            return Verdict(record.key, record.event_id, "due", "NotBefore has passed: Azure starts it now",
+                           None, res.vms)
+        impossible = self.breach(record, res)
+        code, reason, scope = first_failing(self, record, res, impossible)
+        budgets = self.uses(res.vms)
+        if code == "budget" and not impossible:
+            for use in budgets:
+                if not use.fits:
+                    self.reserved.setdefault(use.scope, record.event_id)
+        if code == "fits":
+            targets = self.targets(record, res.vms)
+            attempt = max(record.approvals, default=0) + 1
+            self.approve(self.decision(
+                "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
+                target=self.ref(targets[0]) if targets else self.arm(record, res), budgets=budgets,
+                attempt=attempt, via=None if targets else azure_paths.VIA_ARM))
+            self.take(res.vms)
+            return Verdict(record.key, record.event_id, "approved", reason, None, res.vms, budgets)
+        self.defer(record, res, code, reason, scope, budgets)
+        return Verdict(record.key, record.event_id, code, reason, scope, res.vms, budgets)
+
+    def approve(self, decision: Decision) -> None:
+        self.out.decisions.append(decision)
+        if not decision.shadow and decision.via is None:  # through ARM: acknowledged, no message
+            self.out.sends.append(decision.id)
+
+    def defer(self, record: EventRecord, res: Resolution, code: str, reason: str, scope: str | None,
+              budgets: tuple[BudgetUse, ...]) -> None:
+        last = record.last_defer()
+        if last is not None and last.code == code:
+            return
+        ident = f"{record.event_id}/coordinator/defer/{len(record.defers) + 1}-{code}"
+        self.out.decisions.append(self.decision("defer", record, ident, code, reason, res,
+                                                budgets=budgets, scope=scope))
+
+    def breach(self, record: EventRecord, res: Resolution) -> bool:
+        """Publish a breach warning if this event alone exceeds a scope; True when it does."""
+        if not res.vms:
+            return False
+        own: Counter[str] = Counter()
+        for vm in res.vms:
+            own.update(self.idx.budget_scopes_of.get(vm, ()))
+        over = sorted((s for s, n in own.items() if n > self.idx.limit(s)),
+                      key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
+        if not over:
+            return False
+        if not set(over) <= record.warned_scopes():
+            digest = hashlib.sha256(",".join(sorted(over)).encode()).hexdigest()[:12]
+            budgets = tuple(BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.counts[s], own[s],
+                                      self.idx.limit(s)) for s in over)
+            first = budgets[0]
+            reason = (f"at NotBefore {hhmm(record.not_before)} this event alone takes {first.with_event} "
+                      f"VMs of {first.scope} down, max {first.max}")
+            self.out.decisions.append(self.decision(
+                "breach", record, f"{record.event_id}/coordinator/breach/{digest}", "breach", reason, res,
+                budgets=budgets, scope=first.scope))
+        return True
+
+    def retry(self, record: EventRecord, res: Resolution) -> Verdict:
+        """An approved event: resend the approval elsewhere when no echo came (module docstring)."""
+        last = record.last_approval(self.policy.shadow)
+        echoed = echoes(self.idx, record, res.vms)
+        sent = azure_paths.went_out(self.state, record, last)
+        status = ("acknowledged by Azure" if list(echoed) == [azure_fold.ARM] else "echoed by an agent"
+                  if echoed else "in shadow mode, nothing sent"
+                  if last is not None and last.shadow else azure_paths.waiting(last, sent))
+        approved = Verdict(record.key, record.event_id, "approved", f"approved, {status}", None, res.vms)
+        if echoed or last is None or last.shadow or self.policy.shadow:
+            return approved
+        if record.not_before is not None and record.not_before <= self.now:
+            return approved
+        if (self.state.held(record.key) or self.policy.blackout_at(self.now)
+                or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
+                or self.state.paused(FLEET)):
+            return approved
+        targets = {r.id: azure_fold.ARM if r.data.get("Via") == azure_paths.VIA_ARM  # who may reject it
+                   else self.idx.key(r.target_key) for r in record.approvals.values()}
+        refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
+                    if msg in targets and self.idx.key(vm) == targets[msg] and code not in NO_RETRY_CODES}
+        rejected = last.id in refusals
+        if sent is None and not rejected and last.data.get("Via") != azure_paths.VIA_ARM:
+            waits = self.recheck(record, res, last)  # its message is yet to go out: that approves it too
+            if waits is None:
+                self.out.sends.append(last.id)
+            return waits or approved
+        since = sent.time if sent is not None else last.time
+        if not rejected and self.now < since + self.policy.echo_timeout:
+            return approved
+        rejecters = {self.idx.key(vm) for vm in refusals.values()}
+        candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
+        arm = None if candidates or azure_fold.ARM in rejecters else self.arm(record, res)
+        if not candidates and arm is None:
+            reason = "no watched affected VM left to send the approval to"
+            self.defer(record, res, "no-target", reason, None, ())
+            return Verdict(record.key, record.event_id, "no-target", reason, None, res.vms)
+        waits = self.recheck(record, res, last)
+        if waits is not None:
+            return waits
+        previous = self.idx.key(last.target_key)
+        ordered = sorted(candidates, key=lambda vm: (self.state.vms[vm].name.lower(), vm))
+        after = [vm for vm in ordered if (self.state.vms[vm].name.lower(), vm) >
+                 (self.state.vms[previous].name.lower() if previous in self.state.vms else "", previous)]
+        target = self.ref((after or ordered)[0]) if candidates else arm
+        assert target is not None
+        before = ("acknowledge" if last.data.get("Via") == azure_paths.VIA_ARM else
+                  self.state.vms[previous].name if previous in self.state.vms else "its target")
+        where = f"sending it to {target.name}" if candidates else "approving it through acknowledge"
+        code = "retry-rejected" if rejected else "retry-no-echo"
+        reason = (f"{before} rejected the approval; {where}" if rejected else
+                  f"no approved echo from {before} within {span(self.policy.echo_timeout)}; {where}")
+        attempt = max(record.approvals) + 1
+        self.approve(self.decision(
+            "approve", record, f"{record.event_id}/coordinator/approve/{attempt}", code, reason, res,
+            target=target, budgets=self.uses(res.vms), attempt=attempt,
+            overrides=inherited(last), via=None if candidates else azure_paths.VIA_ARM))
+        return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)
+
+    def recheck(self, record: EventRecord, res: Resolution, last: DecisionRecord) -> Verdict | None:
+        """Before a retry: every budget, as for a first approval (this event's VMs counted once, as
+        the approval already counts them); None when it may go. A person's overrides carry over."""
+        allowed = inherited(last)
+        if (res.unresolved or not res.vms) and "all" not in allowed:
+            names = ", ".join(res.unresolved) or "its Resources"
+            reason = f"{names} match no known VM: its budgets cannot be counted, the approval is not resent"
+            self.defer(record, res, "unresolved", reason, None, ())
+            return Verdict(record.key, record.event_id, "unresolved", reason, None, res.vms)
+        budgets = self.uses(res.vms)
+        over = next((u for u in budgets if not u.fits and not overridden(u, allowed)), None)
+        if over is None:
+            return None
+        reason = (f"{over.scope} would have {over.with_event} unavailable, max {over.max}: the approval "
+                  "is not resent")
+        self.defer(record, res, "budget", reason, over.scope, budgets)
+        return Verdict(record.key, record.event_id, "budget", reason, over.scope, res.vms, budgets)
+
+
+def evaluate(state: FleetState, policy: Policy, now: float) -> Evaluation:
+    """The decisions of one pass and the verdict on every Scheduled event (module docstring)."""
+    return DecisionPass(state, policy, now).run()
+

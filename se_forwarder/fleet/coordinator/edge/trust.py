@@ -1,0 +1,277 @@
+"""Who may change the fold: the verdict on each CloudEvent read from the hub, before it is folded.
+
+Every VM's identity may send to the hub, and Event Hubs does not tell a reader who sent a
+message, so nothing read there is taken on its word. ``check`` is a pure function of the event,
+this coordinator's ``source``, the keys it trusts, the agents' registered keys (injected: a lookup
+by VM key, fold/identities.py), the attestation trust anchors (with a lookup of fetched
+intermediates) and the hub's enqueued time of the event, like ``approvals/messages.validate``.
+gate.py folds an event only when the verdict is trusted, and counts every other verdict by its
+reason code (``/metrics``: ``se_forwarder_coordinator_refused_total{reason}``; ``coordinator
+status``; ``/v1/status`` ``service.refused``). The checks, by kind of event; the first that applies
+decides:
+
+Azure's own events (``type`` starting ``Microsoft.ResourceNotifications.``, such as the
+``ScheduledEventEmitted`` of Azure's feed) are refused as ``azure``, whatever they carry: only the
+Azure feed hub, which no VM can send to, carries those (input/azure.py reads it apart from this
+hub, never through ``check``); on the agents' hub such an event is a VM's forgery.
+
+Decisions (``type`` starting ``com.azure.scheduledevents.coordinator.``):
+
+=========================  ========================================================================
+``foreign``                ``source`` is another coordinator's (``urn:se-forwarder:coordinator:<another
+                           name>``), such as a shadow coordinator under its own name. It is never
+                           folded here, so its signature is not looked at
+``forged``                 ``source`` is no coordinator's at all
+``forged``                 in this coordinator's name but it does not verify: no ``signature``, no
+                           ``keyid``, a ``keyid`` naming no trusted key, a signature that is not
+                           base64 of 64 bytes or does not verify over the canonical bytes
+(trusted)                  in this coordinator's name, signed by a trusted key
+=========================  ========================================================================
+
+Registrations (``com.azure.scheduledevents.identity``, docs/identity.md):
+
+=========================  ========================================================================
+``identity-malformed``     ``data`` is not an object whose ``PublicKey`` is base64 of 32 bytes, or
+                           ``vmid`` names no vmId
+``identity-signature``     the event is not signed (``keyid``, ``signature``) by the key it carries:
+                           the sender does not hold the key it registers
+``identity-<reason>``      the attested document is refused by attestation.py (``malformed``,
+                           ``no-signer-cert``, ``bad-signature``, ``untrusted``, ``signer-name``,
+                           ``nonce``: not the registering key's, ``claims``, ``expired`` or
+                           ``future`` at the hub's enqueued time, ``subscription``: not in
+                           ``[trust] subscriptions``)
+``identity-vm``            the document's ``vmId`` is not the event's ``vmid``
+(waits)                    ``untrusted`` for want of an intermediate named by the signing
+                           certificate's "CA Issuers" URL that has not been fetched yet: the verdict
+                           names the URL (``fetch``) and gate.py asks again once it was fetched
+(trusted)                  otherwise: a ``Claim`` that the document's vmId holds this key, which
+                           fold/identities.py binds (``identity-replayed``, ``identity-stale`` there)
+=========================  ========================================================================
+
+Reports (an agent's CloudEvent of a type the fold reads: ``scheduled``, ..., ``heartbeat``; other
+types pass, the fold skips them):
+
+=========================  ========================================================================
+``unregistered``           signed, but its ``vmid`` names no VM with a registered key (gate.py holds
+                           it a while: a registration may follow)
+``bad-signature``          signed, and it does not verify with the key registered for its ``vmid``
+                           (another key, another content, a signature that is not base64 of 64 bytes)
+``wrong-vm``               its ``data.Vm.vmId`` is not its ``vmid``
+``unsigned``               no ``signature`` while ``[trust] require_signed_reports`` (default), or
+                           for a ``vmid`` with a registered key (that VM signs)
+(trusted)                  signed and verified: folded for its sender, the registered vmId
+(trusted, unverified)      unsigned, with ``require_signed_reports = false``, for a VM without a
+                           registered key: folded with only the effects fold/reports.py allows an
+                           unverified report (it can make the coordinator more careful, never less)
+=========================  ========================================================================
+
+``foreign`` comes before a decision's signature on purpose: another coordinator's decisions are
+skipped whatever they carry, and a shadow coordinator may well sign with a key this one does not
+trust, so checking first would count an honest shadow as a forger.
+
+Times: a registration is judged at the hub's enqueued time of its event, never at the clock of the
+instance that reads it, so every instance, and a restart replaying the hub, reaches the same
+verdict. ``snapshot`` is the decisions' check for the snapshot blob (ha/snapshot_blob.py): a
+snapshot replaces the fold, so it is taken only when signed by a trusted key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography import x509
+
+from ....approvals import signing
+from ....identity.attested import nonce_for, unpack
+from ..fold.identities import REFUSALS, Claim, document_digest
+from ..fold.state import Identity
+from ..schema import AZURE_TYPES, COORDINATOR_SOURCE, DECISION_PREFIX, IDENTITY_TYPE, REPORT_TYPES
+from . import attestation
+
+FOREIGN, FORGED, AZURE = "foreign", "forged", "azure"
+UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED = "unregistered", "bad-signature", "wrong-vm", "unsigned"
+IDENTITY_MALFORMED, IDENTITY_SIGNATURE = "identity-malformed", "identity-signature"
+IDENTITY_VM = "identity-vm"
+REASON_CODES = (FOREIGN, FORGED, AZURE, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED,
+                IDENTITY_MALFORMED, IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS),
+                IDENTITY_VM, *(f"identity-{r}" for r in REFUSALS))
+
+#: The VM key -> the key its reports must verify with (None: not registered); registrations.verifier.
+Registered = Callable[[str], signing.VerifyKeys | None]
+#: A "CA Issuers" URL -> the certificates fetched there; None while not fetched (input/intermediates.py).
+Fetched = Callable[[str], tuple[x509.Certificate, ...] | None]
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """What registrations are checked against: anchors, allowed subscriptions (None: any), and
+    the intermediates fetched from "CA Issuers" URLs (None: fetching is off)."""
+
+    anchors: attestation.Anchors
+    subscriptions: Collection[str] | None = None
+    fetched: Fetched | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether an event may be folded; when not, why (``code``: one of REASON_CODES)."""
+
+    trusted: bool
+    code: str | None = None
+    detail: str = ""
+    keyid: str | None = None  # the key that verified it
+    sender: str | None = None  # a report's VM key (None: as the report says, when unverified)
+    verified: bool = False  # a report whose signature verified with its VM's registered key
+    claim: Claim | None = None  # a registration that verified: to bind
+    fetch: str | None = None  # a registration waiting for the intermediate at this URL
+
+
+PASS = Verdict(True, None, "not a type the fold reads")
+UNVERIFIED = Verdict(True, None, "an unsigned report of a VM without a registered key")
+
+
+def _nobody(_vm: str) -> signing.VerifyKeys | None:
+    return None
+
+
+def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys,
+          registered: Registered = _nobody, attested: Attestation | None = None, now: float | None = None,
+          require_signed: bool = True) -> Verdict:
+    """The verdict on one structured-mode CloudEvent read from the hub (module docstring).
+
+    ``source``: this coordinator's (``urn:se-forwarder:coordinator:<name>``); ``keys``: the keys it
+    trusts for decisions; ``registered``: the agents' keys; ``attested``: for registrations;
+    ``now``: the hub's enqueued time of the event (epoch seconds). Never raises on any input.
+    """
+    kind = event.get("type")
+    if not isinstance(kind, str):
+        return PASS
+    if kind.lower().startswith(AZURE_TYPES):
+        return Verdict(False, AZURE, f"{kind[:120]} on the agents' hub: Azure's events come only from the "
+                       "Azure feed hub")
+    if kind.startswith(DECISION_PREFIX):
+        return _decision(event, source, keys)
+    if kind == IDENTITY_TYPE:
+        return registration(event, attested, now)
+    if kind in REPORT_TYPES:
+        return report(event, registered, require_signed)
+    return PASS
+
+
+def _decision(event: Mapping[str, Any], source: str, keys: signing.VerifyKeys) -> Verdict:
+    claimed = event.get("source")
+    if claimed != source:
+        if isinstance(claimed, str) and claimed.startswith(COORDINATOR_SOURCE):
+            return Verdict(False, FOREIGN, f"a decision of another coordinator ({claimed[:100]})")
+        return Verdict(False, FORGED, f"source {str(claimed)[:100]!r} is no coordinator's")
+    return _signed(event, keys, "decision")
+
+
+def snapshot(document: Mapping[str, Any], keys: signing.VerifyKeys) -> Verdict:
+    """The verdict on a snapshot blob's document: signed by a trusted key, or ``forged``."""
+    return _signed(document, keys, "snapshot")
+
+
+def _signed(document: Mapping[str, Any], keys: signing.VerifyKeys, what: str) -> Verdict:
+    problem = signing.problem(document, keys)
+    if problem is not None:
+        return Verdict(False, FORGED, f"the {what} does not verify ({problem})")
+    kid = document.get(signing.KEYID_ATTRIBUTE)
+    return Verdict(True, None, f"signed with key {kid}", kid if isinstance(kid, str) else None)
+
+
+def _vm_id(event: Mapping[str, Any]) -> str | None:
+    value = event.get("vmid")
+    return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() else None
+
+
+def report(event: Mapping[str, Any], registered: Registered, require_signed: bool) -> Verdict:
+    """The verdict on an agent's report (module docstring, "Reports")."""
+    vm_id = _vm_id(event)
+    data = event.get("data")
+    info = data.get("Vm") if isinstance(data, Mapping) else None
+    claimed = info.get("vmId") if isinstance(info, Mapping) else None
+    if signing.SIGNATURE_ATTRIBUTE not in event:
+        if require_signed:
+            return Verdict(False, UNSIGNED, "an unsigned report ([trust] require_signed_reports)")
+        if vm_id is not None and registered(vm_id.lower()) is not None:
+            return Verdict(False, UNSIGNED, f"an unsigned report for {vm_id}, which has a registered key")
+        if claimed and (vm_id is None or str(claimed).lower() != vm_id.lower()):
+            return Verdict(False, WRONG_VM, f"data.Vm.vmId {str(claimed)[:60]!r} is not its vmid")
+        return UNVERIFIED
+    if vm_id is None:
+        return Verdict(False, UNREGISTERED, "a signed report that names no vmid")
+    key = vm_id.lower()
+    keys = registered(key)
+    if keys is None:
+        return Verdict(False, UNREGISTERED, f"no key is registered for vmId {vm_id}", sender=key)
+    problem = signing.problem(event, keys)
+    if problem is not None:
+        return Verdict(False, BAD_SIGNATURE, f"the report of {vm_id} does not verify ({problem})", sender=key)
+    if claimed and str(claimed).lower() != key:
+        return Verdict(False, WRONG_VM, f"{vm_id} signed a report whose data.Vm.vmId is "
+                       f"{str(claimed)[:60]!r}", sender=key)
+    return Verdict(True, None, "signed by its VM", keys.ids[0], sender=key, verified=True)
+
+
+def registration(event: Mapping[str, Any], attested: Attestation | None, now: float | None) -> Verdict:
+    """The verdict on an identity (registration) event (module docstring, "Registrations")."""
+    data = event.get("data")
+    vm_id = _vm_id(event)
+    raw = _public_key(data.get("PublicKey") if isinstance(data, Mapping) else None)
+    if raw is None or vm_id is None or not isinstance(data, Mapping):
+        return Verdict(False, IDENTITY_MALFORMED, "not an identity event with a vmid and a PublicKey "
+                       "of 32 bytes (base64)")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    own = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(raw)])
+    problem = signing.problem(event, own)
+    if problem is not None:
+        return Verdict(False, IDENTITY_SIGNATURE, f"the registration of {vm_id} is not signed by the key "
+                       f"it registers ({problem})")
+    if attested is None or now is None:
+        return Verdict(False, "identity-untrusted", "no attestation anchors or hub time to judge it by")
+    document = data.get("AttestedDocument")
+    nonce = nonce_for(raw)
+    when = datetime.fromtimestamp(now, UTC)
+    result = attestation.verify(document, anchors=attested.anchors, nonce=nonce, now=when,
+                                subscriptions=attested.subscriptions)
+    if isinstance(result, attestation.Refusal) and result.reason == "untrusted" and attested.fetched:
+        extra: list[x509.Certificate] = []
+        for url in attestation.issuer_urls(document):
+            got = attested.fetched(url)
+            if got is None:
+                return Verdict(False, None, f"waiting for the intermediate at {url}", sender=vm_id.lower(),
+                               fetch=url)
+            extra.extend(got)
+        if extra:
+            anchors = replace(attested.anchors, intermediates=(*attested.anchors.intermediates, *extra))
+            result = attestation.verify(document, anchors=anchors, nonce=nonce, now=when,
+                                        subscriptions=attested.subscriptions)
+    if isinstance(result, attestation.Refusal):
+        return Verdict(False, f"identity-{result.reason}",
+                       f"the attested document of {vm_id}: {result.detail}")
+    if result.vm_id.lower() != vm_id.lower():
+        return Verdict(False, IDENTITY_VM, f"the attested document is {result.vm_id}'s, not {vm_id}'s")
+    identity = Identity(
+        public_key=base64.b64encode(raw).decode("ascii"), keyid=own.ids[0],
+        created_on=result.created_on.timestamp(), expires_on=result.expires_on.timestamp(),
+        document=document_digest(unpack(document).der), subscription=result.subscription_id.lower(),
+        registered_at=now)
+    return Verdict(True, None, f"{vm_id} registers key {own.ids[0]}", own.ids[0], sender=vm_id.lower(),
+                   verified=True, claim=Claim(vm_id.lower(), identity))
+
+
+def _public_key(value: Any) -> bytes | None:
+    if not isinstance(value, str) or len(value) > 100:
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == signing.PUBLIC_KEY_BYTES else None

@@ -1,0 +1,90 @@
+"""The fold's part for the coordinator's own decisions (``coordinator.<kind>``, as trust.py let them
+through): the decision log, each event's approvals (and the ``sent`` records of their messages,
+or the ``acknowledge`` records of what Azure answered an approval through ARM: fold/azure.py),
+defers and breaches, and the switches. Pure.
+
+A decision id seen twice keeps one record (the earlier, then the smaller by content), so decisions
+published twice or by two instances are harmless. Pause/resume of a scope and hold/release of an
+event fold only in sequence (switches.py). A decision about an EventId that ``prune`` removed is
+``late``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..schema import DECISION_KINDS
+from . import azure as azure_fold
+from . import switches
+from .caps import FOLDED, LATE, MALFORMED, event_id_ok
+from .state import DecisionRecord, FleetState, Switch
+
+MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
+
+
+def fold_decision(state: FleetState, ident: str, kind: str, when: float, data: Mapping[str, Any]) -> str:
+    """Fold one decision CloudEvent's parts (``kind``: the type's suffix after ``coordinator.``)."""
+    if kind not in DECISION_KINDS:
+        return "skipped"
+    try:  # kept as read (the log, snapshots): strict JSON of a sane size only
+        size = len(json.dumps(data, allow_nan=False))
+    except (ValueError, TypeError, RecursionError):
+        return MALFORMED
+    if size > MAX_DECISION_BYTES or len(ident) > 600:
+        return MALFORMED
+    return decision(state, DecisionRecord(ident, kind, when, dict(data)))
+
+
+def _canonical(record: DecisionRecord) -> tuple[float, str]:
+    return (record.time, json.dumps(record.data, sort_keys=True, default=str))
+
+
+def decision(state: FleetState, record: DecisionRecord, chained: bool = True) -> str:
+    """Fold one decision; ``chained=False`` for a snapshot's (switches.py)."""
+    known = state.decisions.get(record.id)
+    if known is not None:
+        if known.kind != record.kind:
+            return MALFORMED
+        if _canonical(known) <= _canonical(record):
+            return FOLDED  # the same decision again (or the other instance's twin: keep one)
+    if record.kind in ("pause", "resume", "hold", "release"):
+        return _switch(state, record, known is not None, chained)
+    event_id = record.data.get("EventId")
+    if not event_id_ok(event_id):
+        return MALFORMED
+    if event_id.lower() in state.gone:
+        return LATE
+    if record.kind in ("approve", "sent") and not switches.valid(record.attempt):
+        return MALFORMED
+    state.decisions[record.id] = record
+    target = state.event(event_id)
+    if record.kind in ("approve", "sent"):
+        table = target.approvals if record.kind == "approve" else target.sends
+        old = table.get(record.attempt)
+        if old is None or old.id == record.id or (record.time, record.id) < (old.time, old.id):
+            table[record.attempt] = record
+    elif record.kind == "defer":
+        target.defers[record.id] = record
+    elif record.kind == "acknowledge":
+        azure_fold.fold_acknowledged(state, record)
+    else:
+        target.breaches[record.id] = record
+    return FOLDED
+
+
+def _switch(state: FleetState, record: DecisionRecord, known: bool, chained: bool) -> str:
+    """A pause/resume of ``data.Scope`` or a hold/release of ``data.EventId``, by the sequence rule."""
+    table, key, on = state.pauses, record.scope, record.kind == "pause"
+    if record.kind in ("hold", "release"):
+        event_id = record.data.get("EventId")
+        if not event_id_ok(event_id):
+            return MALFORMED
+        if event_id.lower() in state.gone:
+            return LATE
+        table, key, on = state.holds, event_id.lower(), record.kind == "hold"
+    if not key or not switches.put(table, key, Switch(on, record), chained=chained):
+        return FOLDED if known else MALFORMED  # a twin of a superseded switch changes nothing
+    state.decisions[record.id] = record
+    return FOLDED

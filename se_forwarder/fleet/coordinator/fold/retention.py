@@ -1,0 +1,89 @@
+"""Forgetting: what ``prune`` drops from the fold, so memory stays bounded over months.
+
+Call ``prune(state, policy, now)`` from time to time (once a minute is plenty), before a decision
+pass. It is the only place where the clock changes the state, so two instances agree again as soon
+as both pruned at about the same time. It drops:
+
+- VMs not heard from (any report) for ``forget_after``: deleted or long dead; they leave every
+  scope, so they no longer count as unavailable (the status lists them as not watched until then);
+  with their registered keys and the reports held for them;
+- events that every VM of their Resources reported completed or canceled itself (fold/reports.py:
+  ``closed``; for an event Azure reported, that Azure showed ended) more than ``keep_events``
+  (default: 24 h, at least ``min_healthy``) ago, and events nobody reported for ``forget_after``;
+  with their decisions and holds. An event one of its VMs never reported over stays until then,
+  whatever the others reported. Their EventIds are remembered for ``keep_gone`` (7 days) so a
+  straggling report cannot bring one back; with Azure's record of them (azure_fold.forget);
+- pause/resume decisions older than ``keep_events`` that are not the current state of their scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.policy import DAY, Policy
+from . import azure as azure_fold
+from .identities import forget
+from .reports import closed
+from .state import COMPLETED, FleetState, Groups
+
+
+@dataclass(frozen=True)
+class Pruned:
+    vms: int
+    events: int
+    decisions: int
+
+
+def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float = DAY,
+          keep_gone: float = 7 * DAY) -> Pruned:
+    """Drop what the module docstring says; how many of each were dropped."""
+    keep_events = max(keep_events, policy.min_healthy)
+    old_vms = [k for k, vm in state.vms.items() if vm.last_heard < now - policy.forget_after]
+    if old_vms:
+        for key in old_vms:
+            del state.vms[key]
+        forget(state, set(old_vms))
+        groups = Groups()
+        for members in state.groups.components():
+            alive = [m for m in members if m in state.vms]
+            for other in alive[1:]:
+                groups.union(alive[0], other)
+        state.groups = groups
+        state.version += 1
+    old_events = []
+    for key, record in state.events.items():
+        if record.terminal and record.ended_at is not None and closed(state, record):
+            if record.ended_at < now - keep_events:
+                old_events.append((key, record.ended_at))
+        elif max(record.last_report, max((d.time for d in record.approvals.values()), default=0.0),
+                 max((d.time for d in record.defers.values()), default=0.0)) < now - policy.forget_after:
+            old_events.append((key, now))
+    removed = {key for key, _ in old_events}
+    for key, ended in old_events:
+        del state.events[key]
+        state.open_events.discard(key)
+        state.settling.discard(key)
+        state.holds.pop(key, None)
+        if state.terminated.pop(key, None) is not None:
+            state.version += 1
+        state.gone[key] = ended
+    state.settling = {k for k in state.settling
+                      if (r := state.events.get(k)) is not None and r.rank == COMPLETED
+                      and r.completed_at is not None and r.completed_at + policy.min_healthy > now}
+    current = {s.record.id for s in state.pauses.values()}
+    stale = []
+    for ident, decision in state.decisions.items():
+        event_id = decision.data.get("EventId")
+        of_removed = isinstance(event_id, str) and event_id.lower() in removed
+        old_switch = decision.kind in ("pause", "resume") and ident not in current
+        if of_removed or (old_switch and decision.time < now - keep_events):
+            stale.append(ident)
+    for ident in stale:
+        del state.decisions[ident]
+    state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
+    azure_fold.forget(state)
+    if old_vms:
+        state.names = None  # the fold's index of names, rebuilt when next needed
+    if old_vms or old_events:
+        state.vm_events = None  # the fold's count of each VM's events, rebuilt when next needed
+    return Pruned(len(old_vms), len(old_events), len(stale))

@@ -1,0 +1,157 @@
+"""The fold as JSON and back: what the service stores in a blob with the offsets it covers.
+
+``snapshot(state)`` is a JSON-serialisable dict in a canonical order (equal states give equal
+snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``restore(data)`` gives
+a state that folds on exactly as the original would: restoring a snapshot and folding the events
+after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
+decisions are stored as their CloudEvent data and folded again on restore. So are the registered
+identity keys (fold/identities.py), the key changes kept to be shown, and the reports waiting for
+their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
+that is not a snapshot of this format; members added since the format was made are optional.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ....errors import StateError
+from . import azure_state
+from .caps import FOLDED
+from .decisions import decision
+from .reports import track
+from .state import COMPLETED, NO_STAMP, DecisionRecord, EventRecord, FleetState, Identity, Rekey, Stamp, Vm
+
+FORMAT = 1
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or math.isinf(value) else value
+
+
+def _stamp(stamp: Stamp) -> list[Any] | None:
+    return None if stamp == NO_STAMP else [stamp[0], stamp[1]]
+
+
+def _unstamp(value: Any) -> Stamp:
+    if value is None:
+        return NO_STAMP
+    return (float(value[0]), str(value[1]))
+
+
+def snapshot(state: FleetState) -> dict[str, Any]:
+    """The state as a JSON-serialisable dict (module docstring)."""
+    return {
+        "format": FORMAT,
+        "vms": [_vm(state.vms[k]) for k in sorted(state.vms)],
+        "events": [_event(state.events[k]) for k in sorted(state.events)],
+        "groups": state.groups.components(),
+        "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
+        "gone": dict(sorted(state.gone.items())),
+        "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
+        "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
+        "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
+        "azure": azure_state.dump(state.azure),
+    }
+
+
+def _identity(i: Identity) -> dict[str, Any]:
+    return {"publicKey": i.public_key, "keyid": i.keyid, "createdOn": i.created_on, "expiresOn": i.expires_on,
+            "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}
+
+
+def _vm(vm: Vm) -> dict[str, Any]:
+    return {
+        "key": vm.key, "name": vm.name, "vmId": vm.vm_id, "complete": vm.complete,
+        "resourceId": vm.resource_id, "subscription": vm.subscription, "resourceGroup": vm.resource_group,
+        "location": vm.location, "zone": vm.zone, "scaleSet": vm.scale_set, "faultDomain": vm.fault_domain,
+        "updateDomain": vm.update_domain, "placementGroup": vm.placement_group,
+        "tags": dict(sorted(vm.tags.items())),
+        "topologyStamp": _stamp(vm.topology_stamp), "lastHeartbeat": vm.last_heartbeat,
+        "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
+        "listed": list(vm.listed), "polled": vm.polled,
+    }
+
+
+def _event(e: EventRecord) -> dict[str, Any]:
+    return {
+        "key": e.key, "eventId": e.event_id, "eventType": e.event_type, "eventSource": e.event_source,
+        "description": e.description, "duration": e.duration, "resources": list(e.resources),
+        "hasResources": e.has_resources, "infoStamp": _stamp(e.info_stamp), "notBefore": e.not_before,
+        "notBeforeStamp": _stamp(e.not_before_stamp), "reports": dict(sorted(e.reports.items())),
+        "rank": e.rank, "startedAt": e.started_at, "completedAt": e.completed_at,
+        "finished": dict(sorted(e.finished.items())), "endedAt": e.ended_at,
+        "lastReport": _num(e.last_report), "scheduledAt": e.scheduled_at,
+        "echoes": {k: list(v) for k, v in sorted(e.echoes.items())},
+        "prepared": dict(sorted(e.prepared.items())),
+        "prepareFailed": {k: list(v) for k, v in sorted(e.prepare_failed.items())},
+        "rejections": {k: list(v) for k, v in sorted(e.rejections.items())},
+        "types": list(e.types), "doubted": e.doubted,
+    }
+
+
+def restore(data: Any) -> FleetState:
+    """The state a snapshot describes; StateError when ``data`` is not one."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+    try:
+        return _restore(data)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _restore(data: dict[str, Any]) -> FleetState:
+    state = FleetState()
+    state.azure = azure_state.load(data.get("azure"))  # absent from snapshots written before it was kept
+    for item in data["vms"]:
+        vm = Vm(
+            key=str(item["key"]), name=item["name"], vm_id=item["vmId"], complete=bool(item["complete"]),
+            resource_id=item["resourceId"], subscription=item["subscription"],
+            resource_group=item["resourceGroup"], location=item["location"], zone=item["zone"],
+            scale_set=item["scaleSet"], fault_domain=item["faultDomain"], update_domain=item["updateDomain"],
+            placement_group=item["placementGroup"], tags=dict(item["tags"]),
+            topology_stamp=_unstamp(item["topologyStamp"]), last_heartbeat=item["lastHeartbeat"],
+            last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
+            agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
+            polled=item.get("polled"),
+        )
+        state.vms[vm.key] = vm
+    for item in data["events"]:
+        record = EventRecord(
+            key=str(item["key"]), event_id=item["eventId"], event_type=item["eventType"],
+            event_source=item["eventSource"], description=item["description"], duration=item["duration"],
+            resources=tuple(item["resources"]), has_resources=bool(item["hasResources"]),
+            info_stamp=_unstamp(item["infoStamp"]), not_before=item["notBefore"],
+            not_before_stamp=_unstamp(item["notBeforeStamp"]), reports=dict(item["reports"]),
+            rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
+            finished=dict(item["finished"]), ended_at=item["endedAt"],
+            last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
+            scheduled_at=item.get("scheduledAt"),  # absent from snapshots written before it was kept
+            echoes={k: (float(v[0]), str(v[1])) for k, v in item["echoes"].items()},
+            prepared=dict(item["prepared"]),
+            prepare_failed={k: (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},
+            rejections={k: (str(v[0]), str(v[1])) for k, v in item["rejections"].items()},
+            types=tuple(item.get("types") or ((item["eventType"],) if item["eventType"] else ())),
+            doubted=item.get("doubted"),
+        )
+        state.events[record.key] = record
+        track(state, record)
+        if record.rank == COMPLETED:
+            state.settling.add(record.key)
+            if record.types == ("Terminate",):
+                state.terminated[record.key] = (record.completed_at, record.resources)
+    for members in data["groups"]:
+        for other in members[1:]:
+            state.groups.union(members[0], other)
+    state.gone = {str(k): float(v) for k, v in data["gone"].items()}
+    for key, i in data.get("identities", {}).items():
+        state.identities[str(key)] = Identity(
+            str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
+            str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
+    state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in data.get("rekeyed", [])]
+    state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
+    for ident, kind, moment, payload in data["decisions"]:
+        made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
+        if decision(state, made, chained=False) != FOLDED:
+            raise ValueError(f"decision {str(ident)[:80]} does not fold")
+    return state

@@ -1,0 +1,312 @@
+"""What the coordinator knows: the facts the fold keeps, as plain typed records.
+
+Every field is merged so that the order in which reports arrive does not matter (Event Hubs
+partitions interleave differently on each instance) and a repeated report changes nothing: the
+latest status of a VM for an event is the highest rank it reported, times are minima or maxima,
+topology comes from the report with the greatest ``(time, id)``. So two instances that read the
+same events in any order hold equal states, and no set of seen ids is needed.
+
+Times are UTC epoch seconds (floats) taken from the CloudEvents' ``time``, never from the clock of
+the instance that folds them. Keys:
+
+- a VM: its ``vmId`` in lower case; ``host:<name in lower case>`` while its agent reports it without
+  instance metadata (``data.Vm.complete`` false).
+- an event: its EventId in lower case (``event_id`` keeps the spelling first seen).
+
+A VM's reports change only what is its own (its record, its status for an event, its echo, its
+``prepared``); what an event is across VMs (``rank``, ``started_at``, ``resources``) merges them so
+that a report can make the coordinator more careful about other VMs, never less (fold/dispatch.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .azure_state import AzureView
+
+# Status ranks of one VM's view of an event: a higher rank replaces a lower one.
+SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
+RANK_NAMES = {SCHEDULED: "scheduled", STARTED: "started", CANCELED: "canceled", COMPLETED: "completed"}
+TERMINAL = CANCELED
+
+Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of equal time too
+NO_STAMP: Stamp = (float("-inf"), "")
+
+
+@dataclass(slots=True)
+class Vm:
+    """One VM: identity and topology (from the newest report), and when it was last heard from."""
+
+    key: str
+    name: str = ""
+    vm_id: str = ""
+    complete: bool = False
+    resource_id: str = ""
+    subscription: str = ""
+    resource_group: str = ""
+    location: str = ""
+    zone: str = ""
+    scale_set: str = ""
+    fault_domain: str = ""
+    update_domain: str = ""
+    placement_group: str = ""
+    tags: dict[str, str] = field(default_factory=dict)  # names in lower case
+    topology_stamp: Stamp = NO_STAMP
+    last_heartbeat: float | None = None  # time of the newest heartbeat
+    last_heard: float = float("-inf")  # time of the newest report of any kind
+    agent_version: str = ""
+    listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
+    polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
+
+    def topology(self) -> tuple[Any, ...]:
+        return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
+                self.resource_group, self.location, self.zone, self.scale_set, self.fault_domain,
+                self.update_domain, self.placement_group, tuple(sorted(self.tags.items())))
+
+
+@dataclass(slots=True)
+class DecisionRecord:
+    """A coordinator decision as read back from the hub (``data`` is its CloudEvent data)."""
+
+    id: str
+    kind: str  # approve | sent | acknowledge | defer | breach | pause | resume | hold | release
+    time: float
+    data: dict[str, Any]
+
+    @property
+    def code(self) -> str:
+        return str(self.data.get("ReasonCode") or "")
+
+    @property
+    def shadow(self) -> bool:
+        return self.data.get("Shadow") is True
+
+    @property
+    def attempt(self) -> int:
+        value = self.data.get("Attempt")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def scope(self) -> str:
+        return str(self.data.get("Scope") or "")
+
+    @property
+    def sequence(self) -> int:
+        value = self.data.get("Sequence")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def target_key(self) -> str:
+        target = self.data.get("Target")
+        if not isinstance(target, dict):
+            return ""
+        vm_id, name = target.get("vmId"), target.get("name")
+        if isinstance(vm_id, str) and vm_id:
+            return vm_id.lower()
+        return f"host:{name.lower()}" if isinstance(name, str) and name else ""
+
+    def order(self) -> tuple[float, str]:
+        return (self.time, self.id)
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """One EventId across the fleet: what it is, who reported it in which state, what was decided."""
+
+    key: str
+    event_id: str
+    event_type: str = ""
+    event_source: str = ""  # Platform | User
+    description: str = ""
+    duration: int | None = None
+    resources: tuple[str, ...] = ()
+    has_resources: bool = False  # a full report (not only a heartbeat's summary) was seen
+    info_stamp: Stamp = NO_STAMP
+    not_before: float | None = None
+    not_before_stamp: Stamp = NO_STAMP
+    reports: dict[str, int] = field(default_factory=dict)  # VM key -> highest status rank
+    rank: int = 0  # highest rank of any report
+    scheduled_at: float | None = None  # earliest scheduled report (the timeline's Scheduled span)
+    started_at: float | None = None  # earliest started report
+    completed_at: float | None = None  # latest completed report
+    finished: dict[str, float] = field(default_factory=dict)  # VM -> its latest completed report
+    ended_at: float | None = None  # latest completed or canceled report
+    last_report: float = float("-inf")
+    echoes: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, ApprovedBy)
+    prepared: dict[str, float] = field(default_factory=dict)  # VM -> time
+    prepare_failed: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, reason)
+    rejections: dict[str, tuple[str, str]] = field(default_factory=dict)  # message id -> (VM, code)
+    approvals: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> decision
+    sends: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> its message was queued
+    defers: dict[str, DecisionRecord] = field(default_factory=dict)
+    breaches: dict[str, DecisionRecord] = field(default_factory=dict)
+    types: tuple[str, ...] = ()  # every EventType a VM reported for it (sorted; a few at most)
+    doubted: float | None = None  # earliest unverified Started claim (require_signed_reports off)
+    revision: int = 0  # bumped when resources or reporters change (resolution cache)
+
+    @property
+    def terminal(self) -> bool:
+        return self.rank >= TERMINAL
+
+    @property
+    def ran(self) -> bool:
+        """Some VM said it Started (or completed), or an unverified report claimed so."""
+        return self.started_at is not None or self.completed_at is not None or self.doubted is not None
+
+    def last_defer(self) -> DecisionRecord | None:
+        return max(self.defers.values(), key=DecisionRecord.order, default=None)
+
+    def last_approval(self, shadow: bool) -> DecisionRecord | None:
+        """The latest approve decision that counts: live ones, and shadow ones in shadow mode."""
+        counted = [d for d in self.approvals.values() if shadow or not d.shadow]
+        return max(counted, key=lambda d: (d.attempt, d.time, d.id), default=None)
+
+    def warned_scopes(self) -> set[str]:
+        out: set[str] = set()
+        for record in self.breaches.values():
+            for use in record.data.get("Budgets") or ():
+                if isinstance(use, dict) and isinstance(use.get("scope"), str):
+                    out.add(use["scope"])
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A VM's registered identity key, bound by an IMDS attested document (fold/identities.py)."""
+
+    public_key: str  # base64 of the raw 32-byte Ed25519 public key
+    keyid: str
+    created_on: float  # the document's timeStamp.createdOn (epoch seconds)
+    expires_on: float
+    document: str  # SHA-256 (hex) of the document's SignedData: one document binds one key
+    subscription: str = ""
+    registered_at: float = 0.0  # when the hub enqueued the identity event that bound it
+
+
+@dataclass(frozen=True, slots=True)
+class Rekey:
+    """A vmId that registered a new key with a newer document (a reinstall): kept to be shown."""
+
+    vm: str  # VM key
+    old: str  # key id replaced
+    new: str
+    time: float  # hub time of the registration
+
+
+@dataclass(slots=True)
+class Switch:
+    """The current pause/resume of a scope, or hold/release of an event (switches.py: in sequence)."""
+
+    on: bool  # paused / held
+    record: DecisionRecord
+
+    def order(self) -> tuple[int, float, str]:
+        return (self.record.sequence, self.record.time, self.record.id)
+
+
+class Groups:
+    """VMs that reported the same EventIds, as disjoint sets (union by size, path halving)."""
+
+    __slots__ = ("parent", "size")
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+        self.size: dict[str, int] = {}
+
+    def find(self, key: str) -> str:
+        parent = self.parent
+        if key not in parent:
+            return key
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    def union(self, a: str, b: str) -> bool:
+        """Join the sets of ``a`` and ``b``; True when they were apart."""
+        for key in (a, b):
+            if key not in self.parent:
+                self.parent[key] = key
+                self.size[key] = 1
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        if self.size[ra] < self.size[rb] or (self.size[ra] == self.size[rb] and rb < ra):
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        self.size[ra] += self.size.pop(rb)
+        return True
+
+    def components(self) -> list[list[str]]:
+        """The sets of two or more VMs, each sorted, in sorted order (a canonical form)."""
+        out: dict[str, list[str]] = {}
+        for key in self.parent:
+            out.setdefault(self.find(key), []).append(key)
+        return sorted(sorted(members) for members in out.values() if len(members) > 1)
+
+
+@dataclass
+class FleetState:
+    """The fold's state. ``version`` changes whenever scopes may have changed (new VM, topology,
+    groups), so derived indexes are rebuilt only then."""
+
+    vms: dict[str, Vm] = field(default_factory=dict)
+    events: dict[str, EventRecord] = field(default_factory=dict)
+    groups: Groups = field(default_factory=Groups)
+    pauses: dict[str, Switch] = field(default_factory=dict)  # scope -> latest pause/resume
+    holds: dict[str, Switch] = field(default_factory=dict)  # event key -> latest hold/release
+    decisions: dict[str, DecisionRecord] = field(default_factory=dict)  # id -> decision (the log)
+    open_events: set[str] = field(default_factory=set)  # keys of events not completed or canceled
+    settling: set[str] = field(default_factory=set)  # completed events prune has not aged out yet
+    gone: dict[str, float] = field(default_factory=dict)  # pruned event key -> when it ended
+    terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
+    retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
+    identities: dict[str, Identity] = field(default_factory=dict)  # VM key -> its registered key
+    rekeyed: list[Rekey] = field(default_factory=list)  # newest last, at most registrations.REKEYS_KEPT
+    # Reports (and identity events) held until their sender's registration folds (gate.py):
+    # VM key -> [(enqueued time, CloudEvent)].
+    waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
+    azure: AzureView = field(default_factory=AzureView)  # Azure's own view (fold/azure_state.py)
+    version: int = 0
+    # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
+    # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
+    vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
+    names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys
+    new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def paused(self, scope: str) -> Switch | None:
+        switch = self.pauses.get(scope)
+        return switch if switch is not None and switch.on else None
+
+    def named(self, name: str) -> set[str]:
+        """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
+        if self.names is None:
+            self.names = {}
+            for key, vm in self.vms.items():
+                self.names.setdefault(vm.name.lower(), set()).add(key)
+        return self.names.get(name, set())
+
+    def rename(self, key: str, old: str | None, new: str) -> None:
+        """Keep ``names`` true when a VM is added (``old`` None) or changes its name."""
+        if self.names is None:
+            return
+        if old is not None:
+            self.names.get(old.lower(), set()).discard(key)
+        self.names.setdefault(new.lower(), set()).add(key)
+
+    def event(self, event_id: str) -> EventRecord:
+        """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""
+        key = event_id.lower()
+        record = self.events.get(key)
+        if record is None:
+            record = self.events[key] = EventRecord(key=key, event_id=event_id)
+        elif event_id < record.event_id:
+            record.event_id = event_id
+        return record
+
+    def held(self, event_key: str) -> Switch | None:
+        switch = self.holds.get(event_key)
+        return switch if switch is not None and switch.on else None

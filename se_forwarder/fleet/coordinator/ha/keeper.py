@@ -1,0 +1,193 @@
+"""The fold's snapshot saved and loaded off the service's loop, with deadlines.
+
+The service's loop folds, decides and serves the API; it never waits for the storage account.
+``Keeper`` runs the snapshot's I/O (snapshot_blob.SnapshotBlob) on threads of its own and the loop looks at
+the outcome when it comes by (``poll``):
+
+- ``save(state, positions)``: the snapshot (a dict the loop made: the fold as it was) is
+  serialised, signed (signer.signed_json) and uploaded in the background. At most one upload at a
+  time: a save that is due while one is under way (or during the backoff after a failure: 5 s
+  doubling to 60 s) is skipped. An upload that has not finished after ``SNAPSHOT_DEADLINE``
+  counts as failed (logged and counted by reach.py); the next one waits for it to end. A snapshot
+  that is not saved costs nothing but a longer read of the hub at the next start. A signing key
+  that cannot be read is the service's problem, not the storage account's: logged as an error,
+  tried again after the longest backoff.
+- ``load()``: the last snapshot is downloaded and restored in the background (creating the
+  container first, at the first load); ``poll`` hands over the result once. A container that
+  cannot be made (no such account, a bad name) is logged as an error at each attempt.
+  While the storage account does not answer, it is tried again (5 s doubling to 30 s): until
+  then the service knows nothing it could act on, and it cannot hold the lease anyway. A
+  snapshot that is damaged, of another hub or not signed by a trusted key (trust.snapshot) is
+  logged in one line and the hub read from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from ....backoff import Backoff
+from ....errors import SeForwarderError, StateError
+from ..azure.reach import Reach, begin, describe_error
+from ..fold.snapshot import restore
+from ..fold.state import FleetState
+from ..input.hub_reader import Position
+from .snapshot_blob import SNAPSHOT_DEADLINE, Snapshot, SnapshotBlob
+
+log = logging.getLogger("se_forwarder.coordinator")
+
+SAVE_BACKOFF = Backoff(steps=(5.0, 10.0, 20.0, 40.0, 60.0))
+LOAD_BACKOFF = Backoff(steps=(5.0, 10.0, 20.0, 30.0))
+
+
+@dataclass
+class Loaded:
+    state: FleetState
+    positions: dict[str, Position]
+    found: Snapshot | None  # None: no usable snapshot, the hub is read from the start
+    refused: bool = False  # there was one, not usable (said in one line)
+
+
+class Keeper:
+    def __init__(self, snapshots: SnapshotBlob, storage: Reach, instance: str,
+                 prepare: Callable[[], None] | None = None) -> None:
+        self.snapshots, self.storage, self.instance = snapshots, storage, instance
+        self.prepare = prepare  # run once before the first load (creating the container)
+        self.last_snapshot: tuple[float, int] | None = None  # (wall time, bytes)
+        self.save_failures = 0
+        self._saving: Future[int] | None = None
+        self._save_started = 0.0
+        self._save_overdue = False
+        self._save_after = 0.0
+        self._loading: Future[Loaded] | None = None
+        self._load_after = 0.0
+        self._load_failures = 0
+        self._load_before: Callable[[], None] | None = None
+
+    # -- saving ------------------------------------------------------------------------------------
+
+    def can_save(self) -> bool:
+        """No upload under way, and not in the backoff after a failed one (ask before making one)."""
+        return self._saving is None and time.monotonic() >= self._save_after
+
+    def save(self, data: dict[str, Any], positions: dict[str, Position]) -> bool:
+        """Start uploading ``data`` (``snapshot.snapshot`` of the fold) unless one is under way or
+        the last failed too recently; whether it started."""
+        if not self.can_save():
+            return False
+        frozen = dict(positions)
+        self._saving = begin(lambda: self.snapshots.save(data, frozen, self.instance), "coordinator-snapshot")
+        self._save_started, self._save_overdue = time.monotonic(), False
+        return True
+
+    def save_now(self, data: dict[str, Any], positions: dict[str, Position], timeout: float) -> None:
+        """At a clean stop: save and wait at most ``timeout`` seconds."""
+        if self._saving is not None and not self._saving.done():
+            return
+        self._saving = None
+        try:
+            size = self.storage.call(lambda: self.snapshots.save(data, dict(positions), self.instance),
+                                     timeout, "saving the snapshot")
+        except Exception:  # noqa: BLE001 - recorded by reach; the hub still has everything
+            return
+        self.last_snapshot = (time.time(), size)
+
+    def _poll_save(self) -> None:
+        future = self._saving
+        if future is None:
+            return
+        now = time.monotonic()
+        if not future.done():
+            if not self._save_overdue and now - self._save_started >= SNAPSHOT_DEADLINE:
+                self._save_overdue = True
+                self._save_failed(f"saving the snapshot: no answer within {SNAPSHOT_DEADLINE:.0f} s",
+                                  overdue=True)
+            return
+        self._saving = None
+        try:
+            size = future.result()
+        except SeForwarderError as exc:  # the signing key cannot be read: not the storage account's fault
+            self._save_after = time.monotonic() + SAVE_BACKOFF.steps[-1]
+            log.error("snapshot not saved: %s", exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - the next one may work; the hub still has everything
+            if not self._save_overdue:
+                self._save_failed(f"saving the snapshot: {describe_error(exc)}")
+            return
+        self.save_failures = 0
+        self._save_after = 0.0
+        self.storage.succeeded()
+        self.last_snapshot = (time.time(), size)
+        log.debug("snapshot saved (%d bytes)", size)
+
+    def _save_failed(self, error: str, overdue: bool = False) -> None:
+        self.save_failures += 1
+        self._save_after = time.monotonic() + SAVE_BACKOFF.delay(self.save_failures)
+        self.storage.failed(error, overdue=overdue)
+
+    # -- loading -----------------------------------------------------------------------------------
+
+    def load(self, before: Callable[[], None] | None = None) -> None:
+        """Load the last snapshot in the background (``before`` runs first, on that thread)."""
+        self._load_before = before
+        self._load_failures, self._load_after = 0, 0.0
+        self._start_load()
+
+    def loading(self) -> bool:
+        return self._loading is not None
+
+    def _start_load(self) -> None:
+        before, self._load_before = self._load_before, None
+        self._loading = begin(lambda: self._load(before), "coordinator-load")
+
+    def _load(self, before: Callable[[], None] | None) -> Loaded:
+        if before is not None:
+            before()
+        if self.prepare is not None:
+            self.storage.call(self.prepare, SNAPSHOT_DEADLINE, "creating the container")
+            self.prepare = None
+        found = self.storage.call(self._fetch, SNAPSHOT_DEADLINE, "loading the snapshot")
+        if isinstance(found, StateError):
+            log.error("%s; reading the hub from the start of its retention instead", found)
+            return Loaded(FleetState(), {}, None, refused=True)
+        if found is None:
+            return Loaded(FleetState(), {}, None)
+        try:
+            return Loaded(restore(found.state), dict(found.positions), found)
+        except StateError as exc:
+            log.error("%s; reading the hub from the start of its retention instead", exc)
+            return Loaded(FleetState(), {}, None, refused=True)
+
+    def _fetch(self) -> Snapshot | StateError | None:
+        """The snapshot, or the StateError saying why it is not usable (not a storage failure)."""
+        try:
+            return self.snapshots.load()
+        except StateError as exc:
+            return exc
+
+    def poll(self) -> Loaded | None:
+        """What a load brought, once; None while there is nothing new. Also looks at a save."""
+        self._poll_save()
+        future = self._loading
+        if future is None:
+            if self._load_after and time.monotonic() >= self._load_after:
+                self._load_after = 0.0
+                self._start_load()
+            return None
+        if not future.done():
+            return None
+        self._loading = None
+        try:
+            return future.result()
+        except Exception as exc:  # noqa: BLE001 - storage unreachable: recorded by reach; tried again
+            self._load_failures += 1
+            delay = LOAD_BACKOFF.delay(self._load_failures)
+            self._load_after = time.monotonic() + delay
+            said = log.error if isinstance(exc, SeForwarderError) else log.debug  # a configuration problem
+            said("the fold cannot be loaded: %s; trying again in %.0f s",
+                 exc if isinstance(exc, SeForwarderError) else describe_error(exc), delay)
+            return None

@@ -1,0 +1,196 @@
+"""Azure's input at the service's edge: the feed's events checked, Resource Graph's catch-up, ``acknowledge``.
+
+``AzureInput`` belongs to the service (service.py) when ``[azure]`` is configured. Nothing here
+runs on the service's loop but ``fold_feed``, ``pump`` and ``once_published``; every call to Azure
+runs on a thread of its own with a deadline, and says whether ARM answered (reach.py: ``arm``,
+through azure_graph.arm_call), so ``/healthz``, ``status`` and ``/metrics`` show when ARM or
+Resource Graph cannot be reached:
+
+- **The feed.** input/hubs.py reads the Azure feed hub (``[azure.feed]``) with the same ``HubReader``
+  as the agents' hub, into the same inbox, its positions kept and snapshotted beside theirs
+  (``azure-feed``: its reachability). Only Event Grid's identity may send to that hub (the Bicep
+  grants nothing else), so no VM can write to this input. Each event (Event Grid delivers
+  ``[CloudEvent]``; hub_reader.decode takes its one element) is checked by ``azure_facts.feed_event`` and
+  folded as Azure's (fold/azure.py); a refusal is counted by reason. Conversely, Azure's types read
+  from the agents' hub are refused by trust.py (``azure``).
+- **The catch-up.** At start and every ``arg_interval``, ``Graph.catch_up`` (azure/graph.py) on a
+  thread of its own; the ``CatchUp`` is folded on the loop (``pump``, azure_fold.fold_catch_up).
+  While ARM does not answer, the next one comes sooner (``RETRY``, at most ``arg_interval`` apart).
+- **Acknowledge.** An approval through ARM (``Via: "arm"``, never a queue message: decide/evaluate.py leaves
+  it out of ``sends``) is acknowledged once it is published (``once_published``), while the term it
+  was made in lasts (azure/acknowledge.py: one at a time, each ending at its deadline). What Azure answered
+  goes to ``record`` with that term: the service publishes it as the approval's ``acknowledge``
+  record (azure_paths.acknowledged), as it publishes a message's ``sent`` one.
+
+The credential is the coordinator's (``[azure] credential``: its managed identity by default).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
+from typing import Any
+
+from ....timestamps import rfc3339
+from ..azure.clients import azure_credential
+from ..azure.graph import ARM_PART, ERROR_LIMIT
+from ..azure.reach import Reach, describe_error
+from ..config.azure import AzureSettings
+from ..decide import arm_path as azure_paths
+from ..decide.events import Decision, Recorded
+from ..edge import azure_facts
+from ..fold import azure as azure_fold
+from ..fold.azure_state import CatchUp
+from ..fold.caps import FOLDED
+from ..fold.state import FleetState
+from .hub_reader import Batch
+from .hubs import FEED_PART
+
+log = logging.getLogger("se_forwarder.coordinator.azure")
+
+RETRY = (10.0, 20.0, 40.0, 80.0)  # s to the next catch-up while ARM does not answer
+
+
+class AzureInput:
+    def __init__(self, settings: AzureSettings, reach: dict[str, Reach], record: Callable[[Recorded], None],
+                 *, page_size: int = 1000) -> None:
+        self.settings, self.page_size, self.record = settings, page_size, record
+        self.arm = reach[ARM_PART]
+        self.results: queue.Queue[CatchUp] = queue.Queue()
+        self.counts: Counter[str] = Counter()  # feed-folded, feed-<reason>, graph-<reason>, acknowledge-<...>
+        self.last: CatchUp | None = None  # the last catch-up folded
+        self.catch_ups = 0
+        self._stop = threading.Event()
+        self._credential: Any = None
+        self._acknowledger: Any = None
+        self._poller: threading.Thread | None = None
+
+    @staticmethod
+    def parts(settings: AzureSettings | None) -> tuple[str, ...]:
+        """The parts reach.py records for Azure's input (none without ``[azure]``)."""
+        if settings is None:
+            return ()
+        return (FEED_PART, ARM_PART) if settings.feed is not None else (ARM_PART,)
+
+    def credential(self) -> Any:
+        if self._credential is None:
+            self._credential = azure_credential(self.settings)
+        return self._credential
+
+    # -- life ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from ..azure.acknowledge import Acknowledger
+
+        self._acknowledger = Acknowledger(self.settings, self.credential(), self._acked, self.arm)
+        self._acknowledger.start()
+        self._poller = threading.Thread(target=self._poll, name="coordinator-resource-graph", daemon=True)
+        self._poller.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._acknowledger is not None:
+            self._acknowledger.close()
+        if self._poller is not None:
+            self._poller.join(5)
+
+    # -- the feed (on the loop) --------------------------------------------------------------------
+
+    def fold_feed(self, state: FleetState, batch: Batch) -> None:
+        """A batch from the Azure feed hub (input/hubs.py), each event checked at the edge first (its
+        positions are the service's to keep)."""
+        for event, _ in batch.events:
+            if event is None:
+                self.counts["feed-not-cloudevent"] += 1
+                continue
+            facts = azure_facts.feed_event(event, self.settings.subscriptions)
+            if isinstance(facts, azure_facts.Refusal):
+                self.counts[f"feed-{facts.code}"] += 1
+                log.debug("feed event %s refused (%s): %s", str(event.get("id"))[:80], facts.code,
+                          facts.detail)
+                continue
+            outcome = azure_fold.fold_event(state, facts)
+            self.counts["feed-folded" if outcome == FOLDED else f"feed-{outcome}"] += 1
+
+    # -- the catch-up (its own thread) -------------------------------------------------------------
+
+    def _poll(self) -> None:
+        from ..azure.graph import Graph
+
+        graph: Graph | None = None
+        failed = 0
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                deadline = min(120.0, max(20.0, self.settings.arg_interval))
+                graph = graph or Graph(self.settings, self.credential(), page_size=self.page_size,
+                                       deadline=deadline, reach=self.arm)
+                result = graph.catch_up()
+            except Exception as exc:  # noqa: BLE001 - one line; tried again at the next interval
+                result = CatchUp(time.time(), errors=[describe_error(exc, ERROR_LIMIT)])
+            for error in result.errors[:3]:
+                log.warning("Resource Graph catch-up: %s", error)
+            self.results.put(result)
+            failed = failed + 1 if not self.arm.reachable else 0
+            every = self.settings.arg_interval
+            wait = min(every, RETRY[min(failed, len(RETRY)) - 1]) if failed else every
+            self._stop.wait(max(1.0, wait - (time.monotonic() - began)))
+        if graph is not None:
+            graph.close()
+
+    # -- acknowledge -----------------------------------------------------------------------------------
+
+    def _acked(self, approval_id: str, outcome: str, reason: str, term: int) -> None:
+        self.counts[f"acknowledge-{outcome}"] += 1
+        made = partial(azure_paths.acknowledged, code=outcome, reason=reason, now=time.time())
+        self.record((approval_id, made, term))
+
+    def once_published(self, state: FleetState, decision: Decision, term: int, may_act: Callable[[int], bool],
+                       done: Future[Any] | None) -> Future[Any] | None:
+        """For an approval through ARM, the future of its publication (``done``, or a new one),
+        which then has it acknowledged while ``term`` lasts; ``done`` for any other decision."""
+        if decision.kind != "approve" or decision.via != azure_paths.VIA_ARM or decision.shadow:
+            return done
+        published: Future[Any] = done or Future()
+        path = azure_paths.acknowledge_path(state, decision.event_id or "")
+
+        def go(future: Future[Any]) -> None:
+            if path is not None and future.exception() is None and may_act(term):
+                assert self._acknowledger is not None, "start() first"
+                self._acknowledger.submit(decision.id, path, term)
+
+        published.add_done_callback(go)
+        return published
+
+    # -- on the loop -----------------------------------------------------------------------------------
+
+    def pump(self, state: FleetState) -> bool:
+        """Fold the catch-ups that came back; True when one was."""
+        folded = False
+        while True:
+            try:
+                item = self.results.get_nowait()
+            except queue.Empty:
+                return folded
+            azure_fold.fold_catch_up(state, item)
+            self.last, self.catch_ups, folded = item, self.catch_ups + 1, True
+            for code, count in item.refused.items():
+                self.counts[f"graph-{code}"] += count
+
+    def describe(self) -> dict[str, Any]:
+        last = self.last
+        return {
+            "feed": self.settings.feed.eventhub if self.settings.feed else None,
+            "acknowledge": self.settings.acknowledge,
+            "catchUps": self.catch_ups,
+            "lastCatchUp": None if last is None else {
+                "time": rfc3339(last.as_of), "covered": list(last.covered), "vms": len(last.vms),
+                "events": len(last.events), "queries": last.queries, "errors": last.errors[:5]},
+            "counts": dict(sorted(self.counts.items())),
+        }

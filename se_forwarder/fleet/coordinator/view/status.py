@@ -1,0 +1,263 @@
+"""The read model: what ``coordinator status`` prints and the fleet page shows. JSON-serialisable.
+
+``status(state, policy, now)`` (times RFC 3339 UTC, ages in seconds)::
+
+    {"time", "shadow", "blackout": name | null,
+     "fleet": {"vms", "watched", "unavailable", "groups", "openEvents"},
+     "paused": [{"scope", "since", "actor", "reason"}], "held": [{"eventId", "since", "actor", "reason"}],
+     "scopes": [{"scope", "kind", "size", "used", "max", "paused"}],
+     "scopeTotals": {kind: {"scopes", "full"}},
+     "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
+                  "reasonCode", "reason", "scope", "budgets",
+                  "approvals": [{"by", "time", "attempt", "shadow", "vm", "echo"}]}],
+     "started": [{"eventId", "eventType", "startedUtc", "affected"}],
+     "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
+                    "attempt", "target", "scope"}],
+     "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
+     "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}],
+     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"]}],
+     "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
+                    "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
+     "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
+                      "findings": [...]}}   (view/azure.py)
+
+``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
+every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
+Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
+decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
+first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
+(queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
+claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
+``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
+first) and keys registered for several VMs (fold/identities.py).
+
+``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
+"unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
+"faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
+``started``, ``approved``, ``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
+``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
+"notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
+and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
+ever reported; ``findings``: where its agent and Azure disagree (``"<field>: agent X, Azure Y"``).
+``search`` keeps the VMs whose name contains it (case-insensitive); groups with no VM left are omitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....timestamps import rfc3339_or_none
+from ..config.policy import Policy
+from ..decide.availability import conflicts, echoes, unwatched
+from ..decide.evaluate import Evaluation, evaluate
+from ..decide.queues import queue_conflicts
+from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
+from ..fold.identities import shared_keys
+from ..fold.state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
+from . import azure as azure_view
+
+
+def _age(now: float, moment: float | None) -> float | None:
+    return None if moment is None else round(max(0.0, now - moment), 1)
+
+
+def _switch(switch: Switch, key: str, name: str) -> dict[str, Any]:
+    data = switch.record.data
+    return {key: name, "since": rfc3339_or_none(switch.record.time), "actor": data.get("Actor"),
+            "reason": data.get("Reason")}
+
+
+def _approvals(state: FleetState, record: EventRecord, idx: ScopeIndex, vms: tuple[str, ...],
+               ) -> list[dict[str, Any]]:
+    """Who approved the event and when: the coordinator's (or a person's) approve decisions, then
+    the echoes that count, of VMs the event affects (``by`` = their ApprovedBy)."""
+    out: list[dict[str, Any]] = []
+    for attempt, d in sorted(record.approvals.items()):
+        target = d.data.get("Target")
+        out.append({"by": d.data.get("Actor"), "time": rfc3339_or_none(d.time), "attempt": attempt,
+                    "shadow": d.shadow, "vm": target.get("name") if isinstance(target, dict) else None,
+                    "echo": False})
+    for vm, (moment, by) in sorted(echoes(idx, record, vms).items(), key=lambda item: item[1]):
+        name = state.vms[vm].name if vm in state.vms else vm
+        out.append({"by": by, "time": rfc3339_or_none(moment), "attempt": None, "shadow": False, "vm": name,
+                    "echo": True})
+    return out
+
+
+def _decision(d: DecisionRecord) -> dict[str, Any]:
+    data = d.data
+    target = data.get("Target")
+    return {
+        "id": d.id, "decision": d.kind, "time": rfc3339_or_none(d.time), "eventId": data.get("EventId"),
+        "eventType": data.get("EventType"), "reasonCode": data.get("ReasonCode"),
+        "reason": data.get("Reason"), "actor": data.get("Actor"), "shadow": d.shadow,
+        "attempt": data.get("Attempt"), "target": target.get("name") if isinstance(target, dict) else None,
+        "scope": data.get("Scope"), "budgets": data.get("Budgets") or [],
+    }
+
+
+def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation | None = None, *,
+           decisions_limit: int = 50, all_scopes: bool = False) -> dict[str, Any]:
+    """The status document (module docstring); ``evaluation`` saves a pass when the caller has one."""
+    ev = evaluation if evaluation is not None else evaluate(state, policy, now)
+    assert ev.index is not None
+    idx = ev.index
+    blackout = policy.blackout_at(now)
+    scopes: list[dict[str, Any]] = []
+    totals: dict[str, dict[str, int]] = {}
+    for scope, budget in idx.budget_of.items():
+        kind, size, used = idx.kind_of[scope], idx.size[scope], ev.used[scope]
+        limit = budget.limit(size)
+        total = totals.setdefault(kind, {"scopes": 0, "full": 0})
+        total["scopes"] += 1
+        total["full"] += used >= limit
+        paused = state.paused(scope) is not None
+        if all_scopes or used or paused:
+            scopes.append({"scope": scope, "kind": kind, "size": size, "used": used, "max": limit,
+                           "paused": paused})
+    scopes.sort(key=lambda s: (-s["used"] / max(s["max"], 1), s["scope"]))
+    pending = []
+    for key, verdict in ev.verdicts.items():
+        record = state.events[key]
+        pending.append({
+            "eventId": record.event_id, "eventType": record.event_type, "eventSource": record.event_source,
+            "notBeforeUtc": rfc3339_or_none(record.not_before), "resources": list(record.resources),
+            "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
+            "reason": verdict.reason, "scope": verdict.scope,
+            "budgets": [u.as_data() for u in verdict.budgets],
+            "approvals": _approvals(state, record, idx, verdict.affected),
+        })
+    started = []
+    for key in sorted(state.open_events):
+        record = state.events[key]
+        if record.rank == STARTED:
+            started.append({"eventId": record.event_id, "eventType": record.event_type,
+                            "startedUtc": rfc3339_or_none(record.started_at),
+                            "affected": [state.vms[v].name for v in resolve(state, idx, record).vms]})
+    log = sorted(state.decisions.values(), key=lambda d: (d.time, d.id), reverse=True)[:decisions_limit]
+    not_watched: list[dict[str, Any]] = []
+    for vm in unwatched(state, policy, idx, now):
+        beat = last_heartbeat(state, idx, vm)
+        not_watched.append({"name": state.vms[vm].name, "vmId": state.vms[vm].vm_id,
+                            "group": idx.group_of.get(vm), "lastHeartbeatUtc": rfc3339_or_none(beat),
+                            "heartbeatAgeSeconds": _age(now, beat)})
+    not_watched.sort(key=lambda u: (u["name"].lower(), u["vmId"]))
+    return {
+        "time": rfc3339_or_none(now), "shadow": policy.shadow,
+        "blackout": blackout.name if blackout else None,
+        "fleet": {"vms": len(idx.members), "watched": len(idx.members) - len(not_watched),
+                  "unavailable": len(ev.unavailable), "groups": len(set(idx.group_of.values())),
+                  "openEvents": len(state.open_events)},
+        "paused": [_switch(s, "scope", k) for k, s in sorted(state.pauses.items()) if s.on],
+        "held": [_switch(s, "eventId", s.record.data.get("EventId") or k)
+                 for k, s in sorted(state.holds.items()) if s.on],
+        "scopes": scopes, "scopeTotals": totals,
+        "pending": sorted(pending, key=lambda p: (p["notBeforeUtc"] or "~", p["eventId"])),
+        "started": started,
+        "decisions": [_decision(d) for d in log],
+        "unwatched": not_watched,
+        "queueConflicts": queue_conflicts(state, idx.shared_queue),
+        "azure": azure_view.summary(state, idx, now),
+        "nameConflicts": name_conflicts(state, policy, idx, now),
+        "identities": identities(state),
+    }
+
+
+def _named(state: FleetState, key: str) -> str:
+    vm = state.vms.get(key)
+    return f"{vm.name} ({vm.vm_id or key})" if vm is not None else key
+
+
+def name_conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> list[dict[str, Any]]:
+    """Sets of VMs that claim one name (or resourceId), each once, sorted."""
+    seen: set[tuple[str, ...]] = set()
+    out: list[dict[str, Any]] = []
+    for key, others in sorted(conflicts(state, policy, idx, now).items()):
+        members = tuple(sorted({key, *others}))
+        if members not in seen:
+            seen.add(members)
+            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members]})
+    return out
+
+
+def identities(state: FleetState) -> dict[str, Any]:
+    return {
+        "registered": len(state.identities),
+        "rekeyed": [{"name": state.vms[r.vm].name if r.vm in state.vms else "", "vmId": r.vm, "old": r.old,
+                     "new": r.new, "time": rfc3339_or_none(r.time)} for r in reversed(state.rekeyed)],
+        "sharedKeys": [{"keyid": kid, "vms": [_named(state, k) for k in vms]}
+                       for kid, vms in shared_keys(state)],
+    }
+
+
+def _event_ref(record: EventRecord, status: str) -> dict[str, Any]:
+    return {"eventId": record.event_id, "eventType": record.event_type,
+            "notBeforeUtc": rfc3339_or_none(record.not_before), "status": status}
+
+
+def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]]:
+    """VM key -> the event behind its state: a started or approved one first, then a pending one."""
+    assert ev.index is not None
+    out: dict[str, dict[str, Any]] = {}
+    weight: dict[str, int] = {}
+    keys = list(state.open_events) + [k for k in state.settling if k in state.events]
+    for key in sorted(keys):
+        record = state.events[key]
+        if record.rank == STARTED or (record.ran and key in state.open_events):
+            status, w = "started", 4  # started, or ended for some VMs but not for all of them
+        elif record.rank == COMPLETED:
+            status, w = "completed", 2
+        elif ev.verdicts.get(key) is not None and ev.verdicts[key].code == "approved":
+            status, w = "approved", 3
+        else:
+            status, w = RANK_NAMES.get(record.rank, "unknown"), 1
+        for vm in resolve(state, ev.index, record).vms:
+            if w > weight.get(vm, 0):
+                weight[vm], out[vm] = w, _event_ref(record, status)
+    return out
+
+
+def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation | None = None, *,
+           group: str | None = None, search: str | None = None, keys: bool = False) -> list[dict[str, Any]]:
+    """Per group, its VMs and their state (module docstring); ``keys``: each VM's fold key too."""
+    ev = evaluation if evaluation is not None else evaluate(state, policy, now)
+    assert ev.index is not None
+    idx, events = ev.index, _events_by_vm(state, ev)
+    not_watched = unwatched(state, policy, idx, now)
+    agentless = azure_view.agentless(state, idx)
+    found: dict[str, list[str]] = {}
+    for f in azure_view.findings(state, idx):
+        found.setdefault(f["vmId"].lower(), []).append(f"{f['field']}: agent {f['agent'] or '-'}, "
+                                                       f"Azure {f['azure'] or '-'}")
+    needle = search.lower() if search else None
+    out: dict[str, dict[str, Any]] = {}
+    for key in idx.members:
+        name = idx.group_of[key]
+        if group is not None and name != group:
+            continue
+        vm = state.vms[key]
+        entry = out.setdefault(name, {"group": name, "size": 0, "unavailable": 0, "vms": []})
+        entry["size"] += 1
+        entry["unavailable"] += key in ev.unavailable
+        if needle and needle not in vm.name.lower():
+            continue
+        reason = ev.unavailable.get(key)
+        event = events.get(key)
+        if reason is None and event is not None and event["status"] != "scheduled":
+            event = None  # completed longer than min_healthy ago
+        state_name = reason or ("pending" if event else "ok")
+        beat = last_heartbeat(state, idx, key)
+        if event is not None:
+            event = {**event, "said": azure_view.said(state, key, event["eventId"].lower())}
+        entry["vms"].append({
+            "name": vm.name, "vmId": vm.vm_id, "resourceGroup": vm.resource_group, "zone": vm.zone,
+            "faultDomain": vm.fault_domain, "updateDomain": vm.update_domain, "state": state_name,
+            "watched": key not in not_watched, "heartbeatAgeSeconds": _age(now, beat), "event": event,
+            "agentless": key in agentless, "findings": found.get(vm.vm_id.lower(), []),
+        })
+        if keys:
+            entry["vms"][-1]["key"] = key
+    result = [g for g in out.values() if g["vms"] or not needle]
+    for g in result:
+        g["vms"].sort(key=lambda v: (v["faultDomain"], v["updateDomain"], v["name"].lower()))
+    return sorted(result, key=lambda g: g["group"])

@@ -1,0 +1,128 @@
+"""The rollout timeline: when each VM's maintenance was scheduled, approved, started and healthy again.
+
+``spans(state, policy, idx)`` gives, for every event the fold still keeps (open ones, and ended
+ones until ``prune`` drops them), one span per VM it affects (its Resources resolved, scopes.py)
+and stage, from the fold's times (the agents' CloudEvent times and the decisions' times):
+
+===============  =============================================  =====================================
+kind             from                                           to (``None``: still going on)
+===============  =============================================  =====================================
+``scheduled``    the event's first Scheduled report             approved, started or ended, the first
+``approved``     its first counted approval (a decision that    started or ended
+                 counts in this mode, or an agent's echo)
+``started``      its first Started report                       when the VM was done with it
+                                                                (availability.py); canceled: ended
+``min_healthy``  that completion                                completion + ``min_healthy``
+===============  =============================================  =====================================
+
+A span that would end before it starts (clocks of the agents and of the coordinator disagree) is
+left out. Azure starts an event for all its Resources at once, so a VM's Started span begins with the
+event's first Started report.
+
+``down(spans)`` is a group's budget line: step points ``(time, VMs down from then on)``, where a VM
+is down while it is in an ``approved``, ``started`` or ``min_healthy`` span: what the coordinator
+counts against a budget (scopes.py), without ``not-watched`` and ``prepare-failed``, whose history
+the fold does not keep. Spans are half-open, so one VM coming back as the next goes down is one down,
+not two; a VM in two spans at once counts once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..config.policy import Policy
+from ..decide.availability import completions, echoes
+from ..decide.scopes import ScopeIndex, resolve
+from ..fold.state import EventRecord, FleetState
+
+KINDS = ("scheduled", "approved", "started", "min_healthy")
+DOWN_KINDS = frozenset(KINDS[1:])
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    vm: str  # VM key
+    kind: str  # one of KINDS
+    start: float
+    end: float | None  # None: going on
+    event: str  # event key
+
+
+def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
+    """Every stage of every kept event for each VM it affects (module docstring), by start."""
+    out: list[Span] = []
+    for key in sorted(state.events):
+        record = state.events[key]
+        if record.rank == 0:
+            continue
+        vms = resolve(state, idx, record).vms
+        if vms:
+            out.extend(_event_spans(record, vms, policy, completions(state, idx, record, vms, policy),
+                                    approved_at(record, policy, idx, vms)))
+    out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
+    return out
+
+
+def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done: dict[str, float | None],
+                 approved: float | None) -> list[Span]:
+    started, ended = record.started_at, record.ended_at
+    waiting = min((t for t in (approved, started, ended) if t is not None), default=None)
+    out: list[Span] = []
+    for vm in vms:
+        back = (done[vm] if done[vm] is not None else ended) if vm in done else None
+        stages = [("scheduled", record.scheduled_at, waiting),
+                  ("approved", approved, started if started is not None else ended),
+                  ("started", started, back)]
+        came_back = done.get(vm)
+        if came_back is not None and policy.min_healthy > 0:
+            stages.append(("min_healthy", came_back, came_back + policy.min_healthy))
+        out.extend(Span(vm, kind, start, end, record.key) for kind, start, end in stages
+                   if start is not None and (end is None or end > start))
+    return out
+
+
+def approved_at(record: EventRecord, policy: Policy, idx: ScopeIndex, vms: tuple[str, ...]) -> float | None:
+    """The first approval that counts: a live decision (or a shadow one in shadow mode), or an echo
+    from a VM the event affects."""
+    times = [d.time for d in record.approvals.values() if policy.shadow or not d.shadow]
+    times += [moment for moment, _ in echoes(idx, record, vms).values()]
+    return min(times, default=None)
+
+
+def down(items: Iterable[Span]) -> list[tuple[float, int]]:
+    """The budget line of these spans (module docstring): ``(time, VMs down)`` at each change."""
+    per_vm: dict[str, list[tuple[float, float]]] = {}
+    for span in items:
+        if span.kind in DOWN_KINDS:
+            end = float("inf") if span.end is None else span.end
+            per_vm.setdefault(span.vm, []).append((span.start, end))
+    change: Counter[float] = Counter()
+    for intervals in per_vm.values():
+        for start, end in _union(intervals):
+            change[start] += 1
+            change[end] -= 1
+    out: list[tuple[float, int]] = []
+    level = 0
+    for moment in sorted(change):
+        if change[moment] and moment != float("inf"):
+            level += change[moment]
+            out.append((moment, level))
+    return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Half-open intervals merged where they overlap or touch."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def peak(line: list[tuple[float, int]]) -> int:
+    """The most VMs down at once on a budget line."""
+    return max((level for _, level in line), default=0)
