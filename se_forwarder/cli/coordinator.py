@@ -95,7 +95,7 @@ def run(config: str | None) -> None:
 @click.option("--imds-url", help="This VM's IMDS, for the attestation chain (default http://169.254.169.254).")
 @friendly_errors
 def check(config: str | None, key_file: str | None, token_file: str | None, imds_url: str | None) -> None:
-    """Validate the configuration; reach the hubs, storage, queues and Azure as the service would."""
+    """Validate the configuration and reach every service it names."""
     import logging
     from dataclasses import replace
 

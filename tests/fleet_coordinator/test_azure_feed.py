@@ -228,12 +228,15 @@ def test_a_403_from_acknowledge_is_not_an_approval_is_audited_and_tried_again(ru
     assert event_id not in {r["EventId"] for r in run["requests_after_403"]}
     ordered = sorted(run["decisions"], key=lambda d: d["time"])
     mine = [d["data"] for d in ordered if d["data"]["EventId"] == event_id]
-    made = [(d["Decision"], d["ReasonCode"]) for d in mine]
+    # a pass that finds a peer counted down for a moment (a heartbeat late on a loaded machine) may
+    # defer the try again for the budget: that is a deferral, not a step of the refusal's path
+    made = [step for step in ((d["Decision"], d["ReasonCode"]) for d in mine) if step != ("defer", "budget")]
     first = made.index(("approve", "fits"))
     assert made[first:first + 5] == [("approve", "fits"), ("acknowledge", "forbidden"),
                                      ("defer", "acknowledge-refused"), ("approve", "retry-rejected"),
                                      ("acknowledge", "approved")]
-    assert "ARM answered 403: AuthorizationFailed" in mine[first + 1]["Reason"]
+    [forbidden] = [d for d in mine if d["ReasonCode"] == "forbidden"]
+    assert "ARM answered 403: AuthorizationFailed" in forbidden["Reason"]
 
 
 def test_a_403_then_the_role_given_back_starts_the_event_within_the_documented_retry_time(run):

@@ -1,7 +1,7 @@
 """``coordinator check``'s attestation line tries the chain a registration needs: this VM's attested
 document from its IMDS (the simulator's, whose test CA signs like Azure's subordinate CAs and names
 its intermediate at a "CA Issuers" URL), the intermediate fetched from there as the service would
-fetch it (tests/coordinator/test_intermediates.py's issuer on loopback stands in for Microsoft's and
+fetch it (tests/support/ca_issuer.py's issuer on loopback stands in for Microsoft's and
 DigiCert's hosts), and the document verified against the configured roots."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from se_forwarder.fleet.coordinator.config.service import from_dict
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.attestation import AttestationAuthority
 from se_forwarder.simulator.topology import Topology
-from tests.coordinator.test_intermediates import Issuer
+from tests.support.ca_issuer import Issuer
 
 TOPOLOGY = Topology.build(availability_sets=[{"name": "db", "vms": 1}])
 
