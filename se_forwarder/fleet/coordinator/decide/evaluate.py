@@ -42,6 +42,9 @@ neither held, paused nor in a blackout, and every budget still fits (``budget``/
 otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
 with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
 as approvals there (so a shadow run paces like a live one) and are ignored by a live run.
+
+Gates and maintenance windows (decide/gates.py) hold an approval's message and a retry back as a
+blackout does.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
 from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .gates import held_back
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .wording import hhmm, span
@@ -251,9 +255,10 @@ class DecisionPass:
             return approved
         if record.not_before is not None and record.not_before <= self.now:
             return approved
+        scopes = {s for vm in res.vms for s in self.idx.scopes_of.get(vm, ())} | {FLEET}
         if (self.state.held(record.key) or self.policy.blackout_at(self.now)
-                or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
-                or self.state.paused(FLEET)):
+                or any(self.state.paused(s) for s in scopes)
+                or held_back(self.state, self.policy, self.now, scopes) is not None):
             return approved
         targets = {r.id: azure_fold.ARM if r.data.get("Via") == azure_paths.VIA_ARM  # who may reject it
                    else self.idx.key(r.target_key) for r in record.approvals.values()}

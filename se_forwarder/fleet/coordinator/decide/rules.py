@@ -9,6 +9,9 @@ For each event not yet approved (evaluate.py), in this order (the first that fai
 ``held``           a person held it
 ``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
 ``blackout``       now is inside a ``[[blackouts]]`` window
+``gate-closed``    a gate of a scope holding an affected VM is closed (gates.py; ``[[gates]]``)
+``blackout``       now is inside a blackout of ``[[windows]]`` of such a scope (gates.py)
+``outside-window`` such a scope has maintenance windows (``[[windows]]``) and none is open now
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
 ``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
                    heartbeat_timeout) nor by Azure (fold/topology.py)
@@ -34,6 +37,7 @@ from typing import Protocol
 from ..config.policy import Policy
 from ..fold.state import EventRecord, FleetState
 from .events import BudgetUse, VmRef
+from .gates import held_back
 from .scopes import FLEET, Resolution, ScopeIndex, last_heartbeat
 from .wording import hhmm, not_watched, prepare_failed, span, who, why
 
@@ -77,6 +81,9 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
     blackout = policy.blackout_at(now)
     if blackout is not None:
         return ("blackout", f"inside the blackout window {blackout.name!r}", None)
+    gated = held_back(state, policy, now, scopes)
+    if gated is not None:
+        return gated
     if not record.has_resources or not res.vms or res.unresolved:
         names = ", ".join(res.unresolved) if res.unresolved else "its Resources"
         return ("unresolved", f"{names} match no VM that reported the event or shares its group",
