@@ -17,7 +17,9 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
 ``fold-stalled``          the fold does not move: the service's loop has not answered for a minute,
                           or the agents' hub has not been read for five (output/alerting.py)
 ``recovery-timeout``      (for later issues) a VM did not report recovered in time
-``gate-closed``           (for later issues) an approval gate stayed closed for long
+``gate-closed``           a gate of ``[[gates]]`` is closed (its alerts fire, or it cannot be asked;
+                          input/gates.py); id ``gate-closed/<name>``, open while it is closed,
+                          ``warning`` when it cannot be asked, ``info`` otherwise
 ========================  ==========================================================================
 
 Two ways in, both one call:
@@ -111,8 +113,23 @@ def refused_acknowledges(_: FleetState, evaluation: Evaluation) -> tuple[list[Al
                   {"Events": named, "First": waiting[0].reason[:1000]})], set()
 
 
+def closed_gates(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
+    """A ``gate-closed`` alert per closed gate (fold/gates.py), resolved once it opens."""
+    opened, closed = [], set()
+    for gate in state.gates.values():
+        ident = f"gate-closed/{gate.name}"
+        if gate.open:
+            closed.add(ident)
+            continue
+        summary = f"gate {gate.name} ({gate.scope}) is closed: {gate.reason}"[:1000]
+        opened.append(Alert(ident, "gate-closed", summary, "warning" if gate.unreachable else "info",
+                            {"Gate": gate.name, "Scope": gate.scope, "Type": gate.kind,
+                             "Alerts": ", ".join(gate.alerts)[:1000]}))
+    return opened, closed
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, closed_gates]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:

@@ -19,7 +19,8 @@
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
-                      "findings": [...]}}   (view/azure.py)
+                      "findings": [...]},   (view/azure.py)
+     "gates": [...], "windows": [...]}   (view/gates.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
@@ -57,6 +58,7 @@ from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
 from ..fold.identities import shared_keys
 from ..fold.state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
 from . import azure as azure_view
+from .gates import gates_and_windows
 
 
 def _age(now: float, moment: float | None) -> float | None:
@@ -163,6 +165,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "azure": azure_view.summary(state, idx, now),
         "nameConflicts": name_conflicts(state, policy, idx, now),
         "identities": identities(state),
+        **gates_and_windows(state, policy, now),
     }
 
 
