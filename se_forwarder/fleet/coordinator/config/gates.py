@@ -23,7 +23,7 @@ wrong. Validated once, one line per problem::
     type = "http"                        # any URL: 2xx is open, anything else closed
     url = "https://deploy.internal/api/can-maintain"
 
-Every gate also takes ``interval`` (how often it is asked, 5s..1h, default 30s), ``timeout`` (one
+Every gate also takes ``interval`` (how often it is asked, 1s..1h, default 30s), ``timeout`` (one
 answer, 1s..60s, default 10s), ``unreachable`` (``closed``, the default, or ``open``: what a gate
 that cannot be asked counts as) and ``ca_file`` (a PEM bundle to trust for https; TLS is always
 verified). What the gates do: input/gates.py.
@@ -110,7 +110,7 @@ def _gate(item: dict[str, Any], where: str, azure: bool) -> GateSettings:
         "closed_when_unreachable": as_choice(item.get("unreachable", "closed"), f"{where}.unreachable",
                                              UNREACHABLE) == "closed"}
     if "interval" in item:
-        values["interval"] = parse_duration(item["interval"], f"{where}.interval", 5.0, 3600.0)
+        values["interval"] = parse_duration(item["interval"], f"{where}.interval", 1.0, 3600.0)
     if "timeout" in item:
         values["timeout"] = parse_duration(item["timeout"], f"{where}.timeout", 1.0, 60.0)
     if kind == "azure-monitor":
