@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.azurite import find_binary
+from tests.fleet_page.browser import chrome, console_errors
 from tests.support.alertmanager import INSTALL_HINT, Alertmanager, alert
 from tests.support.alertmanager import find_binary as find_alertmanager
 from tests.support.config import toml_value
@@ -56,6 +57,21 @@ def gate(coordinator: Coordinator, name: str) -> dict[str, Any]:
     return next(g for g in coordinator.get("/v1/status")["gates"] if g["name"] == name)
 
 
+def page_text(browser: Any, coordinator: Coordinator, selector: str) -> str:
+    """The text of ``selector`` on the coordinator's fleet page, once the page has drawn it."""
+    if not browser.current_url.startswith(coordinator.url):
+        browser.get(coordinator.url + "/")
+    found = ""
+
+    def drawn() -> bool:
+        nonlocal found
+        found = browser.execute_script("const n = document.querySelector(arguments[0]); "
+                                       "return n ? n.innerText : ''", selector)
+        return bool(found)
+    wait_for(drawn, 30, f"{selector} on the page")
+    return found
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     base: Path = tmp_path_factory.mktemp("gates")
@@ -65,8 +81,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     fleet.server.sim.subscribe(timeline)
     am = Alertmanager(base / "alertmanager")
     record: dict[str, Any] = {"timeline": timeline}
-    gated = windowed = None
+    gated = windowed = browser = None
     try:
+        browser = chrome()
         am.start()
         fleet.start(vms=AGENTS)
         am.post(FIRING)
@@ -83,6 +100,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wait_for(lambda: defers(fleet, "gated", ids["api_0"], "gate-closed"), 30, "api_0's gate-closed defer")
         record["status_closed"] = gated.cli_ok("status")
         record["gate_closed"] = gate(gated, "api-alerts")
+        record["page_banner"] = page_text(browser, gated, "#banner .gate[data-gate='api-alerts']")
+        record["page_errors"] = console_errors(browser)
+        browser.get("about:blank")  # the gated coordinator stops later on: its page is left first
         record["alerts_seen"] = [a["labels"]["alertname"] for a in am.alerts(['service="api"'])]
         record["api_0_requests_while_firing"] = fleet.requests_for(ids["api_0"])
 
@@ -120,6 +140,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wait_for(lambda: defers(fleet, "windowed", ids["web-1"], "outside-window"), 30, "the window defer")
         record["status_outside"] = windowed.cli_ok("status")
         record["window_status"] = windowed.get("/v1/status")["windows"]
+        record["page_window"] = page_text(browser, windowed, ".window-row[data-scope='fleet']")
+        record["page_errors"] += console_errors(browser)
         wait_for(lambda: ids["web-1"] in timeline.completed and ids["web-2"] in timeline.completed, 90,
                  "web-1 and web-2 to roll inside the window")
         record["windowed_decisions"] = fleet.decisions("windowed")
@@ -127,6 +149,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["requests"] = fleet.server.sim.approvals()
         yield record
     finally:
+        if browser is not None:
+            browser.quit()
         am.stop()
         am.http.close()
         shut_down(fleet, gated, windowed)
@@ -186,3 +210,10 @@ def test_status_shows_the_scopes_next_window(run):
     assert fleet_scope["window"]["name"] == "berlin test window"
     assert "Europe/Berlin" in fleet_scope["window"]["text"]
     assert "windows of fleet: early approval CLOSED; window 'berlin test window'" in run["status_outside"]
+
+
+def test_the_page_shows_the_closed_gate_and_the_scopes_next_window(run):
+    assert run["page_banner"].startswith("gate api-alerts closed: 1 alert fires in Alertmanager: "
+                                         "HighErrorRate")
+    assert "early approval closed · next window berlin test window: " in run["page_window"]
+    assert "Europe/Berlin" in run["page_window"] and run["page_errors"] == []
