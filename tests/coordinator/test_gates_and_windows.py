@@ -324,3 +324,20 @@ def test_status_shows_each_gate_and_each_scopes_next_window():
     (scope,) = shown["windows"]
     assert scope["scope"] == "fleet" and scope["open"] is False
     assert scope["window"]["startUtc"] == "2026-03-03T01:00:00Z" and scope["window"]["name"] == "nights"
+
+
+def test_the_examples_of_the_docs_load_as_written():
+    import re
+    import tomllib
+
+    from tests.support.paths import ROOT
+
+    text = (ROOT / "docs" / "coordinator.md").read_text()
+    section = text[text.index("## Health and gates"):text.index("## Commands")]
+    blocks = [tomllib.loads(b) for b in re.findall(r"^```\n(.*?)^```", section, re.S | re.M)]
+    gates = [g for b in blocks for g in load_gates(b.get("gates"), azure=True)]
+    windows = [w for b in blocks for w in load_windows(b.get("windows"))]
+    assert [g.type for g in gates] == ["alertmanager", "azure-monitor", "http"]
+    assert [(w.name, w.blackout) for w in windows] == [("web nights", False), ("release night", True),
+                                                        ("year-end freeze", True)]
+    assert all(w.following(T0)[0] > T0 for w in windows)
