@@ -26,11 +26,12 @@ def parse_duration(value: Any, where: str, low: float = 0.0, high: float = 90 * 
     else:
         raise ConfigError(f"{where}: {value!r} is not a duration like 30s, 10m or 2h")
     if not math.isfinite(seconds) or not low <= seconds <= high:
-        raise ConfigError(f"{where}: {value!r} is out of range ({_human(low)}..{_human(high)})")
+        raise ConfigError(f"{where}: {value!r} is out of range ({human(low)}..{human(high)})")
     return seconds
 
 
-def _human(seconds: float) -> str:
+def human(seconds: float) -> str:
+    """A duration as the file writes it: ``90m`` is ``90m``, ``3600`` is ``1h``, ``2.5`` is ``2.5s``."""
     for unit, size in (("d", DAY), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"

@@ -38,12 +38,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ....errors import ConfigError
 from ....validation import as_bool, as_str, no_unknown
-from .durations import DAY, moment, parse_duration
+from .durations import DAY, human, moment, parse_duration
 
 KEYS = ("scope", "timezone", "rrule", "duration", "name", "blackout", "start", "end")
 FREQUENCIES = ("DAILY", "WEEKLY", "MONTHLY", "YEARLY")
 ANCHOR = datetime(2024, 1, 1)  # a Monday; the rule's DTSTART on the zone's wall clock by default
-_SCOPE = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
+SCOPE_KEY = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
                     r"|tag:[^=\s]{1,512}=.{0,256})\Z")
 _FREQ = re.compile(r"(?:^|[;:\n])FREQ=([A-Z]+)", re.IGNORECASE)
 NEVER = (float("inf"), float("inf"))
@@ -52,7 +52,7 @@ NEVER = (float("inf"), float("inf"))
 def scope_key(value: Any, where: str) -> str:
     """A scope key as ``pause`` takes it (decide/scopes.py), lower case; ConfigError otherwise."""
     text = as_str(value, where).strip().lower()
-    if not _SCOPE.match(text) or any(ord(c) < 32 for c in text):
+    if not SCOPE_KEY.match(text) or any(ord(c) < 32 for c in text):
         raise ConfigError(f"{where}: {value!r} is not a scope (fleet, group:<name>, zone:<region>/<zone>, "
                           "fault_domain:..., update_domain:..., scale_set:..., resource_group:..., "
                           "tag:<name>=<value>)")
@@ -119,7 +119,7 @@ class Window:
         """How the window is written, for `status` and the page."""
         if self.start is not None and self.end is not None:
             return f"{_stamp(self.start)} to {_stamp(self.end)}"
-        return f"{self.rule.replace(chr(10), ' ')} for {_span(self.duration)} ({self.zone})"
+        return f"{self.rule.replace(chr(10), ' ')} for {human(self.duration)} ({self.zone})"
 
 
 def _rule(text: str) -> Any:
@@ -143,13 +143,6 @@ def _instant(wall: datetime, zone: ZoneInfo) -> float:
 
 def _stamp(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", DAY), ("h", 3600.0), ("m", 60.0)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def load_windows(items: Any) -> tuple[Window, ...]:
