@@ -60,7 +60,7 @@ from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
 from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
-from .gates import held_back
+from .gates import held_back, holds_now
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .wording import hhmm, span
@@ -103,6 +103,7 @@ class DecisionPass:
         self.counts = used(self.idx, self.down)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
+        self.holds = holds_now(state, policy, now)  # gates and windows (decide/gates.py)
         self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
@@ -258,7 +259,7 @@ class DecisionPass:
         scopes = {s for vm in res.vms for s in self.idx.scopes_of.get(vm, ())} | {FLEET}
         if (self.state.held(record.key) or self.policy.blackout_at(self.now)
                 or any(self.state.paused(s) for s in scopes)
-                or held_back(self.state, self.policy, self.now, scopes) is not None):
+                or held_back(self.holds, scopes) is not None):
             return approved
         targets = {r.id: azure_fold.ARM if r.data.get("Via") == azure_paths.VIA_ARM  # who may reject it
                    else self.idx.key(r.target_key) for r in record.approvals.values()}

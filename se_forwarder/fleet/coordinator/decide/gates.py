@@ -13,13 +13,17 @@ A configured scope matches a VM's scope key when they are equal, or when it name
 ``group:set/<sub>/<rg>/web``), or a zone by its number alone (``zone:1``). Only early approval is
 held back: Azure still starts each event at its NotBefore (docs/coordinator.md).
 
-``next_windows(policy, now)`` is what `status` and the page show per scope.
+``holds_now(state, policy, now)`` works out once per decision pass what holds back now (so a
+pass with every gate open and every window open costs no more per event than one without them);
+``held_back(holds, scopes)`` is the rule for one event. ``next_windows(policy, now)`` is what
+`status` and the page show per scope.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -33,8 +37,10 @@ GATE_CLOSED, BLACKOUT, OUTSIDE_WINDOW = "gate-closed", "blackout", "outside-wind
 _GROUPED = ("group", "fault_domain", "update_domain")
 
 
+@lru_cache(maxsize=1 << 16)
 def matches(configured: str, scope: str) -> bool:
-    """Whether the configured scope ``configured`` names the VM scope key ``scope`` (module docstring)."""
+    """Whether the configured scope ``configured`` names the VM scope key ``scope`` (module docstring;
+    cached: a decision pass asks it for every event and scope)."""
     if configured == scope:
         return True
     kind, _, value = configured.partition(":")
@@ -52,27 +58,40 @@ def matches(configured: str, scope: str) -> bool:
     return bool(name) and "/" not in name and domain == their_domain and group_label(group).lower() == name
 
 
-def held_back(state: FleetState, policy: Policy, now: float, scopes: Iterable[str],
-              ) -> tuple[str, str, str] | None:
-    """(ReasonCode, Reason, Scope) of the first gate, blackout or window that holds an event in
-    ``scopes`` back, or None."""
-    scopes = tuple(scopes)
-    for gate in sorted(state.gates.values(), key=lambda g: g.name):
-        if not gate.open and any(matches(gate.scope, s) for s in scopes):
-            return (GATE_CLOSED, f"gate {gate.name!r} ({gate.scope}) is closed: {gate.reason}", gate.scope)
-    mine = [w for w in policy.windows if any(matches(w.scope, s) for s in scopes)]
-    for window in mine:
+Hold = tuple[str, str, str, str]  # (configured scope, ReasonCode, Reason, Scope)
+
+
+def holds_now(state: FleetState, policy: Policy, now: float) -> tuple[Hold, ...]:
+    """What holds early approval back now, in the order the rule reports it: closed gates (by name),
+    open blackouts, then scopes whose windows are all shut. Made once per decision pass."""
+    if not state.gates and not policy.windows:
+        return ()
+    out: list[Hold] = [(g.scope, GATE_CLOSED, f"gate {g.name!r} ({g.scope}) is closed: {g.reason}", g.scope)
+                       for g in sorted(state.gates.values(), key=lambda g: g.name) if not g.open]
+    for window in policy.windows:
         if window.blackout and window.at(now):
             end = window.following(now)[1]
-            return (BLACKOUT, f"inside the blackout {window.name!r} of {window.scope} until "
-                    f"{_local(end, window.zone)}", window.scope)
-    for scope in dict.fromkeys(w.scope for w in mine if not w.blackout):
-        windows = [w for w in mine if w.scope == scope and not w.blackout]
+            reason = f"inside the blackout {window.name!r} of {window.scope} until {_local(end, window.zone)}"
+            out.append((window.scope, BLACKOUT, reason, window.scope))
+    for scope in dict.fromkeys(w.scope for w in policy.windows if not w.blackout):
+        windows = [w for w in policy.windows if w.scope == scope and not w.blackout]
         if not any(w.at(now) for w in windows):
             start, _, name = _next(windows, now)
             when = f"the next, {name!r}, opens {_local(start, windows[0].zone)}" if start != NEVER[0] \
                 else "none opens again"
-            return (OUTSIDE_WINDOW, f"outside every maintenance window of {scope}: {when}", scope)
+            out.append((scope, OUTSIDE_WINDOW, f"outside every maintenance window of {scope}: {when}", scope))
+    return tuple(out)
+
+
+def held_back(holds: tuple[Hold, ...], scopes: Iterable[str]) -> tuple[str, str, str] | None:
+    """(ReasonCode, Reason, Scope) of the first of ``holds`` (``holds_now``) that names one of
+    ``scopes`` (an event's VMs' scope keys and ``fleet``), or None."""
+    if not holds:
+        return None
+    scopes = tuple(scopes)
+    for configured, code, reason, scope in holds:
+        if any(matches(configured, s) for s in scopes):
+            return code, reason, scope
     return None
 
 

@@ -37,7 +37,7 @@ from typing import Protocol
 from ..config.policy import Policy
 from ..fold.state import EventRecord, FleetState
 from .events import BudgetUse, VmRef
-from .gates import held_back
+from .gates import Hold, held_back
 from .scopes import FLEET, Resolution, ScopeIndex, last_heartbeat
 from .wording import hhmm, not_watched, prepare_failed, span, who, why
 
@@ -51,6 +51,7 @@ class Pass(Protocol):
     idx: ScopeIndex
     down: dict[str, str]  # VM key -> why it is unavailable (before the pass)
     reserved: dict[str, str]  # scope -> EventId of the earlier event waiting for it
+    holds: tuple[Hold, ...]  # closed gates, open blackouts, shut windows (gates.holds_now)
 
     def watched(self, vm: str) -> bool: ...
 
@@ -81,7 +82,7 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
     blackout = policy.blackout_at(now)
     if blackout is not None:
         return ("blackout", f"inside the blackout window {blackout.name!r}", None)
-    gated = held_back(state, policy, now, scopes)
+    gated = held_back(p.holds, scopes)
     if gated is not None:
         return gated
     if not record.has_resources or not res.vms or res.unresolved:
