@@ -201,3 +201,21 @@ def test_fired_azure_monitor_alerts_close_the_gate_until_they_resolve(azure_sim)
             watch.close()
     assert not closed.open and closed.alerts == ("HighCpu (Sev1, web-0)",), closed.reason
     assert opened.reason == "no fired Azure Monitor alert"
+
+
+# -- coordinator check ---------------------------------------------------------------------------------
+
+def test_check_says_each_gate_answers_and_how(alertmanager):
+    from se_forwarder.fleet.coordinator.check import WARN, gate_result
+
+    alertmanager.post(alert("HighCpu", service="web"))
+    settings: Any = type("Settings", (), {"azure": None})()
+    firing, down, down_open = load_gates([am_gate(alertmanager.url, 'service="web"'),
+                                          {"name": "down", "type": "http", "url": f"http://127.0.0.1:{free_port()}/"},
+                                          {"name": "lenient", "type": "http", "unreachable": "open",
+                                           "url": f"http://127.0.0.1:{free_port()}/"}], azure=False)
+    assert gate_result(firing, settings) == (True, "alertmanager for fleet: closed: 1 alert fires in "
+                                             "Alertmanager: HighCpu (service=web)")
+    ok, text = gate_result(down, settings)
+    assert ok is False and text.startswith("http for fleet: closed: cannot be asked (")
+    assert gate_result(down_open, settings)[0] == WARN

@@ -139,3 +139,12 @@ class GateWatch:
                 log.info("gate %s (%s) is open: %s", settings.name, settings.scope, verdict.reason)
         elif before is None or before.open or before.checked is None or before.reason != verdict.reason:
             log.warning("gate %s (%s) is closed: %s", settings.name, settings.scope, verdict.reason)
+
+
+def ask_once(settings: GateSettings, azure: AzureSettings | None) -> GateVerdict:
+    """The gate asked once, as its thread asks it (``coordinator check``)."""
+    watch = GateWatch((settings,), azure)
+    try:
+        return gate_checks.verdict(settings, watch._asker(settings))
+    finally:
+        watch.close()
