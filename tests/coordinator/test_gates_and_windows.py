@@ -71,6 +71,8 @@ def test_a_window_that_cannot_be_read_is_one_line_naming_its_key(item, said):
      "an azure-monitor gate reads Resource Graph with [azure]'s credential"),
     ({"name": "g", "type": "http", "url": "http://deploy.example/ok", "token_env": "T"},
      "a token goes over https"),
+    ({"name": "g", "type": "alertmanager", "url": "https://bob:pw@am.example"},
+     "gates[0].url: no credentials in the URL; give a bearer token with token_env or token_file"),
     ({"name": "g", "type": "http", "url": "http://x", "unreachable": "ignore"}, "gates[0].unreachable"),
     ({"type": "http", "url": "http://x"}, "gates[0].name: missing"),
     ({"name": "g", "type": "http", "url": "http://x", "scope": "zone"},

@@ -118,7 +118,8 @@ def gate_lines(s: dict[str, Any]) -> list[str]:
         window, blackout = w.get("window"), w.get("blackout")
         said = [f"windows of {w['scope']}: early approval {'open' if w['open'] else 'CLOSED'}"]
         if window:
-            said.append(f"window {window['name']!r} {window['text']}")
+            which = "window" if window["startUtc"] <= s.get("time", "") else "next window"
+            said.append(f"{which} {window['name']!r} {window['text']}")
         elif any(not r["blackout"] for r in w.get("rules", [])):
             said.append("no window opens again")
         if blackout:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from ....errors import ConfigError
 from ....fleet.health_queries import SEVERITIES
@@ -128,6 +129,10 @@ def _gate(item: dict[str, Any], where: str, azure: bool) -> GateSettings:
         raise ConfigError(f"{where}.url: missing (the {'Alertmanager' if kind == 'alertmanager' else 'gate'}"
                           "'s http(s) URL)")
     values["url"] = url = as_http_url(item["url"], f"{where}.url")
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        raise ConfigError(f"{where}.url: no credentials in the URL; give a bearer token with token_env or "
+                          "token_file")
     if kind == "alertmanager":
         values["matchers"] = _matchers(item.get("matchers", []), f"{where}.matchers")
     for key in ("token_env", "token_file"):
@@ -135,8 +140,8 @@ def _gate(item: dict[str, Any], where: str, azure: bool) -> GateSettings:
             values[key] = _secret_source(item[key], f"{where}.{key}", key)
     if values.get("token_env") and values.get("token_file"):
         raise ConfigError(f"{where}: give token_env or token_file, not both")
-    if (values.get("token_env") or values.get("token_file")) and url.startswith("http://") \
-            and not is_loopback(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")):
+    if (values.get("token_env") or values.get("token_file")) and parts.scheme == "http" \
+            and not is_loopback(parts.hostname or ""):
         raise ConfigError(f"{where}.url: a token goes over https only (or plain http to a loopback address)")
     if "ca_file" in item:
         values["ca_file"] = ca = path(item["ca_file"], f"{where}.ca_file")
