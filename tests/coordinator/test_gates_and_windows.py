@@ -343,3 +343,39 @@ def test_the_examples_of_the_docs_load_as_written():
     assert [(w.name, w.blackout) for w in windows] == [("web nights", False), ("release night", True),
                                                         ("year-end freeze", True)]
     assert all(w.following(T0)[0] > T0 for w in windows)
+
+
+MINIMAL = """[coordinator]
+name = "prod"
+[eventhub]
+fully_qualified_namespace = "myns.servicebus.windows.net"
+[storage]
+account_url = "https://myaccount.blob.core.windows.net"
+[queues]
+account_url = "https://myaccount.queue.core.windows.net"
+[signing]
+key_file = "/nonexistent/signing.key"
+[api]
+token_file = "/nonexistent/api.token"
+"""
+
+
+@pytest.mark.parametrize("extra, said", [
+    ('[[gates]]\nname = "g"\ntype = "nagios"\nurl = "http://x"\n',
+     "gates[0].type: 'nagios' is not a gate type (alertmanager, azure-monitor, http)"),
+    ('[[gates]]\nname = "g"\ntype = "http"\nurl = "file:///etc/passwd"\n',
+     "gates[0].url: 'file:///etc/passwd' is not an http(s) URL"),
+    ('[[windows]]\nrrule = "every night"\nduration = "1h"\n',
+     "windows[0].rrule: 'every night' cannot be parsed as an RRULE"),
+    ('[[windows]]\ntimezone = "Mars/Olympus_Mons"\nrrule = "FREQ=DAILY"\nduration = "1h"\n',
+     "windows[0].timezone: 'Mars/Olympus_Mons' is not a time zone"),
+])
+def test_coordinator_run_refuses_a_bad_gate_or_window_in_one_line_exit_2(tmp_path, extra, said):
+    from tests.support.cli import cli
+
+    config = tmp_path / "coordinator.toml"
+    config.write_text(MINIMAL + extra)
+    done = cli("coordinator", "run", "--config", str(config), timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], done.stderr
