@@ -144,7 +144,8 @@ def _events(s: dict[str, Any]) -> list[str]:
     started = s.get("started", [])
     if started:
         lines += ["", "STARTED"]
-        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
+        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  "
+                  f"{'started by Azure (due) ' if x.get('due') else ''}since {x.get('startedUtc')}  "
                   f"{', '.join(x.get('affected') or [])}" for x in started]
     conflicts = s.get("queueConflicts") or []
     if conflicts:

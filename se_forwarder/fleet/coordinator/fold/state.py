@@ -126,6 +126,7 @@ class EventRecord:
     info_stamp: Stamp = NO_STAMP
     not_before: float | None = None
     not_before_stamp: Stamp = NO_STAMP
+    earliest_not_before: float | None = None  # the earliest NotBefore any report gave (availability.due_at)
     reports: dict[str, int] = field(default_factory=dict)  # VM key -> highest status rank
     rank: int = 0  # highest rank of any report
     scheduled_at: float | None = None  # earliest scheduled report (the timeline's Scheduled span)

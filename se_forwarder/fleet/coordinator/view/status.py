@@ -10,7 +10,7 @@
      "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
                   "reasonCode", "reason", "scope", "budgets",
                   "approvals": [{"by", "time", "attempt", "shadow", "vm", "echo"}]}],
-     "started": [{"eventId", "eventType", "startedUtc", "affected"}],
+     "started": [{"eventId", "eventType", "startedUtc", "due", "affected"}],
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
                     "attempt", "target", "scope"}],
      "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
@@ -24,7 +24,9 @@
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
-decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
+decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``started``: the events
+Started, and those due (``due``: past the NotBefore at which Azure starts them, not yet reported
+Started: "started by Azure (due)", since their NotBefore). ``decisions`` is the log, newest
 first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
 (queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
 claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
@@ -34,7 +36,8 @@ first) and keys registered for several VMs (fold/identities.py).
 ``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
 "faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
-``started``, ``approved``, ``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
+``started``, ``due`` (started by Azure at its NotBefore, nobody reported it yet), ``approved``,
+``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
 ``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
 "notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
 and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
@@ -48,12 +51,21 @@ from typing import Any
 
 from ....timestamps import rfc3339_or_none
 from ..config.policy import Policy
-from ..decide.availability import conflicts, echoes, unwatched
+from ..decide.availability import conflicts, due_at, echoes, is_due, unwatched
 from ..decide.evaluate import Evaluation, evaluate
 from ..decide.queues import queue_conflicts
 from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
 from ..fold.identities import shared_keys
-from ..fold.state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
+from ..fold.state import (
+    COMPLETED,
+    RANK_NAMES,
+    SCHEDULED,
+    STARTED,
+    DecisionRecord,
+    EventRecord,
+    FleetState,
+    Switch,
+)
 from . import azure as azure_view
 
 
@@ -130,9 +142,11 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     started = []
     for key in sorted(state.open_events):
         record = state.events[key]
-        if record.rank == STARTED:
+        due = record.rank == SCHEDULED and not record.ran and is_due(state, record, now)
+        if record.rank == STARTED or due:
+            since = due_at(state, record) if due else record.started_at
             started.append({"eventId": record.event_id, "eventType": record.event_type,
-                            "startedUtc": rfc3339_or_none(record.started_at),
+                            "startedUtc": rfc3339_or_none(since), "due": due,
                             "affected": [state.vms[v].name for v in resolve(state, idx, record).vms]})
     log = sorted(state.decisions.values(), key=lambda d: (d.time, d.id), reverse=True)[:decisions_limit]
     not_watched: list[dict[str, Any]] = []
@@ -205,6 +219,8 @@ def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]
         record = state.events[key]
         if record.rank == STARTED or (record.ran and key in state.open_events):
             status, w = "started", 4  # started, or ended for some VMs but not for all of them
+        elif key in state.open_events and is_due(state, record, ev.now):
+            status, w = "due", 4  # Azure starts it at its NotBefore, whoever approved it or not
         elif record.rank == COMPLETED:
             status, w = "completed", 2
         elif ev.verdicts.get(key) is not None and ev.verdicts[key].code == "approved":

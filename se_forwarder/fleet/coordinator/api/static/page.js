@@ -318,7 +318,8 @@
     for (const s of doc.started) {
       box.append(el("div", { class: "card" }, el("strong", { text: s.eventType || "event" }), " ",
         el("span", { text: s.affected.join(", ") }), " ",
-        el("span", { class: "muted", text: `started ${ago(s.startedUtc)}` })));
+        el("span", { class: "muted", text: s.due ? `started by Azure (due) ${ago(s.startedUtc)}`
+          : `started ${ago(s.startedUtc)}` })));
     }
   }
 
@@ -438,6 +439,8 @@
     return node;
   }
 
+  const STATE_WORDS = { due: "started by Azure (due)", "name-conflict": "name claimed twice" };
+
   function tile(v, gi, vi, named, match) {
     const state = v[4];
     const node = el("span", { class: `vm s-${state}${named ? " named" : " dot"}${match ? " match" : ""}` +
@@ -464,7 +467,8 @@
     const who = v[8] ? "agentless (Azure only)" : (v[7] ? "watched" : "not watched");
     const said = v[10] ? ` · ${v[10]}` : "";
     const finding = v[9] ? ` · Azure and its agent disagree: ${v[9]}` : "";
-    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${v[4]} · ${who} · ${v[8] ? "no agent" : age}${said}${finding}`;
+    const state = STATE_WORDS[v[4]] || v[4];
+    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${state} · ${who} · ${v[8] ? "no agent" : age}${said}${finding}`;
   }
 
   function renderDetail() {
