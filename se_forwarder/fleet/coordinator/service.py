@@ -63,6 +63,8 @@ from .input.azure import AzureInput
 from .input.hub_reader import Batch, Position
 from .input.hubs import Hubs
 from .input.inbox import Inbox
+from .input.lag import LagGuard
+from .input.requests import Requests
 from .output.hub_producer import HubProducer
 from .output.messages import ApprovalMessages
 from .output.publish import Outgoing, Output
@@ -94,7 +96,8 @@ class Service:
         self.state = FleetState()
         self.positions: dict[str, Position] = {}
         self.inbox = Inbox()
-        self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self.requests = Requests()  # the API's, run on this thread (input/requests.py)
+        self.submit = self.requests.submit
         self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
         self.evaluation: Evaluation | None = None
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
@@ -121,6 +124,7 @@ class Service:
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
         self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag)  # no approval on a late fold
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
@@ -143,7 +147,7 @@ class Service:
         try:
             while not self.stop.is_set():
                 self._fold_available(0.05)
-                self._serve_requests()
+                self.requests.serve()
                 self._take_records()
                 if self.azure is not None and self.azure.pump(self.state):  # Resource Graph's catch-ups
                     self._dirty = True
@@ -234,7 +238,8 @@ class Service:
     def acting(self) -> bool:
         term = self.election.term
         return (self._ready and self._rebuild_term is None and term is not None
-                and self.election.may_act(term.number) and self.election.caught_up(self.positions))
+                and self.election.may_act(term.number) and self.election.caught_up(self.positions)
+                and not self.lag.check_gaps(self.positions))
 
     def why_not(self) -> str:
         """Why this instance does not act now ("" when it does)."""
@@ -242,7 +247,8 @@ class Service:
             storage = self.reach["storage"]
             problem = f" ({storage.last_error})" if not storage.reachable else ""
             return f"it is loading the fold from the snapshot{problem}"
-        return self.election.why_not(self.positions)
+        gap = self.lag.check_gaps(self.positions)
+        return f"the fold has a gap: {gap}" if gap else self.election.why_not(self.positions)
 
     def _say_acting(self, acting: bool) -> None:
         if acting == self._acting:
@@ -261,7 +267,7 @@ class Service:
             return
         trigger = self.last_input if self._dirty else None
         self._dirty = False
-        self.evaluation = result = evaluate(self.state, self.policy, now)
+        self.evaluation = result = evaluate(self.state, self.policy, now, self.lag.stale(self.positions, now))
         for line in self.queue_conflicts.news(self.state, result.index):
             log.warning("%s", line)
         for decision in result.decisions:
@@ -309,25 +315,7 @@ class Service:
             if approval is not None and self._ready and self.election.may_act(term):
                 self._publish(make(approval), term)
 
-    # -- requests from the API (run on this thread) ---------------------------------------------
-
-    def submit(self, func: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        self.requests.put((func, future))
-        return future
-
-    def _serve_requests(self) -> None:
-        while True:
-            try:
-                func, future = self.requests.get_nowait()
-            except queue.Empty:
-                return
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(func())
-            except Exception as exc:  # noqa: BLE001 - handed to the API, which answers with it
-                future.set_exception(exc)
+    # -- requests from the API (run on this thread: input/requests.py) -------------------------
 
     def control(self, make: Callable[[FleetState, float], Decision]) -> tuple[Decision, Future[Any]]:
         """Make a control decision (on this thread) and publish it; it, and the future of its publication."""
@@ -353,7 +341,7 @@ class Service:
 
     def status(self, all_scopes: bool = False, decisions: int = 50) -> dict[str, Any]:
         now = time.time()
-        result = status(self.state, self.policy, now, evaluate(self.state, self.policy, now),
+        result = status(self.state, self.policy, now, evaluate(self.state, self.policy, now, self.lag.reason),
                         decisions_limit=decisions, all_scopes=all_scopes)
         result["service"] = self.describe()
         return result
@@ -372,7 +360,7 @@ class Service:
             "" if acting else self.why_not(), len(self.state.vms),
             {p: pos.sequence for p, pos in list(self.positions.items())},
             tuple((r.failing_for(), r.line()) for r in self.reach.values() if not r.reachable),
-            self.output.unsigned)
+            self.output.unsigned, self.lag.reason if acting else "", self.lag.gap)
 
     def stats(self) -> Stats:
         """Every counter and size, on the service thread (``submit``)."""
@@ -386,7 +374,8 @@ class Service:
             len(state.identities), None if self.last_input is None else time.monotonic() - self.last_input,
             {name: Reachability(r.reachable, r.failures, r.overdue, r.last_success, r.as_data())
              for name, r in self.reach.items()},
-            self.azure.describe() if self.azure is not None else None)
+            self.azure.describe() if self.azure is not None else None,
+            self.lag.lags, self.lag.reason, self.lag.gap)
 
     def fleet_stats(self) -> FleetStats:
         """What costs a pass over the fleet (``/metrics`` only), on the service thread."""

@@ -17,6 +17,7 @@ from .config.policy import Policy
 from .decide.scopes import index
 from .fold.state import FleetState
 from .input.admission import AdmissionCounts
+from .input.lag import Lag
 from .output.publish import OutputCounts
 from .view import azure as azure_view
 
@@ -44,6 +45,8 @@ class Health:
     positions: dict[str, int]  # partition -> sequence number read up to
     down: tuple[tuple[float, str], ...] = ()  # (seconds failing, one line) per unreachable part
     unsigned: tuple[float, str] | None = None  # (monotonic since, why) while decisions cannot be signed
+    stale: str = ""  # why the fold is too late to approve on while acting (input/lag.py), "" when not
+    gap: str = ""  # the fold misses events retention took: it does not act (input/lag.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class Stats:
     last_input_age: float | None
     reach: dict[str, Reachability] = field(default_factory=dict)
     azure: dict[str, Any] | None = None  # AzureInput.describe(); None without [azure]
+    lags: list[Lag] = field(default_factory=list)  # each hub's, at the last decision pass
+    stale: str = ""  # why no early approval is made on the fold now (the lag guard), "" when it is fresh
+    gap: str = ""
 
     def as_data(self) -> dict[str, Any]:
         """What this instance is and does: the ``service`` member of ``status`` and ``/v1/state``."""
@@ -81,6 +87,9 @@ class Stats:
             "decisionsMade": self.decisions, "pendingSends": self.output.pending_sends,
             "reachability": {name: r.data for name, r in self.reach.items()},
             "azure": self.azure,
+            "lag": [{"hub": lag.label, "seconds": round(lag.seconds, 1), "events": lag.events,
+                     "partition": lag.partition or None} for lag in self.lags],
+            "stale": self.stale or None, "gap": self.gap or None,
         }
 
 

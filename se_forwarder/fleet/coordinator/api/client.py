@@ -73,6 +73,8 @@ def render_status(status: dict[str, Any]) -> str:
              + (f"; inside blackout {s['blackout']!r}" if s.get("blackout") else "")]
     if svc.get("notActing") and svc.get("role") != "standby":
         lines.append(f"not acting: {svc['notActing']}")
+    if svc.get("stale") and svc.get("acting"):
+        lines.append(f"NO EARLY APPROVAL (the fold is late): {svc['stale']}")
     lines += _reachability(svc.get("reachability") or {}, svc.get("pendingSends") or 0)
     fleet = s.get("fleet", {})
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "

@@ -228,6 +228,9 @@
       banner.append(el("span", { class: "paused", text: `${doc.paused.length} scope(s) paused` }));
     }
     if (doc.shadow) banner.append(el("span", { class: "shadow", text: "shadow mode: nothing is sent" }));
+    const svc = doc.service || {};
+    if (svc.gap) banner.append(el("span", { class: "conflict", id: "gap-banner", text: `the fold has a gap, not acting: ${svc.gap}` }));
+    else if (svc.stale && svc.acting) banner.append(el("span", { class: "paused", id: "stale-banner", text: `no early approval: ${svc.stale}` }));
     for (const c of doc.nameConflicts || []) {
       banner.append(el("span", { class: "conflict", "data-conflict": c.name,
         text: `name ${c.name} claimed by ${c.vms.length} VMs: ${c.vms.join(", ")}` }));
