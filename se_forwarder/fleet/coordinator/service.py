@@ -116,18 +116,18 @@ class Service:
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
                                    self.azure.fold_feed if self.azure is not None else None)
         self.gate = self.admission.gate
-        container = clients.container(settings.storage)
-        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
-                                       self.signer.verify_keys),
-                             self.reach["storage"], settings.instance,
-                             lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
         self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
         self.lag = LagGuard(self.hubs.watches, self.policy.max_lag)  # no approval on a late fold
+        container = clients.container(settings.storage)
+        lease = Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
-            Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
+            lease, self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
+        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
+                                       self.signer.verify_keys),
+                             self.reach["storage"], settings.instance,
+                             lambda: ensure_container(container, settings.storage.container), lease)
         self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
                                          settings.queues.template, settings.queues.message_ttl)
         self.output = Output(HubProducer(settings.eventhub, self.source, clients.producer), self.messages,
@@ -191,6 +191,7 @@ class Service:
             log.info("no snapshot: reading the hub from the start of its retention")
         self.inbox.clear()  # what a reader that was closed still handed on
         self.state, self.positions = loaded.state, loaded.positions
+        self.lag.block(loaded.blocked)  # a rolled-back snapshot: no acting on what is read instead
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
         self.hubs.start(self.positions)
         self._ready = True

@@ -20,8 +20,9 @@ went through the edge into the fold, so a backlog waiting for verification is la
 
 ``LagGuard`` turns that into what the service does: ``stale(positions, now)`` is why the fold is too
 late to approve on ("" when it is not), said once in the log when it starts and once when the fold
-caught up; ``gap(positions)`` latches the first gap found, said once as an error: the instance
-stops acting until it is restarted without that snapshot (docs/coordinator.md).
+caught up; ``check_gaps(positions)`` latches the first gap found, said once as an error (``block``
+latches a rolled-back snapshot the same way): the instance stops acting until it is restarted
+without that snapshot (docs/coordinator.md).
 """
 
 from __future__ import annotations
@@ -156,6 +157,11 @@ class LagGuard:
             return ""
         return (f"the fold is {lag.seconds:.0f} s behind {lag.label} ({lag.events} event(s) not folded yet, "
                 f"partition {lag.partition} furthest), more than max_lag {self.max_lag:g} s")
+
+    def block(self, why: str) -> None:
+        """Latch another reason the fold misses what it should know (a rolled-back snapshot, ha/keeper.py)."""
+        if why and not self.gap:
+            self.gap = why
 
     def check_gaps(self, positions: dict[str, Any]) -> str:
         """The first gap found, latched and said once as an error ("" while there is none)."""
