@@ -120,7 +120,9 @@ def _scopes(s: dict[str, Any]) -> list[str]:
         width = max(len(x["scope"]) for x in scopes)
         lines.append(f"  {'SCOPE':<{width}}  USED/MAX  SIZE  PAUSED")
         for x in scopes:
-            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {x['size']:>4}  "
+            counted = x.get("inventory", x["size"])
+            size = x["size"] if counted == x["size"] else f"{x['size']} ({counted})"
+            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {size:>4}  "
                          f"{'yes' if x['paused'] else ''}")
     else:
         lines.append("  none in use")
@@ -161,8 +163,14 @@ def _fleet_notes(s: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     named = s.get("nameConflicts") or []
     if named:
-        lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
-        lines += [f"  {c['name']}: {', '.join(c['vms'])}" for c in named]
+        lines += ["", "VMS THAT CLAIM ONE NAME (all count as unavailable, then all but the first claimant)"]
+        lines += [f"  {c['name']}: {', '.join(c['vms'])}; first {c.get('first') or '-'}, held down: "
+                  f"{', '.join(c.get('held') or []) or 'none'}" for c in named]
+    outside = s.get("outsideInventory") or []
+    if outside:
+        lines += ["", "VMS OUTSIDE THEIR INVENTORY (not counted in these scopes' sizes; see them, then "
+                  "`coordinator confirm`)"]
+        lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside]
     keys = s.get("identities") or {}
     if keys.get("rekeyed") or keys.get("sharedKeys"):
         lines += ["", "IDENTITY KEYS"]

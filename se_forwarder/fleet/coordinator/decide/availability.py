@@ -36,7 +36,9 @@ reason              when (first that applies; the reasons of all events and VMs 
 ``completed``       done, and not back yet (``back_at``: ``min_healthy`` after its own completed
                     report, or after the silence that made it done)
 ``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
-                    group, or one resourceId: all of them (``conflicts``), whatever they say
+                    group, or one resourceId: all of them at first, whatever they say; once the
+                    conflict is older than heartbeat_timeout, all but the one that claimed it
+                    first (``conflicts``)
 ``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
                     (azure_topology.watched)
 ==================  ==================================================================================
@@ -48,10 +50,12 @@ VMs for heartbeat ages and names.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from ..config.policy import Policy
 from ..fold import topology as azure_topology
 from ..fold.azure import ARM
+from ..fold.inventory import claimed_at
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
@@ -157,8 +161,9 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
         for vm, moment in completions(state, idx, record, resolve(state, idx, record).vms, policy).items():
             if moment is not None and back_at(policy, record, vm, moment) > now:
                 found.setdefault(vm, set()).add("completed")
-    for vm in conflicts(state, policy, idx, now):
-        found.setdefault(vm, set()).add("name-conflict")
+    for vm, conflict in conflicts(state, policy, idx, now).items():
+        if conflict.held:
+            found.setdefault(vm, set()).add("name-conflict")
     for vm in unwatched(state, policy, idx, now):
         found.setdefault(vm, set()).add("not-watched")
     return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())
@@ -199,10 +204,27 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
             found.setdefault(vm, set()).add("prepare-failed")
 
 
-def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, list[str]]:
-    """VM key -> the other VMs that claim its name in its group or its resourceId, among VMs heard
-    from within ``heartbeat_timeout``. The claims shared by several VMs are found once per index;
-    each pass only looks at those."""
+@dataclass(frozen=True)
+class Conflict:
+    """A VM that claims a name in its group, or a resourceId, another VM heard from lately claims too."""
+
+    others: tuple[str, ...]  # VM keys
+    held: bool  # counted as unavailable for it
+    first: bool  # it claimed it before the others (fold/inventory.claimed_at)
+    since: float  # when the conflict began: the later claimant's first claim
+
+
+def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, Conflict]:
+    """VM key -> its conflict, among VMs heard from within ``heartbeat_timeout``.
+
+    Both (all) claimants count as unavailable while the conflict is young: either may be the VM it
+    says it is. Never forever: once it is older than ``heartbeat_timeout`` (longer than any honest
+    overlap, such as a VM deleted and made again under its name, whose old agent falls silent within
+    that time), only the later claimants are held; the VM that claimed it first (by the hub's
+    time, then registration, then key) is counted by its own word again, at once when the later one
+    claimed more names than the fold keeps. A VM that copies a peer's name or resourceId thus holds
+    down itself, not the peer. The claims shared by several VMs are
+    found once per index; each pass only looks at those."""
     shared = idx.cache.get("shared-claims")
     if shared is None:
         by_name: dict[tuple[str, str], list[str]] = {}
@@ -216,13 +238,27 @@ def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
         shared = idx.cache["shared-claims"] = [keys for claims in (by_name, by_id) for keys in claims.values()
                                                if len(keys) > 1]
     recent = now - policy.heartbeat_timeout
-    out: dict[str, list[str]] = {}
+    out: dict[str, Conflict] = {}
     for keys in shared:
         live = [k for k in keys if state.vms[k].last_heard >= recent]
-        if len(live) > 1:
-            for key in live:
-                out[key] = sorted(set(out.get(key, [])) | {k for k in live if k != key})
+        if len(live) < 2:
+            continue
+        order = sorted(live, key=lambda k: (claimed_at(state.vms[k]), _registered(state, k), k))
+        since = claimed_at(state.vms[order[1]])  # inf: it renamed itself more often than is kept
+        settled = since == float("inf") or now - since > policy.heartbeat_timeout
+        for key in live:
+            held = not (settled and key == order[0])
+            old = out.get(key)
+            others = {k for k in live if k != key} | set(old.others if old else ())
+            out[key] = Conflict(tuple(sorted(others)), held or (old is not None and old.held),
+                                key == order[0] and (old is None or old.first),
+                                since if old is None else max(since, old.since))
     return out
+
+
+def _registered(state: FleetState, key: str) -> float:
+    identity = state.identities.get(key)
+    return identity.registered_at if identity is not None else float("inf")
 
 
 def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> set[str]:

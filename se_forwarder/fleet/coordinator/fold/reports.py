@@ -54,6 +54,7 @@ from ....model import Kind
 from ....printable import has_controls
 from ..config.limits import MAX_REJECTIONS, Limits
 from . import azure as azure_fold
+from . import inventory
 from . import topology as azure_topology
 from .caps import (
     FOLDED,
@@ -172,6 +173,8 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
             state.version += 1  # heard from after its Terminate completed: not deleted after all
         vm.last_heard = stamp[0]
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
+    if info and own and sender.verified:
+        inventory.observe(vm, info, (clock, stamp[1]), limits)  # where it was first, what it claimed
     if info and own and stamp > vm.topology_stamp:
         vm.topology_stamp = stamp
         if info == vm.info:

@@ -5,7 +5,7 @@
     {"time", "shadow", "blackout": name | null,
      "fleet": {"vms", "watched", "unavailable", "groups", "openEvents"},
      "paused": [{"scope", "since", "actor", "reason"}], "held": [{"eventId", "since", "actor", "reason"}],
-     "scopes": [{"scope", "kind", "size", "used", "max", "paused"}],
+     "scopes": [{"scope", "kind", "size", "inventory", "used", "max", "paused"}],
      "scopeTotals": {kind: {"scopes", "full"}},
      "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
                   "reasonCode", "reason", "scope", "budgets",
@@ -15,21 +15,27 @@
                     "attempt", "target", "scope"}],
      "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
      "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}],
-     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"]}],
+     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"], "first", "held": [...], "since"}],
+     "outsideInventory": [{"name", "vmId", "scopes": [...]}],
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
                       "findings": [...]}}   (view/azure.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
-every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
+every one), fullest first (``size``: the VMs that claim it; ``inventory``: those a percentage
+``max`` is taken of, fold/inventory.py); ``outsideInventory``: VMs whose claim moved beyond where they
+were placed, with the scopes they claim and do not count in (``coordinator confirm``);
+``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
 decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``started``: the events
 Started, and those due (``due``: past the NotBefore at which Azure starts them, not yet reported
 Started: "started by Azure (due)", since their NotBefore). ``decisions`` is the log, newest
 first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
 (queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
-claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
+claim one name in one group, or one resourceId (availability.py): each counts as unavailable at
+first; once the conflict is older than heartbeat_timeout only those ``held`` do, all but the
+``first`` claimant.
 ``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
 first) and keys registered for several VMs (fold/identities.py).
 
@@ -117,16 +123,16 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     blackout = policy.blackout_at(now)
     scopes: list[dict[str, Any]] = []
     totals: dict[str, dict[str, int]] = {}
-    for scope, budget in idx.budget_of.items():
+    for scope in idx.budget_of:
         kind, size, used = idx.kind_of[scope], idx.size[scope], ev.used[scope]
-        limit = budget.limit(size)
+        limit = idx.limit(scope)
         total = totals.setdefault(kind, {"scopes": 0, "full": 0})
         total["scopes"] += 1
         total["full"] += used >= limit
         paused = state.paused(scope) is not None
         if all_scopes or used or paused:
-            scopes.append({"scope": scope, "kind": kind, "size": size, "used": used, "max": limit,
-                           "paused": paused})
+            scopes.append({"scope": scope, "kind": kind, "size": size, "inventory": idx.inventory[scope],
+                           "used": used, "max": limit, "paused": paused})
     scopes.sort(key=lambda s: (-s["used"] / max(s["max"], 1), s["scope"]))
     pending = []
     for key, verdict in ev.verdicts.items():
@@ -173,6 +179,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "queueConflicts": queue_conflicts(state, idx.shared_queue),
         "azure": azure_view.summary(state, idx, now),
         "nameConflicts": name_conflicts(state, policy, idx, now),
+        "outsideInventory": [{"name": state.vms[k].name, "vmId": state.vms[k].vm_id, "scopes": list(out)}
+                             for k, out in sorted(idx.outside.items()) if out],
         "identities": identities(state),
     }
 
@@ -183,14 +191,20 @@ def _named(state: FleetState, key: str) -> str:
 
 
 def name_conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> list[dict[str, Any]]:
-    """Sets of VMs that claim one name (or resourceId), each once, sorted."""
+    """Sets of VMs that claim one name (or resourceId), each once, sorted: who claimed it first and
+    who is held down for it (availability.conflicts)."""
     seen: set[tuple[str, ...]] = set()
     out: list[dict[str, Any]] = []
-    for key, others in sorted(conflicts(state, policy, idx, now).items()):
-        members = tuple(sorted({key, *others}))
+    found = conflicts(state, policy, idx, now)
+    for key, conflict in sorted(found.items()):
+        members = tuple(sorted({key, *conflict.others}))
         if members not in seen:
             seen.add(members)
-            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members]})
+            first = next((k for k in members if found[k].first), None)
+            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members],
+                        "first": _named(state, first) if first else None,
+                        "held": [_named(state, k) for k in members if found[k].held],
+                        "since": rfc3339_or_none(conflict.since if conflict.since != float("inf") else None)})
     return out
 
 
