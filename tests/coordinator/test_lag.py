@@ -130,3 +130,12 @@ def test_a_person_s_approve_now_still_goes_on_a_late_picture():
     fleet.announce("E1", [SET[1]], SET, t=T0, not_before=T0 + 900)
     fleet.apply(approve_now(fleet.state, fleet.policy, T0 + 1, "E1", "person:ops", "urgent"))
     assert evaluate(fleet.state, fleet.policy, T0 + 2, "late").sends == ["E1/coordinator/approve/1"]
+
+
+def test_the_watcher_finds_a_gap_before_its_reader_reads_past_it():
+    w = Watch("the agents' hub")
+    w.check_start({"0": End(500, NOW, 400), "1": End(50, NOW, 0)}, {"0": 120, "1": 10})
+    guard = LagGuard([w], 5.0)
+    # the fold then reads on from where the partition begins: the gap is still said
+    said = guard.check_gaps({"0": Position(450, "x")})
+    assert "folded up to 120 but the hub now keeps it from 400 on" in said

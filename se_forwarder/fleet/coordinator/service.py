@@ -237,10 +237,9 @@ class Service:
     # -- deciding -------------------------------------------------------------------------------
 
     def acting(self) -> bool:
-        term = self.election.term
-        return (self._ready and self._rebuild_term is None and term is not None
-                and self.election.may_act(term.number) and self.election.caught_up(self.positions)
-                and not self.lag.check_gaps(self.positions))
+        term, gap = self.election.term, self.lag.check_gaps(self.positions)  # looked at first: it latches
+        return (self._ready and self._rebuild_term is None and term is not None and not gap
+                and self.election.may_act(term.number) and self.election.caught_up(self.positions))
 
     def why_not(self) -> str:
         """Why this instance does not act now ("" when it does)."""

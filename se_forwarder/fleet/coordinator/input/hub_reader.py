@@ -153,9 +153,12 @@ class HubReader:
             if ids is not None and not reading:
                 was = dict(self.read_to)
                 self.reach.succeeded()
+                survey = self._survey(ids)  # before reading on: a gap retention left is found first
+                if survey is not None:
+                    self.watch.check_start(survey, was)
                 self._back(ids)
                 reading = True
-                self._measure(self._survey(ids), was)
+                self._measure(survey, was)
             elif ids is None and reading:
                 self._lose()
                 reading = False

@@ -16,7 +16,9 @@ went through the edge into the fold, so a backlog waiting for verification is la
   time; its lag cannot be told, and it counts as stale. The Azure feed hub not answering is said
   by its reachability (``azure-feed``) and does not stop approvals: it is the second input.
 - **Gap**: a position older than where its partition now begins. The events in between are gone
-  (retention), so the fold misses them; the reader would go on from the beginning silently.
+  (retention), so the fold misses them; the reader would go on from the beginning silently. The
+  watcher looks before its reader (re)opens the partitions from the fold's positions (``check_start``),
+  and the loop keeps comparing what it folded with where each partition begins.
 
 ``LagGuard`` turns that into what the service does: ``stale(positions, now)`` is why the fold is too
 late to approve on ("" when it is not), said once in the log when it starts and once when the fold
@@ -63,8 +65,17 @@ class Watch:
     def __init__(self, label: str, prefix: str = "", second: bool = False) -> None:
         self.label, self.prefix, self.second = label, prefix, second
         self.answered: float | None = None  # wall time of the last question every partition answered
+        self.gaps: list[str] = []  # where the reader had to go on from a later position than it had
         self._seen: dict[str, tuple[End, ...]] = {}  # partition -> ends seen, oldest first
         self._lock = threading.Lock()
+
+    def check_start(self, ends: dict[str, End], start: dict[str, int]) -> None:
+        """Before the reader (re)opens the partitions from ``start`` (partition -> the last sequence
+        read): a partition that now begins after it has lost what lies between (module docstring)."""
+        for pid, end in sorted(ends.items()):
+            read = start.get(pid)
+            if read is not None and end.sequence >= end.beginning > read + 1:
+                self.gaps.append(_gap_line(self.label, pid, read, end.beginning))
 
     def observe(self, ends: dict[str, End], at: float) -> None:
         with self._lock:
@@ -119,10 +130,13 @@ def gaps(watch: Watch, positions: dict[str, Any]) -> list[str]:
         pos = positions.get(watch.prefix + pid)
         begins = ends[-1].beginning
         if pos is not None and begins > pos.sequence + 1 and ends[-1].sequence >= begins:
-            lost = begins - pos.sequence - 1
-            out.append(f"partition {pid} of {watch.label} was folded up to {pos.sequence} but the hub now "
-                       f"keeps it from {begins} on: {lost} event(s) were lost to retention")
-    return out
+            out.append(_gap_line(watch.label, pid, pos.sequence, begins))
+    return [*watch.gaps, *out]
+
+
+def _gap_line(label: str, pid: str, read: int, begins: int) -> str:
+    return (f"partition {pid} of {label} was folded up to {read} but the hub now keeps it from {begins} "
+            f"on: {begins - read - 1} event(s) were lost to retention")
 
 
 class LagGuard:
