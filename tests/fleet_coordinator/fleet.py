@@ -50,6 +50,7 @@ API_ROLL = ["api_0", "api_1", "api_2"]
 API_GROUP = f"group:vmss/{DEFAULT_SUBSCRIPTION_ID}/{DEFAULT_RESOURCE_GROUP}/api".lower()
 DECISION = "com.azure.scheduledevents.coordinator."
 COORDINATOR_ENV = "COORD_EH_CONN"
+BUDGETS = (("group", 1), ("zone", 1))  # [[budgets]] of the coordinators, unless a test says otherwise
 
 
 def utc(text: str) -> float:
@@ -204,11 +205,13 @@ class Fleet:
         self.broker.stop()
 
     def coordinator(self, name: str, instance: str = "a", *, extra: str = "", blob_port: int | None = None,
-                    unsigned_reports: bool = False, **policy: Any) -> Coordinator:
+                    unsigned_reports: bool = False, budgets: tuple[tuple[str, Any], ...] = BUDGETS,
+                    **policy: Any) -> Coordinator:
         """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
         TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
         ``blob_port``: reach the blob service through this port (a relay) instead of directly;
-        ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade)."""
+        ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade);
+        ``budgets``: (scope, max_unavailable) of each ``[[budgets]]``."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -228,8 +231,8 @@ class Fleet:
             "[telemetry]", 'log_format = "json"',
             *self.trust_section(), *(["require_signed_reports = false"] if unsigned_reports else []),
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
-            "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
-            "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
+            *[line for scope, most in budgets for line in
+              ("[[budgets]]", f"scope = {toml_value(scope)}", f"max_unavailable = {toml_value(most)}")],
         ]) + "\n" + extra)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
                "COORD_BLOB_CONN": self.blob.connection_string.replace(f":{self.blob.port}/", f":{blob_port}/")
