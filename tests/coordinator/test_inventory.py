@@ -185,3 +185,19 @@ def event_time(event: dict) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp()
+
+
+@settings(max_examples=40, deadline=None)
+@given(moves=st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["1", "2", "3"])), max_size=12))
+def test_no_claim_of_a_vm_already_placed_grows_any_zone_s_inventory(moves):
+    """However the VMs of a fleet move their zone claims, each zone's inventory holds at most the
+    VMs first placed there, so no percentage limit grows."""
+    vms = [AgentVm(f"m-{i}", rg="rg", zone=str(i % 3 + 1)) for i in range(5)]
+    fleet = Fleet(TEN_PERCENT)
+    fleet.beat(*vms, t=T0)
+    first = {f"zone:westeurope/{z}": sum(1 for vm in vms if vm.zone == z) for z in ("1", "2", "3")}
+    for step, (i, zone) in enumerate(moves):
+        claim_zone(fleet, vms[i], zone, T0 + 1 + step)
+    idx = index(fleet.state, fleet.policy)
+    for scope, placed in first.items():
+        assert idx.inventory[scope] <= placed
