@@ -266,6 +266,15 @@ class Fleet:
         source = f"urn:se-forwarder:coordinator:{source_name}"
         return [e for e in self.hub(DECISION) if e["source"] == source]
 
+    def instance(self, name: str) -> dict[str, Any]:
+        """What the VM's own agent sends as ``data.Vm`` (its instance metadata, from the simulator's IMDS)."""
+        url = self.server.vm_url(name) + "/metadata/instance?api-version=2021-02-01"
+        answer = requests.get(url, headers={"Metadata": "true"}, timeout=10, proxies={"http": ""})
+        compute = answer.json()["compute"]
+        keys = ("vmId", "name", "resourceId", "subscriptionId", "resourceGroupName", "location", "zone",
+                "vmScaleSetName", "platformFaultDomain", "platformUpdateDomain", "placementGroupId")
+        return {**{k: compute.get(k, "") for k in keys}, "tags": {}, "complete": True}
+
     def add(self, vm: str, event_type: str = "Reboot", **fields: Any) -> str:
         body = {"EventType": event_type, "Resources": [vm], "NotBeforeInSeconds": NOTICE,
                 "StartedSeconds": STARTED, **fields}

@@ -77,19 +77,11 @@ class Attacker:
         self.producer = EventHubProducerClient.from_connection_string(fleet.agent_env()["EH_CONN"])
         key_file = fleet.base / "agents" / ATTACKER / "state" / "identity.key"
         self.key = signing.load_private_key(key_file.read_bytes(), str(key_file))
-        self.vm = self.instance(ATTACKER)
+        self.vm = fleet.instance(ATTACKER)
         self._claim: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-
-    def instance(self, name: str) -> dict[str, Any]:
-        url = self.fleet.server.vm_url(name) + "/metadata/instance?api-version=2021-02-01"
-        answer = requests.get(url, headers={"Metadata": "true"}, timeout=10, proxies={"http": ""})
-        compute = answer.json()["compute"]
-        keys = ("vmId", "name", "resourceId", "subscriptionId", "resourceGroupName", "location", "zone",
-                "vmScaleSetName", "platformFaultDomain", "platformUpdateDomain", "placementGroupId")
-        return {**{k: compute.get(k, "") for k in keys}, "tags": {}, "complete": True}
 
     def claim(self, **changes: str) -> None:
         """From now on d_0's heartbeats claim these changes of its instance metadata."""
@@ -132,7 +124,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     attacker = None
     try:
         fleet.start()
-        scene["live"] = live = start(scene)
+        live = start(scene)
         wait_for(lambda: live.get("/v1/status")["identities"]["registered"] == 5
                  and live.get("/v1/status")["fleet"]["watched"] == 5, 90,
                  "every agent registered and watched")
@@ -142,10 +134,17 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         shut_down(fleet, *scene["coordinators"], closing=attacker)
 
 
+def launch(scene: dict[str, Any]) -> Coordinator:
+    """The live coordinator started (again): the scene's ``live`` from now on."""
+    live = scene["fleet"].coordinator("live", budgets=BUDGETS, max_lag=f"{MAX_LAG:g}s").start()
+    scene["live"] = live
+    scene["coordinators"].append(live)
+    return live
+
+
 def start(scene: dict[str, Any]) -> Coordinator:
     """The live coordinator (again), once it acts."""
-    live = scene["fleet"].coordinator("live", budgets=BUDGETS, max_lag=f"{MAX_LAG:g}s").start()
-    scene["coordinators"].append(live)
+    live = launch(scene)
     wait_for(live.ready, 90, "the live coordinator to lead and act")
     return live
 
@@ -250,7 +249,7 @@ def test_a_vm_claiming_a_zone_does_not_grow_that_zone_s_budget(scene):
 
 def test_a_copied_resource_id_holds_down_the_copier_not_the_peer_once_it_outlasts_heartbeat_timeout(scene):
     fleet, live, attacker, timeline = scene["fleet"], scene["live"], scene["attacker"], scene["timeline"]
-    victim = attacker.instance("c_0")
+    victim = fleet.instance("c_0")
     attacker.claim(resourceId=victim["resourceId"])
     try:
         conflict = wait_for(lambda: live.get("/v1/status")["nameConflicts"], 30, "the conflict to show")
@@ -281,11 +280,18 @@ def generation(blob: Any) -> int:
     return int(json.loads(gzip.decompress(blob.download_blob().readall())).get("generation", 0))
 
 
+def start_refused(scene: dict[str, Any]) -> tuple[Coordinator, str]:
+    """The live coordinator started again, and what its /healthz says once it is unhealthy (503)."""
+    live = launch(scene)
+    answer = wait_for(lambda: (r := healthz(live)).status_code == 503 and r.text, 60, "/healthz to say why")
+    return live, answer
+
+
 def restart_without_snapshot(scene: dict[str, Any], blob: Any) -> None:
     """What an operator does once they looked: delete the snapshot, start again (from retention)."""
     scene["live"].stop()
     blob.delete_blob()
-    scene["live"] = start(scene)
+    start(scene)
 
 
 def test_an_older_signed_snapshot_put_back_is_refused_and_the_instance_does_not_act(scene):
@@ -295,10 +301,7 @@ def test_an_older_signed_snapshot_put_back_is_refused_and_the_instance_does_not_
     wait_for(lambda: generation(blob) >= first + 2, 60, "two more snapshots")
     assert scene["live"].stop() == 0
     blob.upload_blob(old, overwrite=True)  # signed by the coordinator: only its generation is old
-    live = scene["fleet"].coordinator("live", budgets=BUDGETS, max_lag=f"{MAX_LAG:g}s").start()
-    scene["coordinators"].append(live)
-    scene["live"] = live
-    answer = wait_for(lambda: (r := healthz(live)).status_code == 503 and r.text, 60, "/healthz to say why")
+    live, answer = start_refused(scene)
     assert "older snapshot was put back" in answer and f"generation {first}," in answer
     assert live.get("/v1/state")["acting"] is False
     errors = [line["message"] for line in live.logged() if line.get("level") == "error"]
@@ -314,10 +317,7 @@ def test_a_position_older_than_the_partition_s_retained_beginning_stops_the_inst
     partition, position = next((p, v["sequence"]) for p, v in saved.items() if not p.startswith("feed:"))
     wait_for(lambda: len(fleet.broker.messages(partition)) > position + 3, 30, "the agents to send on")
     fleet.broker.expire(partition, len(fleet.broker.messages(partition)) - 1)  # retention took the rest
-    live = scene["fleet"].coordinator("live", budgets=BUDGETS, max_lag=f"{MAX_LAG:g}s").start()
-    scene["coordinators"].append(live)
-    scene["live"] = live
-    answer = wait_for(lambda: (r := healthz(live)).status_code == 503 and r.text, 60, "/healthz to say why")
+    live, answer = start_refused(scene)
     assert "the fold has a gap" in answer and f"was folded up to {position}" in answer
     assert live.get("/v1/state")["acting"] is False
     time.sleep(3)  # it reads on, and still does not act
