@@ -8,7 +8,7 @@
      "scopes": [{"scope", "kind", "size", "inventory", "used", "max", "paused"}],
      "scopeTotals": {kind: {"scopes", "full"}},
      "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
-                  "reasonCode", "reason", "scope", "budgets",
+                  "reasonCode", "reason", "scope", "budgets", "nextTryUtc",
                   "approvals": [{"by", "time", "attempt", "shadow", "vm", "echo"}]}],
      "started": [{"eventId", "eventType", "startedUtc", "due", "affected"}],
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
@@ -28,14 +28,15 @@ every one), fullest first (``size``: the VMs that claim it; ``inventory``: those
 were placed, with the scopes they claim and do not count in (``coordinator confirm``);
 ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
-decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``started``: the events
-Started, and those due (``due``: past the NotBefore at which Azure starts them, not yet reported
-Started: "started by Azure (due)", since their NotBefore). ``decisions`` is the log, newest
-first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
-(queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
-claim one name in one group, or one resourceId (availability.py): each counts as unavailable at
-first; once the conflict is older than heartbeat_timeout only those ``held`` do, all but the
-``first`` claimant.
+decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names; ``nextTryUtc``: when
+an acknowledge ARM refused with a 403 is tried again (``acknowledge-refused``), else null.
+``started``: the events Started, and those due (``due``: past the NotBefore at which Azure starts
+them, not yet reported Started: "started by Azure (due)", since their NotBefore). ``decisions`` is
+the log, newest first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM
+would use (queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from
+lately that claim one name in one group, or one resourceId (availability.py): each counts as
+unavailable at first; once the conflict is older than heartbeat_timeout only those ``held`` do,
+all but the ``first`` claimant.
 ``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
 first) and keys registered for several VMs (fold/identities.py).
 
@@ -142,6 +143,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             "notBeforeUtc": rfc3339_or_none(record.not_before), "resources": list(record.resources),
             "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
             "reason": verdict.reason, "scope": verdict.scope,
+            "nextTryUtc": rfc3339_or_none(verdict.next_try),
             "budgets": [u.as_data() for u in verdict.budgets],
             "approvals": _approvals(state, record, idx, verdict.affected),
         })
