@@ -16,6 +16,7 @@ from se_forwarder.fleet.coordinator.decide import index, unavailable
 from se_forwarder.fleet.coordinator.decide.control import confirm
 from se_forwarder.fleet.coordinator.fold import FleetState
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.view.alerts import derive
 from se_forwarder.fleet.coordinator.view.status import status
 
 from .fleet import T0, AgentVm, Fleet, approvals, heartbeat
@@ -148,6 +149,21 @@ def test_once_the_conflict_settled_only_the_copier_takes_budget():
     fleet.beat(WEB[0], WEB[1], t=T0 + 71)
     copied_name(fleet, T0 + 71)
     assert approvals(fleet.decide(T0 + 72)) == ["E1"]  # only the copier is held now: web-1 fits
+
+
+def test_a_copied_name_is_one_alert_naming_who_is_held_resolved_when_the_copier_falls_silent():
+    fleet = Fleet(GROUP_ONE)
+    fleet.beat(*WEB, t=T0)
+    copied_name(fleet, T0 + 10)
+    fleet.beat(WEB[0], WEB[1], t=T0 + 71)
+    copied_name(fleet, T0 + 71)
+    alert = derive(fleet.state, fleet.decide(T0 + 72)).open["name-conflict"]
+    assert (alert.kind, alert.severity) == ("name-conflict", "warning")
+    assert alert.summary == ("2 VM(s) claim a name or resourceId another VM claims; "
+                             "counted as unavailable: web-0")
+    assert dict(alert.details) == {"Held": "web-0", "First": "web-0"}  # the copier goes by web-0 too
+    fleet.beat(WEB[0], WEB[1], t=T0 + 140)
+    assert "name-conflict" in derive(fleet.state, fleet.decide(T0 + 141)).resolved  # not heard for 70 s
 
 
 def test_a_name_claimed_before_the_copier_registered_is_still_the_first_whatever_the_registration_order():

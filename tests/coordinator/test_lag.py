@@ -11,7 +11,8 @@ import pytest
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import approve_now, evaluate, load_policy
 from se_forwarder.fleet.coordinator.input.hub_reader import Position
-from se_forwarder.fleet.coordinator.input.lag import End, LagGuard, Watch, gaps, measure
+from se_forwarder.fleet.coordinator.input.lag import LATE_ALERT_AFTER, End, LagGuard, Watch, gaps, measure
+from se_forwarder.fleet.coordinator.output.alert_book import AlertBook
 
 from .fleet import SET, T0, approvals, avset
 
@@ -90,6 +91,38 @@ def test_a_position_older_than_where_the_partition_begins_is_a_gap_and_it_latche
     assert guard.check_gaps({"0": Position(120, "x")})
     assert guard.check_gaps({"0": Position(450, "x")})  # reading on past it mends nothing
     assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 1
+
+
+def test_a_guard_that_stopped_early_approvals_for_a_minute_raises_fold_late_cleared_when_caught_up():
+    book, w = AlertBook(), watch({"0": [(10, NOW - 30)]})
+    guard = LagGuard([w], 5.0, book)
+    behind = {"0": Position(3, "x")}
+    guard.stale(behind, NOW)
+    w.observe({"0": End(10, NOW - 30, 0)}, NOW + LATE_ALERT_AFTER - 1)
+    guard.stale(behind, NOW + LATE_ALERT_AFTER - 1)
+    assert book.open() == []  # a short lag is the guard's business, not on-call's
+    w.observe({"0": End(10, NOW - 30, 0)}, NOW + LATE_ALERT_AFTER)
+    guard.stale(behind, NOW + LATE_ALERT_AFTER)
+    [alert] = book.open()
+    assert (alert.id, alert.kind, alert.severity) == ("fold-late", "fold-late", "warning")
+    assert alert.summary.startswith("no early approval since 2027-01-15T08:00:00Z: "
+                                    "the fold is 90 s behind the agents' hub")
+    guard.stale({"0": Position(10, "x")}, NOW + LATE_ALERT_AFTER + 1)
+    assert book.open() == []
+
+
+def test_a_gap_and_a_rolled_back_snapshot_each_raise_fold_gap_once_latched():
+    book = AlertBook()
+    guard = LagGuard([watch({"0": [(500, NOW)]}, begins=400)], 5.0, book)
+    guard.check_gaps({"0": Position(120, "x")})
+    [alert] = book.open()
+    assert (alert.id, alert.severity) == ("fold-gap", "critical")
+    assert alert.summary.startswith("this instance does not act: partition 0 of the agents' hub was folded "
+                                    "up to 120")
+    rolled = LagGuard([], 5.0, book := AlertBook())
+    rolled.block("the snapshot's generation 3 is older than the lease's 7")
+    assert [a.summary for a in book.open()] == [
+        "this instance does not act: the snapshot's generation 3 is older than the lease's 7"]
 
 
 def test_max_lag_is_a_policy_duration_checked_in_one_line():

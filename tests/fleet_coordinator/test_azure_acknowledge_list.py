@@ -75,7 +75,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         fleet.start([])
         fleet.azure.feed.update({"event_type": WRITE_TYPE})
-        coordinator = fleet.azure_coordinator("azure", budgets=(("group", 2), ("zone", 1)), extra=pagerduty_notify(pager.url))
+        coordinator = fleet.azure_coordinator("azure", budgets=(("group", 2), ("zone", 1)),
+                                              extra=pagerduty_notify(pager.url))
         coordinator.env["PD_ROUTING_KEY"] = ROUTING_KEY
         coordinator.start()
         record["coordinator"] = coordinator

@@ -120,7 +120,8 @@ class Service:
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
         self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
-        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag)  # no approval on a late fold
+        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
+        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts)  # no approval on a late fold
         container = clients.container(settings.storage)
         lease = Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
@@ -135,7 +136,6 @@ class Service:
                              self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
-        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -242,6 +242,11 @@ class Service:
         term, gap = self.election.term, self.lag.check_gaps(self.positions)  # looked at first: it latches
         return (self._ready and self._rebuild_term is None and term is not None and not gap
                 and self.election.may_act(term.number) and self.election.caught_up(self.positions))
+
+    def blocked(self) -> bool:
+        """It holds the lease but a gap in its fold keeps it from acting (output/alerting.py says so)."""
+        term = self.election.term
+        return bool(self.lag.gap) and term is not None and self.election.may_act(term.number)
 
     def why_not(self) -> str:
         """Why this instance does not act now ("" when it does)."""

@@ -60,7 +60,7 @@ from ..fold import azure as azure_fold
 from ..fold import topology as azure_topology
 from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
-from .availability import echoes, unavailable, used
+from .availability import Conflict, conflicts, echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
@@ -93,6 +93,7 @@ class Evaluation:
     used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
     index: ScopeIndex | None = None
     sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
+    conflicts: dict[str, Conflict] = field(default_factory=dict)  # VM key -> its name conflict
 
 
 class DecisionPass:
@@ -105,7 +106,8 @@ class DecisionPass:
         self.counts = used(self.idx, self.down)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
-        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
+        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
+                              conflicts=conflicts(state, policy, self.idx, now))
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
 

@@ -25,6 +25,11 @@ late to approve on ("" when it is not), said once in the log when it starts and 
 caught up; ``check_gaps(positions)`` latches the first gap found, said once as an error (``block``
 latches a rolled-back snapshot the same way): the instance stops acting until it is restarted
 without that snapshot (docs/coordinator.md).
+
+Both are alerts (view/alerts.py), raised in the book given (``Service.alerts``): ``fold-gap`` from
+the moment a gap or a rolled-back snapshot is latched (sent by the instance that holds the lease
+although it does not act, output/alerting.py), and ``fold-late`` once the guard has stopped early
+approvals for ``LATE_ALERT_AFTER`` seconds on end, cleared when the fold caught up.
 """
 
 from __future__ import annotations
@@ -32,12 +37,32 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from ....timestamps import rfc3339
+from ..view.alerts import Alert
 
 log = logging.getLogger("se_forwarder.coordinator.hub")
 
 PROBE_EVERY = 2.0  # s between the watcher's questions to the hub while reading
 KEPT = 64  # ends kept per partition (the oldest beyond a fold that far behind matters no more)
+LATE_ALERT_AFTER = 60.0  # s of no early approval for a late fold before ``fold-late`` opens
+
+
+class Alerts(Protocol):
+    """Where the guard raises and clears its alerts (output/alert_book.py's ``AlertBook``)."""
+
+    def raise_(self, alert: Alert) -> None: ...
+
+    def clear(self, ident: str) -> None: ...
+
+
+class NoAlerts:
+    def raise_(self, alert: Alert) -> None:
+        pass
+
+    def clear(self, ident: str) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -142,10 +167,12 @@ def _gap_line(label: str, pid: str, read: int, begins: int) -> str:
 class LagGuard:
     """What the service does with the lag of its hubs (module docstring)."""
 
-    def __init__(self, watches: list[Watch], max_lag: float) -> None:
+    def __init__(self, watches: list[Watch], max_lag: float, alerts: Alerts | None = None) -> None:
         self.watches, self.max_lag = watches, max_lag
+        self.alerts = alerts if alerts is not None else NoAlerts()
         self.lags: list[Lag] = []  # as measured at the last ``stale``
         self.reason = ""  # as said last
+        self.late_since: float | None = None  # since when ``reason`` has not been ""
         self.gap = ""  # the first gap found: latched
 
     def stale(self, positions: dict[str, Any], now: float) -> str:
@@ -158,7 +185,18 @@ class LagGuard:
         elif self.reason and not reason:
             log.info("the fold caught up with its hubs (within %g s): early approvals go on", self.max_lag)
         self.reason = reason
+        self._alert_late(reason, now)
         return reason
+
+    def _alert_late(self, reason: str, now: float) -> None:
+        if not reason:
+            self.late_since = None
+            self.alerts.clear("fold-late")
+            return
+        self.late_since = now if self.late_since is None else self.late_since
+        if now - self.late_since >= LATE_ALERT_AFTER:
+            self.alerts.raise_(Alert("fold-late", "fold-late", f"no early approval since "
+                                     f"{rfc3339(self.late_since)}: {reason}"[:1000], "warning"))
 
     def _why(self, lag: Lag, watch: Watch) -> str:
         if lag.silent is not None or watch.answered is None:
@@ -176,6 +214,7 @@ class LagGuard:
         """Latch another reason the fold misses what it should know (a rolled-back snapshot, ha/keeper.py)."""
         if why and not self.gap:
             self.gap = why
+            self._alert_gap()
 
     def check_gaps(self, positions: dict[str, Any]) -> str:
         """The first gap found, latched and said once as an error ("" while there is none)."""
@@ -186,4 +225,9 @@ class LagGuard:
                 log.error("the fold has a gap: %s. This instance does not act on a fold that misses "
                           "events; delete the snapshot blob and restart it to read the hub from the start "
                           "of its retention knowingly (docs/coordinator.md#a-gap-in-the-fold)", self.gap)
+                self._alert_gap()
         return self.gap
+
+    def _alert_gap(self) -> None:
+        self.alerts.raise_(Alert("fold-gap", "fold-gap", f"this instance does not act: {self.gap}"[:1000],
+                                 "critical", {"Fix": "docs/coordinator.md#a-gap-in-the-fold"}))
