@@ -291,6 +291,13 @@ class Fleet:
         return {e["EventId"] for e in self.server.sim.events()}
 
 
+def pagerduty_notify(url: str) -> str:
+    """``[[notify]]`` to the PagerDuty stand-in at ``url`` (tests/support/pager_receiver.py), its
+    routing key in ``PD_ROUTING_KEY``."""
+    return "\n".join(["[[notify]]", 'format = "pagerduty"', 'routing_key_env = "PD_ROUTING_KEY"',
+                      f"url = {toml_value(url)}"]) + "\n"
+
+
 def shut_down(fleet: Fleet, *coordinators: Coordinator | None, closing: Any = None) -> None:
     """The end of a module's fleet: ``closing`` closed (an attacker's client), every coordinator
     still running stopped, the fleet stopped, and the end of each coordinator's log printed."""

@@ -5,7 +5,8 @@ per VM signing its reports to the Event Hubs broker, Azurite blob and queue, and
 as a subprocess. The fleet is the review's: one-VM zonal scale sets ``a``, ``b`` and ``c`` in zone 1
 and a scale set ``d`` of two VMs in zone 2, with budgets of one VM per group and 50% of a zone (one
 VM of zone 1's three). Each test runs one failure or attack and is judged from the simulator's own
-record (when each event Started and ended, and the StartRequests it took).
+record (when each event Started and ended, and the StartRequests it took); the alerts it raises
+reach a PagerDuty stand-in (tests/support/pager_receiver.py: PagerDuty cannot run here).
 
 The attacker is this test process holding what root on ``d_0`` holds: the agents' Event Hubs send
 connection string and ``d_0``'s identity key (read from its agent's state directory).
@@ -31,6 +32,8 @@ import requests
 from se_forwarder.approvals import signing
 from se_forwarder.simulator.topology import Topology
 from tests.azurite import find_binary
+from tests.pager.conftest import ROUTING_KEY
+from tests.support.pager_receiver import PagerDutyReceiver
 from tests.support.waiting import wait_for
 
 from .fleet import (
@@ -41,6 +44,7 @@ from .fleet import (
     Coordinator,
     Fleet,
     Timeline,
+    pagerduty_notify,
     shut_down,
     utc,
 )
@@ -120,7 +124,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     fleet = Fleet(base, topology=TOPOLOGY)
     timeline = Timeline()
     fleet.server.sim.subscribe(timeline)
-    scene: dict[str, Any] = {"fleet": fleet, "timeline": timeline, "coordinators": []}
+    pager = PagerDutyReceiver(ROUTING_KEY).start()
+    scene: dict[str, Any] = {"fleet": fleet, "timeline": timeline, "coordinators": [], "pager": pager}
     attacker = None
     try:
         fleet.start()
@@ -132,12 +137,15 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield scene
     finally:
         shut_down(fleet, *scene["coordinators"], closing=attacker)
+        pager.stop()
 
 
 def launch(scene: dict[str, Any]) -> Coordinator:
     """The live coordinator started (again): the scene's ``live`` from now on."""
-    live = scene["fleet"].coordinator("live", budgets=BUDGETS, max_lag=f"{MAX_LAG:g}s").start()
-    scene["live"] = live
+    live = scene["fleet"].coordinator("live", budgets=BUDGETS, max_lag=f"{MAX_LAG:g}s",
+                                      extra=pagerduty_notify(scene["pager"].url))
+    live.env["PD_ROUTING_KEY"] = ROUTING_KEY
+    scene["live"] = live = live.start()
     scene["coordinators"].append(live)
     return live
 
@@ -159,6 +167,16 @@ def vm_state(live: Coordinator, name: str) -> str:
 
 def healthz(live: Coordinator) -> requests.Response:
     return requests.get(f"{live.url}/healthz", timeout=10, proxies={"http": ""})
+
+
+def paged(scene: dict[str, Any], alert: str) -> bool:
+    """The alert ``alert`` is open at the PagerDuty stand-in."""
+    return f"se-forwarder/live/{alert}" in scene["pager"].alerts.open
+
+
+def metric(live: Coordinator, name: str) -> float:
+    text = requests.get(f"{live.url}/metrics", timeout=10, proxies={"http": ""}).text
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
 def never_two_of_zone_1_down_at_once(scene: dict[str, Any], events: dict[str, str]) -> None:
@@ -238,6 +256,7 @@ def test_a_vm_claiming_a_zone_does_not_grow_that_zone_s_budget(scene):
         scopes = live.get("/v1/status", all="1")["scopes"]
         zone = next(s for s in scopes if s["scope"] == outside[0]["scopes"][0])
         assert (zone["size"], zone["inventory"], zone["max"]) == (4, 3, 1)  # 50% of 4 would be 2
+        assert metric(live, "se_forwarder_coordinator_outside_inventory") == 1
         events = {vm: fleet.add(vm, StartedSeconds=STARTED) for vm in ("a_0", "b_0")}
         wait_for(lambda: all(e in scene["timeline"].completed for e in events.values()), 90,
                  "both zone 1 events to roll")
@@ -264,9 +283,13 @@ def test_a_copied_resource_id_holds_down_the_copier_not_the_peer_once_it_outlast
         assert shown["first"].startswith("c_0 (") and [h.split(" (")[0] for h in shown["held"]] == [ATTACKER]
         assert vm_state(live, ATTACKER) == "name-conflict" and vm_state(live, "c_0") != "name-conflict"
         assert len(conflict[0]["vms"]) == 2
+        assert metric(live, "se_forwarder_coordinator_name_conflicts") == 2
+        wait_for(lambda: paged(scene, "name-conflict"), 30, "the name-conflict alert")
     finally:
         attacker.quiet()
     wait_for(lambda: event_id in timeline.completed, 60, "a_0's event to complete")
+    wait_for(lambda: not paged(scene, "name-conflict"), 60 + HEARTBEAT_TIMEOUT,
+             "the alert to resolve once the copier fell silent")
 
 
 def snapshot_blob(scene: dict[str, Any]) -> Any:
@@ -287,11 +310,20 @@ def start_refused(scene: dict[str, Any]) -> tuple[Coordinator, str]:
     return live, answer
 
 
+def stopped_and_paged(scene: dict[str, Any], live: Coordinator) -> None:
+    """It does not act, and says so to the metric and, though it does not act, to the pager."""
+    assert live.get("/v1/state")["acting"] is False
+    assert metric(live, "se_forwarder_coordinator_fold_gap") == 1
+    wait_for(lambda: paged(scene, "fold-gap"), 30, "the fold-gap alert from the instance that does not act")
+
+
 def restart_without_snapshot(scene: dict[str, Any], blob: Any) -> None:
-    """What an operator does once they looked: delete the snapshot, start again (from retention)."""
+    """What an operator does once they looked: delete the snapshot, start again (from retention);
+    once it acts, the fold-gap alert is resolved."""
     scene["live"].stop()
     blob.delete_blob()
     start(scene)
+    wait_for(lambda: not paged(scene, "fold-gap"), 30, "the fold-gap alert to resolve")
 
 
 def test_an_older_signed_snapshot_put_back_is_refused_and_the_instance_does_not_act(scene):
@@ -303,7 +335,7 @@ def test_an_older_signed_snapshot_put_back_is_refused_and_the_instance_does_not_
     blob.upload_blob(old, overwrite=True)  # signed by the coordinator: only its generation is old
     live, answer = start_refused(scene)
     assert "older snapshot was put back" in answer and f"generation {first}," in answer
-    assert live.get("/v1/state")["acting"] is False
+    stopped_and_paged(scene, live)
     errors = [line["message"] for line in live.logged() if line.get("level") == "error"]
     assert any("an older snapshot was put back, and is refused" in m for m in errors)
     restart_without_snapshot(scene, blob)
@@ -319,7 +351,7 @@ def test_a_position_older_than_the_partition_s_retained_beginning_stops_the_inst
     fleet.broker.expire(partition, len(fleet.broker.messages(partition)) - 1)  # retention took the rest
     live, answer = start_refused(scene)
     assert "the fold has a gap" in answer and f"was folded up to {position}" in answer
-    assert live.get("/v1/state")["acting"] is False
+    stopped_and_paged(scene, live)
     time.sleep(3)  # it reads on, and still does not act
     assert live.get("/v1/state")["acting"] is False
     errors = [line["message"] for line in live.logged() if line.get("level") == "error"]

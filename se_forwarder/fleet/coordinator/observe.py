@@ -31,6 +31,7 @@ def values(stats: Stats, fleet: FleetStats) -> dict[str, Any]:
         "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
         "dropped": out.dropped, "leader": int(stats.leading), "acting": int(stats.acting),
         "vms": stats.vms, "open_events": stats.open_events, "queue_conflicts": fleet.queue_conflicts,
+        "name_conflicts": fleet.name_conflicts, "outside_inventory": fleet.outside_inventory,
         "identities": stats.identities, "waiting": came.waiting, "rekeyed": came.rekeyed,
         "pending_sends": out.pending_sends, "latencies": list(out.latencies),
         "last_input_age": stats.last_input_age,
@@ -102,6 +103,9 @@ def _service_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[An
         ("vms", "VMs in the fold."),
         ("open_events", "Events not completed or canceled."),
         ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
+        ("name_conflicts", "VMs heard from lately that claim a name or resourceId another such VM claims."),
+        ("outside_inventory", "VMs that claim a placement beyond where they were placed (counted in no "
+         "percentage scope's size until confirmed)."),
         ("identities", "VMs with a registered identity key."),
         ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
         ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
@@ -136,8 +140,8 @@ def _reach_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[Any]
     yield behind
     yield gauge(PREFIX + "stale", "1 while no early approval is made because the fold is more than max_lag "
                 "behind a hub (the lag guard).", value=v["stale"])
-    yield gauge(PREFIX + "fold_gap", "1 once the fold misses events retention took (a position older than "
-                "its partition's beginning): the instance does not act.", value=v["gap"])
+    yield gauge(PREFIX + "fold_gap", "1 once the fold misses events (a position older than its partition's "
+                "beginning, or a rolled-back snapshot): the instance does not act.", value=v["gap"])
     if v["last_input_age"] is not None:
         yield gauge(PREFIX + "last_input_age_seconds", "Seconds since the last event arrived from the hub.",
                     value=round(v["last_input_age"], 3))

@@ -387,7 +387,7 @@ class Service:
     def fleet_stats(self) -> FleetStats:
         """What costs a pass over the fleet (``/metrics`` only), on the service thread."""
         counts = dict(self.azure.counts) if self.azure is not None else None
-        return fleet_stats(self.state, self.policy, counts)
+        return fleet_stats(self.state, self.policy, counts, time.time())
 
     def digest(self) -> str:
         text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config.policy import Policy
+from .decide.availability import conflicts
 from .decide.scopes import index
 from .fold.state import FleetState
 from .input.admission import AdmissionCounts
@@ -98,20 +99,24 @@ class FleetStats:
     """What costs a pass over the fleet: VMs sharing a queue, and Azure's view (with ``[azure]``)."""
 
     queue_conflicts: int
+    name_conflicts: int  # VMs that claim a name or resourceId another VM heard from lately claims
+    outside_inventory: int  # VMs whose claimed placement moved beyond where they were placed
     azure_counts: dict[str, int] | None = None  # what became of Azure's input
     azure_vms: int = 0
     agentless: int = 0
     findings: dict[str, int] = field(default_factory=dict)  # disagreements by field
 
 
-def fleet_stats(state: FleetState, policy: Policy, azure_counts: dict[str, int] | None) -> FleetStats:
+def fleet_stats(state: FleetState, policy: Policy, azure_counts: dict[str, int] | None,
+                now: float) -> FleetStats:
     """``FleetStats`` of the fold (``azure_counts``: AzureInput.counts, None without ``[azure]``)."""
     idx = index(state, policy)
+    claims = (len(conflicts(state, policy, idx, now)), sum(1 for out in idx.outside.values() if out))
     if azure_counts is None:
-        return FleetStats(len(idx.shared_queue))
+        return FleetStats(len(idx.shared_queue), *claims)
     by_field: dict[str, int] = {}
     for finding in azure_view.findings(state, idx):
         field_ = "tag" if finding["field"].startswith("tag:") else finding["field"]
         by_field[field_] = by_field.get(field_, 0) + 1
-    return FleetStats(len(idx.shared_queue), azure_counts, len(state.azure.vms),
+    return FleetStats(len(idx.shared_queue), *claims, azure_counts, len(state.azure.vms),
                       len(azure_view.agentless(state, idx)), by_field)
