@@ -195,10 +195,10 @@ def test_a_held_reboot_due_while_its_agent_is_stopped_keeps_its_zone_peer_waitin
     fleet, live, timeline = scene["fleet"], scene["live"], scene["timeline"]
     live.cli_ok("pause", "--reason", "hold a_0's Reboot before anything is approved")
     held = fleet.add("a_0", NotBeforeInSeconds=10 * TIME_SCALE, StartedSeconds=4 * TIME_SCALE)
-    wait_for(lambda: pending(live, held), 30, "the coordinator to see a_0's event")
+    not_before = utc(wait_for(lambda: pending(live, held), 30, "the coordinator to see a_0's event")
+                     ["notBeforeUtc"])
     live.cli_ok("hold", held, "--reason", "database primary on a_0")
     live.cli_ok("resume", "--reason", "a_0's Reboot is held")
-    not_before = utc(pending(live, held)["notBeforeUtc"])
     agent = fleet.agents["a_0"]
     assert agent.proc is not None
     time.sleep(max(0.0, not_before - 0.7 - time.time()))
@@ -300,7 +300,11 @@ def snapshot_blob(scene: dict[str, Any]) -> Any:
 
 
 def generation(blob: Any) -> int:
-    return int(json.loads(gzip.decompress(blob.download_blob().readall())).get("generation", 0))
+    return generation_of(blob.download_blob().readall())
+
+
+def generation_of(saved: bytes) -> int:
+    return int(json.loads(gzip.decompress(saved)).get("generation", 0))
 
 
 def start_refused(scene: dict[str, Any]) -> tuple[Coordinator, str]:
@@ -329,7 +333,7 @@ def restart_without_snapshot(scene: dict[str, Any], blob: Any) -> None:
 def test_an_older_signed_snapshot_put_back_is_refused_and_the_instance_does_not_act(scene):
     blob = snapshot_blob(scene)
     old = wait_for(lambda: blob.exists() and blob.download_blob().readall(), 30, "a snapshot")
-    first = generation(blob)
+    first = generation_of(old)  # the blob may hold a newer one already
     wait_for(lambda: generation(blob) >= first + 2, 60, "two more snapshots")
     assert scene["live"].stop() == 0
     blob.upload_blob(old, overwrite=True)  # signed by the coordinator: only its generation is old
