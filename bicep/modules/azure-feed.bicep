@@ -1,13 +1,13 @@
 // Azure's own Scheduled Events feed for the coordinator (preview: docs/azure-feed.md), the hub's
 // side, in the hub's resource group:
-//   - the Azure feed hub, in the agents' namespace but a hub of its own, with a "coordinator"
-//     consumer group;
+//   - the Azure feed hub, in a namespace of its own (feed-namespace.bicep: the agents' traffic never
+//     takes its throughput), with a "coordinator" consumer group;
 //   - Azure Event Hubs Data Receiver on it for the coordinator (it reads, never sends).
 // Each VM subscription's Event Grid system topic delivers to it (azure-feed-topic.bicep), and only
 // the topics' identities may send to it (azure-feed-sender.bicep): no agent identity has any right
 // here.
 
-@description('The existing Event Hubs namespace (eventhubs.bicep) that gets the feed hub.')
+@description('The existing Event Hubs namespace of Azure\'s feed (feed-namespace.bicep) that gets the feed hub.')
 param namespaceName string
 
 @description('Name of the Azure feed hub ([azure.feed] eventhub).')

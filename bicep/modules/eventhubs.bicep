@@ -1,5 +1,6 @@
 // Event Hubs namespace and hub that receive the agents' CloudEvents.
-// Entra ID only (local/SAS auth disabled), TLS 1.2 minimum, a "dashboards" consumer group (and a
+// Entra ID only (local/SAS auth disabled), TLS 1.2 minimum, auto-inflate (up to
+// maximumThroughputUnits) and an alert on throttled requests, a "dashboards" consumer group (and a
 // "coordinator" one with a coordinator), and the coordinator's role assignments: Azure Event Hubs
 // Data Receiver and Data Sender, scoped to this one hub, not the namespace. Each agent's Data Sender
 // assignment on the hub is made with its queue (vm-hub-access.bicep).
@@ -34,9 +35,6 @@ param allowedSubnetIds array = []
 @description('Public IP ranges (CIDR) allowed to reach the namespace, e.g. the coordinator\'s egress.')
 param allowedIpRanges array = []
 
-@description('Let trusted Azure services through the network rules: Event Grid delivering Azure\'s feed (azure-feed.bicep) with its own identity, which holds a role on the feed hub only.')
-param allowTrustedServices bool = false
-
 @description('Public network access: Enabled (limited by the network rules when subnets or IP ranges are given) or Disabled (private endpoints only).')
 @allowed([
   'Enabled'
@@ -49,6 +47,17 @@ param privateEndpointSubnetId string = ''
 
 @description('Private DNS zone (privatelink.servicebus.windows.net) for the private endpoint; empty: your DNS resolves it otherwise.')
 param privateDnsZoneId string = ''
+
+@description('Let the namespace add throughput units by itself when the agents\' traffic needs them (auto-inflate), up to maximumThroughputUnits.')
+param autoInflate bool = true
+
+@description('The most throughput units auto-inflate may reach (a unit takes 1 MB/s or 1,000 events/s in).')
+@minValue(1)
+@maxValue(40)
+param maximumThroughputUnits int = 10
+
+@description('Action groups the throttling alert notifies; empty: it fires in the portal only.')
+param alertActionGroupIds array = []
 
 @description('Log Analytics workspace for the namespace\'s operational and audit logs; empty for none.')
 param logAnalyticsWorkspaceId string = ''
@@ -76,6 +85,8 @@ resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
     publicNetworkAccess: publicNetworkAccess
     zoneRedundant: true
     kafkaEnabled: true
+    isAutoInflateEnabled: autoInflate
+    maximumThroughputUnits: autoInflate ? maximumThroughputUnits : 0
   }
 }
 
@@ -85,7 +96,7 @@ resource networkRules 'Microsoft.EventHub/namespaces/networkRuleSets@2024-01-01'
   properties: {
     defaultAction: restrictNetwork ? 'Deny' : 'Allow'
     publicNetworkAccess: publicNetworkAccess
-    trustedServiceAccessEnabled: allowTrustedServices
+    trustedServiceAccessEnabled: false  // Azure's feed has a namespace of its own (feed-namespace.bicep)
     virtualNetworkRules: [for subnetId in allowedSubnetIds: {
       subnet: {
         id: subnetId
@@ -172,6 +183,17 @@ resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' 
         enabled: true
       }
     ]
+  }
+}
+
+// Throttling is alerted on: the agents' sinks retry, but the coordinator's fold falls behind.
+module throttling 'throttling-alert.bicep' = {
+  name: take('se-forwarder-throttling-${namespace.name}', 64)
+  params: {
+    name: '${namespace.name}-throttled'
+    namespaceId: namespace.id
+    actionGroupIds: alertActionGroupIds
+    tags: tags
   }
 }
 

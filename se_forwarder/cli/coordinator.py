@@ -187,6 +187,20 @@ def resume(config: str | None, url: str | None, token_file: str | None, scope: s
     _act("resume", config, url, token_file, {"scope": scope, "reason": reason})
 
 
+@coordinator.command("confirm")
+@_api_options
+@click.option("--scope", default="fleet", show_default=True,
+              help="The scope whose VMs' new placements to confirm (as status shows them).")
+@reason_option
+@friendly_errors
+def confirm(config: str | None, url: str | None, token_file: str | None, scope: str, reason: str) -> None:
+    """Let VMs that claim a new zone, domain or tag count in those scopes' sizes.
+
+    Without [azure] a percentage budget is taken of where each VM was first seen; check the
+    VMs status lists as outside their inventory, then confirm."""
+    _act("confirm", config, url, token_file, {"scope": scope, "reason": reason})
+
+
 @coordinator.command("hold")
 @click.argument("event_id")
 @_api_options

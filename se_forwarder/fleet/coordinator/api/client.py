@@ -73,6 +73,8 @@ def render_status(status: dict[str, Any]) -> str:
              + (f"; inside blackout {s['blackout']!r}" if s.get("blackout") else "")]
     if svc.get("notActing") and svc.get("role") != "standby":
         lines.append(f"not acting: {svc['notActing']}")
+    if svc.get("stale") and svc.get("acting"):
+        lines.append(f"NO EARLY APPROVAL (the fold is late): {svc['stale']}")
     lines += _reachability(svc.get("reachability") or {}, svc.get("pendingSends") or 0)
     fleet = s.get("fleet", {})
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
@@ -118,7 +120,9 @@ def _scopes(s: dict[str, Any]) -> list[str]:
         width = max(len(x["scope"]) for x in scopes)
         lines.append(f"  {'SCOPE':<{width}}  USED/MAX  SIZE  PAUSED")
         for x in scopes:
-            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {x['size']:>4}  "
+            counted = x.get("inventory", x["size"])
+            size = x["size"] if counted == x["size"] else f"{x['size']} ({counted})"
+            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {size:>4}  "
                          f"{'yes' if x['paused'] else ''}")
     else:
         lines.append("  none in use")
@@ -144,7 +148,8 @@ def _events(s: dict[str, Any]) -> list[str]:
     started = s.get("started", [])
     if started:
         lines += ["", "STARTED"]
-        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
+        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  "
+                  f"{'started by Azure (due) ' if x.get('due') else ''}since {x.get('startedUtc')}  "
                   f"{', '.join(x.get('affected') or [])}" for x in started]
     conflicts = s.get("queueConflicts") or []
     if conflicts:
@@ -158,8 +163,14 @@ def _fleet_notes(s: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     named = s.get("nameConflicts") or []
     if named:
-        lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
-        lines += [f"  {c['name']}: {', '.join(c['vms'])}" for c in named]
+        lines += ["", "VMS THAT CLAIM ONE NAME (all count as unavailable, then all but the first claimant)"]
+        lines += [f"  {c['name']}: {', '.join(c['vms'])}; first {c.get('first') or '-'}, held down: "
+                  f"{', '.join(c.get('held') or []) or 'none'}" for c in named]
+    outside = s.get("outsideInventory") or []
+    if outside:
+        lines += ["", "VMS OUTSIDE THEIR INVENTORY (not counted in these scopes' sizes; see them, then "
+                  "`coordinator confirm`)"]
+        lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside]
     keys = s.get("identities") or {}
     if keys.get("rekeyed") or keys.get("sharedKeys"):
         lines += ["", "IDENTITY KEYS"]

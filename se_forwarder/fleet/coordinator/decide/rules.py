@@ -9,6 +9,8 @@ For each event not yet approved (evaluate.py), in this order (the first that fai
 ``held``           a person held it
 ``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
 ``blackout``       now is inside a ``[[blackouts]]`` window
+``stale``          the fold is more than ``max_lag`` behind a hub, or how far is not known (the
+                   lag guard, input/lag.py): the picture the budgets are counted on is late
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
 ``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
                    heartbeat_timeout) nor by Azure (fold/topology.py)
@@ -47,6 +49,7 @@ class Pass(Protocol):
     idx: ScopeIndex
     down: dict[str, str]  # VM key -> why it is unavailable (before the pass)
     reserved: dict[str, str]  # scope -> EventId of the earlier event waiting for it
+    stale: str  # why the fold's picture is too late to approve on ("" when it is not)
 
     def watched(self, vm: str) -> bool: ...
 
@@ -77,6 +80,8 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
     blackout = policy.blackout_at(now)
     if blackout is not None:
         return ("blackout", f"inside the blackout window {blackout.name!r}", None)
+    if p.stale:
+        return ("stale", f"no early approval on a late picture: {p.stale}", None)
     if not record.has_resources or not res.vms or res.unresolved:
         names = ", ".join(res.unresolved) if res.unresolved else "its Resources"
         return ("unresolved", f"{names} match no VM that reported the event or shares its group",
