@@ -101,7 +101,8 @@ class Service:
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
         self.decisions_made = 0
         self.reach: dict[str, Reach] = parts(*AzureInput.parts(settings.azure))
-        self.azure = AzureInput(settings.azure, self.reach, self.records.put) if settings.azure else None
+        self.azure = AzureInput(settings.azure, self.reach, self.records.put, settings.policy.subscriptions) \
+            if settings.azure else None
         self._dirty = False
         self._ready = False  # the fold is loaded (and not being rebuilt)
         self._acting = False  # as last said in the log
@@ -112,10 +113,11 @@ class Service:
         self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
-                                   self.azure.fold_feed if self.azure is not None else None)
+                                   self.azure.fold_feed if self.azure is not None else None,
+                                   settings.policy.subscriptions)
         self.gate = self.admission.gate
         container = clients.container(settings.storage)
-        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
+        self.keeper = Keeper(SnapshotBlob(container, settings.unit, settings.eventhub.label, self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container))
@@ -123,7 +125,7 @@ class Service:
         feed = settings.azure.feed if settings.azure is not None else None
         self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
-            Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
+            Lease(container, settings.unit, settings.instance, api, settings.storage.lease_duration),
             self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
         self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
                                          settings.queues.template, settings.queues.message_ttl)
@@ -362,7 +364,9 @@ class Service:
 
     def describe(self) -> dict[str, Any]:
         """The ``service`` member of ``status`` and ``/v1/state``."""
-        return self.stats().as_data()
+        shard = self.settings.shard
+        return {**self.stats().as_data(), "shard": None if shard is None else {
+            "name": shard.name, "subscriptions": sorted(shard.subscriptions), "peers": dict(shard.peers)}}
 
     # -- what observe.py renders (stats.py) -------------------------------------------------------
 
@@ -380,7 +384,7 @@ class Service:
         """Every counter and size, on the service thread (``submit``)."""
         acting, state = self.acting(), self.state
         return Stats(
-            self.settings.name, self.settings.instance, self.source, self.election.role(acting),
+            self.settings.unit, self.settings.instance, self.source, self.election.role(acting),
             self.election.term is not None, acting, "" if acting else self.why_not(),
             self.election.leader(self.settings.instance),
             {p: pos.sequence for p, pos in sorted(self.positions.items())}, self.admission.counts(state),
