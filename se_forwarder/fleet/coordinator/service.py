@@ -101,8 +101,7 @@ class Service:
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
         self.decisions_made = 0
         self.reach: dict[str, Reach] = parts(*AzureInput.parts(settings.azure))
-        self.azure = AzureInput(settings.azure, self.reach, self.records.put, settings.policy.subscriptions) \
-            if settings.azure else None
+        self.azure = AzureInput(settings.azure, self.reach, self.records.put) if settings.azure else None
         self._dirty = False
         self._ready = False  # the fold is loaded (and not being rebuilt)
         self._acting = False  # as last said in the log
@@ -113,8 +112,7 @@ class Service:
         self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
-                                   self.azure.fold_feed if self.azure is not None else None,
-                                   settings.policy.subscriptions)
+                                   self.azure.fold_feed if self.azure else None, self.policy.subscriptions)
         self.gate = self.admission.gate
         container = clients.container(settings.storage)
         self.keeper = Keeper(SnapshotBlob(container, settings.unit, settings.eventhub.label, self.signer.key,
@@ -364,9 +362,7 @@ class Service:
 
     def describe(self) -> dict[str, Any]:
         """The ``service`` member of ``status`` and ``/v1/state``."""
-        shard = self.settings.shard
-        return {**self.stats().as_data(), "shard": None if shard is None else {
-            "name": shard.name, "subscriptions": sorted(shard.subscriptions), "peers": dict(shard.peers)}}
+        return {**self.stats().as_data(), "shard": self.settings.shard and self.settings.shard.as_data()}
 
     # -- what observe.py renders (stats.py) -------------------------------------------------------
 

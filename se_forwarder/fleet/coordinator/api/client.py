@@ -101,7 +101,8 @@ def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
     shard = svc.get("shard")
     if shard:
         owns = ", ".join(shard.get("subscriptions") or [])
-        lines.append(f"shard {shard.get('name')}: owns subscription(s) {owns}; {refused.get('other-shard', 0)} event(s) of other shards' subscriptions skipped "
+        lines.append(f"shard {shard.get('name')}: owns subscription(s) {owns}; "
+                     f"{refused.get('other-shard', 0)} event(s) of other shards' subscriptions skipped "
                      "unverified (their shard verifies them)")
     others = {code: n for code, n in refused.items()
               if n and code not in ("forged", "foreign", "other-shard")}

@@ -194,6 +194,7 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
     trust = load_trust(raw.get("trust"), os.environ if environ is None else environ)
     if shard is not None:
         check_within(azure.subscriptions if azure else None, shard, "azure.subscriptions")
+        azure = replace(azure, shard=shard.subscriptions) if azure else None
         check_within(trust.subscriptions, shard, "trust.subscriptions")
         trust = replace(trust, subscriptions=trust.subscriptions or tuple(sorted(shard.subscriptions)))
     policy = replace(load_policy(raw), queue_template=queues.template,

@@ -39,6 +39,10 @@ class ShardSettings:
     def owns(self, subscription: str) -> bool:
         return subscription.lower() in self.subscriptions
 
+    def as_data(self) -> dict[str, Any]:
+        """The ``shard`` member of ``status``'s ``service`` (and of the page's document)."""
+        return {"name": self.name, "subscriptions": sorted(self.subscriptions), "peers": dict(self.peers)}
+
     @property
     def consumer_group(self) -> str:
         """The consumer group a shard reads in by default (the Bicep's ``coordinatorShards`` makes it)."""

@@ -72,9 +72,8 @@ REFUSAL_SAID = 600.0  # s between two warnings of one reason a feed event was re
 
 class AzureInput:
     def __init__(self, settings: AzureSettings, reach: dict[str, Reach], record: Callable[[Recorded], None],
-                 owned: frozenset[str] = frozenset(), *, page_size: int = 1000) -> None:
+                 *, page_size: int = 1000) -> None:
         self.settings, self.page_size, self.record = settings, page_size, record
-        self.owned = owned  # [shard] subscriptions (empty: every one): another shard's feed events are its
         self.arm = reach[ARM_PART]
         self.feed_watch: FeedWatch | None = None
         if FEED_EVENTS in reach:  # its own kind of part (feed_watch.py), in the service's map
@@ -129,7 +128,7 @@ class AzureInput:
             if event is None:
                 self._refused("not-cloudevent", "a message that is not a CloudEvent", None)
                 continue
-            if shard.other_shard(event, self.owned) is not None:  # before any check: not a refusal
+            if shard.other_shard(event, self.settings.shard) is not None:  # before any check: not a refusal
                 self.counts[f"feed-{shard.OTHER_SHARD}"] += 1
                 continue
             facts = azure_facts.feed_event(event, self.settings.subscriptions)
