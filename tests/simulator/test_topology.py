@@ -158,5 +158,5 @@ def test_a_group_can_live_in_a_subscription_of_its_own_in_metadata_and_attested_
 
 
 def test_a_subscription_that_is_not_a_guid_is_one_line_naming_it():
-    with pytest.raises(TopologyError, match=r"scale_sets\[0\]\.subscription: 'prod' is not a subscription id"):
+    with pytest.raises(TopologyError, match=r"scale_sets\[0\]\.subscription: .prod. is not a"):
         Topology.build(scale_sets=[{"name": "api", "vms": 1, "subscription": "prod"}])
