@@ -70,6 +70,7 @@ def test_a_consumer_group_given_is_kept_and_azure_defaults_to_the_shards_subscri
     ({"name": "eu", "subscriptions": [SUB, SUB.upper()]}, {}, f"subscriptions[1]: {SUB} is listed twice"),
     ({"name": "eu", "subscriptions": ["prod"]}, {}, "subscriptions[0]: 'prod' is not a subscription id"),
     ({"name": "e/u", "subscriptions": [SUB]}, {}, "shard.name: 'e/u' must be"),
+    ({"name": "e" * 39, "subscriptions": [SUB]}, {}, "must be 1-38 letters"),  # coordinator-<name>: 50
     ({**SHARD, "owner": "me"}, {}, "shard.owner: unknown key"),
     ({**SHARD, "peers": {"us": "ftp://x"}}, {}, "shard.peers.us: 'ftp://x' is not a base URL"),
     ({**SHARD, "peers": {"eu": "http://10.0.0.5:8470"}}, {}, "shard.peers.eu: is this shard's own name"),

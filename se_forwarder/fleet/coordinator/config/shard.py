@@ -2,7 +2,7 @@
 between several coordinators (docs/coordinator.md, "Shards"). Validated once, one line per problem::
 
     [shard]
-    name = "eu"                          # 1-63 letters, digits, '.', '_', '-'; unique in the fleet
+    name = "eu"                          # 1-38 letters, digits, '.', '_', '-'; unique in the fleet
     subscriptions = ["00000000-0000-0000-0000-000000000000"]   # owned by this shard alone (required)
     peers = { us = "http://10.1.0.5:8470" }   # optional: the other shards' API (and page) addresses,
                                          # for `coordinator status --shards` and the page's links
@@ -26,7 +26,7 @@ from ....errors import ConfigError
 from ....validation import as_str, no_unknown
 
 KEYS = ("name", "subscriptions", "peers")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,37}\Z")  # coordinator-<name>: a consumer group, 50 at most
 _URL = re.compile(r"^https?://[^/\s]+\Z")  # as [api] advertise: the API is plain http on a private address
 
 
@@ -79,7 +79,8 @@ def _name(value: Any, where: str) -> str:
         raise ConfigError(f"{where}: missing (the shard's name, e.g. \"eu\")")
     text = as_str(value, where).strip()
     if not _NAME.match(text):
-        raise ConfigError(f"{where}: {text!r} must be 1-63 letters, digits, '.', '_' or '-'")
+        raise ConfigError(f"{where}: {text!r} must be 1-38 letters, digits, '.', '_' or '-' (its consumer "
+                          "group is coordinator-<name>)")
     return text
 
 
