@@ -5,9 +5,10 @@
 //     agents.bicep with that VM's rights);
 //   - optionally the coordinator: its identity, "Azure Event Hubs Data Receiver" and "Azure Event Hubs
 //     Data Sender" on the hub (it reads the agents' events and publishes its decisions there), the
-//     "coordinator" consumer group (with coordinatorShards, one "coordinator-<shard>" per shard), its blob container (leader lease and snapshots; versioning and
-//     soft delete) where it is "Storage Blob Data Contributor", and optionally a key vault for its
-//     signing key ("Key Vault Secrets User" on that vault);
+//     "coordinator" consumer group (with coordinatorShards, one "coordinator-<shard>" per shard),
+//     its blob container (leader lease and snapshots; versioning and soft delete) where it is
+//     "Storage Blob Data Contributor", and optionally a key vault for its signing key ("Key Vault
+//     Secrets User" on that vault);
 //   - optionally (deployAzureFeed) the Azure feed hub, which each VM subscription's Event Grid topic
 //     feeds (agents.bicep);
 //   - optionally (deployLogsIngestion) Azure Monitor Logs: a custom table in logAnalyticsWorkspaceId,
