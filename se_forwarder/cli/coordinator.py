@@ -112,7 +112,10 @@ def check(config: str | None, key_file: str | None, token_file: str | None, imds
     quiet_sdk_logs()
     logging.getLogger().addHandler(logging.NullHandler())  # each part says its own line, nothing else
     logging.captureWarnings(True)
-    click.echo(f"ok    config: {settings.source_file}")
+    shard = settings.shard
+    click.echo(f"ok    config: {settings.source_file}" + ("" if shard is None else
+               f" (shard {settings.unit} of {len(shard.subscriptions)} subscription(s), consumer group "
+               f"{settings.eventhub.consumer_group})"))
     sys.exit(1 if run_checks(settings, click.echo, imds_url) else 0)
 
 

@@ -164,18 +164,19 @@ def test_status_shows_every_shard_and_names_one_that_does_not_answer(shards):
     for shard in ("eu", "us", "ap"):
         assert any(f"prod/{shard}: leader, 2 VMs" in line and SETS[shard][1] in line for line in lines[1:4])
         assert f"coordinator prod/{shard}: this instance {shard} is leader" in text
-    as_json = json.loads(eu.cli_ok("status", "--shards", "--json"))
-    assert [r["status"]["service"]["name"] for r in as_json["shards"]] == ["prod/eu", "prod/ap", "prod/us"]
 
     gone = eu.config.with_name("with-a-gone-peer.toml")
     silent = f"http://127.0.0.1:{free_port()}"
     gone.write_text(eu.config.read_text().replace("peers = { ", f'peers = {{ gone = "{silent}", '))
-    done = subprocess.run([sys.executable, "-m", "se_forwarder", "coordinator", "status", "--shards",
-                           "--config", str(gone)], env=eu.env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    command = ["coordinator", "status", "--shards", "--json", "--config", str(gone)]
+    done = subprocess.run([sys.executable, "-m", "se_forwarder", *command], env=eu.env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert f"{silent}  DOES NOT ANSWER" in done.stdout and "coordinator prod/us" in done.stdout
     assert done.stderr.strip().endswith(f"1 of 4 shard(s) did not answer: {silent}")
+    answers = {r["url"]: r for r in json.loads(done.stdout)["shards"]}  # the others all shown
+    assert "cannot reach the coordinator" in answers.pop(silent)["error"]
+    assert sorted(r["status"]["service"]["name"] for r in answers.values()) == [f"prod/{s}" for s in
+                                                                                 ("ap", "eu", "us")]
 
 
 def test_the_page_names_its_shard_and_links_to_the_others(shards):
@@ -234,3 +235,12 @@ def test_a_vm_that_claims_another_shards_subscription_is_refused_by_its_attested
              "the lying registration refused by its attested subscription")
     status = eu.get("/v1/status")
     assert status["identities"]["registered"] == 2 and status["fleet"]["vms"] == 2
+
+
+def test_check_reads_the_hub_in_the_shards_own_consumer_group(shards):
+    eu = shards["coordinators"]["eu"]
+    done = eu.cli("check", "--imds-url", shards["fleet"].server.vm_url("web-0"))
+    first = done.stdout.splitlines()[0]
+    assert "(shard prod/eu of 1 subscription(s), consumer group coordinator-eu)" in first
+    hub = next(line for line in done.stdout.splitlines() if " event hub: " in line)
+    assert hub.startswith("ok") and "coordinator-eu" in hub, done.stdout  # broker A knows no other group
