@@ -51,20 +51,21 @@ def other_shard(event: Mapping[str, Any], owned: Collection[str]) -> str | None:
 
 
 def claimed_subscription(event: Mapping[str, Any]) -> str | None:
-    """The subscription ``event`` says it is about, lower case; None when it claims none."""
+    """The subscription ``event`` says it is about, lower case; None when it claims none. Events
+    come decoded from JSON: plain dicts are what is looked into (a cheap check, before all else)."""
     kind = event.get("type")
     if isinstance(kind, str) and kind.startswith(DECISION_PREFIX):
         return None
     data = event.get("data")
-    vm = data.get("Vm") if isinstance(data, Mapping) else None
-    if isinstance(vm, Mapping):
+    vm = data.get("Vm") if isinstance(data, dict) else None
+    if isinstance(vm, dict):
         return _text(vm.get("subscriptionId"))
     source = event.get("source")
-    if isinstance(source, str) and source.lower().startswith(_PREFIX):
+    if isinstance(source, str) and source[:len(_PREFIX)].lower() == _PREFIX:
         return _text(source[len(_PREFIX):].split("/", 1)[0])
-    info = data.get("resourceInfo") if isinstance(data, Mapping) else None
-    rid = info.get("id") if isinstance(info, Mapping) else None
-    if isinstance(rid, str) and rid.lower().startswith(_PREFIX):
+    info = data.get("resourceInfo") if isinstance(data, dict) else None
+    rid = info.get("id") if isinstance(info, dict) else None
+    if isinstance(rid, str) and rid[:len(_PREFIX)].lower() == _PREFIX:
         return _text(rid[len(_PREFIX):].split("/", 1)[0])
     return None
 
