@@ -5,9 +5,10 @@
 //     agents.bicep with that VM's rights);
 //   - optionally the coordinator: its identity, "Azure Event Hubs Data Receiver" and "Azure Event Hubs
 //     Data Sender" on the hub (it reads the agents' events and publishes its decisions there), the
-//     "coordinator" consumer group, its blob container (leader lease and snapshots; versioning and
-//     soft delete) where it is "Storage Blob Data Contributor", and optionally a key vault for its
-//     signing key ("Key Vault Secrets User" on that vault);
+//     "coordinator" consumer group (with coordinatorShards, one "coordinator-<shard>" per shard),
+//     its blob container (leader lease and snapshots; versioning and soft delete) where it is
+//     "Storage Blob Data Contributor", and optionally a key vault for its signing key ("Key Vault
+//     Secrets User" on that vault);
 //   - optionally (deployAzureFeed) the Azure feed hub, in an Event Hubs namespace of its own so that
 //     the agents' traffic never takes its throughput (feed-namespace.bicep), which each VM
 //     subscription's Event Grid topic feeds (agents.bicep);
@@ -74,6 +75,10 @@ param privateDnsZoneIds object = {}
 @description('Also create the coordinator\'s identity with receive and send rights on the hub, its consumer group and its blob container.')
 param deployCoordinator bool = false
 
+@description('With the coordinator split into shards by subscription (docs/coordinator.md, "Shards"): their names, each the [shard] name of one; each gets a consumer group coordinator-<shard> on the hub (and on the Azure feed hub). The shards share the coordinator\'s identity and container (their lease and snapshot blobs carry their names). A shard on a hub of its own: deploy this template once per hub.')
+@maxLength(18)
+param coordinatorShards array = []
+
 @description('With the coordinator: a key vault for its signing key, readable by the coordinator only.')
 param deployKeyVault bool = false
 
@@ -132,6 +137,7 @@ module eventHubs 'modules/eventhubs.bicep' = {
     autoInflate: eventHubsAutoInflate
     maximumThroughputUnits: eventHubsMaximumThroughputUnits
     alertActionGroupIds: alertActionGroupIds
+    coordinatorShards: deployCoordinator ? coordinatorShards : []
     allowedSubnetIds: allowedSubnetIds
     allowedIpRanges: allowedIpRanges
     publicNetworkAccess: publicNetworkAccess
@@ -195,6 +201,7 @@ module azureFeed 'modules/azure-feed.bicep' = if (deployAzureFeed && deployCoord
     feedHubName: azureFeedHubName
     messageRetentionInDays: eventHubRetentionDays
     coordinatorPrincipalId: coordinatorPrincipalId
+    coordinatorShards: coordinatorShards
     tags: tags
   }
 }
@@ -254,6 +261,12 @@ output coordinatorConsumerGroup string = eventHubs.outputs.coordinatorConsumerGr
 
 @description('Queue service endpoint ([queues] account_url).')
 output queueEndpoint string = approvalQueues.outputs.queueEndpoint
+
+@description('Consumer groups of the coordinator\'s shards on the hub and on the Azure feed hub, in coordinatorShards\' order ([eventhub] and [azure.feed] consumer_group), or empty.')
+output coordinatorShardGroups object = {
+  hub: eventHubs.outputs.coordinatorShardGroups
+  azureFeed: deployAzureFeed && deployCoordinator ? azureFeed.outputs.shardConsumerGroups : []
+}
 
 @description('Client ID of the coordinator\'s identity (client_id in coordinator.toml), or empty.')
 output coordinatorClientId string = deployCoordinator ? coordinator.properties.clientId : ''

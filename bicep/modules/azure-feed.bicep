@@ -26,6 +26,10 @@ param messageRetentionInDays int = 7
 @description('Principal ID of the coordinator\'s identity: it may read the feed hub, nothing else.')
 param coordinatorPrincipalId string
 
+@description('Names of the coordinator\'s shards: each reads the feed hub in its own consumer group, coordinator-<shard>.')
+@maxLength(18)
+param coordinatorShards array = []
+
 @description('Tags for every resource.')
 param tags object = {}
 
@@ -53,6 +57,14 @@ resource coordinatorGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroup
   }
 }
 
+resource shardGroups 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = [for shard in coordinatorShards: {
+  parent: feedHub
+  name: 'coordinator-${shard}'
+  properties: {
+    userMetadata: 'Coordinator shard ${shard} reads Azure\'s ScheduledEventEmitted CloudEvents here.'
+  }
+}]
+
 resource coordinatorReceives 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(feedHub.id, coordinatorPrincipalId, eventHubsDataReceiver)
   scope: feedHub
@@ -69,6 +81,9 @@ output feedHubName string = feedHub.name
 
 @description('Consumer group of the coordinator on the feed hub ([azure.feed] consumer_group).')
 output feedConsumerGroup string = coordinatorGroup.name
+
+@description('Consumer groups of the coordinator\'s shards on the feed hub ([azure.feed] consumer_group of each).')
+output shardConsumerGroups array = [for (shard, i) in coordinatorShards: shardGroups[i].name]
 
 @description('Resource ID of the feed hub (the system topics\' destination).')
 output feedHubId string = feedHub.id

@@ -29,6 +29,10 @@ param messageRetentionInDays int = 7
 @description('Principal ID of the coordinator\'s identity (receive from the hub), or empty for none.')
 param receiverPrincipalId string = ''
 
+@description('Names of the coordinator\'s shards ([shard] name, docs/coordinator.md "Shards"): each reads in a consumer group of its own, coordinator-<shard>; empty: one coordinator, which reads in "coordinator". Standard allows 20 consumer groups a hub.')
+@maxLength(18)
+param coordinatorShards array = []
+
 @description('Subnet resource IDs allowed to reach the namespace (need the Microsoft.EventHub service endpoint). With none and no IP ranges, every network may connect; authentication is Entra ID only either way.')
 param allowedSubnetIds array = []
 
@@ -135,6 +139,16 @@ resource coordinatorGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroup
   }
 }
 
+// A shard reads every partition in a group of its own: the shards of one hub (and each one's
+// standby) never share the five readers a partition allows a group.
+resource shardGroups 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = [for shard in coordinatorShards: {
+  parent: hub
+  name: 'coordinator-${shard}'
+  properties: {
+    userMetadata: 'Coordinator shard ${shard} reads se-forwarder CloudEvents here.'
+  }
+}]
+
 resource coordinatorReceives 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(receiverPrincipalId)) {
   name: guid(hub.id, receiverPrincipalId, eventHubsDataReceiver)
   scope: hub
@@ -208,6 +222,9 @@ output dashboardsConsumerGroup string = dashboards.name
 
 @description('Name of the coordinator\'s consumer group, or empty.')
 output coordinatorConsumerGroup string = empty(receiverPrincipalId) ? '' : coordinatorGroup.name
+
+@description('Consumer groups of the coordinator\'s shards ([eventhub] consumer_group of each), in coordinatorShards\' order.')
+output coordinatorShardGroups array = [for (shard, i) in coordinatorShards: shardGroups[i].name]
 
 @description('Resource ID of the hub.')
 output eventHubId string = hub.id

@@ -173,8 +173,13 @@ class Fleet:
             self.start_agent(name)
         return self
 
-    def agent_env(self) -> dict[str, str]:
-        return {"EH_CONN": self.broker.connection_string(), "APPROVALS_CONN": self.queue.connection_string}
+    def agent_env(self, name: str = "") -> dict[str, str]:
+        return {"EH_CONN": self.hub_of(name).connection_string(),
+                "APPROVALS_CONN": self.queue.connection_string}
+
+    def hub_of(self, name: str) -> EventHubsBroker:
+        """The hub VM ``name``'s agent sends to (one for the whole fleet here)."""
+        return self.broker
 
     def start_agent(self, name: str) -> AgentProcess:
         folder = self.base / "agents" / name
@@ -191,7 +196,8 @@ class Fleet:
             'credential = "connection-string"', 'connection_string_env = "EH_CONN"', "heartbeat_interval = 1",
             "[telemetry]", 'log_format = "json"',
         ]) + "\n")
-        agent = AgentProcess(["--config", str(config)], env=self.agent_env(), log_path=folder / "agent.log")
+        agent = AgentProcess(["--config", str(config)], env=self.agent_env(name),
+                             log_path=folder / "agent.log")
         self.agents[name] = agent.start()
         return agent
 
@@ -206,9 +212,11 @@ class Fleet:
 
     def coordinator(self, name: str, instance: str = "a", *, extra: str = "", blob_port: int | None = None,
                     unsigned_reports: bool = False, budgets: tuple[tuple[str, Any], ...] = BUDGETS,
+                    broker: EventHubsBroker | None = None, consumer_group: str | None = "coordinator",
                     **policy: Any) -> Coordinator:
-        """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
-        TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
+        """``coordinator run`` with this fleet's hub (or ``broker``'s, read in ``consumer_group``; None:
+        the default one), storage, key and ``[policy]``; ``extra``: more
+        TOML appended (``[web]``, ``[[notify]]``, ``[shard]``), with ``{env}`` for the variables given to it;
         ``blob_port``: reach the blob service through this port (a relay) instead of directly;
         ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade);
         ``budgets``: (scope, max_unavailable) of each ``[[budgets]]``."""
@@ -220,7 +228,8 @@ class Fleet:
                     "echo_timeout": ECHO_TIMEOUT, "approve_within": "1h", **policy}
         config.write_text("\n".join([
             "[coordinator]", f"name = {toml_value(name)}", f"instance = {toml_value(instance)}",
-            "[eventhub]", 'eventhub = "scheduled-events"', 'consumer_group = "coordinator"',
+            "[eventhub]", 'eventhub = "scheduled-events"',
+            *([f"consumer_group = {toml_value(consumer_group)}"] if consumer_group else []),
             'credential = "connection-string"', f'connection_string_env = "{COORDINATOR_ENV}"',
             "[storage]", 'credential = "connection-string"', 'connection_string_env = "COORD_BLOB_CONN"',
             'container = "coordinator"', 'lease_duration = "15s"', 'snapshot_interval = "5s"',
@@ -234,7 +243,8 @@ class Fleet:
             *[line for scope, most in budgets for line in
               ("[[budgets]]", f"scope = {toml_value(scope)}", f"max_unavailable = {toml_value(most)}")],
         ]) + "\n" + extra)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
+        hub = (broker or self.broker).connection_string()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: hub,
                "COORD_BLOB_CONN": self.blob.connection_string.replace(f":{self.blob.port}/", f":{blob_port}/")
                if blob_port else self.blob.connection_string,
                "COORD_QUEUE_CONN": self.queue.connection_string}

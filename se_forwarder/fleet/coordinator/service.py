@@ -115,7 +115,7 @@ class Service:
         self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
-                                   self.azure.fold_feed if self.azure is not None else None)
+                                   self.azure.fold_feed if self.azure else None, self.policy.subscriptions)
         self.gate = self.admission.gate
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
@@ -123,10 +123,10 @@ class Service:
         self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
         self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts)  # no approval on a late fold
         container = clients.container(settings.storage)
-        lease = Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration)
+        lease = Lease(container, settings.unit, settings.instance, api, settings.storage.lease_duration)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
             lease, self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
-        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
+        self.keeper = Keeper(SnapshotBlob(container, settings.unit, settings.eventhub.label, self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container), lease)
@@ -355,7 +355,7 @@ class Service:
 
     def describe(self) -> dict[str, Any]:
         """The ``service`` member of ``status`` and ``/v1/state``."""
-        return self.stats().as_data()
+        return {**self.stats().as_data(), "shard": self.settings.shard and self.settings.shard.as_data()}
 
     # -- what observe.py renders (stats.py) -------------------------------------------------------
 
@@ -373,7 +373,7 @@ class Service:
         """Every counter and size, on the service thread (``submit``)."""
         acting, state = self.acting(), self.state
         return Stats(
-            self.settings.name, self.settings.instance, self.source, self.election.role(acting),
+            self.settings.unit, self.settings.instance, self.source, self.election.role(acting),
             self.election.term is not None, acting, "" if acting else self.why_not(),
             self.election.leader(self.settings.instance),
             {p: pos.sequence for p, pos in sorted(self.positions.items())}, self.admission.counts(state),

@@ -100,7 +100,14 @@ def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
     if forged:
         lines.append(f"FORGED: {forged} decision(s) in this coordinator's name that did not verify were "
                      "dropped (someone who can send to the hub published them)")
-    others = {code: n for code, n in refused.items() if n and code not in ("forged", "foreign")}
+    shard = svc.get("shard")
+    if shard:
+        owns = ", ".join(shard.get("subscriptions") or [])
+        lines.append(f"shard {shard.get('name')}: owns subscription(s) {owns}; "
+                     f"{refused.get('other-shard', 0)} event(s) of other shards' subscriptions skipped "
+                     "unverified (their shard verifies them)")
+    others = {code: n for code, n in refused.items()
+              if n and code not in ("forged", "foreign", "other-shard")}
     if others:
         lines.append("REFUSED from the hub: " + ", ".join(f"{code} {n}" for code, n in sorted(others.items()))
                      + " (reports and registrations that did not verify: see docs/coordinator.md#trust)")
@@ -222,3 +229,36 @@ def _azure(s: dict[str, Any]) -> list[str]:
         lines.append(f"    {f['name']}: {f['field']}{where}: agent says {f['agent'] or '-'}, "
                      f"Azure says {f['azure'] or '-'}")
     return lines
+
+
+def every_shard(own: str, peers: dict[str, str], token_file: str, all_scopes: bool = False,
+                ) -> list[dict[str, Any]]:
+    """``status`` of this shard (at ``own``) and of each of ``peers`` (``[shard] peers``), in that order:
+    ``{"url", "status"}`` or ``{"url", "error"}`` each (one shard that does not answer hides no other).
+    The same token file is used for each: give each person an entry in every shard's token table."""
+    out: list[dict[str, Any]] = []
+    for url in [own, *(peers[name] for name in sorted(peers))]:
+        try:
+            out.append({"url": url, "status": Client(url, token_file).status(all_scopes)})
+        except SeForwarderError as exc:
+            out.append({"url": url, "error": str(exc)})
+    return out
+
+
+def render_shards(results: list[dict[str, Any]]) -> str:
+    """``coordinator status --shards`` for people: a line per shard, then each shard's status."""
+    lines = [f"{len(results)} shard(s):"]
+    for r in results:
+        svc = (r.get("status") or {}).get("service") or {}
+        fleet = (r.get("status") or {}).get("fleet") or {}
+        shard = svc.get("shard") or {}
+        said = (f"{svc.get('name')}: {svc.get('role')}{'' if svc.get('acting') else ', not acting'}, "
+                f"{fleet.get('vms', 0)} VMs, {fleet.get('unavailable', 0)} unavailable, "
+                f"{fleet.get('openEvents', 0)} open events, subscriptions "
+                f"{', '.join(shard.get('subscriptions') or ['all'])}" if "status" in r
+                else f"DOES NOT ANSWER: {r.get('error')}")
+        lines.append(f"  {r['url']}  {strip_tree(said)}")
+    for r in results:
+        if "status" in r:
+            lines += ["", render_status(r["status"])]
+    return "\n".join(lines)

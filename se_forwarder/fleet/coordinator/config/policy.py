@@ -143,6 +143,7 @@ class Policy:
     queue_template: str = "se-approvals-{vm_name}"  # not a [policy] key: [queues] queue (queues.py)
     acknowledge: bool = False  # not a [policy] key: [azure] acknowledge (decide/arm_path.py)
     azure_fresh_for: float = 0.0  # not a [policy] key: from [azure] arg_interval; 0: no Azure input
+    subscriptions: frozenset[str] = frozenset()  # not a [policy] key: [shard] subscriptions; empty: all
     by_kind: dict[str, Budget] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

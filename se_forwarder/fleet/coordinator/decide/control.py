@@ -51,6 +51,7 @@ from .arm_path import VIA_ARM
 from .availability import echoes
 from .evaluate import DecisionPass
 from .events import BudgetUse, Decision, overridden
+from .ownership import not_owned
 from .scopes import FLEET, index, resolve
 
 _SCOPE = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
@@ -229,6 +230,10 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
         names = ", ".join(res.unresolved) or "its Resources"
         raise ControlRefused("unresolved", f"{names} match no known VM; its budgets cannot be counted "
                              "(override with scope all to approve anyway)")
+    foreign = not_owned(state, policy, res.vms)
+    if foreign is not None:
+        raise ControlRefused("other-shard", f"{state.vms[foreign].name} is not of a subscription this shard "
+                             "owns: approve it on the shard that owns it")
     targets = run.targets(record, res.vms)
     arm = None if targets else run.arm(record, res)
     if not targets and arm is None:

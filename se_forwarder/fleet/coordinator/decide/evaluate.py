@@ -62,6 +62,7 @@ from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
 from .availability import Conflict, conflicts, echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .ownership import owned
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .wording import hhmm, span
@@ -152,10 +153,11 @@ class DecisionPass:
                 self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
 
     def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
-        """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
-        reported the event Scheduled first, then by name."""
+        """Watched affected VMs of this shard (ownership.py) whose approval queue no other VM shares
+        (queues.py), those that reported the event Scheduled first, then by name."""
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue),
+        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue
+                       and owned(self.state, self.policy, vm)),
                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,

@@ -60,7 +60,7 @@ class Alerting:
     def from_settings(cls, settings: Any, service: Any) -> Alerting:
         from ..config.notify import pager_key
 
-        hooks = [PagerHook(s, pager_key(s), settings.name) for s in settings.notify if s.pager]
+        hooks = [PagerHook(s, pager_key(s), settings.unit) for s in settings.notify if s.pager]
 
         def derive_now() -> Derived:  # on the service thread: the fold and its last pass are its own
             evaluation = service.evaluation

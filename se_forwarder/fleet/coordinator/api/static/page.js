@@ -210,9 +210,23 @@
     stats.lastTimelineMs = performance.now() - started;
   }
 
+  // A shard's page names its subscriptions and links to the other shards' pages ([shard] peers).
+  function renderShards(shard) {
+    const nav = $("shards");
+    nav.replaceChildren();
+    if (!shard) return;
+    nav.append(el("span", { class: "shard-self", "data-shard": shard.name, text: `shard ${shard.name}`,
+      title: `owns ${(shard.subscriptions || []).join(", ")}` }));
+    for (const [name, url] of Object.entries(shard.peers || {}).sort()) {
+      if (!/^https?:\/\/[^/\s]+$/.test(url)) continue;
+      nav.append(" · ", el("a", { href: `${url}/`, "data-shard": name, text: `shard ${name}` }));
+    }
+  }
+
   function renderHeader() {
     const s = doc.service;
     $("service").textContent = s ? `${s.name} · ${s.instance} · ${s.role}` : "";
+    renderShards(s && s.shard);
     const f = doc.fleet;
     const azure = doc.azure;
     $("fleet-counts").textContent = `${f.vms} VMs · ${f.watched} watched · ${f.unavailable} unavailable · ` +
