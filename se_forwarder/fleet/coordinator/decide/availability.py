@@ -27,6 +27,8 @@ reason              when (first that applies; the reasons of all events and VMs 
                     the silence that made it done (the event's last report + heartbeat_timeout)
 ``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
                     group, or one resourceId: all of them (``conflicts``), whatever they say
+``key-conflict``    its vmId's attested document came with two keys (fold/identities.py): not
+                    settled yet, so nobody speaks for it
 ``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
                     (azure_topology.watched)
 ==================  ==================================================================================
@@ -45,7 +47,8 @@ from ..fold.azure import ARM
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
-REASONS = ("started", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
+REASONS = ("started", "approved", "prepare-failed", "completed", "name-conflict", "key-conflict",
+           "not-watched")
 
 
 def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
@@ -123,6 +126,8 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
                 found.setdefault(vm, set()).add("completed")
     for vm in conflicts(state, policy, idx, now):
         found.setdefault(vm, set()).add("name-conflict")
+    for vm in state.conflicts:
+        found.setdefault(vm, set()).add("key-conflict")
     for vm in unwatched(state, policy, idx, now):
         found.setdefault(vm, set()).add("not-watched")
     return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())

@@ -19,8 +19,20 @@ from ....errors import StateError
 from . import azure_state
 from .caps import FOLDED
 from .decisions import decision
+from .identities import held_for_snapshot
 from .reports import track
-from .state import COMPLETED, NO_STAMP, DecisionRecord, EventRecord, FleetState, Identity, Rekey, Stamp, Vm
+from .state import (
+    COMPLETED,
+    NO_STAMP,
+    Conflict,
+    DecisionRecord,
+    EventRecord,
+    FleetState,
+    Identity,
+    Rekey,
+    Stamp,
+    Vm,
+)
 
 FORMAT = 1
 
@@ -49,10 +61,18 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
         "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
-        "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
-        "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
+        "rekeyed": [[r.vm, r.old, r.new, r.time] for _, v in sorted(state.rekeyed.items()) for r in v],
+        "conflicts": {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
+                          "candidates": [_identity(i) for i in c.candidates]}
+                      for k, c in sorted(state.conflicts.items())},
+        "waiting": held_for_snapshot(state)[0],
         "azure": azure_state.dump(state.azure),
     }
+
+
+def _identity_of(i: dict[str, Any]) -> Identity:
+    return Identity(str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
+                    str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
 
 
 def _identity(i: Identity) -> dict[str, Any]:
@@ -145,10 +165,13 @@ def _restore(data: dict[str, Any]) -> FleetState:
             state.groups.union(members[0], other)
     state.gone = {str(k): float(v) for k, v in data["gone"].items()}
     for key, i in data.get("identities", {}).items():
-        state.identities[str(key)] = Identity(
-            str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
-            str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
-    state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in data.get("rekeyed", [])]
+        state.identities[str(key)] = _identity_of(i)
+    for v, o, n, t in data.get("rekeyed", []):
+        state.rekeyed.setdefault(str(v), []).append(Rekey(str(v), str(o), str(n), float(t)))
+    for key, c in data.get("conflicts", {}).items():
+        candidates = tuple(_identity_of(i) for i in c["candidates"])
+        state.conflicts[str(key)] = Conflict(str(c["document"]), float(c["createdOn"]), candidates,
+                                             float(c["since"]))
     state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
     for ident, kind, moment, payload in data["decisions"]:
         made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
