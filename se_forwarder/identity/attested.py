@@ -33,7 +33,7 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +70,7 @@ class Unpacked:
     der: bytes
     content: bytes
     claims: dict[str, Any]
+    parsed: Any = field(default=None, compare=False, repr=False)  # asn1crypto's ContentInfo, read once
 
     @property
     def nonce(self) -> str | None:
@@ -125,4 +126,4 @@ def unpack(document: Any) -> Unpacked:
         raise AttestedFormatError("the signed content is not JSON") from None
     if not isinstance(claims, dict):
         raise AttestedFormatError("the signed content is not a JSON object")
-    return Unpacked(der, content, claims)
+    return Unpacked(der, content, claims, info)

@@ -196,7 +196,9 @@ def _read_signed(unpacked: Unpacked) -> _Signed:
     from asn1crypto import cms, core
 
     try:
-        signed = cms.ContentInfo.load(unpacked.der, strict=True)["content"]
+        info_of = unpacked.parsed if unpacked.parsed is not None else cms.ContentInfo.load(unpacked.der,
+                                                                                             strict=True)
+        signed = info_of["content"]
         infos = signed["signer_infos"]
         if len(infos) != 1:
             raise _Refused("malformed", f"{len(infos)} signers; an attested document has one")
@@ -230,7 +232,7 @@ def _read_signed(unpacked: Unpacked) -> _Signed:
         signature = info["signature"].native
         algorithm = info["signature_algorithm"]["algorithm"].dotted
         der = cert.dump()
-        chosen = x509.load_der_x509_certificate(der)
+        chosen = _certificate(der)
     except _Refused:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
@@ -250,10 +252,25 @@ def _read_signed(unpacked: Unpacked) -> _Signed:
     return _Signed(chosen, der, algorithm, hash_type, signature, message)
 
 
+_LOADED: dict[bytes, x509.Certificate] = {}  # signing certificates by DER: the same few sign everything
+_LOADED_MAX = 256
+
+
+def _certificate(der: bytes) -> x509.Certificate:
+    found = _LOADED.get(der)
+    if found is None:
+        found = x509.load_der_x509_certificate(der)
+        if len(_LOADED) >= _LOADED_MAX:
+            _LOADED.clear()
+        _LOADED[der] = found
+    return found
+
+
 def _names(cert: Any, sid: Any) -> bool:
     """Whether the asn1crypto certificate ``cert`` is the one the signer identifier names."""
-    if sid.name == "issuer_and_serial_number":
-        return bool(cert.issuer == sid.chosen["issuer"]
+    if sid.name == "issuer_and_serial_number":  # the encoded names compared: a signer copies its
+        # certificate's issuer (asn1crypto's own comparison prepares each string, about 3 ms)
+        return bool(cert["tbs_certificate"]["issuer"].dump() == sid.chosen["issuer"].dump()
                     and cert.serial_number == sid.chosen["serial_number"].native)
     return bool(cert.key_identifier == sid.chosen.native)
 
