@@ -7,6 +7,7 @@ built here instead of by Azure:
 - ``chain_bomb``: the review's attack. Claims that pass the cheap checks (its own key's nonce, the
   event's vmId, a fresh life), a signing certificate whose RSA key has a 3071-bit public exponent,
   and two "intermediates" that issue each other, carried in the SignedData;
+- ``huge_exponent``: the same signing certificate carried alone;
 - ``carried``: an honest-looking signer (RSA 2048, e = 65537) with its own chain carried in the
   SignedData (the edge builds chains only from configured or fetched intermediates);
 - ``self_signed``: a sane key and a self-signed certificate for metadata.azure.com (no chain);
@@ -35,7 +36,7 @@ from se_forwarder.approvals import signing
 from se_forwarder.identity.attested import nonce_for
 from se_forwarder.simulator.attestation import TIME_FORMAT, AttestationAuthority
 
-KINDS = ("chain_bomb", "carried", "self_signed", "wrong_nonce", "expired")
+KINDS = ("chain_bomb", "huge_exponent", "carried", "self_signed", "wrong_nonce", "expired")
 _KEYS: dict[str, Any] = {}
 
 
@@ -126,6 +127,10 @@ def forged_document(kind: str, vm_id: str, nonce: str, authority: AttestationAut
         signer = _cert("metadata.azure.com", ca_a, _huge_exponent_key(), first,
                        ca=False, dns="westeurope.metadata.azure.com")
         der = _signed_data(content, signer, key, [a, b])
+    elif kind == "huge_exponent":
+        signer = _cert("metadata.azure.com", "Azure RSA TLS Issuing CA 99", _huge_exponent_key(), _rsa(),
+                       ca=False, dns="westeurope.metadata.azure.com")
+        der = _signed_data(content, signer, key, [])
     elif kind == "carried":
         root = _cert("Forged Root", "Forged Root", _rsa(3072).public_key(), _rsa(3072), ca=True)
         inter = _cert("Forged Issuing CA", "Forged Root", _rsa(4096).public_key(), _rsa(3072), ca=True)
