@@ -111,7 +111,7 @@ class Service:
         self.signer = Signer(settings.key_file, self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
-                                   self.azure.fold_feed if self.azure is not None else None)
+                                   self.azure.fold_feed if self.azure is not None else None, self.inbox.put)
         self.gate = self.admission.gate
         container = clients.container(settings.storage)
         self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
@@ -120,7 +120,7 @@ class Service:
                              lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.hubs = Hubs(settings.eventhub, feed, self.reach, self.admission.put, clients.consumer)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
             Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
             self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
@@ -185,7 +185,8 @@ class Service:
                      ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(loaded.positions.items())) or "-")
         elif not loaded.refused:  # a refused snapshot was said in one line already (ha/keeper.py)
             log.info("no snapshot: reading the hub from the start of its retention")
-        self.inbox.clear()  # what a reader that was closed still handed on
+        self.admission.clear()  # what a reader that was closed still handed on
+        self.inbox.clear()
         self.state, self.positions = loaded.state, loaded.positions
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
         self.hubs.start(self.positions)

@@ -15,6 +15,9 @@
     subscriptions = []                   # registrations only from these subscriptions (default: any)
     report_skew = "1m"                   # how far a report's time may be ahead of the hub's
                                          # enqueued time (later times are taken as this)
+    verify_workers = 2                   # processes verifying signatures and registrations off the
+                                         # fold thread (default: the machine's cores, at most 8);
+                                         # 0: the fold thread verifies everything itself
 
 Public keys and certificates are not secrets. Files named here are read now: a file that cannot be
 read or holds no certificate stops the start with one line naming the key.
@@ -22,16 +25,17 @@ read or holds no certificate stops the start with one line naming the key.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ....approvals import signing
 from ....errors import ConfigError
-from ....validation import as_bool, as_str, no_unknown
+from ....validation import as_bool, as_int, as_str, no_unknown
 from .anchors import Anchors, anchors, load_certificates
 from .policy import parse_duration
 
@@ -41,7 +45,7 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _HOST = re.compile(r"^(?=.{1,253}\Z)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\Z")
 KEYS = ("coordinator_keys", "coordinator_keys_file", "coordinator_keys_env", "require_signed_reports",
         "attestation_roots", "attestation_intermediates", "fetch_intermediates", "intermediate_hosts",
-        "subscriptions", "report_skew")
+        "subscriptions", "report_skew", "verify_workers")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class TrustSettings:
     intermediate_hosts: tuple[str, ...] = DEFAULT_HOSTS
     subscriptions: tuple[str, ...] | None = None  # lower case; None: any
     report_skew: float = DEFAULT_SKEW
+    verify_workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, 8))
 
     def anchors(self) -> Anchors:
         """The attestation trust anchors (Azure's roots unless files are named); ConfigError."""
@@ -91,6 +96,8 @@ def load_trust(raw: Any, environ: Mapping[str, str]) -> TrustSettings:
         subscriptions=tuple(s.lower() for s in subscriptions) or None,
         report_skew=parse_duration(t["report_skew"], "trust.report_skew", 0.0, 3600.0)
         if "report_skew" in t else DEFAULT_SKEW,
+        **({"verify_workers": as_int(t["verify_workers"], "trust.verify_workers", 0, 64)}
+           if "verify_workers" in t else {}),
     )
 
 

@@ -78,6 +78,31 @@ class Edge:
 
 
 @dataclass
+class Quota:
+    """Registrations to verify, counted against ``[limits]`` in minutes of hub time."""
+
+    minute: int | None = None
+    counted: Counter[str] = field(default_factory=Counter)  # claimed vmId ("" in all) -> this minute
+
+    def take(self, limits: Limits, event: Mapping[str, Any], enqueued: float | None) -> bool:
+        """Count one registration; False when its minute has no room left for it."""
+        minute = int(enqueued // 60) if enqueued is not None else -1
+        if minute != self.minute:
+            self.minute, self.counted = minute, Counter()
+        vm = str(event.get("vmid"))[:100].lower()
+        if self.counted[""] >= limits.registrations_per_minute or \
+                self.counted[vm] >= limits.registrations_per_vm:
+            return False
+        self.counted[""] += 1
+        self.counted[vm] += 1
+        return True
+
+
+RATE_VERDICT = trust.Verdict(False, RATE, "more registrations in this minute of hub time than [limits] "
+                                          "allows")
+
+
+@dataclass
 class Gate:
     edge: Edge
     stats: FoldStats = field(default_factory=FoldStats)
@@ -89,25 +114,28 @@ class Gate:
     documents: dict[str, tuple[str, str]] = field(default_factory=dict)  # verified: -> (VM, key id)
     conflicts: list[str] = field(default_factory=list)  # vmIds newly in conflict, for the alert
     held_bytes: dict[str, int] = field(default_factory=dict)  # VM key -> bytes of its held events
-    _minute: int | None = None  # the minute of hub time the registration counts are for
-    _counted: Counter[str] = field(default_factory=Counter)  # claimed vmId ("" in all) -> this minute
+    quota: Quota = field(default_factory=lambda: Quota())  # registrations verified on the fold thread
 
-    def admit(self, state: FleetState, event: Mapping[str, Any], enqueued: float | None) -> str:
+    def admit(self, state: FleetState, event: Mapping[str, Any], enqueued: float | None,
+              checked: trust.Checked | None = None) -> str:
         """Judge and fold (or hold) one event; the outcome: a fold outcome, ``registered``,
-        ``waiting`` or the reason code it was refused for."""
+        ``waiting`` or the reason code it was refused for. ``checked``: the costly part of the
+        verdict, done off the fold thread (input/verifier.py, which counted the registration)."""
         edge = self.edge
         kind = event.get("type")
         if kind == IDENTITY_TYPE:
-            if self._known(state, event):
+            if self.known(state, event):
                 self.registered[registrations.SAME] += 1
                 return REGISTERED
-            if not self._may_verify(event, enqueued):
-                why = "more registrations in this minute of hub time than [limits] allows"
-                return self._refuse(RATE, trust.Verdict(False, RATE, why), event)
+            if checked is None and not self.quota.take(self.edge.limits, event, enqueued):
+                return self._refuse(RATE, RATE_VERDICT, event)
         keys = edge.keys() if isinstance(kind, str) and kind.startswith(DECISION_PREFIX) else _NO_KEYS
         verdict = trust.check(event, source=edge.source, keys=keys,
                               registered=lambda vm: registrations.verifier(state, vm), attested=edge.attested,
-                              now=enqueued, require_signed=edge.require_signed, bound=state.identities.get)
+                              now=enqueued, require_signed=edge.require_signed, bound=state.identities.get,
+                              checked=checked)
+        if verdict is RATE_VERDICT or verdict.code == RATE:
+            return self._refuse(RATE, verdict, event)
         if verdict.trusted:
             if verdict.claim is not None:
                 return self._register(state, verdict.claim, event)
@@ -128,20 +156,6 @@ class Gate:
         self.last_refusal = (code, verdict, event)
         return code
 
-    def _may_verify(self, event: Mapping[str, Any], enqueued: float | None) -> bool:
-        """Count a registration to verify against ``[limits]`` in its minute of hub time."""
-        limits = self.edge.limits
-        minute = int(enqueued // 60) if enqueued is not None else -1
-        if minute != self._minute:
-            self._minute, self._counted = minute, Counter()
-        vm = str(event.get("vmid"))[:100].lower()
-        if self._counted[""] >= limits.registrations_per_minute or \
-                self._counted[vm] >= limits.registrations_per_vm:
-            return False
-        self._counted[""] += 1
-        self._counted[vm] += 1
-        return True
-
     def _hold(self, state: FleetState, vm: str, event: Mapping[str, Any], enqueued: float | None) -> bool:
         """Hold a report until ``vm`` registers, within ``[limits]``' bytes (module docstring)."""
         limits = self.edge.limits
@@ -156,7 +170,7 @@ class Gate:
         self.held_bytes[vm] = self.held_bytes.get(vm, 0) + size
         return True
 
-    def _known(self, state: FleetState, event: Mapping[str, Any]) -> bool:
+    def known(self, state: FleetState, event: Mapping[str, Any]) -> bool:
         """The same key and attested document as a registration that bound the VM's current key
         (an agent announces it again after a restart, once per Event Hubs sink): nothing to verify
         again, nothing changes."""

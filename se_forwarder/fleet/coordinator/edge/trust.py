@@ -153,6 +153,16 @@ class Verdict:
     fetch: str | None = None  # a registration waiting for the intermediate at this URL
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What a worker found off the fold thread (edge/offload.py): for a report, the raw key its
+    signature verified with (None: none of ``tried``); for a registration, the verdict itself."""
+
+    key: bytes | None = None
+    tried: tuple[bytes, ...] = ()
+    verdict: Verdict | None = None
+
+
 PASS = Verdict(True, None, "not a type the fold reads")
 UNVERIFIED = Verdict(True, None, "an unsigned report of a VM without a registered key")
 
@@ -167,13 +177,14 @@ def _unbound(_vm: str) -> Identity | None:
 
 def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys,
           registered: Registered = _nobody, attested: Attestation | None = None, now: float | None = None,
-          require_signed: bool = True, bound: Bound = _unbound) -> Verdict:
+          require_signed: bool = True, bound: Bound = _unbound, checked: Checked | None = None) -> Verdict:
     """The verdict on one structured-mode CloudEvent read from the hub (module docstring).
 
     ``source``: this coordinator's (``urn:se-forwarder:coordinator:<name>``); ``keys``: the keys it
     trusts for decisions; ``registered``: the agents' keys; ``attested``: for registrations;
     ``now``: the hub's enqueued time of the event (epoch seconds); ``bound``: the identities bound
-    (a registration's key change is checked against them). Never raises on any input.
+    (a registration's key change is checked against them); ``checked``: the costly part, done
+    off the fold thread (edge/offload.py). Never raises on any input.
     """
     kind = event.get("type")
     if not isinstance(kind, str):
@@ -184,9 +195,11 @@ def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys,
     if kind.startswith(DECISION_PREFIX):
         return _decision(event, source, keys)
     if kind == IDENTITY_TYPE:
+        if checked is not None and checked.verdict is not None:
+            return checked.verdict
         return registration(event, attested, now, bound)
     if kind in REPORT_TYPES:
-        return report(event, registered, require_signed)
+        return report(event, registered, require_signed, checked)
     return PASS
 
 
@@ -217,8 +230,10 @@ def _vm_id(event: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() else None
 
 
-def report(event: Mapping[str, Any], registered: Registered, require_signed: bool) -> Verdict:
-    """The verdict on an agent's report (module docstring, "Reports")."""
+def report(event: Mapping[str, Any], registered: Registered, require_signed: bool,
+           checked: Checked | None = None) -> Verdict:
+    """The verdict on an agent's report (module docstring, "Reports"); ``checked``: its signature
+    checked off the fold thread, taken only for the key registered now (edge/offload.py)."""
     vm_id = _vm_id(event)
     data = event.get("data")
     if not isinstance(data, Mapping):
@@ -239,7 +254,7 @@ def report(event: Mapping[str, Any], registered: Registered, require_signed: boo
     keys = registered(key)
     if keys is None:
         return Verdict(False, UNREGISTERED, f"no key is registered for vmId {vm_id}", sender=key)
-    problem = signing.problem(event, keys)
+    problem = _signature(event, keys, checked)
     if problem is not None:
         return Verdict(False, BAD_SIGNATURE, f"the report of {vm_id} does not verify ({problem})", sender=key)
     if claimed and str(claimed).lower() != key:
@@ -307,6 +322,17 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
 
 def _refused_document(vm_id: str, refusal: attestation.Refusal) -> Verdict:
     return Verdict(False, f"identity-{refusal.reason}", f"the attested document of {vm_id}: {refusal.detail}")
+
+
+def _signature(event: Mapping[str, Any], keys: signing.VerifyKeys, checked: Checked | None) -> str | None:
+    """signing.problem, or what a worker found for the key registered now."""
+    if checked is not None and len(keys) == 1:
+        raw = signing.raw_public(next(iter(keys.by_id.values())))
+        if checked.key == raw:
+            return None
+        if checked.key is None and raw in checked.tried:
+            return "its signature does not verify with the key registered for it"
+    return signing.problem(event, keys)
 
 
 def _public_key(value: Any) -> bytes | None:

@@ -26,18 +26,20 @@ import logging
 import queue
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ....approvals import signing
 from ..config.limits import CAPS, Limits
 from ..config.trust import TrustSettings
-from ..edge import trust
+from ..edge import offload, trust
 from ..edge.gate import Edge, Gate
-from ..fold.state import FleetState
+from ..fold.state import FleetState, Identity
 from .hub_reader import Batch
 from .hubs import FEED
 from .intermediates import Intermediates
+from .verifier import Verifier
 
 log = logging.getLogger("se_forwarder.coordinator")
 
@@ -47,6 +49,10 @@ REFUSED = {trust.FORGED: "a forged decision", trust.FOREIGN: "another coordinato
            trust.WRONG_VM: "a report about another VM",
            trust.AZURE: "an event of Azure's own types on the agents' hub (a VM sent it)"}
 SAY_EVERY = 60.0
+
+
+def _nowhere(_batch: Batch) -> None:
+    raise RuntimeError("no inbox to deliver to")
 
 
 @dataclass(frozen=True)
@@ -63,18 +69,38 @@ class AdmissionCounts:
 
 class BatchAdmission:
     def __init__(self, source: str, keys: Callable[[], signing.VerifyKeys], settings: TrustSettings,
-                 limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None) -> None:
+                 limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None,
+                 deliver: Callable[[Batch], None] | None = None) -> None:
         self.feed = feed  # the Azure feed hub's batches (with [azure.feed]): checked there
         self.fetched_urls: queue.Queue[str] = queue.Queue()
         self.intermediates = Intermediates(settings.intermediate_hosts, self.fetched_urls.put) \
             if settings.fetch_intermediates else None
-        attested = trust.Attestation(settings.anchors(), settings.subscriptions,
+        anchors = settings.anchors()
+        attested = trust.Attestation(anchors, settings.subscriptions,
                                      self.intermediates.lookup if self.intermediates is not None else None)
         self.gate = Gate(Edge(source, keys, attested, settings.require_signed_reports, settings.report_skew,
                               limits))
+        self._state: FleetState | None = None  # the fold last admitted into (the verifier reads its keys)
+        # The hubs' batches go through the verifier's workers on their way to ``deliver`` (the inbox).
+        self.verifier = Verifier(deliver, settings.verify_workers, limits, self._bound, self._known,
+                                 lambda: offload.Job.of(anchors, settings.subscriptions, self._fetched()),
+                                 ) if deliver is not None and settings.verify_workers > 0 else None
+        self.put: Callable[[Batch], None] = self.verifier.put if self.verifier is not None \
+            else (deliver or _nowhere)
         self.not_cloudevents = 0
         self.hub_time: float | None = None  # the newest enqueued time read from the hub
         self._said: dict[str, float] = {}  # reason -> monotonic time it may be logged again
+
+    def _bound(self, vm: str) -> Identity | None:
+        state = self._state
+        return state.identities.get(vm) if state is not None else None
+
+    def _known(self, event: Mapping[str, Any]) -> bool:
+        state = self._state
+        return state is not None and self.gate.known(state, event)
+
+    def _fetched(self) -> dict[str, tuple[bytes, ...]]:
+        return self.intermediates.found() if self.intermediates is not None else {}
 
     @property
     def refused(self) -> Counter[str]:
@@ -86,11 +112,13 @@ class BatchAdmission:
         if self.feed is not None and batch.partition.startswith(FEED):
             self.feed(state, batch)
             return
-        for event, position in batch.events:
+        self._state = state
+        checks = batch.checked or [None] * len(batch.events)
+        for (event, position), checked in zip(batch.events, checks, strict=True):
             if event is None:
                 self.not_cloudevents += 1
             else:
-                outcome = self.gate.admit(state, event, position.enqueued)
+                outcome = self.gate.admit(state, event, position.enqueued, checked)
                 if outcome in trust.REASON_CODES and self.gate.last_refusal is not None:
                     _, verdict, refused = self.gate.last_refusal
                     what = f"{str(refused.get('type'))[:80]} {str(refused.get('id'))[:120]}"
@@ -137,6 +165,14 @@ class BatchAdmission:
         if self.hub_time is not None and self.gate.sweep(state, self.hub_time):
             self.say(trust.UNREGISTERED, "reports waited in vain for their VM's registration")
 
+    def clear(self) -> None:
+        """Forget what the verifier holds (the readers were closed: the next ones read from the fold's
+        positions)."""
+        if self.verifier is not None:
+            self.verifier.clear()
+
     def close(self) -> None:
+        if self.verifier is not None:
+            self.verifier.close()
         if self.intermediates is not None:
             self.intermediates.close()

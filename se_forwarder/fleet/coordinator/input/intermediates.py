@@ -102,6 +102,14 @@ class Intermediates:
         self._queue.put(url)
         return None
 
+    def found(self) -> dict[str, tuple[bytes, ...]]:
+        """Every URL fetched so far and its certificates as DER (for the verifier's workers)."""
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        with self._lock:
+            found = dict(self._found)
+        return {url: tuple(c.public_bytes(Encoding.DER) for c in certs) for url, certs in found.items()}
+
     def _start(self) -> None:
         with self._lock:
             if self._thread is None:
