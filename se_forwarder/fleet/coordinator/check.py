@@ -76,7 +76,7 @@ def _attestation(settings: ServiceSettings) -> tuple[bool | str, str]:
     roots = "the roots Azure documents" if not ts.attestation_roots else ", ".join(ts.attestation_roots)
     parts = [f"{len(anchors.roots)} root(s) ({roots}), {len(anchors.intermediates)} intermediate(s) given"]
     if ts.fetch_intermediates:
-        parts.append(f", fetched from {', '.join(ts.intermediate_hosts)} when missing")
+        parts.append(f", fetched under {', '.join(ts.intermediate_paths[::2])} when missing")
     subscriptions = ", ".join(ts.subscriptions) if ts.subscriptions else ""
     parts.append(f"; subscriptions {subscriptions}" if subscriptions else "; any subscription")
     if not ts.require_signed_reports:

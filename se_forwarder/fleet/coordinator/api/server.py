@@ -164,7 +164,7 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
         Route("/v1/status", guarded(status)), Route("/v1/groups", guarded(fleet_groups)),
         Route("/v1/state", guarded(state)),
         *[Route(f"/v1/{kind}", guarded(_action(kind, service, on_service)), methods=["POST"])
-          for kind in ("pause", "resume", "hold", "release", "approve")],
+          for kind in ("pause", "resume", "hold", "release", "approve", "settle")],
         *page_routes(service, table),
     ]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHosts, names=trusted)])
@@ -259,6 +259,11 @@ def _maker(kind: str, body: dict[str, Any], actor: str, reason: str, service: Se
             raise BadRequest("scope must be a string")
         switch = control.pause if kind == "pause" else control.resume
         return lambda state, now: switch(state, policy, now, scope, actor, reason)
+    if kind == "settle":
+        vm_id, keyid = body.get("vmId"), body.get("keyid")
+        if not isinstance(vm_id, str) or not (keyid is None or isinstance(keyid, str)):
+            raise BadRequest("vmId is required, and keyid a key id or null")
+        return lambda state, now: control.settle(state, policy, now, vm_id, keyid, actor, reason)
     event_id = body.get("eventId")
     if not isinstance(event_id, str):
         raise BadRequest("eventId is required")

@@ -13,6 +13,9 @@ exactly one more than the current switch of their scope or event (switches.py).
 ``resume``         undoes a pause of that scope
 ``hold``           no early approval for one EventId (known yet or not)
 ``release``        undoes a hold
+``settle``         a vmId in key conflict (one attested document came with two keys): the key
+                   that speaks for it, one of those in dispute, or none (its next registration
+                   binds); the decision on the hub is the audit trail
 ``approve-now``    approve a Scheduled event at once, on a person's word: it bypasses the window,
                    holds, pauses, blackouts, ``manage`` and ``require_prepared``, but not the
                    budgets: every budget must still fit, except those the person overrides
@@ -38,12 +41,12 @@ from ....approvals.messages import EVENT_ID
 from ....errors import SeForwarderError
 from ....notify.describe import group_label
 from ..config.policy import SCOPE_KINDS, Policy, budget_kind
-from ..fold import switches
+from ..fold import identities, switches
 from ..fold.state import SCHEDULED, FleetState
 from .arm_path import VIA_ARM
 from .availability import echoes
 from .evaluate import DecisionPass
-from .events import BudgetUse, Decision, overridden
+from .events import BudgetUse, Decision, VmRef, overridden
 from .scopes import FLEET, index, resolve
 
 _SCOPE = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
@@ -164,6 +167,26 @@ def _switch_event(state: FleetState, policy: Policy, now: float, event_id: str, 
         event_source=record.event_source or None if record else None,
         not_before=record.not_before if record else None,
         resources=record.resources if record else (), sequence=sequence)
+
+
+def settle(state: FleetState, policy: Policy, now: float, vm_id: str, keyid: str | None, actor: str,
+           reason: str) -> Decision:
+    """An operator's word on a vmId whose attested document came with two keys (fold/identities.py):
+    the key that speaks for it (one of those in dispute), or none (its next registration binds)."""
+    actor, reason = _text(actor, "actor", 200), _text(reason, "reason", 1000)
+    vm = vm_id.strip().lower() if isinstance(vm_id, str) else ""
+    conflict = state.conflicts.get(vm)
+    if conflict is None:
+        raise ControlRefused("no-change", f"{str(vm_id)[:100]} is not in key conflict")
+    keys = [c.keyid for c in conflict.candidates]
+    if keyid is not None and keyid not in keys:
+        raise ControlRefused("bad-request", f"{str(keyid)[:40]} is not one of the keys in dispute for {vm}: "
+                             f"{', '.join(keys)}")
+    known = state.vms.get(vm)
+    return Decision(kind="settle", id=f"coordinator/settle/{vm}/{int(now * 1000)}", subject=vm, time=now,
+                    code="settle", reason=reason, actor=actor, shadow=policy.shadow,
+                    scope=identities.SETTLE_SCOPE + vm, overrides=(f"key:{keyid}",) if keyid else (),
+                    target=VmRef(known.name, vm, "") if known else None)
 
 
 def _overrides(state: FleetState, policy: Policy, values: Sequence[str]) -> tuple[str, ...]:

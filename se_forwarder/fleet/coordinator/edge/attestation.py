@@ -20,7 +20,8 @@ reason                  the document ...
                         SignedData (version 1, or 3 with a key-identifier signer; exactly one
                         signer; the digest algorithm list naming just the signer's; no CRLs, no
                         unsigned attributes) whose content is a JSON object
-``nonce``               carries another nonce than the registering key's
+``nonce``               carries another nonce than the registering key's (its 32 characters or,
+                        where IMDS refuses those, its 10 digits)
 ``claims``              lacks ``vmId`` or a readable ``timeStamp.createdOn`` / ``expiresOn``
 ``vm``                  names another vmId than the registration's
 ``expired``             has an ``expiresOn`` before ``now``
@@ -121,7 +122,7 @@ class _Signed:
     message: bytes
 
 
-def verify(document: Any, *, anchors: Anchors, nonce: str, now: datetime,
+def verify(document: Any, *, anchors: Anchors, nonce: str | tuple[str, ...], now: datetime,
            subscriptions: Collection[str] | None = None, skew: timedelta = DEFAULT_SKEW,
            vm_id: str | None = None, newer_than: datetime | None = None,
            chains: Chains | None = None) -> Attested | Refusal:
@@ -138,7 +139,8 @@ def verify(document: Any, *, anchors: Anchors, nonce: str, now: datetime,
     return signed(*found, chains=chains or Chains(anchors), now=now)
 
 
-def claims(document: Any, *, nonce: str, now: datetime, subscriptions: Collection[str] | None = None,
+def claims(document: Any, *, nonce: str | tuple[str, ...], now: datetime,
+           subscriptions: Collection[str] | None = None,
            skew: timedelta = DEFAULT_SKEW, vm_id: str | None = None,
            newer_than: datetime | None = None) -> tuple[Unpacked, Attested] | Refusal:
     """The cheap checks: the document parsed and its claims read, nothing verified (the table's
@@ -290,13 +292,15 @@ def _verify_with(signed: _Signed) -> None:
         raise _Refused("bad-signature", "the signature does not verify over the content") from None
 
 
-def _check_claims(unpacked: Unpacked, nonce: str, now: datetime, subscriptions: Collection[str] | None,
+def _check_claims(unpacked: Unpacked, nonce: str | tuple[str, ...], now: datetime,
+                  subscriptions: Collection[str] | None,
                   skew: timedelta, vm_id: str | None, newer_than: datetime | None) -> Attested:
     """The claims, unverified: what gives a forgery away before any signature work."""
     claims = unpacked.claims
-    if unpacked.nonce != nonce:
+    allowed = (nonce,) if isinstance(nonce, str) else nonce
+    if unpacked.nonce not in allowed:
         raise _Refused("nonce", f"the document's nonce {str(unpacked.nonce)[:40]!r} is not the "
-                       f"registering key's {nonce}")
+                       f"registering key's ({' or '.join(allowed)})")
     created, expires = unpacked.times()
     if unpacked.vm_id is None or created is None or expires is None:
         raise _Refused("claims", "vmId, timeStamp.createdOn or timeStamp.expiresOn is missing")
@@ -315,7 +319,7 @@ def _check_claims(unpacked: Unpacked, nonce: str, now: datetime, subscriptions: 
                        f"{newer_than.isoformat()}; this one is not newer")
     plan = claims.get("plan")
     return Attested(
-        vm_id=unpacked.vm_id, subscription_id=subscription, nonce=nonce, created_on=created,
+        vm_id=unpacked.vm_id, subscription_id=subscription, nonce=str(unpacked.nonce), created_on=created,
         expires_on=expires, sku=_text(claims.get("sku")), license_type=_text(claims.get("licenseType")),
         plan={str(k): _text(v) for k, v in plan.items()} if isinstance(plan, Mapping) else {})
 

@@ -95,7 +95,7 @@ from typing import Any
 from cryptography import x509
 
 from ....approvals import signing
-from ....identity.attested import nonce_for
+from ....identity.attested import nonces_for
 from ..fold.identities import REFUSALS, Claim, document_digest
 from ..fold.state import Identity
 from ..schema import AZURE_TYPES, COORDINATOR_SOURCE, DECISION_PREFIX, IDENTITY_TYPE, REPORT_TYPES
@@ -289,7 +289,8 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
     newer_than = (datetime.fromtimestamp(current.created_on, UTC)
                   if current is not None and current.keyid != kid else None)
     when = datetime.fromtimestamp(now, UTC)
-    found = attestation.claims(document, nonce=nonce_for(raw), now=when, subscriptions=attested.subscriptions,
+    found = attestation.claims(document, nonce=nonces_for(raw), now=when,
+                               subscriptions=attested.subscriptions,
                                vm_id=vm_id, newer_than=newer_than)
     if isinstance(found, attestation.Refusal):
         return _refused_document(vm_id, found)
@@ -327,7 +328,7 @@ def _refused_document(vm_id: str, refusal: attestation.Refusal) -> Verdict:
 def _signature(event: Mapping[str, Any], keys: signing.VerifyKeys, checked: Checked | None) -> str | None:
     """signing.problem, or what a worker found for the key registered now."""
     if checked is not None and len(keys) == 1:
-        raw = signing.raw_public(next(iter(keys.by_id.values())))
+        raw = getattr(keys, "raw", None) or signing.raw_public(next(iter(keys.by_id.values())))
         if checked.key == raw:
             return None
         if checked.key is None and raw in checked.tried:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..schema import DECISION_KINDS
 from . import azure as azure_fold
-from . import switches
+from . import identities, switches
 from .caps import FOLDED, LATE, MALFORMED, event_id_ok
 from .state import DecisionRecord, FleetState, Switch
 
@@ -51,6 +51,8 @@ def decision(state: FleetState, record: DecisionRecord, chained: bool = True) ->
             return FOLDED  # the same decision again (or the other instance's twin: keep one)
     if record.kind in ("pause", "resume", "hold", "release"):
         return _switch(state, record, known is not None, chained)
+    if record.kind == "settle":  # an operator's word on a vmId in key conflict (fold/identities.py)
+        return identities.fold_settle(state, record)
     event_id = record.data.get("EventId")
     if not event_id_ok(event_id):
         return MALFORMED

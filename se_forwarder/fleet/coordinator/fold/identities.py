@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ....approvals import signing
-from .state import Conflict, FleetState, Identity, Rekey
+from .state import Conflict, DecisionRecord, FleetState, Identity, Rekey
 
 REKEYS_PER_VM = 10
 SNAPSHOT_HELD_BYTES = 4 << 20  # the held pool in a snapshot at most (its JSON)
@@ -149,6 +149,28 @@ def held_for_snapshot(state: FleetState,
     return dict(sorted(kept.items())), left
 
 
+SETTLE_SCOPE = "vm:"  # a settle decision's Scope: vm:<VM key>; its Overrides: ["key:<keyid>"] or []
+
+
+def fold_settle(state: FleetState, record: DecisionRecord) -> str:
+    """Fold an operator's ``settle`` decision (decide/control.settle): the vmId in conflict since
+    before the decision gets the key it names, or none; kept in the decision log (the audit trail).
+    A decision older than the conflict (a snapshot's log replayed) changes nothing."""
+    scope, chosen = record.data.get("Scope"), record.data.get("Overrides")
+    if not isinstance(scope, str) or not scope.startswith(SETTLE_SCOPE) or not isinstance(chosen, list) \
+            or len(chosen) > 1 or not all(isinstance(k, str) and k.startswith("key:") for k in chosen):
+        return "malformed"
+    vm, keyid = scope[len(SETTLE_SCOPE):], chosen[0][4:] if chosen else None
+    conflict = state.conflicts.get(vm)
+    if conflict is not None and conflict.since <= record.time:
+        try:
+            settle(state, vm, keyid)
+        except ValueError:
+            return "malformed"
+    state.decisions[record.id] = record
+    return "folded"
+
+
 def recent_rekeys(state: FleetState, count: int = 50) -> list[Rekey]:
     """The newest ``count`` key changes of any VM, newest last."""
     every = [r for history in state.rekeyed.values() for r in history]
@@ -166,7 +188,9 @@ def verifier(state: FleetState, vm: str) -> signing.VerifyKeys | None:
         return known[1]
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    keys = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(base64.b64decode(identity.public_key))])
+    raw = base64.b64decode(identity.public_key)
+    keys = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(raw)])
+    keys.raw = raw  # type: ignore[attr-defined]  # what a worker's check is compared with (trust.py)
     cache[vm] = (identity.public_key, keys)
     return keys
 

@@ -75,7 +75,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident, decision in state.decisions.items():
         event_id = decision.data.get("EventId")
         of_removed = isinstance(event_id, str) and event_id.lower() in removed
-        old_switch = decision.kind in ("pause", "resume") and ident not in current
+        old_switch = decision.kind in ("pause", "resume", "settle") and ident not in current
         if of_removed or (old_switch and decision.time < now - keep_events):
             stale.append(ident)
     for ident in stale:

@@ -65,7 +65,10 @@ class AdmissionCounts:
     capped: dict[str, int]  # by [limits] cap
     waiting: int  # reports held until their VM's registration (or an intermediate)
     rekeyed: int  # vmIds that registered a new key
-
+    held_bytes: int = 0  # what those held reports take ([limits] held_bytes)
+    key_conflicts: int = 0  # vmIds whose document came with two keys, not settled
+    intermediates_missing: int = 0  # CA Issuers URLs that failed and are not tried again yet
+    verifier_restarts: int = 0  # worker pools made again after a worker died
 
 class BatchAdmission:
     def __init__(self, source: str, keys: Callable[[], signing.VerifyKeys], settings: TrustSettings,
@@ -73,7 +76,7 @@ class BatchAdmission:
                  deliver: Callable[[Batch], None] | None = None) -> None:
         self.feed = feed  # the Azure feed hub's batches (with [azure.feed]): checked there
         self.fetched_urls: queue.Queue[str] = queue.Queue()
-        self.intermediates = Intermediates(settings.intermediate_hosts, self.fetched_urls.put) \
+        self.intermediates = Intermediates(settings.intermediate_paths, self.fetched_urls.put) \
             if settings.fetch_intermediates else None
         anchors = settings.anchors()
         attested = trust.Attestation(anchors, settings.subscriptions,
@@ -125,6 +128,15 @@ class BatchAdmission:
                     self.say(outcome, f"{what}: {verdict.detail}")
             if position.enqueued is not None and (self.hub_time is None or position.enqueued > self.hub_time):
                 self.hub_time = position.enqueued
+        for vm_key in self.gate.conflicts:
+            conflict = state.conflicts.get(vm_key)
+            vm = state.vms.get(vm_key)
+            log.error("vmId %s (%s): one attested document came with two identity keys (%s): neither speaks "
+                      "for it, and it counts as unavailable in every budget until a newer registration or "
+                      "'coordinator settle-identity' settles it (a key ground to its nonce, or a copied "
+                      "state directory)", vm_key, vm.name if vm else "not heard from yet",
+                      ", ".join(c.keyid for c in conflict.candidates) if conflict else "?")
+        self.gate.conflicts.clear()
         for rekey in self.gate.rekeys:
             vm = state.vms.get(rekey.vm)
             log.warning("vmId %s (%s) registered a new identity key %s, replacing %s (a reinstall, or its "
@@ -140,7 +152,9 @@ class BatchAdmission:
              "other-type": sum(fold.skipped.values()), "capped": fold.dropped},
             {code: self.refused[code] for code in trust.REASON_CODES},
             {reason: fold.capped.get(reason, 0) for reason in CAPS},
-            self.gate.held(state), self.gate.registered.get("rekeyed", 0))
+            self.gate.held(state), self.gate.registered.get("rekeyed", 0), sum(self.gate.held_bytes.values()),
+            len(state.conflicts), self.intermediates.missing if self.intermediates is not None else 0,
+            self.verifier.restarts if self.verifier is not None else 0)
 
     def say(self, code: str, what: str) -> None:
         """One warning a minute at most per reason, with the count so far."""

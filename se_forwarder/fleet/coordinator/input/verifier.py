@@ -86,7 +86,8 @@ class Verifier:
         self.restarts = self.reports = self.registrations = 0
         self._room = threading.BoundedSemaphore(DEPTH)
         self._pending: queue.Queue[_Item | None] = queue.Queue()
-        self._seen: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()  # read without the lock: one get
+        self._raws: dict[str, bytes] = {}  # a bound key's base64 -> its raw bytes
         self._lock = threading.Lock()  # the pool, the seen keys, the quota
         self._handing = threading.Lock()  # a hand-over to the inbox against clear()
         self._generation = 0
@@ -150,12 +151,15 @@ class Verifier:
 
     def _keys(self, vm: str) -> tuple[bytes, ...]:
         bound = self.bound(vm)
-        keys: list[bytes] = []
-        if bound is not None:
-            keys.append(_raw(bound.public_key))
-        with self._lock:
-            keys += [k for k in self._seen.get(vm, ()) if k not in keys]
-        return tuple(k for k in keys if k)
+        seen = self._seen.get(vm, ())
+        if bound is None:
+            return seen
+        raw = self._raws.get(bound.public_key)
+        if raw is None:
+            if len(self._raws) >= SEEN_VMS:
+                self._raws.clear()
+            raw = self._raws[bound.public_key] = _raw(bound.public_key)
+        return (raw, *[k for k in seen if k != raw]) if seen else (raw,)
 
     def _note(self, vm: str, event: Mapping[str, Any]) -> None:
         data = event.get("data")
