@@ -286,8 +286,9 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
     public = Ed25519PublicKey.from_public_bytes(raw)
     kid = signing.keyid(public)
     current = bound(vm_id.lower())
-    newer_than = (datetime.fromtimestamp(current.created_on, UTC)
-                  if current is not None and current.keyid != kid else None)
+    newer_than = (datetime.fromtimestamp(current.created_on, UTC)  # a key change needs a newer document,
+                  if current is not None and current.keyid != kid  # unless it is the very one bound:
+                  and current.document != _der_digest(document) else None)  # a conflict (identities.py)
     when = datetime.fromtimestamp(now, UTC)
     found = attestation.claims(document, nonce=nonces_for(raw), now=when,
                                subscriptions=attested.subscriptions,
@@ -319,6 +320,17 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
         registered_at=now)
     return Verdict(True, None, f"{vm_id} registers key {kid}", kid, sender=vm_id.lower(),
                    verified=True, claim=Claim(vm_id.lower(), identity))
+
+
+def _der_digest(document: Any) -> str:
+    """The digest fold/identities.py knows a document by, from its text alone ("" if unreadable)."""
+    text = document.get("signature") if isinstance(document, Mapping) else None
+    if not isinstance(text, str) or len(text) > 64 * 1024:
+        return ""
+    try:
+        return document_digest(base64.b64decode("".join(text.split()), validate=True))
+    except (binascii.Error, ValueError):
+        return ""
 
 
 def _refused_document(vm_id: str, refusal: attestation.Refusal) -> Verdict:
