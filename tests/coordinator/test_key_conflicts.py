@@ -80,7 +80,8 @@ def test_a_vm_in_conflict_counts_as_unavailable_in_every_budget_and_is_shown(gro
     document = victim.document()
     coordinator.admit(victim.identity(document), thief.identity(document), t=NOW)
     idx = index(coordinator.state, coordinator.policy)
-    assert unavailable(coordinator.state, coordinator.policy, idx, NOW)[VICTIM.vm_id.lower()] == "key-conflict"
+    down = unavailable(coordinator.state, coordinator.policy, idx, NOW)
+    assert down[VICTIM.vm_id.lower()] == "key-conflict"
     shown = status(coordinator.state, coordinator.policy, NOW)["identities"]["conflicts"]
     assert [c["vmId"] for c in shown] == [VICTIM.vm_id.lower()]
     assert sorted(shown[0]["keys"]) == sorted([signing.keyid(victim.key), signing.keyid(thief.key)])
@@ -153,5 +154,6 @@ def test_an_old_settle_decision_replayed_does_not_settle_a_later_conflict(ground
     from se_forwarder.fleet.coordinator import to_dict
 
     from .fleet import SOURCE
-    assert coordinator.admit(signing.sign(to_dict(decision, SOURCE), COORDINATOR_KEY), t=NOW + 11) == ["folded"]
+    replayed = signing.sign(to_dict(decision, SOURCE), COORDINATOR_KEY)
+    assert coordinator.admit(replayed, t=NOW + 11) == ["folded"]
     assert VICTIM.vm_id.lower() in coordinator.state.conflicts

@@ -162,3 +162,27 @@ def test_a_worker_that_dies_is_replaced_and_no_report_is_lost():
         assert pipeline.admit(after) == ["folded"]  # the new pool works
     finally:
         pipeline.close()
+
+
+def test_a_registration_whose_intermediate_is_to_be_fetched_is_judged_where_it_is_fetched(parallel):
+    from tests.coordinator.test_intermediates import Issuer, azure_like
+
+    issuer = Issuer()
+    import threading
+
+    threading.Thread(target=issuer.serve_forever, daemon=True).start()
+    try:
+        from se_forwarder.fleet.coordinator.input import Intermediates
+
+        authority = azure_like(issuer)
+        done: queue.Queue[str] = queue.Queue()
+        fetcher = Intermediates((issuer.url("/"),), done.put)
+        parallel.fresh()
+        parallel.coordinator = Coordinator(signer=authority, fetched=fetcher.lookup)
+        agent = SignedVm(AgentVm("web-0"))
+        assert parallel.admit(agent.identity(agent.document(signer=authority))) == ["waiting"]
+        parallel.coordinator.gate.fetched(parallel.coordinator.state, done.get(timeout=30))
+        assert AgentVm("web-0").vm_id.lower() in parallel.coordinator.state.identities
+        fetcher.close()
+    finally:
+        issuer.shutdown()

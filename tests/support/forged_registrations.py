@@ -38,6 +38,7 @@ from se_forwarder.simulator.attestation import TIME_FORMAT, AttestationAuthority
 
 KINDS = ("chain_bomb", "huge_exponent", "carried", "self_signed", "wrong_nonce", "expired")
 _KEYS: dict[str, Any] = {}
+_CERTS: dict[str, tuple[x509.Certificate, ...]] = {}
 
 
 def _rsa(bits: int = 2048) -> rsa.RSAPrivateKey:
@@ -119,6 +120,10 @@ def forged_document(kind: str, vm_id: str, nonce: str, authority: AttestationAut
         return authority.document({"vmId": vm_id, "subscriptionId": str(uuid.UUID(int=7))}, nonce,
                                   now=time.time() - 7 * 3600)
     content, key = _claims(vm_id, nonce), _rsa()
+    certs = _CERTS.get(kind)
+    if certs is not None:  # the same certificates for every forgery of a kind: quick to make many
+        return {"encoding": "pkcs7", "signature": base64.b64encode(
+            _signed_data(content, certs[0], key, list(certs[1:]))).decode()}
     if kind == "chain_bomb":
         first, second = _rsa(2048), _rsa(3072)
         ca_a, ca_b = "Azure RSA TLS Issuing CA 99", "Azure RSA TLS Issuing CA 98"  # each issues the other
@@ -143,6 +148,10 @@ def forged_document(kind: str, vm_id: str, nonce: str, authority: AttestationAut
         der = _signed_data(content, signer, key, [])
     else:
         raise ValueError(f"no forgery called {kind!r} ({', '.join(KINDS)})")
+    from asn1crypto import cms
+
+    carried = cms.ContentInfo.load(der)["content"]["certificates"]
+    _CERTS[kind] = tuple(x509.load_der_x509_certificate(c.chosen.dump()) for c in carried)
     return {"encoding": "pkcs7", "signature": base64.b64encode(der).decode()}
 
 

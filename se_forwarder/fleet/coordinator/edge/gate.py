@@ -58,7 +58,7 @@ from ..schema import DECISION_PREFIX, IDENTITY_TYPE
 from . import trust
 
 WAIT_SECONDS = 600.0
-RATE = "identity-rate"
+RATE = trust.IDENTITY_RATE
 GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 WAITING, REGISTERED = "waiting", "registered"
 _NO_KEYS = signing.VerifyKeys(())  # what a report is checked with: no coordinator key is needed
@@ -129,6 +129,8 @@ class Gate:
                 return REGISTERED
             if checked is None and not self.quota.take(self.edge.limits, event, enqueued):
                 return self._refuse(RATE, RATE_VERDICT, event)
+        if checked is not None and checked.verdict is not None and checked.verdict.fetch is not None:
+            checked = None  # a worker cannot fetch: judged here, where the intermediates are fetched
         keys = edge.keys() if isinstance(kind, str) and kind.startswith(DECISION_PREFIX) else _NO_KEYS
         verdict = trust.check(event, source=edge.source, keys=keys,
                               registered=lambda vm: registrations.verifier(state, vm), attested=edge.attested,
@@ -143,7 +145,10 @@ class Gate:
                       else Sender(None, verified=False) if verdict is trust.UNVERIFIED else CLAIMED)
             return fold_event(state, event, self.stats, edge.limits, enqueued, sender=sender, skew=edge.skew)
         if verdict.fetch is not None:
-            self._hold(state, verdict.sender or "", event, enqueued)
+            if not self._hold(state, verdict.sender or "", event, enqueued):
+                why = f"no room to wait for the intermediate at {verdict.fetch[:200]}"
+                untrusted = "identity-untrusted"
+                return self._refuse(untrusted, trust.Verdict(False, untrusted, why), event)
             self.fetches.add(verdict.fetch)
             return WAITING
         if verdict.code == trust.UNREGISTERED and verdict.sender and enqueued is not None \

@@ -32,6 +32,8 @@ Registrations (``com.azure.scheduledevents.identity``, docs/identity.md), cheape
 nothing costly is done for a registration whose claims alone give it away:
 
 =========================  ========================================================================
+``identity-rate``          beyond ``[limits] registrations_per_vm`` or ``registrations_per_minute``
+                           in its minute of hub time (gate.py and input/verifier.py count them)
 ``identity-malformed``     ``data`` is not an object whose ``PublicKey`` is base64 of 32 bytes, or
                            ``vmid`` names no vmId
 ``identity-<reason>``      its attested document was refused before (edge/verdicts.py: the same
@@ -50,7 +52,7 @@ nothing costly is done for a registration whose claims alone give it away:
                            certificate's "CA Issuers" URL that has not been fetched yet: the verdict
                            names the URL (``fetch``) and gate.py asks again once it was fetched
 (trusted)                  otherwise: a ``Claim`` that the document's vmId holds this key, which
-                           fold/identities.py binds (``identity-replayed``, ``identity-stale``,
+                           fold/identities.py binds (``identity-stale``,
                            ``identity-conflict`` there)
 =========================  ========================================================================
 
@@ -107,9 +109,10 @@ FOREIGN, FORGED, AZURE = "foreign", "forged", "azure"
 UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED = "unregistered", "bad-signature", "wrong-vm", "unsigned"
 BAD_DATA = "bad-data"
 IDENTITY_MALFORMED, IDENTITY_SIGNATURE = "identity-malformed", "identity-signature"
-IDENTITY_VM = "identity-vm"
+IDENTITY_VM, IDENTITY_RATE = "identity-vm", "identity-rate"
 REASON_CODES = tuple(dict.fromkeys((
-    FOREIGN, FORGED, AZURE, BAD_DATA, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED, IDENTITY_MALFORMED,
+    FOREIGN, FORGED, AZURE, BAD_DATA, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED, IDENTITY_RATE,
+    IDENTITY_MALFORMED,
     IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS), IDENTITY_VM,
     *(f"identity-{r}" for r in REFUSALS))))
 #: Document refusals remembered by digest (verdicts.py): they depend on the document and anchors alone.
