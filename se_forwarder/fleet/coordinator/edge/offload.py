@@ -101,18 +101,33 @@ def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
     return trust.Checked(None, tried)
 
 
-def reports(items: Sequence[tuple[bytes | str | Mapping[str, Any], Sequence[bytes]]],
-            ) -> list[trust.Checked | None]:
-    """``report`` for each (event as its JSON text or parsed, keys); None for what is not an object."""
-    out: list[trust.Checked | None] = []
+NOT_READ, NONE = -2, -1  # ``reports``' answers besides the index of the key that verified
+
+
+def reports(items: Sequence[tuple[bytes | str | Mapping[str, Any], Sequence[bytes]]]) -> list[int]:
+    """``report`` for each (event as its JSON text or parsed, keys), as small as it crosses back to
+    the service: the index in its keys of the one it verified with, NONE, or NOT_READ (not a JSON
+    object: the fold thread judges it itself). ``checked`` makes the ``trust.Checked`` of each."""
+    out: list[int] = []
     for text, keys in items:
         try:
             event = json.loads(text) if isinstance(text, bytes | str) else text
         except (ValueError, UnicodeDecodeError, RecursionError):
-            out.append(None)
+            out.append(NOT_READ)
             continue
-        out.append(report(event, keys) if isinstance(event, Mapping) else None)
+        if not isinstance(event, Mapping):
+            out.append(NOT_READ)
+            continue
+        found = report(event, keys).key
+        out.append(NONE if found is None else list(keys).index(found))
     return out
+
+
+def checked(answer: int, keys: tuple[bytes, ...]) -> trust.Checked | None:
+    """The ``trust.Checked`` of one of ``reports``' answers for a report tried with ``keys``."""
+    if answer == NOT_READ:
+        return None
+    return trust.Checked(keys[answer] if answer >= 0 else None, keys)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ class _Item:
     generation: int
     checked: list[trust.Checked | None]
     work: list[_Work] = field(default_factory=list)
+    keys: dict[int, tuple[bytes, ...]] = field(default_factory=dict)  # a report's index -> keys tried
 
 
 class Verifier:
@@ -146,6 +147,7 @@ class Verifier:
             args = ([(text, keys) for _, text, keys in chunk],)
             indices = [i for i, _, _ in chunk]
             item.work.append((indices, offload.reports, args, self._send(offload.reports, args)))
+            item.keys.update((i, keys) for i, _, keys in chunk)
             self.reports += len(chunk)
         return item
 
@@ -190,7 +192,8 @@ class Verifier:
                 for indices, fn, args, future in item.work:
                     results = self._result(fn, args, future, len(indices))
                     for i, result in zip(indices, results, strict=True):
-                        item.checked[i] = result
+                        item.checked[i] = offload.checked(result, item.keys[i]) if isinstance(result, int) \
+                            else result
                 item.batch.checked = item.checked
                 self._hand_over(item)
             finally:
@@ -212,7 +215,7 @@ class Verifier:
                 log.warning("a verification worker failed (%s: %s); the fold verifies those events itself",
                             type(exc).__name__, str(exc)[:200])
                 break
-        return [None] * n
+        return [offload.NOT_READ if fn is offload.reports else None] * n
 
     def _respawn(self) -> None:
         with self._lock:
