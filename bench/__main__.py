@@ -62,9 +62,13 @@ BENCHMARKS = (
               module="bench.fleet_fanin"),
     Benchmark("coordinator_fold", "coordinator core at 10,000 VMs: fold rate, decision pass, snapshot, RSS",
               commands=(("bench/coordinator_fold.py",),)),
-    Benchmark("coordinator_verified", "coordinator edge at 10,000 VMs: signed reports verified and "
-              "folded per second beside the fold alone, and one registration's cost",
+    Benchmark("coordinator_verified", "coordinator edge at 10,000 VMs: signed reports verified by the "
+              "verifier's workers and folded per second beside json.loads, a bare verification loop "
+              "(OpenSSL, libsodium) and the serial edge; one registration's cost",
               commands=(("bench/coordinator_verified.py",),)),
+    Benchmark("coordinator_forgery", "forged registrations (issue 31): each kind's cost beside an honest "
+              "one, the fold's lag under a chain-bomb flood, the held pool's memory at its caps",
+              commands=(("bench/coordinator_forgery.py",),)),
     Benchmark("coordinator_flood", "coordinator core at 10,000 VMs with and without a flood from one VM "
               "(issue 22): RSS and decision pass p99 side by side",
               commands=(("bench/coordinator_flood.py",),)),

@@ -12,6 +12,7 @@ route                          what                                             
 ``POST /v1/pause|resume``      ``{"scope", "reason"}``                                       bearer
 ``POST /v1/hold|release``      ``{"eventId", "reason"}``                                     bearer
 ``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason"}``                    bearer
+``POST /v1/settle``            ``{"vmId", "keyid" (or null), "reason"}``: a key conflict     bearer
 =============================  ===========================================================  =======
 
 A control request answers 200 with the decision (its signed CloudEvent, ``"published": true``)
