@@ -132,8 +132,8 @@ def test_settle_ends_a_key_conflict_over_http_with_the_tokens_name_as_actor(api:
     wrong = HTTP.post(url + "/v1/settle", json={"vmId": vm, "keyid": "c" * 16, "reason": "checked"},
                       headers=headers, timeout=10)
     assert wrong.status_code in (400, 409) and "not one of the keys" in wrong.json()["error"]
-    reply = HTTP.post(url + "/v1/settle", json={"vmId": vm, "keyid": one.keyid, "reason": "checked on the VM"},
-                      headers=headers, timeout=10)
+    body = {"vmId": vm, "keyid": one.keyid, "reason": "checked on the VM"}
+    reply = HTTP.post(url + "/v1/settle", json=body, headers=headers, timeout=10)
     assert reply.status_code == 200 and reply.json()["decision"]["data"]["Actor"] == "alice"
     assert coordinator.state.conflicts == {} and coordinator.state.identities[vm] == one
     again = HTTP.post(url + "/v1/settle", json={"vmId": vm, "keyid": None, "reason": "twice"},
