@@ -30,8 +30,9 @@ class Benchmark:
 
 
 BENCHMARKS = (
-    Benchmark("agent_vs_sample", "idle poll CPU and RSS, agent vs the documented sample's loop, "
-              "IMDS without ETag (as documented) and with it", module="bench.agent_vs_sample"),
+    Benchmark("agent_vs_sample", "idle poll CPU (whole process, 120 s at the default 1 s) and RSS, "
+              "agent vs the documented sample's loop, IMDS without ETag (as documented) and with it",
+              module="bench.agent_vs_sample"),
     Benchmark("poll_profile", "CPU of one unchanged poll in process, agent's poller vs the "
               "sample's loop body, and the poll path's profile", module="bench.poll_profile",
               commands=(("-m", "bench.poll_profile", "--polls", "2000"),)),
@@ -69,6 +70,9 @@ BENCHMARKS = (
     Benchmark("coordinator_forgery", "forged registrations (issue 31): each kind's cost beside an honest "
               "one, the fold's lag under a chain-bomb flood, the held pool's memory at its caps",
               commands=(("bench/coordinator_forgery.py",),)),
+    Benchmark("ed25519_impls", "Ed25519 implementations (cryptography, PyNaCl, pysodium, PyCryptodome, "
+              "ed25519-zebra) verifying the same signed reports on one thread, beside json.loads of "
+              "their texts; key loading and batch", commands=(("bench/ed25519_impls.py",),)),
     Benchmark("coordinator_flood", "coordinator core at 10,000 VMs with and without a flood from one VM "
               "(issue 22): RSS and decision pass p99 side by side",
               commands=(("bench/coordinator_flood.py",),)),
@@ -86,7 +90,7 @@ NAMES = tuple(b.name for b in BENCHMARKS)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Run the benchmarks (about 14 minutes for all of them on 2 cores) and print "
+        description="Run the benchmarks (about 17 minutes for all of them on 2 cores) and print "
                     "a table of figures, each next to its baseline measured in the same run where "
                     "one exists. Nothing is written unless --write is given.",
         epilog="benchmarks: " + ", ".join(NAMES),

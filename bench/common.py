@@ -58,6 +58,28 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time of every live thread of process ``pid``, in nanoseconds: the scheduler's own
+    account (``/proc/PID/task/*/schedstat``), exact where the ``/proc/PID/stat`` figures psutil reads
+    are counted in 10 ms ticks. Elsewhere, psutil's figure."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return round(cpu_seconds(psutil.Process(pid)) * 1e9)
+    total = 0
+    for task in tasks.iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return total
+
+
+def threads_of(pid: int) -> set[int]:
+    """The ids of the live threads of process ``pid`` (empty where /proc has none)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return {int(t.name) for t in tasks.iterdir()} if tasks.is_dir() else set()
+
+
 def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 1e6
 

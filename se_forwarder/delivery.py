@@ -3,6 +3,13 @@
 A worker never blocks polling or another sink: it has its own thread and its own database
 connection, and only advances its own cursor.
 
+An idle worker sleeps until ``wakeup`` is set, with no timer (an agent's idle poll must cost
+little, see docs/performance.md): the agent sets it whenever a thread of its own records an event,
+and when its poller finds that another process changed the outbox since the last poll (`approve`
+recording an approval, `sink resume` unparking a sink: ``Outbox.changed_elsewhere``). A parked
+worker sleeps the same way. Only a heartbeat that falls due wakes it by itself. Whoever sets
+``stop`` also sets ``wakeup``.
+
 With a ``heartbeat_interval`` the worker also hands its sink a heartbeat CloudEvent (see
 ``heartbeat.py``) at start and then at that interval, through the same ``deliver`` call, but only
 while the sink is idle and well: nothing pending in its backlog, not parked, not backing off. A
@@ -73,10 +80,10 @@ class DeliveryWorker:
             self._outbox = Outbox(self.state_dir)
             while not self.stop.is_set():
                 try:
+                    self.wakeup.clear()  # before looking: a row recorded from now on wakes it
                     if self._outbox.parked(self.sink.name):
-                        self.stop.wait(1.0)  # `sink resume` unparks it from another process
+                        self.wakeup.wait()  # `sink resume`, from another process: see the docstring
                         continue
-                    self.wakeup.clear()
                     delay = self.deliver_once()
                     if delay is None:
                         self.heartbeat_if_due()
@@ -87,7 +94,7 @@ class DeliveryWorker:
                     log.error("cannot read or advance the delivery cursor, retry in %.1f s: %s",
                               delay, exc, extra=fields(sink=self.sink.name))
                 if delay is None:
-                    self.wakeup.wait(1.0)
+                    self.wakeup.wait(self._until_heartbeat())
                 elif delay > 0:
                     self.stop.wait(delay)
         except Exception:  # never let a worker die silently; the agent goes on with the others
@@ -99,6 +106,12 @@ class DeliveryWorker:
                 self.sink.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 log.warning("closing sink failed", extra=fields(sink=self.sink.name))
+
+    def _until_heartbeat(self) -> float | None:
+        """Seconds until the next heartbeat is due; None (no timeout) without heartbeats."""
+        if not self.heartbeat_interval:
+            return None
+        return max(0.0, self._next_heartbeat - time.monotonic())
 
     # -- one pass -------------------------------------------------------------------------
     def deliver_once(self, outbox: Outbox | None = None) -> float | None:

@@ -20,6 +20,7 @@ fresh one, so a server's keep-alive timeout never surfaces as an error.
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
 import io
 import select
@@ -46,15 +47,20 @@ class HttpError(Exception):
         self.connecting = connecting
 
 
+class Headers(dict[str, str]):
+    """A reply's header fields by lower-case name (``http_plain``'s replies)."""
+
+
 @dataclass(frozen=True)
 class Reply:
     status: int
     reason: str
-    headers: http.client.HTTPMessage
+    headers: http.client.HTTPMessage | Headers
     body: bytes
 
     def header(self, name: str) -> str | None:
-        return self.headers.get(name)
+        """The field ``name`` (any case), None when absent."""
+        return self.headers.get(name.lower())
 
 
 class Origin:
@@ -114,7 +120,7 @@ class Origin:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
-                if _usable(conn):
+                if usable(conn.sock):
                     return conn, True
                 conn.close()
         return self._new(), False
@@ -160,13 +166,16 @@ class Origin:
                 connected = True
             assert conn.sock is not None
             conn.sock.settimeout(timeout)
-            conn.response_class = _deadline_response(deadline, timeout)  # type: ignore[assignment]
+            # One class for every request, the deadline bound per request: a class made per
+            # request (and the cyclic garbage it leaves) cost more than the rest of an idle poll.
+            conn.response_class = functools.partial(  # type: ignore[assignment]
+                _DeadlineResponse, deadline=deadline, timeout=timeout)
             conn.request(method, self._target(path), body=body, headers=headers)
             resp = conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
             conn.close()
             if fresh:
-                raise HttpError("connection", _describe(exc), not connected) from exc
+                raise HttpError("connection", describe_error(exc), not connected) from exc
             raise _Stale from exc
         except TimeoutError as exc:
             conn.close()
@@ -174,7 +183,7 @@ class Origin:
                             "timed out connecting", not connected) from exc
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise HttpError("connection", _describe(exc), not connected) from exc
+            raise HttpError("connection", describe_error(exc), not connected) from exc
         try:
             data = _read_until_deadline(resp, max_bytes) if truncate else _read(resp, max_bytes, False)
         except TimeoutError as exc:
@@ -182,7 +191,7 @@ class Origin:
             raise HttpError("timeout", "the reply stopped arriving in time") from exc
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise HttpError("connection", f"the reply broke off: {_describe(exc)}") from exc
+            raise HttpError("connection", f"the reply broke off: {describe_error(exc)}") from exc
         except HttpError:
             conn.close()
             raise
@@ -193,15 +202,13 @@ class Origin:
         return Reply(resp.status, resp.reason, resp.headers, data)
 
 
-def _deadline_response(deadline: float, timeout: float) -> type[http.client.HTTPResponse]:
+class _DeadlineResponse(http.client.HTTPResponse):
     """An ``HTTPResponse`` whose every socket read waits at most ``timeout`` and never past
     ``deadline`` (then ``TimeoutError``)."""
 
-    class Response(http.client.HTTPResponse):
-        def __init__(self, sock: socket.socket, *args: object, **kwargs: object) -> None:
-            super().__init__(_DeadlineSocket(sock, deadline, timeout), *args, **kwargs)  # type: ignore[arg-type]
-
-    return Response
+    def __init__(self, sock: socket.socket, *args: object, deadline: float, timeout: float,
+                 **kwargs: object) -> None:
+        super().__init__(_DeadlineSocket(sock, deadline, timeout), *args, **kwargs)  # type: ignore[arg-type]
 
 
 class _DeadlineSocket:
@@ -305,9 +312,9 @@ def environ_proxy(url: str) -> str | None:
     return urllib.request.getproxies_environment().get(parts.scheme)
 
 
-def _usable(conn: http.client.HTTPConnection) -> bool:
-    """An idle connection is reusable unless the peer closed it (it is readable: EOF or junk)."""
-    sock = conn.sock
+def usable(sock: socket.socket | None) -> bool:
+    """An idle connection's socket is reusable unless the peer closed it (it is readable: EOF or
+    junk)."""
     if sock is None:
         return False
     try:
@@ -317,7 +324,7 @@ def _usable(conn: http.client.HTTPConnection) -> bool:
     return not readable
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     if isinstance(exc, socket.gaierror):

@@ -30,6 +30,7 @@ from urllib.parse import quote
 from . import __version__
 from .errors import SeForwarderError
 from .http_client import HttpError, Origin, Reply
+from .http_plain import PlainOrigin
 from .model import Document, MalformedDocument, parse_document
 
 log = logging.getLogger("se_forwarder.imds")
@@ -144,7 +145,7 @@ def parse_retry_after(value: str | None) -> float | None:
 class ImdsClient:
     """GET the document, GET the compute metadata and the attested data, POST StartRequests.
 
-    One kept-open connection serves every poll (``http_client.Origin``): an unchanged document
+    One kept-open connection serves every poll (``http_plain.PlainOrigin``): an unchanged document
     costs one small write and one read, and a reply byte-identical to the last one is not parsed
     again, whether IMDS sends an ``ETag`` (then a ``304``) or, as documented, does not.
     """
@@ -171,10 +172,13 @@ class ImdsClient:
         self._cached: Document | None = None
         self._cached_body: bytes | None = None
         self._events_path = f"{EVENTS_PATH}?api-version={quote(api_version)}"
+        headers = {"Metadata": "true", "User-Agent": f"se-forwarder/{__version__}", "Accept": "*/*"}
         try:
-            self._origin = Origin(self.base_url, connect_timeout=connect_timeout, headers={
-                "Metadata": "true", "User-Agent": f"se-forwarder/{__version__}", "Accept": "*/*",
-            })
+            # IMDS speaks plain HTTP; an https URL (a stand-in behind TLS) takes http.client's way.
+            self._origin: PlainOrigin | Origin = (
+                PlainOrigin(self.base_url, connect_timeout=connect_timeout, headers=headers)
+                if self.base_url.lower().startswith("http://")
+                else Origin(self.base_url, connect_timeout=connect_timeout, headers=headers))
         except ValueError as exc:
             raise ImdsError("connection", f"IMDS URL {self.base_url!r} is not an http URL") from exc
 

@@ -107,6 +107,7 @@ class Poller:
                 break
             started = time.monotonic()
             next_start = started + interval
+            self._notice_other_writers()
             try:
                 try:
                     self._first_or_poll()
@@ -136,6 +137,19 @@ class Poller:
             level = (logging.ERROR if reason == "state" else logging.WARNING) if loud else logging.DEBUG
             log.log(level, "poll failed (%s), next poll in %.1f s: %s", reason,
                     max(0.0, next_start - time.monotonic()), text, extra=fields(reason=reason))
+
+    def _notice_other_writers(self) -> None:
+        """Wake the sinks when another process changed the outbox since the last poll (`approve`
+        recorded an approval, `sink resume` unparked a sink): the delivery workers have no timer
+        of their own. Threads of this process wake them themselves; a change of theirs seen here
+        only wakes an idle worker once more."""
+        try:
+            changed = self.outbox.changed_elsewhere()
+        except Exception as exc:  # noqa: BLE001 - a hint: whatever it raises, polling goes on
+            log.debug("cannot read the outbox's change counter: %s", exc)
+            return
+        if changed:
+            self.on_recorded()
 
     def _first_or_poll(self) -> None:
         if not self.imds.first_call_pending:

@@ -59,16 +59,10 @@ APPROVED, DRY_RUN, NOT_SCHEDULED, RETRY = "approved", "dry-run", "not-scheduled"
 
 class Approver:
     def __init__(
-        self,
-        imds: ImdsClient | Callable[[], ImdsClient],
-        state_dir: Path,
-        vm: VmIdentity | Callable[[], VmIdentity],
-        settings: ApprovalsSettings,
-        *,
-        dry_run: bool = False,
-        on_recorded: Callable[[], None] = lambda: None,
-        secret_env: Iterable[str] = (),
-        identity_known: threading.Event | None = None,
+        self, imds: ImdsClient | Callable[[], ImdsClient], state_dir: Path,
+        vm: VmIdentity | Callable[[], VmIdentity], settings: ApprovalsSettings, *,
+        dry_run: bool = False, on_recorded: Callable[[], None] = lambda: None,
+        secret_env: Iterable[str] = (), identity_known: threading.Event | None = None,
         document: Callable[[], Document | None] | None = None,  # the poller's (else: as offered)
         queue_clients: Callable[[str], Any] | None = None,  # stand-in queues (queue.client.resolve)
         recovery: Recovery | None = None,  # reports ``recovered`` after the hooks' step
@@ -96,8 +90,7 @@ class Approver:
             self.queue_settings = resolve(settings.queue, known, clients=queue_clients)
         # Hooks never see a secret of the agent's: the queue's, and those the caller names (sinks).
         secret_env = {*secret_env, *(self.queue_settings.secret_env if self.queue_settings else ())}
-        self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env,
-                                          wake=self.wake)
+        self.hooks = hooks_mod.HookRunner(settings.hooks, self._vm, secret_env=secret_env, wake=self.wake)
         self._document = document
         self._offered: Document | None = None  # kept only without ``document``
         self._lock = threading.Lock()
@@ -184,9 +177,8 @@ class Approver:
             while not known.wait(1.0):
                 if stop.is_set():
                     return
-        vm = self.vm
-        settings = dataclasses.replace(
-            self.queue_settings, name=queue_name(self.settings.queue.queue, vm.name, vm.vm_id))
+        name = queue_name(self.settings.queue.queue, self.vm.name, self.vm.vm_id)
+        settings = dataclasses.replace(self.queue_settings, name=name)
         QueueConsumer(self, settings).run(stop)
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
@@ -207,7 +199,7 @@ class Approver:
             for result in self.hooks.interrupted(outbox.hook_runs):
                 self._hook_finished(outbox, result)
             while not stop.is_set():
-                self._changed.wait(IDLE_WAIT)
+                self._changed.wait(IDLE_WAIT if self._timed() else None)
                 self._changed.clear()
                 if stop.is_set():
                     break
@@ -221,6 +213,15 @@ class Approver:
         finally:
             if outbox is not None:
                 outbox.close()
+
+    def _timed(self) -> bool:
+        """Whether to look each second: time alone may change a decision (a retry, an unknown
+        identity, a recovery waiting for a round of probes, a rule's notice, a prepare lead)."""
+        doc, known, recovery = self.current(), self.identity_known, self.recovery
+        if self._failures or (known is not None and not known.is_set()) or (recovery and recovery.waiting):
+            return True
+        return doc is not None and any(e.status == SCHEDULED for e in doc.events) and (
+            self.policy.timed or self.hooks.timed)
 
     def _step(self, outbox: Outbox) -> None:
         doc = self.current()
@@ -373,8 +374,7 @@ class Approver:
             self._failures.pop(event_id, None)
             stored = outbox.record(None, [ce.for_outbox(ce.approved(
                 event, doc.incarnation, self.vm, approved_by, datetime.now(UTC)))])
-        log.info("approved", extra=fields(event_id=event_id, origin=approved_by,
-                                          incarnation=doc.incarnation))
+        log.info("approved", extra=fields(event_id=event_id, origin=approved_by, incarnation=doc.incarnation))
         metrics.approval(approved_by, "approved")
         metrics.transitions(stored)
         tracing.recorded(stored)

@@ -144,6 +144,11 @@ class HookRunner:
     def prepares(self) -> bool:
         return bool(self.commands[PREPARE])
 
+    @property
+    def timed(self) -> bool:
+        """Whether a Scheduled event's prepare may fall due with time alone (``prepare_lead``)."""
+        return self.prepares and self.prepare_lead is not None
+
     # -- state ----------------------------------------------------------------------------
     def prepare_state(self, runs: HookRuns, event_id: str) -> str | None:
         """The prepare run's state for ``event_id`` (None: not started)."""

@@ -107,6 +107,8 @@ class Policy:
 
     def __init__(self, rules: Sequence[Rule] | None = None) -> None:
         self.rules: tuple[Rule, ...] = SAMPLE_RULES if rules is None else tuple(rules)
+        # Whether a decision can change with time alone (notice: seconds until NotBefore).
+        self.timed = any("min_notice" in r.when or "max_notice" in r.when for r in self.rules)
 
     def decide(
         self, event: ScheduledEvent, vm_name: str | None, now: datetime | None = None

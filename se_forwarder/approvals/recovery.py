@@ -74,6 +74,7 @@ class Recovery:
         self._health = health
         self.on_recorded = on_recorded
         self._noted: dict[str, str] = {}  # EventId -> the last reason logged for waiting
+        self.waiting = False  # a recovery waits for something time may bring (a round of probes)
 
     def begin(self, outbox: Outbox) -> None:
         """At start, before the first poll: where the scan of completions starts."""
@@ -85,10 +86,12 @@ class Recovery:
         health = self._health() if self._health is not None else None
         pending = outbox.recoveries.pending()
         self._noted = {k: v for k, v in self._noted.items() if any(p.event_id == k for p in pending)}
+        self.waiting = False
         for item in pending:
             runs = outbox.hook_runs
             action, why = decide(item, runs.state(item.event_id, PREPARE),
                                  runs.state(item.event_id, RECOVER), health)
+            self.waiting = self.waiting or action == WAIT
             if action == REPORT:
                 self._report(outbox, item, health, why)
             elif action == ABANDON:

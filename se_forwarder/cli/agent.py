@@ -201,7 +201,7 @@ def sink_resume(name: str, state_dir: str | None, config: str | None) -> None:
         if not box.resume(name):
             known = ", ".join(box.sink_names()) or "none"
             raise SeForwarderError(f"no sink named {name!r} (known: {known})")
-    click.echo(f"sink {name} resumed; a running agent picks it up within a second")
+    click.echo(f"sink {name} resumed; a running agent picks it up at its next poll")
 
 
 sink.add_command(sink_resume)

@@ -128,6 +128,7 @@ class Outbox:
         self._tables()
 
     def _tables(self) -> None:
+        self._data_version: int | None = None  # changed_elsewhere's last reading
         self.approval_messages = ApprovalMessages(self._db)
         self.hook_runs = HookRuns(self._db)
         self.recoveries = recoveries.Recoveries(self._db)
@@ -153,6 +154,12 @@ class Outbox:
 
     def close(self) -> None:
         self._db.close()
+
+    def changed_elsewhere(self) -> bool:
+        """Whether another connection committed since the last call (the first call says so)."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        changed, self._data_version = version != self._data_version, version
+        return changed
 
     def __enter__(self) -> Outbox:
         return self
@@ -351,26 +358,18 @@ class Outbox:
     def sink_status(self, sink: str) -> SinkStatus:
         row = self._db.execute(
             "SELECT cursor, parked, parked_at, last_error, last_error_at, last_ok_at, delivered "
-            "FROM sinks WHERE name = ?",
-            (sink,),
-        ).fetchone()
+            "FROM sinks WHERE name = ?", (sink,)).fetchone()
         if row is None:
             raise KeyError(sink)
         cursor = row[0]
         count, oldest = self._db.execute(
-            "SELECT COUNT(*), MIN(observed_at) FROM events WHERE seq > ?", (cursor,)
-        ).fetchone()
-        dead = self._db.execute(
-            "SELECT COUNT(*) FROM dead_letters WHERE sink = ?", (sink,)
-        ).fetchone()[0]
+            "SELECT COUNT(*), MIN(observed_at) FROM events WHERE seq > ?", (cursor,)).fetchone()
+        dead = self._db.execute("SELECT COUNT(*) FROM dead_letters WHERE sink = ?", (sink,)).fetchone()[0]
         return SinkStatus(sink, count, oldest, row[1], row[2], row[3], row[4], row[5], row[6], dead)
 
     def dead_letters(self, sink: str) -> list[tuple[int, str, float]]:
-        return list(
-            self._db.execute(
-                "SELECT seq, reason, at FROM dead_letters WHERE sink = ? ORDER BY seq", (sink,)
-            )
-        )
+        sql = "SELECT seq, reason, at FROM dead_letters WHERE sink = ? ORDER BY seq"
+        return list(self._db.execute(sql, (sink,)))
 
     def prune(self, active_sinks: Sequence[str], older_than: float) -> int:
         """Drop events every active sink has passed and that were observed before ``older_than``."""

@@ -129,3 +129,51 @@ def test_an_announcement_refused_for_good_does_not_hold_the_backlog(tmp_path):
             pass
         assert sink.calls == [["identity/vm/key/1"], ["E1/scheduled"]]
         assert box.sink_status("scripted").backlog == 0
+
+
+class CollectingSink:
+    """Delivers everything and keeps the ids it was handed."""
+
+    name = "collecting"
+    max_batch = 10
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def deliver(self, batch):
+        self.ids += [e.ce_id for e in batch]
+        return DeliveryReport([Delivered() for _ in batch])
+
+    def check(self):
+        return None
+
+    def close(self):
+        pass
+
+
+def _record(state_dir, ident: str) -> None:
+    """A row recorded through a connection of its own, as another thread or process does."""
+    with Outbox(state_dir) as box:
+        box.record(None, [NewEvent(f"{ident}/scheduled", ident, "scheduled", "t", "{}", time.time())])
+
+
+def test_an_idle_worker_sleeps_until_woken_and_then_delivers_what_the_outbox_gained(tmp_path):
+    with Outbox(tmp_path) as box:
+        box.register_sinks(["collecting"])
+    _record(tmp_path, "E1")
+    stop = threading.Event()
+    sink = CollectingSink()
+    worker = DeliveryWorker(sink, tmp_path, stop)
+    worker.start()
+    try:
+        wait_for(lambda: sink.ids == ["E1/scheduled"], timeout=10, what="the first row")
+        _record(tmp_path, "E2")
+        time.sleep(2.5)  # the worker used to look every second; now nothing but a wake-up does
+        assert sink.ids == ["E1/scheduled"], "an idle worker does not poll the outbox"
+        worker.wakeup.set()  # what the agent does when it records, or its poller sees a change
+        wait_for(lambda: sink.ids == ["E1/scheduled", "E2/scheduled"], timeout=10,
+                 what="the row recorded while it slept")
+    finally:
+        stop.set()
+        worker.wakeup.set()
+        worker.join(5)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from cloudevents.core.formats.json import JSONFormat
 
-from se_forwarder.outbox import Outbox
+from se_forwarder.outbox import NewEvent, Outbox
 from se_forwarder.sinks.base import Delivered, StoredEvent
 from se_forwarder.sinks.file import FileSink
 from tests.support.agent import AgentProcess, read_jsonl
@@ -149,3 +150,24 @@ def test_file_sink_writes_a_batch_offered_again_once(tmp_path):
     sink.deliver(_batch(["A", "B", "C"]))  # more arrived meanwhile
     sink.deliver(_batch(["D"]))
     assert _ids_in(path) == ["A/scheduled", "B/scheduled", "C/scheduled", "D/scheduled"]
+
+
+def test_an_event_another_process_records_is_delivered_by_the_running_agent(
+        simulator, control, agents, tmp_path):
+    """What `se-forwarder approve` does: the agent's sinks sleep without a timer, and its poller
+    notices the other process's change at its next poll and wakes them."""
+    out, state = tmp_path / "o.jsonl", tmp_path / "s"
+    agent = AgentProcess(["--imds-url", simulator.url, "--state-dir", str(state),
+                          "--sink", f"file:{out}", "--poll-interval", "0.5", "--dry-run"],
+                         log_path=tmp_path / "agent.log").start()
+    agents.append(agent)
+    control.add(EventType="Reboot")
+    wait_for(lambda: len(read_jsonl(out)) == 1, what="the agent's own event")
+    with Outbox(state) as box:
+        box.record(None, [NewEvent("cli-1/approved", "cli-1", "approved",
+                                   "com.azure.scheduledevents.approved", json.dumps({
+                                       "specversion": "1.0", "id": "cli-1/approved",
+                                       "source": "/test", "type": "com.azure.scheduledevents.approved",
+                                       "data": {}}), time.time())])
+    wait_for(lambda: [e["id"] for e in read_jsonl(out)][1:] == ["cli-1/approved"], timeout=20,
+             what="the other process's event at the agent's next poll")

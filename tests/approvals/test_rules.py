@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,3 +220,51 @@ def test_dry_run_agent_logs_what_it_would_approve_and_never_posts(agents, tmp_pa
         posts = server.sim.approvals()
     assert posts == []
     assert cloudevents(tmp_path / "vm0" / "out.jsonl", "approved") == []
+
+
+# -- when the approver thread looks again -------------------------------------------------------
+
+
+class CountingApprover(Approver):
+    """Counts the approver thread's passes over the document."""
+
+    steps = 0
+
+    def _step(self, outbox: Outbox) -> None:
+        self.steps += 1
+        super()._step(outbox)
+
+
+def _run_approver(simulator, tmp_path, approvals: dict[str, Any], event: dict[str, Any],
+                  seconds: float) -> tuple[CountingApprover, list[dict[str, Any]]]:
+    """The approver thread for ``seconds`` after one document with ``event``, offered once."""
+    settings = config.from_dict({"approvals": approvals}).approvals
+    simulator.sim.add_event(event)
+    imds = ImdsClient(simulator.url)
+    approver = CountingApprover(imds, tmp_path, VmIdentity.from_compute(imds.get_compute()), settings)
+    approver.offer(imds.get_document())
+    stop = threading.Event()
+    approver.start(stop)
+    try:
+        time.sleep(seconds)
+    finally:
+        stop.set()
+        approver.join(5)
+        imds.close()
+    return approver, simulator.sim.approvals()
+
+
+def test_an_approver_with_nothing_time_can_change_looks_once_per_document(simulator, tmp_path):
+    approver, posts = _run_approver(simulator, tmp_path, {"dry_run": True},
+                                    {"EventType": "Reboot", "EventSource": "User"}, 2.5)
+    assert approver.steps == 1, "no timer: only the new document woke it"
+    assert posts == []
+
+
+def test_a_notice_rule_approves_once_its_notice_is_reached_without_a_new_document(
+        simulator, tmp_path):
+    approver, posts = _run_approver(
+        simulator, tmp_path, {"rules": [rule("approve", "short-notice", max_notice=3)]},
+        {"EventType": "Reboot", "NotBeforeInSeconds": 6}, 5.0)
+    assert [p["accepted"] for p in posts] == [True], "approved when NotBefore came within 3 s"
+    assert approver.steps >= 2, "it looked again while time could change the decision"

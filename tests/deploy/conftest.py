@@ -67,10 +67,15 @@ def bicep_docs() -> dict[str, dict]:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel, built offline (no dependencies; setuptools from the tools' wheelhouse)."""
     out = tmp_path_factory.mktemp("wheel")
+    source = tmp_path_factory.mktemp("source")  # a copy: builds in other workers share REPO/build
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "se_forwarder", source / "se_forwarder",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
         [str(tool("python")), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
          "--no-deps", "--no-index", "--find-links", str(TOOLS / "wheelhouse"),
-         "--wheel-dir", str(out), str(REPO)],
+         "--wheel-dir", str(out), str(source)],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
