@@ -136,3 +136,18 @@ def test_the_verdicts_are_the_same_on_a_copy_read_again(registered):
     verdicts = {trust.check(copy.deepcopy(event), source="s", keys=signing.VerifyKeys([]),
                             registered=lambda vm: None).code for _ in range(3)}
     assert verdicts == {"unregistered"}
+
+
+def test_the_snapshot_keeps_the_held_pool_up_to_its_cap_and_counts_what_it_leaves_out(monkeypatch):
+    from se_forwarder.fleet.coordinator.fold import identities
+
+    coordinator, agent = Coordinator(), SignedVm(WEB0)
+    coordinator.admit(*(agent.sign(heartbeat(WEB0, NOW + i)) for i in range(10)), t=NOW)
+    assert coordinator.gate.held(coordinator.state) == 10
+    monkeypatch.setattr(identities, "SNAPSHOT_HELD_BYTES", 4000)
+    restored = restore(snapshot(coordinator.state))
+    kept = sum(len(v) for v in restored.waiting.values())
+    assert 0 < kept < 10
+    again = Coordinator(state=restored)
+    again.gate.resume(restored)
+    assert again.gate.refused["unregistered"] == 10 - kept

@@ -214,6 +214,7 @@ class Gate:
 
     def resume(self, state: FleetState) -> None:
         """After a restore: admit again every held event (registrations first, in hub order)."""
+        self.refused[trust.UNREGISTERED] += state.cache.pop(registrations.HELD_LEFT_OUT, 0)  # not saved
         self.held_bytes = {vm: sum(_size(e) for _, e in held) for vm, held in state.waiting.items()}
         for vm in list(state.waiting):
             self._release(state, vm)

@@ -62,6 +62,7 @@ from .state import Conflict, DecisionRecord, FleetState, Identity, Rekey
 
 REKEYS_PER_VM = 10
 SNAPSHOT_HELD_BYTES = 4 << 20  # the held pool in a snapshot at most (its JSON)
+HELD_LEFT_OUT = "held-left-out"  # state.cache: held reports a restored snapshot left out
 BOUND, SAME, REFRESHED, REKEYED, SETTLED = "bound", "same", "refreshed", "rekeyed", "settled"
 CONFLICT, STALE = "conflict", "stale"
 REFUSALS = (CONFLICT, STALE)
@@ -131,10 +132,11 @@ def settle(state: FleetState, vm: str, keyid: str | None) -> Identity | None:
     return chosen
 
 
-def held_for_snapshot(state: FleetState,
-                      budget: int = SNAPSHOT_HELD_BYTES) -> tuple[dict[str, list[Any]], int]:
+def held_for_snapshot(state: FleetState, budget: int | None = None) -> tuple[dict[str, list[Any]], int]:
     """The held pool as a snapshot keeps it: events in hub order until ``budget`` bytes of compact
-    JSON; and how many were left out (dropped at the restore, counted as ``unregistered``)."""
+    JSON (default SNAPSHOT_HELD_BYTES); and how many were left out (counted as ``unregistered`` when
+    the snapshot is restored: gate.resume)."""
+    budget = SNAPSHOT_HELD_BYTES if budget is None else budget
     every = sorted(((t, vm, i, e) for vm, held in state.waiting.items() for i, (t, e) in enumerate(held)),
                    key=lambda item: (item[0], item[1], item[2]))
     kept: dict[str, list[Any]] = {}

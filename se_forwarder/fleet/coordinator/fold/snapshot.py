@@ -5,8 +5,9 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (fold/identities.py), the key changes kept to be shown, and the reports waiting for
-their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
+identity keys (fold/identities.py), the key changes kept to be shown, the vmIds in key conflict, and
+the reports waiting for their sender's registration (gate.py), up to 4 MiB of them (how many were
+left out is kept, and counted when restored). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 """
 
@@ -19,7 +20,7 @@ from ....errors import StateError
 from . import azure_state
 from .caps import FOLDED
 from .decisions import decision
-from .identities import held_for_snapshot
+from .identities import HELD_LEFT_OUT, held_for_snapshot
 from .reports import track
 from .state import (
     COMPLETED,
@@ -65,7 +66,7 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "conflicts": {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
                           "candidates": [_identity(i) for i in c.candidates]}
                       for k, c in sorted(state.conflicts.items())},
-        "waiting": held_for_snapshot(state)[0],
+        **dict(zip(("waiting", "waitingLeftOut"), held_for_snapshot(state), strict=True)),
         "azure": azure_state.dump(state.azure),
     }
 
@@ -173,6 +174,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
         state.conflicts[str(key)] = Conflict(str(c["document"]), float(c["createdOn"]), candidates,
                                              float(c["since"]))
     state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
+    state.cache[HELD_LEFT_OUT] = int(data.get("waitingLeftOut", 0))  # gate.resume counts them
     for ident, kind, moment, payload in data["decisions"]:
         made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
         if decision(state, made, chained=False) != FOLDED:
