@@ -28,8 +28,6 @@ from tests.support.forged_registrations import forged, honest
 from .fleet import SOURCE, AgentVm, heartbeat
 from .signed import Coordinator, SignedVm, authority
 
-NOW = time.time()
-
 
 def _attestation() -> trust.Attestation:
     auth = authority()
@@ -74,11 +72,12 @@ def test_a_document_for_another_vm_is_refused_before_any_signature_work():
 
 
 def test_a_key_change_must_bring_a_newer_document_than_the_bound_one_before_it_is_verified():
+    now = time.time()
     coordinator, vm = Coordinator(), SignedVm(AgentVm("web-0"))
-    coordinator.admit(vm.identity(vm.document(created=NOW)), t=NOW)
+    coordinator.admit(vm.identity(vm.document(created=now)), t=now)
     other = SignedVm(vm.vm)
-    older = other.identity(other.document(created=NOW - 60))
-    verdict = trust.check(older, source=SOURCE, keys=signing.VerifyKeys([]), attested=_attestation(), now=NOW,
+    older = other.identity(other.document(created=now - 60))
+    verdict = trust.check(older, source=SOURCE, keys=signing.VerifyKeys([]), attested=_attestation(), now=now,
                           bound=coordinator.state.identities.get)
     assert verdict.code == "identity-stale" and "not newer" in verdict.detail
 
@@ -148,70 +147,79 @@ def test_only_the_signer_keys_azure_uses_are_accepted(key, problem):
 
 
 def test_registrations_beyond_the_per_vm_limit_are_refused_in_a_minute_of_hub_time():
+    now = time.time()
     gate, state, vm_id = _gate(registrations_per_vm=2), FleetState(), str(uuid.uuid4())
-    outcomes = [gate.admit(state, forged("self_signed", authority(), vm_id=vm_id), NOW) for _ in range(3)]
+    outcomes = [gate.admit(state, forged("self_signed", authority(), vm_id=vm_id), now) for _ in range(3)]
     assert outcomes == ["identity-untrusted", "identity-untrusted", "identity-rate"]
-    next_minute = gate.admit(state, forged("self_signed", authority(), vm_id=vm_id), NOW + 60)
+    next_minute = gate.admit(state, forged("self_signed", authority(), vm_id=vm_id), now + 60)
     assert next_minute == "identity-untrusted"
 
 
 def test_registrations_beyond_the_overall_limit_are_refused_in_a_minute_of_hub_time():
+    now = time.time()
     gate, state = _gate(registrations_per_minute=3), FleetState()
-    outcomes = [gate.admit(state, forged("wrong_nonce", authority()), NOW) for _ in range(4)]
+    outcomes = [gate.admit(state, forged("wrong_nonce", authority()), now) for _ in range(4)]
     assert outcomes[-1] == "identity-rate" and gate.refused["identity-rate"] == 1
 
 
 def test_an_agent_announcing_its_registration_again_is_not_counted_against_the_limits():
+    now = time.time()
     gate, state = _gate(registrations_per_vm=1), FleetState()
     event = honest(authority())
-    assert [gate.admit(state, event, NOW) for _ in range(5)] == ["registered"] * 5
+    assert [gate.admit(state, event, now) for _ in range(5)] == ["registered"] * 5
 
 
 def test_a_verified_vm_is_admitted_at_once_whatever_the_new_vm_cap():
+    now = time.time()
     coordinator = Coordinator()
     coordinator.gate.edge.limits = replace(DEFAULT_LIMITS, new_vms_per_minute=1)
     vms = [SignedVm(AgentVm(f"web-{i}")) for i in range(5)]
     coordinator.register(*vms)
-    outcomes = coordinator.admit(*(vm.sign(heartbeat(vm.vm, NOW)) for vm in vms), t=NOW)
+    outcomes = coordinator.admit(*(vm.sign(heartbeat(vm.vm, now)) for vm in vms), t=now)
     assert outcomes == ["folded"] * 5 and coordinator.gate.stats.capped["new-vm"] == 0
 
 
 def test_a_report_whose_data_is_not_an_object_is_refused_before_the_trust_checks():
+    now = time.time()
     coordinator, vm = Coordinator(), SignedVm(AgentVm("web-0"))
     coordinator.register(vm)
-    event = heartbeat(vm.vm, NOW)
+    event = heartbeat(vm.vm, now)
     event["data"] = "a string claims nothing about its VM"
-    assert coordinator.admit(vm.sign(event), t=NOW) == ["bad-data"]
+    assert coordinator.admit(vm.sign(event), t=now) == ["bad-data"]
     assert coordinator.gate.refused["bad-data"] == 1
 
 
 def test_a_verified_vms_record_takes_its_vm_id_from_the_registration():
+    now = time.time()
     coordinator, vm = Coordinator(), SignedVm(AgentVm("web-0"))
     coordinator.register(vm)
-    event = heartbeat(vm.vm, NOW)
+    event = heartbeat(vm.vm, now)
     del event["data"]["Vm"]  # nothing about itself: the registration still names it
-    assert coordinator.admit(vm.sign(event), t=NOW) == ["folded"]
+    assert coordinator.admit(vm.sign(event), t=now) == ["folded"]
     assert coordinator.state.vms[vm.vm.vm_id.lower()].vm_id == vm.vm.vm_id.lower()
 
 
 def test_only_reports_with_a_guid_shaped_vmid_are_held():
+    now = time.time()
     gate, state, key = _gate(), FleetState(), signing.generate_private_key()
-    report = signing.sign({**heartbeat(AgentVm("web-0"), NOW), "vmid": "not-a-guid"}, key)
-    assert gate.admit(state, report, NOW) == "unregistered" and state.waiting == {}
+    report = signing.sign({**heartbeat(AgentVm("web-0"), now), "vmid": "not-a-guid"}, key)
+    assert gate.admit(state, report, now) == "unregistered" and state.waiting == {}
 
 
 def test_only_small_reports_are_held():
+    now = time.time()
     gate, state, vm = _gate(held_event_bytes=4096), FleetState(), SignedVm(AgentVm("web-0"))
-    big = heartbeat(vm.vm, NOW)
+    big = heartbeat(vm.vm, now)
     big["data"]["Padding"] = "x" * 5000
-    assert gate.admit(state, vm.sign(big), NOW) == "unregistered"
-    assert gate.admit(state, vm.sign(heartbeat(vm.vm, NOW)), NOW) == "waiting"
+    assert gate.admit(state, vm.sign(big), now) == "unregistered"
+    assert gate.admit(state, vm.sign(heartbeat(vm.vm, now)), now) == "waiting"
 
 
 def test_the_held_pool_is_bounded_in_bytes_overall():
+    now = time.time()
     gate, state = _gate(held_bytes=8192), FleetState()
     vms = [SignedVm(AgentVm(f"web-{i}")) for i in range(40)]
-    outcomes = [gate.admit(state, vm.sign(heartbeat(vm.vm, NOW)), NOW) for vm in vms]
+    outcomes = [gate.admit(state, vm.sign(heartbeat(vm.vm, now)), now) for vm in vms]
     assert 0 < outcomes.count("waiting") < 40
     assert sum(gate.held_bytes.values()) <= 8192
     assert gate.refused["unregistered"] == outcomes.count("unregistered")
