@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import signal
+import threading
 import time
 from typing import Any
 
@@ -165,15 +166,12 @@ def test_a_worker_that_dies_is_replaced_and_no_report_is_lost():
 
 
 def test_a_registration_whose_intermediate_is_to_be_fetched_is_judged_where_it_is_fetched(parallel):
-    from tests.coordinator.test_intermediates import Issuer, azure_like
+    from se_forwarder.fleet.coordinator.input import Intermediates
+    from tests.support.ca_issuer import Issuer, azure_like
 
     issuer = Issuer()
-    import threading
-
     threading.Thread(target=issuer.serve_forever, daemon=True).start()
     try:
-        from se_forwarder.fleet.coordinator.input import Intermediates
-
         authority = azure_like(issuer)
         done: queue.Queue[str] = queue.Queue()
         fetcher = Intermediates((issuer.url("/"),), done.put)

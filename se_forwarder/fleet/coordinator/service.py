@@ -30,8 +30,6 @@ can number them safely.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import queue
 import threading
@@ -52,7 +50,7 @@ from .decide.events import Decision, Recorded, sent, to_dict
 from .decide.queues import QueueConflictLog
 from .fold.dispatch import FOLDED, OWN, fold_event
 from .fold.retention import prune
-from .fold.snapshot import snapshot
+from .fold.snapshot import digest, snapshot
 from .fold.state import FleetState
 from .ha.election import LeaderElection
 from .ha.keeper import Keeper, Loaded
@@ -63,6 +61,7 @@ from .input.azure import AzureInput
 from .input.hub_reader import Batch, Position
 from .input.hubs import Hubs
 from .input.inbox import Inbox
+from .output.alert_book import AlertBook
 from .output.hub_producer import HubProducer
 from .output.messages import ApprovalMessages
 from .output.publish import Outgoing, Output
@@ -108,7 +107,7 @@ class Service:
         self._rebuilt_terms: set[int] = set()
         trusted = signing.parse_public_keys("\n".join(settings.coordinator_keys), "trust.coordinator_keys") \
             if settings.coordinator_keys else []
-        self.signer = Signer(settings.key_file, self.source, trusted)
+        self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
                                    self.azure.fold_feed if self.azure is not None else None, self.inbox.put)
@@ -130,6 +129,7 @@ class Service:
                              self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
+        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -395,5 +395,4 @@ class Service:
         return fleet_stats(self.state, self.policy, counts)
 
     def digest(self) -> str:
-        text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return digest(self.state)

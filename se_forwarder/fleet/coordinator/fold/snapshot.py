@@ -13,6 +13,8 @@ that is not a snapshot of this format; members added since the format was made a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -69,6 +71,12 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         **dict(zip(("waiting", "waitingLeftOut"), held_for_snapshot(state), strict=True)),
         "azure": azure_state.dump(state.azure),
     }
+
+
+def digest(state: FleetState) -> str:
+    """The SHA-256 of the snapshot's canonical JSON: equal on instances whose folds are equal."""
+    text = json.dumps(snapshot(state), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _identity_of(i: dict[str, Any]) -> Identity:
