@@ -21,6 +21,7 @@ from se_forwarder.fleet.coordinator.decide import control
 from se_forwarder.fleet.coordinator.decide.availability import unavailable
 from se_forwarder.fleet.coordinator.decide.scopes import index
 from se_forwarder.fleet.coordinator.edge import trust
+from se_forwarder.fleet.coordinator.view.alerts import derive
 from se_forwarder.identity.attested import nonces_for
 
 from .fleet import SET, heartbeat, report
@@ -112,6 +113,20 @@ def test_a_newer_registration_of_the_victim_settles_it(ground):
     assert coordinator.admit(victim.identity(victim.document(created=now)), t=now) == ["registered"]
     assert coordinator.state.identities[VICTIM.vm_id.lower()].keyid == signing.keyid(victim.key)
     assert coordinator.state.conflicts == {}
+
+
+def test_a_conflict_raises_one_alert_until_it_is_settled(ground):
+    now = time.time()
+    victim, thief = ground
+    coordinator = _fleet(SignedVm(SET[0]))
+    document = victim.document(created=now - 60)
+    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    found = derive(coordinator.state, evaluate(coordinator.state, coordinator.policy, now + 1))
+    alert = found.open["key-conflict"]
+    assert alert.severity == "error" and VICTIM.vm_id.lower() in alert.summary
+    coordinator.admit(victim.identity(victim.document(created=now)), t=now + 2)  # a newer document
+    settled = derive(coordinator.state, evaluate(coordinator.state, coordinator.policy, now + 3))
+    assert "key-conflict" not in settled.open and "key-conflict" in settled.resolved
 
 
 def _settle(coordinator: Coordinator, keyid: str | None, t: float) -> Any:

@@ -16,6 +16,9 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
                           edge (input/feed_watch.py)
 ``fold-stalled``          the fold does not move: the service's loop has not answered for a minute,
                           or the agents' hub has not been read for five (output/alerting.py)
+``key-conflict``          a vmId's attested document came with two keys (fold/identities.py): neither
+                          speaks for it and it counts down in every budget; one alert for every such
+                          vmId, open until an operator or a newer document settles each
 ``recovery-timeout``      (for later issues) a VM did not report recovered in time
 ``gate-closed``           (for later issues) an approval gate stayed closed for long
 ========================  ==========================================================================
@@ -43,8 +46,9 @@ from ..decide.evaluate import Evaluation
 from ..fold.state import FleetState
 
 SEVERITIES = ("critical", "error", "warning", "info")
-KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "recovery-timeout", "gate-closed")
-FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled")  # one alert each, not one per event
+KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "key-conflict", "recovery-timeout",
+         "gate-closed")
+FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "key-conflict")  # one alert each
 LISTED = 10  # events named in one alert's summary
 
 
@@ -111,8 +115,19 @@ def refused_acknowledges(_: FleetState, evaluation: Evaluation) -> tuple[list[Al
                   {"Events": named, "First": waiting[0].reason[:1000]})], set()
 
 
+def key_conflicts(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``key-conflict`` alert while any vmId's document is in dispute between two keys."""
+    if not state.conflicts:
+        return [], {"key-conflict"}
+    vms = sorted(state.conflicts, key=lambda vm: (state.conflicts[vm].since, vm))
+    named = ", ".join(vms[:LISTED]) + (" ..." if len(vms) > LISTED else "")
+    summary = (f"{len(vms)} vmId(s) registered with two keys for one attested document, counted down in "
+               f"every budget until settled (coordinator settle-identity): {named}")
+    return [Alert("key-conflict", "key-conflict", summary, "error", {"VMs": named})], set()
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, key_conflicts]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:
