@@ -270,10 +270,12 @@ def through_broker(vms: list[dict], rounds: int) -> list[tuple[str, str]]:
             except requests.RequestException:
                 time.sleep(0.2)
                 continue
+            # reports folded, skipped or refused, and registrations bound (identities, a gauge)
             done = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                        if line.startswith(("se_forwarder_coordinator_folded_total{",
                                            "se_forwarder_coordinator_skipped_total{",
-                                           "se_forwarder_coordinator_refused_total{")))
+                                           "se_forwarder_coordinator_refused_total{",
+                                           "se_forwarder_coordinator_identities ")))
             now = time.monotonic()
             if done > 0 and first is None:
                 first = (now, done)
