@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from ....imds import DEFAULT_URL, ImdsClient, ImdsError
 from ..config.service import ServiceSettings
@@ -41,8 +42,7 @@ def attestation(settings: ServiceSettings, imds_url: str | None = None) -> Resul
         document = ImdsClient(imds_url or DEFAULT_URL, timeout=IMDS_TIMEOUT, connect_timeout=IMDS_TIMEOUT,
                               first_call_timeout=IMDS_TIMEOUT).get_attested(nonce)
     except (ImdsError, OSError) as exc:
-        paths = ", ".join(ts.intermediate_paths)
-        fetching = f", fetched under {paths} when missing" if ts.fetch_intermediates else ""
+        fetching = f", fetched from {_hosts(ts)} when missing" if ts.fetch_intermediates else ""
         return WARN, (f"{head}{fetching}{tail}; the chain was not tried: no attested document from this "
                       f"VM's IMDS ({str(exc)[:120]}; not an Azure VM?)")
     ok, said = _chain(document, ts, nonce)
@@ -50,6 +50,11 @@ def attestation(settings: ServiceSettings, imds_url: str | None = None) -> Resul
         return WARN, f"{head}; {said}{tail}"
     signed = "; reports must be signed with their VM's registered key" if ok else ""
     return ok, f"{head}; {said}{tail}{signed}"
+
+
+def _hosts(ts: TrustSettings) -> str:
+    """The hosts of ``[trust] intermediate_paths``, once each (their paths alone are allowed)."""
+    return ", ".join(dict.fromkeys(urlsplit(p).netloc for p in ts.intermediate_paths))
 
 
 def _chain(document: dict[str, object], ts: TrustSettings, nonce: str) -> tuple[bool, str]:
@@ -65,7 +70,7 @@ def _chain(document: dict[str, object], ts: TrustSettings, nonce: str) -> tuple[
                 if anchors.intermediates:
                     continue  # the ones given may do
                 return False, (f"the intermediate of this VM's attested document cannot be fetched from "
-                               f"{url}: {exc} (allow egress to {', '.join(ts.intermediate_paths)}, or give "
+                               f"{url}: {exc} (allow egress to {_hosts(ts)}, or give "
                                "[trust] attestation_intermediates)")
             fetched.append(f"{', '.join(c.subject.rfc4514_string()[:80] for c in certs)} fetched from {url}")
             anchors = dataclasses.replace(anchors, intermediates=(*anchors.intermediates, *certs))
