@@ -5,9 +5,10 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (fold/identities.py), the key changes kept to be shown, the vmIds in key conflict, and
-the reports waiting for their sender's registration (gate.py), up to 4 MiB of them (how many were
-left out is kept, and counted when restored). ``restore`` raises ``StateError`` (one line) for anything
+identity keys (fold/identities.py), the key changes kept to be shown, the vmIds in key conflict, the
+reports waiting for their sender's registration (gate.py), up to 4 MiB of them (how many were left
+out is kept, and counted when restored), and the inventory (each VM's first placement and the
+placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 """
 
@@ -19,7 +20,7 @@ import math
 from typing import Any
 
 from ....errors import StateError
-from . import azure_state
+from . import azure_state, inventory
 from .caps import FOLDED
 from .decisions import decision
 from .identities import HELD_LEFT_OUT, held_for_snapshot
@@ -70,6 +71,8 @@ def snapshot(state: FleetState) -> dict[str, Any]:
                       for k, c in sorted(state.conflicts.items())},
         **dict(zip(("waiting", "waitingLeftOut"), held_for_snapshot(state), strict=True)),
         "azure": azure_state.dump(state.azure),
+        "confirmed": {k: [inventory.as_data(p), *state.confirmed_at[k]]
+                      for k, p in sorted(state.confirmed.items())},
     }
 
 
@@ -99,6 +102,8 @@ def _vm(vm: Vm) -> dict[str, Any]:
         "topologyStamp": _stamp(vm.topology_stamp), "lastHeartbeat": vm.last_heartbeat,
         "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
         "listed": list(vm.listed), "polled": vm.polled,
+        "placed": None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
+        "claims": sorted([name, rid, t] for (name, rid), t in vm.claims.items()),
     }
 
 
@@ -107,7 +112,8 @@ def _event(e: EventRecord) -> dict[str, Any]:
         "key": e.key, "eventId": e.event_id, "eventType": e.event_type, "eventSource": e.event_source,
         "description": e.description, "duration": e.duration, "resources": list(e.resources),
         "hasResources": e.has_resources, "infoStamp": _stamp(e.info_stamp), "notBefore": e.not_before,
-        "notBeforeStamp": _stamp(e.not_before_stamp), "reports": dict(sorted(e.reports.items())),
+        "notBeforeStamp": _stamp(e.not_before_stamp), "earliestNotBefore": e.earliest_not_before,
+        "reports": dict(sorted(e.reports.items())),
         "rank": e.rank, "startedAt": e.started_at, "completedAt": e.completed_at,
         "finished": dict(sorted(e.finished.items())), "endedAt": e.ended_at,
         "lastReport": _num(e.last_report), "scheduledAt": e.scheduled_at,
@@ -143,7 +149,13 @@ def _restore(data: dict[str, Any]) -> FleetState:
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
             agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
             polled=item.get("polled"),
+            claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
         )
+        if item.get("placed"):
+            where, moment, ident = item["placed"]
+            vm.placed, vm.placed_stamp = inventory.from_data(where), (float(moment), str(ident))
+        elif "placed" not in item and vm.topology_stamp != NO_STAMP:  # written before the inventory was kept
+            vm.placed, vm.placed_stamp = inventory.placement(vm), vm.topology_stamp
         state.vms[vm.key] = vm
     for item in data["events"]:
         record = EventRecord(
@@ -152,6 +164,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
             resources=tuple(item["resources"]), has_resources=bool(item["hasResources"]),
             info_stamp=_unstamp(item["infoStamp"]), not_before=item["notBefore"],
             not_before_stamp=_unstamp(item["notBeforeStamp"]), reports=dict(item["reports"]),
+            earliest_not_before=item.get("earliestNotBefore", item["notBefore"]),
             rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
             finished=dict(item["finished"]), ended_at=item["endedAt"],
             last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
@@ -183,6 +196,9 @@ def _restore(data: dict[str, Any]) -> FleetState:
                                              float(c["since"]))
     state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
     state.cache[HELD_LEFT_OUT] = int(data.get("waitingLeftOut", 0))  # gate.resume counts them
+    for key, (where, moment, ident) in data.get("confirmed", {}).items():
+        state.confirmed[str(key)], state.confirmed_at[str(key)] = inventory.from_data(where), (float(moment),
+                                                                                            str(ident))
     for ident, kind, moment, payload in data["decisions"]:
         made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
         if decision(state, made, chained=False) != FOLDED:

@@ -14,6 +14,13 @@ feed hub (``readers.FEED`` partitions) is not the gate's: it goes to the
 feed's own check at the edge (``feed``: input/azure.py, with edge/azure_facts.py), since no VM can write
 to that hub and none of its events carries a VM's key.
 
+A shard (``[shard]``) first drops what plainly is another shard's: an event that claims a
+subscription the shard does not own (edge/shard.py), counted as ``other-shard`` among the refusals
+and logged at debug level only (on a hub shared by several shards it is what most events are). It
+is marked so on the reader's thread as the batch is handed on (``put``), before the verifier's
+workers (input/verifier.py) see it: another shard's report or registration never costs a signature
+check, a registration quota or a worker's time.
+
 ``BatchAdmission`` owns the gate (gate.py, pure) and the intermediates fetcher (input/intermediates.py, when
 ``[trust] fetch_intermediates``); it counts what is not a CloudEvent, keeps the newest enqueued time
 read (the hub time held reports expire by), logs each vmId that registers a new key, and logs
@@ -33,7 +40,7 @@ from typing import Any
 from ....approvals import signing
 from ..config.limits import CAPS, Limits
 from ..config.trust import TrustSettings
-from ..edge import offload, trust
+from ..edge import offload, shard, trust
 from ..edge.gate import Edge, Gate
 from ..fold.state import FleetState, Identity
 from .hub_reader import Batch
@@ -49,6 +56,7 @@ REFUSED = {trust.FORGED: "a forged decision", trust.FOREIGN: "another coordinato
            trust.WRONG_VM: "a report about another VM",
            trust.AZURE: "an event of Azure's own types on the agents' hub (a VM sent it)"}
 SAY_EVERY = 60.0
+OTHER = trust.Checked(verdict=trust.Verdict(False, shard.OTHER_SHARD, "another shard's"))  # marked by put
 
 
 def _nowhere(_batch: Batch) -> None:
@@ -73,7 +81,7 @@ class AdmissionCounts:
 class BatchAdmission:
     def __init__(self, source: str, keys: Callable[[], signing.VerifyKeys], settings: TrustSettings,
                  limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None,
-                 deliver: Callable[[Batch], None] | None = None) -> None:
+                 deliver: Callable[[Batch], None] | None = None, owned: frozenset[str] = frozenset()) -> None:
         self.feed = feed  # the Azure feed hub's batches (with [azure.feed]): checked there
         self.fetched_urls: queue.Queue[str] = queue.Queue()
         self.intermediates = Intermediates(settings.intermediate_paths, self.fetched_urls.put) \
@@ -88,11 +96,21 @@ class BatchAdmission:
         self.verifier = Verifier(deliver, settings.verify_workers, limits, self._bound, self._known,
                                  lambda: offload.Job.of(anchors, settings.subscriptions, self._fetched()),
                                  ) if deliver is not None and settings.verify_workers > 0 else None
-        self.put: Callable[[Batch], None] = self.verifier.put if self.verifier is not None \
+        self._onward: Callable[[Batch], None] = self.verifier.put if self.verifier is not None \
             else (deliver or _nowhere)
         self.not_cloudevents = 0
+        self.owned = owned  # [shard] subscriptions; empty: every subscription is this coordinator's
+        self.other_shard = 0  # events dropped as another shard's (edge/shard.py)
         self.hub_time: float | None = None  # the newest enqueued time read from the hub
         self._said: dict[str, float] = {}  # reason -> monotonic time it may be logged again
+
+    def put(self, batch: Batch) -> None:
+        """From a reader's thread: mark another shard's events (``OTHER``), then hand the batch on to
+        the verifier (or the inbox); ``queue.Full`` when there is no room (the reader tries again)."""
+        if self.owned and not batch.partition.startswith(FEED):
+            batch.checked = [OTHER if event is not None and shard.other_shard(event, self.owned) is not None
+                             else None for event, _ in batch.events]
+        self._onward(batch)
 
     def _bound(self, vm: str) -> Identity | None:
         state = self._state
@@ -116,10 +134,16 @@ class BatchAdmission:
             self.feed(state, batch)
             return
         self._state = state
+        marked = batch.checked is not None  # it came through ``put``: another shard's events are marked
         checks = batch.checked or [None] * len(batch.events)
         for (event, position), checked in zip(batch.events, checks, strict=True):
             if event is None:
                 self.not_cloudevents += 1
+            elif checked is OTHER or (not marked and shard.other_shard(event, self.owned) is not None):
+                self.other_shard += 1
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug("dropped another shard's event %s: it claims subscription %s",
+                              str(event.get("id"))[:120], str(shard.claimed_subscription(event))[:60])
             else:
                 outcome = self.gate.admit(state, event, position.enqueued, checked)
                 if outcome in trust.REASON_CODES and self.gate.last_refusal is not None:
@@ -150,7 +174,8 @@ class BatchAdmission:
             dict(fold.folded),
             {"not-cloudevent": self.not_cloudevents, "malformed": fold.malformed, "late": fold.late,
              "other-type": sum(fold.skipped.values()), "capped": fold.dropped},
-            {code: self.refused[code] for code in trust.REASON_CODES},
+            {**{code: self.refused[code] for code in trust.REASON_CODES},
+             shard.OTHER_SHARD: self.other_shard},
             {reason: fold.capped.get(reason, 0) for reason in CAPS},
             self.gate.held(state), self.gate.registered.get("rekeyed", 0), sum(self.gate.held_bytes.values()),
             len(state.conflicts), self.intermediates.missing if self.intermediates is not None else 0,

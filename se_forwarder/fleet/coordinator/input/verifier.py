@@ -23,6 +23,8 @@ binding in between making the fold thread verify it again itself. Nothing is fol
 - **Faults.** A worker that dies (killed, out of memory) breaks its pool: the pool is made again
   (``restarts``) and the chunk sent again, up to ``TRIES`` times; after that its events go on
   without checks and the fold thread verifies them itself. No event is lost or folded unverified.
+- Events marked already when they come (another shard's, input/admission.py) are not sent to the
+  workers.
 - ``clear`` forgets what is in the stage (the readers were closed: the next ones read from the
   fold's positions); ``close`` stops the collector and the workers.
 
@@ -115,13 +117,14 @@ class Verifier:
         self._pending.put(item)
 
     def _submit(self, batch: Batch) -> _Item:
-        checked: list[trust.Checked | None] = [None] * len(batch.events)
+        checked: list[trust.Checked | None] = list(batch.checked) if batch.checked is not None \
+            else [None] * len(batch.events)  # what is marked already (another shard's) is not sent
         item = _Item(batch, self._generation, checked)
         texts = batch.texts or [None] * len(batch.events)
         reports: list[tuple[int, Any, tuple[bytes, ...]]] = []
         job: offload.Job | None = None
         for i, (event, position) in enumerate(batch.events):
-            if event is None:
+            if event is None or checked[i] is not None:
                 continue
             kind, vm = event.get("type"), _vm(event)
             if kind == IDENTITY_TYPE:

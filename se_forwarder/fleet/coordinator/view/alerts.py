@@ -16,6 +16,14 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
                           edge (input/feed_watch.py)
 ``fold-stalled``          the fold does not move: the service's loop has not answered for a minute,
                           or the agents' hub has not been read for five (output/alerting.py)
+``fold-gap``              this instance does not act: its fold misses events (a position older than
+                          its partition's retained beginning, or a rolled-back snapshot;
+                          input/lag.py); sent by the instance that holds the lease all the same
+``fold-late``             the lag guard has stopped early approvals for a minute on end: the fold
+                          is more than ``max_lag`` behind a hub (input/lag.py)
+``name-conflict``         VMs heard from lately claim one name in one group, or one resourceId: each
+                          counts as unavailable, and once the conflict outlasts heartbeat_timeout
+                          every one but the first claimant (decide/availability.py); one alert
 ``key-conflict``          a vmId's attested document came with two keys (fold/identities.py): neither
                           speaks for it and it counts down in every budget; one alert for every such
                           vmId, open until an operator or a newer document settles each
@@ -46,9 +54,10 @@ from ..decide.evaluate import Evaluation
 from ..fold.state import FleetState
 
 SEVERITIES = ("critical", "error", "warning", "info")
-KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "key-conflict", "recovery-timeout",
-         "gate-closed")
-FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "key-conflict")  # one alert each
+KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
+         "name-conflict", "key-conflict", "recovery-timeout", "gate-closed")
+FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
+         "name-conflict", "key-conflict")  # one alert each, not one per event
 LISTED = 10  # events named in one alert's summary
 
 
@@ -115,6 +124,25 @@ def refused_acknowledges(_: FleetState, evaluation: Evaluation) -> tuple[list[Al
                   {"Events": named, "First": waiting[0].reason[:1000]})], set()
 
 
+def claimed_twice(state: FleetState, evaluation: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``name-conflict`` alert while VMs claim one name or resourceId (``evaluation.conflicts``)."""
+    if not evaluation.conflicts:
+        return [], {"name-conflict"}
+    vms = state.vms
+
+    def named(key: str) -> str:
+        return vms[key].name if key in vms else key
+
+    held = sorted(named(k) for k, c in evaluation.conflicts.items() if c.held)
+    first = sorted(named(k) for k, c in evaluation.conflicts.items() if c.first and not c.held)
+    listed = ", ".join(held[:LISTED]) + (" ..." if len(held) > LISTED else "")
+    summary = (f"{len(evaluation.conflicts)} VM(s) claim a name or resourceId another VM claims; "
+               f"counted as unavailable: {listed or 'none'}")
+    return [Alert("name-conflict", "name-conflict", summary, "warning",
+                  {"Held": listed, "First": ", ".join(first[:LISTED])})], set()
+
+
+
 def key_conflicts(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
     """One ``key-conflict`` alert while any vmId's document is in dispute between two keys."""
     if not state.conflicts:
@@ -127,7 +155,7 @@ def key_conflicts(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[st
 
 
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges, key_conflicts]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, key_conflicts]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:
