@@ -23,6 +23,7 @@ from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS
 from se_forwarder.fleet.coordinator.edge import offload
 from se_forwarder.fleet.coordinator.edge.gate import Quota
 from se_forwarder.fleet.coordinator.input.hub_reader import Batch, Position
+from se_forwarder.fleet.coordinator.input.lag import LagGuard
 from se_forwarder.fleet.coordinator.input.verifier import Verifier
 from tests.support.forged_registrations import KINDS, forged
 
@@ -161,6 +162,41 @@ def test_a_worker_that_dies_is_replaced_and_no_report_is_lost():
         assert pipeline.verifier.restarts >= 1
         after = vms[0].sign(heartbeat(vms[0].vm, NOW + 9999))
         assert pipeline.admit(after) == ["folded"]  # the new pool works
+    finally:
+        pipeline.close()
+
+
+def test_a_verifier_behind_stops_early_approvals_until_what_it_held_is_handed_on():
+    """A worker stopped (SIGSTOP) keeps a batch in the stage: the lag guard counts it from the hub's
+    enqueued time, and lets approvals go on once the workers answered and the batch went on."""
+    pipeline = Parallel(workers=1)
+    try:
+        vm = SignedVm(AgentVm("web-0"))
+        pipeline.admit(vm.identity())  # the pool is made and the key bound
+        pool = pipeline.verifier._pool
+        assert pool is not None
+        workers = list(pool._processes)
+        guard = LagGuard([], 5.0, backlog=pipeline.verifier.backlog)
+        beats = [vm.sign(heartbeat(vm.vm, NOW + i)) for i in range(50)]
+        batch = Batch("0", [(e, Position(i, str(i), NOW)) for i, e in enumerate(beats)], time.monotonic(),
+                      [json.dumps(e).encode() for e in beats])
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            pipeline.verifier.put(batch)
+            assert pipeline.verifier.backlog() == (50, NOW)
+            assert guard.stale({}, NOW + 10) == ("verification is 10 s behind the agents' hub (50 event(s) "
+                                                 "waiting for the verifier's workers), more than max_lag 5 s")
+            assert pipeline.out.empty()
+        finally:
+            for pid in workers:
+                os.kill(pid, signal.SIGCONT)
+        got = pipeline.out.get(timeout=120)
+        outcomes = [pipeline.coordinator.gate.admit(pipeline.coordinator.state, e, NOW, c)
+                    for (e, _), c in zip(got.events, got.checked or [], strict=True)]
+        assert outcomes == ["folded"] * len(beats)
+        assert pipeline.verifier.backlog() == (0, None)
+        assert guard.stale({}, NOW + 10) == ""
     finally:
         pipeline.close()
 

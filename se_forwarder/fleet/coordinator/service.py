@@ -120,7 +120,8 @@ class Service:
         feed = settings.azure.feed if settings.azure is not None else None
         self.hubs = Hubs(settings.eventhub, feed, self.reach, self.admission.put, clients.consumer)
         self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
-        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts)  # no approval on a late fold
+        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts,  # no approval on a late fold
+                            self.admission.backlog)  # nor while verification is behind
         container = clients.container(settings.storage)
         lease = Lease(container, settings.unit, settings.instance, api, settings.storage.lease_duration)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts

@@ -112,6 +112,10 @@ class BatchAdmission:
                              else None for event, _ in batch.events]
         self._onward(batch)
 
+    def backlog(self) -> tuple[int, float | None]:
+        """What waits for the verifier's workers: events, and the oldest's enqueued time (input/lag.py)."""
+        return self.verifier.backlog() if self.verifier is not None else (0, None)
+
     def _bound(self, vm: str) -> Identity | None:
         state = self._state
         return state.identities.get(vm) if state is not None else None

@@ -23,6 +23,9 @@ binding in between making the fold thread verify it again itself. Nothing is fol
 - **Faults.** A worker that dies (killed, out of memory) breaks its pool: the pool is made again
   (``restarts``) and the chunk sent again, up to ``TRIES`` times; after that its events go on
   without checks and the fold thread verifies them itself. No event is lost or folded unverified.
+- **Lag.** ``backlog`` says how many events are in the stage and when the oldest was enqueued on
+  the hub: the lag guard (input/lag.py) counts it, so no early approval is made while verification
+  is behind.
 - Events marked already when they come (another shard's, input/admission.py) are not sent to the
   workers.
 - ``clear`` forgets what is in the stage (the readers were closed: the next ones read from the
@@ -94,6 +97,7 @@ class Verifier:
         self._lock = threading.Lock()  # the pool, the seen keys, the quota
         self._handing = threading.Lock()  # a hand-over to the inbox against clear()
         self._generation = 0
+        self._staged: dict[int, tuple[int, float | None]] = {}  # id(item) -> its events, the first's enqueued
         self._pool: ProcessPoolExecutor | None = None
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._collect, name="coordinator-verifier", daemon=True)
@@ -114,6 +118,9 @@ class Verifier:
         except BaseException:
             self._room.release()
             raise
+        first = next((p.enqueued for _, p in batch.events if p.enqueued is not None), None)
+        with self._lock:
+            self._staged[id(item)] = (len(batch.events), first)
         self._pending.put(item)
 
     def _submit(self, batch: Batch) -> _Item:
@@ -198,9 +205,15 @@ class Verifier:
                         item.checked[i] = offload.checked(result, item.keys[i]) if isinstance(result, int) \
                             else result
                 item.batch.checked = item.checked
+                self._unstage(item)
                 self._hand_over(item)
             finally:
+                self._unstage(item)
                 self._room.release()
+
+    def _unstage(self, item: _Item) -> None:
+        with self._lock:
+            self._staged.pop(id(item), None)
 
     def _result(self, fn: Callable[..., Any], args: tuple[Any, ...], future: Future[Any],
                 n: int) -> list[Any]:
@@ -243,10 +256,19 @@ class Verifier:
 
     # -- the service's side -------------------------------------------------------------------------
 
+    def backlog(self) -> tuple[int, float | None]:
+        """The events waiting in the stage, and the hub's enqueued time of the oldest (None: none)."""
+        with self._lock:
+            staged = list(self._staged.values())
+        times = [t for _, t in staged if t is not None]
+        return sum(n for n, _ in staged), min(times) if times else None
+
     def clear(self) -> None:
         """Forget the batches in the stage (their readers were closed)."""
         with self._handing:
             self._generation += 1
+        with self._lock:
+            self._staged.clear()
 
     def close(self) -> None:
         self._closing.set()
