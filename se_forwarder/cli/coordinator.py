@@ -249,6 +249,24 @@ def release(event_id: str, config: str | None, url: str | None, token_file: str 
     _act("release", config, url, token_file, {"eventId": event_id, "reason": reason})
 
 
+@coordinator.command("settle-identity")
+@click.argument("vm_id")
+@click.option("--key", "keyid", default=None,
+              help="The key id that speaks for VM_ID (one of those in dispute).")
+@click.option("--none", "no_key", is_flag=True, help="No key: VM_ID's next registration binds.")
+@_api_options
+@reason_option
+@friendly_errors
+def settle_identity(vm_id: str, keyid: str | None, no_key: bool, config: str | None, url: str | None,
+                    token_file: str | None, reason: str) -> None:
+    """Settle VM_ID's key conflict: one attested document came with two identity keys.
+
+    Until settled it counts as unavailable in every budget and nobody speaks for it."""
+    if (keyid is None) == (not no_key):
+        raise click.UsageError("give exactly one of --key KEYID or --none")
+    _act("settle", config, url, token_file, {"vmId": vm_id, "keyid": keyid, "reason": reason})
+
+
 @coordinator.command("approve")
 @click.argument("event_id")
 @_api_options

@@ -198,8 +198,12 @@ def _fleet_notes(s: dict[str, Any]) -> list[str]:
                   "`coordinator confirm`)"]
         lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside]
     keys = s.get("identities") or {}
-    if keys.get("rekeyed") or keys.get("sharedKeys"):
+    if keys.get("rekeyed") or keys.get("sharedKeys") or keys.get("conflicts"):
         lines += ["", "IDENTITY KEYS"]
+        lines += [f"  {c['name'] or c['vmId']} ({c['vmId']}): one attested document came with keys "
+                  f"{', '.join(c['keys'])} since {c['since']}; counted as unavailable until a newer "
+                  "registration or 'coordinator settle-identity' settles it"
+                  for c in keys.get("conflicts", [])]
         lines += [f"  {r['name'] or r['vmId']} ({r['vmId']}) registered a new key {r['new']} at {r['time']}, "
                   f"replacing {r['old']}" for r in keys.get("rekeyed", [])[:10]]
         lines += [f"  key {k['keyid']} is registered for several VMs (a copied state directory?): "

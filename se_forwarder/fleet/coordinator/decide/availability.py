@@ -39,6 +39,8 @@ reason              when (first that applies; the reasons of all events and VMs 
                     group, or one resourceId: all of them at first, whatever they say; once the
                     conflict is older than heartbeat_timeout, all but the one that claimed it
                     first (``conflicts``)
+``key-conflict``    its vmId's attested document came with two keys (fold/identities.py): not
+                    settled yet, so nobody speaks for it
 ``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
                     (azure_topology.watched)
 ==================  ==================================================================================
@@ -59,7 +61,8 @@ from ..fold.inventory import claimed_at
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
-REASONS = ("started", "due", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
+REASONS = ("started", "due", "approved", "prepare-failed", "completed", "name-conflict", "key-conflict",
+           "not-watched")
 
 
 def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
@@ -164,6 +167,8 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
     for vm, conflict in conflicts(state, policy, idx, now).items():
         if conflict.held:
             found.setdefault(vm, set()).add("name-conflict")
+    for vm in state.conflicts:
+        found.setdefault(vm, set()).add("key-conflict")
     for vm in unwatched(state, policy, idx, now):
         found.setdefault(vm, set()).add("not-watched")
     return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())

@@ -145,8 +145,8 @@ def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident:
 
 def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp: Stamp, limits: Limits,
         capped: Counter[str], clock: float, sender: Sender) -> Vm | None:
-    """The sending VM's record, created (within ``new_vms_per_minute`` of ``clock``) or updated
-    from ``data.Vm``."""
+    """The sending VM's record, created (within ``new_vms_per_minute`` of ``clock`` unless its
+    registration verified: then at once, with the registered vmId) or updated from ``data.Vm``."""
     info = data.get("Vm")
     info = info if isinstance(info, dict) else {}
     chars = limits.text_chars
@@ -162,9 +162,13 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
     if sender.key is None and not complete and not name:
         return None
     key = sender.key or (vm_id.lower() if complete else "host:" + name.lower())
+    registered = sender.verified and sender.key is not None  # Azure attested this vmId (trust.py)
+    if registered:
+        vm_id = str(sender.key)  # the registration's, never the report's
     vm = state.vms.get(key)
     if vm is None:
-        admit(state, limits, clock)
+        if not registered:  # new_vms_per_minute is for claims nothing backs
+            admit(state, limits, clock)
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id if complete else "")
         state.rename(key, None, name)
         state.version += 1

@@ -14,7 +14,8 @@ as both pruned at about the same time. It drops:
   whatever the others reported. Their EventIds are remembered for ``keep_gone`` (7 days) so a
   straggling report cannot bring one back; with Azure's record of them (azure_fold.forget);
 - pause/resume decisions older than ``keep_events`` that are not the current state of their scope,
-  and inventory confirmations older than that (what they confirmed stays: fold/inventory.py).
+  and inventory confirmations and key settlements older than that (what they confirmed or settled
+  stays: fold/inventory.py, fold/identities.py).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident, decision in state.decisions.items():
         event_id = decision.data.get("EventId")
         of_removed = isinstance(event_id, str) and event_id.lower() in removed
-        old_switch = decision.kind in ("pause", "resume", "confirm") and ident not in current
+        old_switch = decision.kind in ("pause", "resume", "settle", "confirm") and ident not in current
         if of_removed or (old_switch and decision.time < now - keep_events):
             stale.append(ident)
     for ident in stale:

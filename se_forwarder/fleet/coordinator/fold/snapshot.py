@@ -5,14 +5,17 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (fold/identities.py), the key changes kept to be shown, the reports waiting for
-their sender's registration (gate.py), and the inventory (each VM's first placement and the
+identity keys (fold/identities.py), the key changes kept to be shown, the vmIds in key conflict, the
+reports waiting for their sender's registration (gate.py), up to 4 MiB of them (how many were left
+out is kept, and counted when restored), and the inventory (each VM's first placement and the
 placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -20,8 +23,20 @@ from ....errors import StateError
 from . import azure_state, inventory
 from .caps import FOLDED
 from .decisions import decision
+from .identities import HELD_LEFT_OUT, held_for_snapshot
 from .reports import track
-from .state import COMPLETED, NO_STAMP, DecisionRecord, EventRecord, FleetState, Identity, Rekey, Stamp, Vm
+from .state import (
+    COMPLETED,
+    NO_STAMP,
+    Conflict,
+    DecisionRecord,
+    EventRecord,
+    FleetState,
+    Identity,
+    Rekey,
+    Stamp,
+    Vm,
+)
 
 FORMAT = 1
 
@@ -50,12 +65,26 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
         "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
-        "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
-        "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
+        "rekeyed": [[r.vm, r.old, r.new, r.time] for _, v in sorted(state.rekeyed.items()) for r in v],
+        "conflicts": {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
+                          "candidates": [_identity(i) for i in c.candidates]}
+                      for k, c in sorted(state.conflicts.items())},
+        **dict(zip(("waiting", "waitingLeftOut"), held_for_snapshot(state), strict=True)),
         "azure": azure_state.dump(state.azure),
         "confirmed": {k: [inventory.as_data(p), *state.confirmed_at[k]]
                       for k, p in sorted(state.confirmed.items())},
     }
+
+
+def digest(state: FleetState) -> str:
+    """The SHA-256 of the snapshot's canonical JSON: equal on instances whose folds are equal."""
+    text = json.dumps(snapshot(state), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _identity_of(i: dict[str, Any]) -> Identity:
+    return Identity(str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
+                    str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
 
 
 def _identity(i: Identity) -> dict[str, Any]:
@@ -158,11 +187,15 @@ def _restore(data: dict[str, Any]) -> FleetState:
             state.groups.union(members[0], other)
     state.gone = {str(k): float(v) for k, v in data["gone"].items()}
     for key, i in data.get("identities", {}).items():
-        state.identities[str(key)] = Identity(
-            str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
-            str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
-    state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in data.get("rekeyed", [])]
+        state.identities[str(key)] = _identity_of(i)
+    for v, o, n, t in data.get("rekeyed", []):
+        state.rekeyed.setdefault(str(v), []).append(Rekey(str(v), str(o), str(n), float(t)))
+    for key, c in data.get("conflicts", {}).items():
+        candidates = tuple(_identity_of(i) for i in c["candidates"])
+        state.conflicts[str(key)] = Conflict(str(c["document"]), float(c["createdOn"]), candidates,
+                                             float(c["since"]))
     state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
+    state.cache[HELD_LEFT_OUT] = int(data.get("waitingLeftOut", 0))  # gate.resume counts them
     for key, (where, moment, ident) in data.get("confirmed", {}).items():
         state.confirmed[str(key)], state.confirmed_at[str(key)] = inventory.from_data(where), (float(moment),
                                                                                             str(ident))

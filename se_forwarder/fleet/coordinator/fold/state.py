@@ -195,6 +195,16 @@ class Identity:
 
 
 @dataclass(frozen=True, slots=True)
+class Conflict:
+    """A vmId whose document came with two keys: neither speaks for it (fold/identities.py)."""
+
+    document: str  # the SignedData in dispute (SHA-256 hex)
+    created_on: float  # its timeStamp.createdOn: only a newer document settles it
+    candidates: tuple[Identity, ...]  # the keys it came with, first read first
+    since: float  # hub time of the registration that made the conflict
+
+
+@dataclass(frozen=True, slots=True)
 class Rekey:
     """A vmId that registered a new key with a newer document (a reinstall): kept to be shown."""
 
@@ -273,7 +283,8 @@ class FleetState:
     terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
     retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
     identities: dict[str, Identity] = field(default_factory=dict)  # VM key -> its registered key
-    rekeyed: list[Rekey] = field(default_factory=list)  # newest last, at most registrations.REKEYS_KEPT
+    rekeyed: dict[str, list[Rekey]] = field(default_factory=dict)  # VM key -> its key changes, newest last
+    conflicts: dict[str, Conflict] = field(default_factory=dict)  # VM key -> its key in dispute
     # Reports (and identity events) held until their sender's registration folds (gate.py):
     # VM key -> [(enqueued time, CloudEvent)].
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)

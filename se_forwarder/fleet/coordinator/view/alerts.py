@@ -24,6 +24,9 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
 ``name-conflict``         VMs heard from lately claim one name in one group, or one resourceId: each
                           counts as unavailable, and once the conflict outlasts heartbeat_timeout
                           every one but the first claimant (decide/availability.py); one alert
+``key-conflict``          a vmId's attested document came with two keys (fold/identities.py): neither
+                          speaks for it and it counts down in every budget; one alert for every such
+                          vmId, open until an operator or a newer document settles each
 ``recovery-timeout``      (for later issues) a VM did not report recovered in time
 ``gate-closed``           a gate of ``[[gates]]`` is closed (its alerts fire, or it cannot be asked;
                           input/gates.py); id ``gate-closed/<name>``, open while it is closed,
@@ -54,9 +57,9 @@ from ..fold.state import FleetState
 
 SEVERITIES = ("critical", "error", "warning", "info")
 KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
-         "name-conflict", "recovery-timeout", "gate-closed")
+         "name-conflict", "key-conflict", "recovery-timeout", "gate-closed")
 FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
-         "name-conflict")  # one alert each, not one per event
+         "name-conflict", "key-conflict")  # one alert each, not one per event
 LISTED = 10  # events named in one alert's summary
 
 
@@ -156,8 +159,19 @@ def closed_gates(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str
     return opened, closed
 
 
+def key_conflicts(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``key-conflict`` alert while any vmId's document is in dispute between two keys."""
+    if not state.conflicts:
+        return [], {"key-conflict"}
+    vms = sorted(state.conflicts, key=lambda vm: (state.conflicts[vm].since, vm))
+    named = ", ".join(vms[:LISTED]) + (" ..." if len(vms) > LISTED else "")
+    summary = (f"{len(vms)} vmId(s) registered with two keys for one attested document, counted down in "
+               f"every budget until settled (coordinator settle-identity): {named}")
+    return [Alert("key-conflict", "key-conflict", summary, "error", {"VMs": named})], set()
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, closed_gates]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, closed_gates, key_conflicts]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:

@@ -63,7 +63,7 @@ from ..decide.availability import conflicts, due_at, echoes, is_due, unwatched
 from ..decide.evaluate import Evaluation, evaluate
 from ..decide.queues import queue_conflicts
 from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
-from ..fold.identities import shared_keys
+from ..fold.identities import recent_rekeys, shared_keys
 from ..fold.state import (
     COMPLETED,
     RANK_NAMES,
@@ -217,10 +217,18 @@ def identities(state: FleetState) -> dict[str, Any]:
     return {
         "registered": len(state.identities),
         "rekeyed": [{"name": state.vms[r.vm].name if r.vm in state.vms else "", "vmId": r.vm, "old": r.old,
-                     "new": r.new, "time": rfc3339_or_none(r.time)} for r in reversed(state.rekeyed)],
+                     "new": r.new, "time": rfc3339_or_none(r.time)} for r in reversed(recent_rekeys(state))],
+        "conflicts": key_conflicts(state),
         "sharedKeys": [{"keyid": kid, "vms": [_named(state, k) for k in vms]}
                        for kid, vms in shared_keys(state)],
     }
+
+
+def key_conflicts(state: FleetState) -> list[dict[str, Any]]:
+    """vmIds whose document came with two keys: counted down until settled (fold/identities.py)."""
+    return [{"name": state.vms[vm].name if vm in state.vms else "", "vmId": vm,
+             "keys": [c.keyid for c in conflict.candidates], "since": rfc3339_or_none(conflict.since)}
+            for vm, conflict in sorted(state.conflicts.items())]
 
 
 def _event_ref(record: EventRecord, status: str) -> dict[str, Any]:

@@ -488,7 +488,8 @@
     return node;
   }
 
-  const STATE_WORDS = { due: "started by Azure (due)", "name-conflict": "name claimed twice" };
+  const STATE_WORDS = { due: "started by Azure (due)", "name-conflict": "name claimed twice",
+    "key-conflict": "registered with two keys" };
 
   function tile(v, gi, vi, named, match) {
     const state = v[4];
