@@ -63,14 +63,14 @@ def test_without_a_resource_type_either_spelling_still_names_a_scheduled_event()
         assert isinstance(azure_facts.feed_event({**event, "type": spelling}, [SUB]), EventFacts)
 
 
-def test_a_health_event_on_the_feed_is_unread_not_a_wrong_scheduled_event():
-    """Resource Health's events share the feed; no box reads them yet (azure_facts.KINDS)."""
-    health = {"specversion": "1.0", "id": "h1", "source": f"/subscriptions/{SUB}", "time": EVENT["time"],
-              "type": "Microsoft.ResourceNotifications.HealthResources.AvailabilityStatusChanged",
-              "data": {"resourceInfo": {"id": "/subscriptions/x/providers/Microsoft.ResourceHealth/"
-                                        "availabilityStatuses/current",
-                                        "type": "Microsoft.ResourceHealth/availabilityStatuses"}}}
-    assert refusal(health) == "unread"
+def test_a_resource_annotation_on_the_feed_is_unread_not_a_wrong_scheduled_event():
+    """Resource Health's other events share the feed; no box reads annotations (azure_facts.KINDS)."""
+    annotation = {"specversion": "1.0", "id": "h1", "source": f"/subscriptions/{SUB}", "time": EVENT["time"],
+                  "type": "Microsoft.ResourceNotifications.HealthResources.ResourceAnnotated",
+                  "data": {"resourceInfo": {"id": "/subscriptions/x/providers/Microsoft.ResourceHealth/"
+                                            "resourceAnnotations/current",
+                                            "type": "Microsoft.ResourceHealth/resourceAnnotations"}}}
+    assert refusal(annotation) == "unread"
 
 
 def _with(path: list[str], value: object) -> dict:

@@ -57,6 +57,7 @@ from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
 from .availability import echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .recovery import Overdue
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .wording import hhmm, span
@@ -87,6 +88,7 @@ class Evaluation:
     used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
     index: ScopeIndex | None = None
     sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
+    overdue: list[Overdue] = field(default_factory=list)  # VMs not seen recovered in time (recovery.py)
 
 
 class DecisionPass:
@@ -95,11 +97,13 @@ class DecisionPass:
     def __init__(self, state: FleetState, policy: Policy, now: float) -> None:
         self.state, self.policy, self.now = state, policy, now
         self.idx = index(state, policy)
-        self.down = unavailable(state, policy, self.idx, now)
+        overdue: list[Overdue] = []
+        self.down = unavailable(state, policy, self.idx, now, overdue)
         self.counts = used(self.idx, self.down)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
-        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
+        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
+                              overdue=overdue)
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
 

@@ -58,6 +58,8 @@ class Vm:
     agent_version: str = ""
     listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    health: str = ""  # its newest heartbeat's data.Health verdict: healthy | unhealthy | unknown | ""
+    health_reason: str = ""  # "<probe>: <reason>" while unhealthy (fold/health.py)
     info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
 
     def topology(self) -> tuple[Any, ...]:
@@ -137,6 +139,7 @@ class EventRecord:
     echoes: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, ApprovedBy)
     prepared: dict[str, float] = field(default_factory=dict)  # VM -> time
     prepare_failed: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, reason)
+    recovered: dict[str, float] = field(default_factory=dict)  # VM -> its earliest `recovered` report
     rejections: dict[str, tuple[str, str]] = field(default_factory=dict)  # message id -> (VM, code)
     approvals: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> decision
     sends: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> its message was queued

@@ -16,7 +16,9 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
                           edge (input/feed_watch.py)
 ``fold-stalled``          the fold does not move: the service's loop has not answered for a minute,
                           or the agents' hub has not been read for five (output/alerting.py)
-``recovery-timeout``      (for later issues) a VM did not report recovered in time
+``recovery-timeout``      with ``free_slot = "recovered"``: a VM was not seen recovered
+                          ``recover_timeout`` after its event ended (decide/recovery.py); it stays
+                          counted down. One alert naming every such VM, open while one is
 ``gate-closed``           (for later issues) an approval gate stayed closed for long
 ========================  ==========================================================================
 
@@ -44,7 +46,7 @@ from ..fold.state import FleetState
 
 SEVERITIES = ("critical", "error", "warning", "info")
 KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "recovery-timeout", "gate-closed")
-FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled")  # one alert each, not one per event
+FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "recovery-timeout")  # one each, not per event
 LISTED = 10  # events named in one alert's summary
 
 
@@ -111,8 +113,22 @@ def refused_acknowledges(_: FleetState, evaluation: Evaluation) -> tuple[list[Al
                   {"Events": named, "First": waiting[0].reason[:1000]})], set()
 
 
+def recovery_timeouts(state: FleetState, evaluation: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``recovery-timeout`` alert while any VM is not seen recovered in time (recovery.py)."""
+    late = sorted(evaluation.overdue, key=lambda o: (o.done, o.event_id, o.vm))
+    if not late:
+        return [], {"recovery-timeout"}
+    vms = [f"{state.vms[o.vm].name if o.vm in state.vms else o.vm} ({o.event_id})" for o in late]
+    named = ", ".join(vms[:LISTED]) + (" ..." if len(vms) > LISTED else "")
+    minutes = max(0.0, evaluation.now - late[0].done) / 60
+    summary = (f"{len(late)} VM(s) not recovered after their maintenance ended, each still counted "
+               f"unavailable: {named}; the longest for {minutes:.0f} min")
+    return [Alert("recovery-timeout", "recovery-timeout", summary, "error",
+                  {"VMs": named, "Events": ", ".join(sorted({o.event_id for o in late})[:LISTED])})], set()
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, recovery_timeouts]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:

@@ -19,7 +19,9 @@
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
-                      "findings": [...]}}   (view/azure.py)
+                      "findings": [...]},   (view/azure.py)
+     "health": [{"name", "vmId", "reason", "detail", "eventId", "sinceUtc"}],
+     "alerts": [{"id", "kind", "summary", "severity", "details"}]}   (view/health.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
@@ -37,6 +39,7 @@ first) and keys registered for several VMs (fold/identities.py).
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
 "faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
 ``started``, ``approved``, ``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
+``recovering``, ``not-recovered``, ``unhealthy``, ``azure-unavailable`` (decide/availability.py),
 ``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
 "notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
 and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
@@ -57,6 +60,7 @@ from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
 from ..fold.identities import shared_keys
 from ..fold.state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
 from . import azure as azure_view
+from . import health as health_view
 
 
 def _age(now: float, moment: float | None) -> float | None:
@@ -163,6 +167,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "azure": azure_view.summary(state, idx, now),
         "nameConflicts": name_conflicts(state, policy, idx, now),
         "identities": identities(state),
+        "health": health_view.health(state, ev),
+        "alerts": health_view.alerts(state, ev),
     }
 
 
