@@ -210,7 +210,7 @@ def test_with_recovered_an_agentless_vm_is_held_until_azure_says_available_after
     fold_event(f.state, facts(feed("E4", "Completed", [SET[4]], T0 + 120)))
     scheduled(f, "E5", SET[5], T0 + 121)
     result = f.decide(T0 + 130)
-    assert (result.unavailable[SET[4].key], approvals(result)) == ("recovering", [])
+    assert (result.unavailable[SET[4].key], approvals(result)) == ("azure-unavailable", [])
     fold_azure_health(f.state, read(changed(SET[4], "Unknown", T0 + 125, previous="Unavailable")))
     result = f.decide(T0 + 131)
     assert (result.unavailable[SET[4].key], approvals(result)) == ("recovering", [])

@@ -23,16 +23,16 @@ reason              when (first that applies; the reasons of all events and VMs 
                     echo from a VM the event affects (only those can approve it on IMDS) or from
                     ARM (Azure answered the coordinator's ``acknowledge``)
 ``prepare-failed``  it reported ``preparefailed`` for the event, and no ``prepared`` after
-``completed``       done, less than ``min_healthy`` ago: after its own completed report, or after
-                    the silence that made it done (the event's last report + heartbeat_timeout)
+``unhealthy``       its newest heartbeat's ``[health]`` verdict is unhealthy: a failing probe counts
+                    as an unplanned outage, in every budget the VM belongs to
+``azure-unavailable`` Azure's Resource Health shows it Unavailable or Degraded, whatever its agent
+                    says (fold/health.py)
 ``not-recovered``   with ``free_slot = "recovered"``: done, and not seen recovered ``recover_timeout``
                     after (decide/recovery.py; the ``recovery-timeout`` alert)
 ``recovering``      with ``free_slot = "recovered"``: done, ``min_healthy`` passed, not seen
                     recovered yet
-``azure-unavailable`` Azure's Resource Health shows it Unavailable or Degraded, whatever its agent
-                    says (fold/health.py)
-``unhealthy``       its newest heartbeat's ``[health]`` verdict is unhealthy: a failing probe counts
-                    as an unplanned outage, in every budget the VM belongs to
+``completed``       done, less than ``min_healthy`` ago: after its own completed report, or after
+                    the silence that made it done (the event's last report + heartbeat_timeout)
 ``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
                     group, or one resourceId: all of them (``conflicts``), whatever they say
 ``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
@@ -55,8 +55,8 @@ from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, Fl
 from .recovery import RECOVERED, Overdue, held
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
-REASONS = ("started", "approved", "prepare-failed", "completed", "not-recovered", "recovering",
-           "azure-unavailable", "unhealthy", "name-conflict", "not-watched")
+REASONS = ("started", "approved", "prepare-failed", "unhealthy", "azure-unavailable", "not-recovered",
+           "recovering", "completed", "name-conflict", "not-watched")
 
 
 def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
