@@ -40,17 +40,23 @@ class Overdue:
     done: float  # when it was done with the event
 
 
-def recovered(state: FleetState, idx: ScopeIndex, record: EventRecord, vm: str, done: float) -> bool:
-    """Whether ``vm`` is seen recovered from ``record`` (module docstring)."""
-    for reporter in record.recovered:
-        if idx.key(reporter) == vm:
-            return True
-    own = state.vms.get(vm)
-    if own is not None and agent_reported(own):
-        return False
+def recovered_at(state: FleetState, idx: ScopeIndex, record: EventRecord, vm: str,
+                 done: float) -> float | None:
+    """When ``vm`` was seen recovered from ``record`` (module docstring); None while it is not."""
+    own = [moment for reporter, moment in record.recovered.items() if idx.key(reporter) == vm]
+    if own:
+        return min(own)
+    facts = state.vms.get(vm)
+    if facts is not None and agent_reported(facts):
+        return None
     health = azure_health(state, vm)
     since = record.started_at if record.started_at is not None else done
-    return health is not None and health.state == "Available" and health.occurred >= since
+    return health.occurred if health is not None and health.state == "Available" and \
+        health.occurred >= since else None
+
+
+def recovered(state: FleetState, idx: ScopeIndex, record: EventRecord, vm: str, done: float) -> bool:
+    return recovered_at(state, idx, record, vm, done) is not None
 
 
 def held(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, vm: str, done: float,

@@ -13,6 +13,8 @@ kind             from                                           to (``None``: st
 ``started``      its first Started report                       when the VM was done with it
                                                                 (availability.py); canceled: ended
 ``min_healthy``  that completion                                completion + ``min_healthy``
+``recovering``   with ``free_slot = "recovered"``: completion   when it was seen recovered
+                 + ``min_healthy``                              (decide/recovery.py)
 ===============  =============================================  =====================================
 
 A span that would end before it starts (clocks of the agents and of the coordinator disagree) is
@@ -20,10 +22,11 @@ left out. Azure starts an event for all its Resources at once, so a VM's Started
 event's first Started report.
 
 ``down(spans)`` is a group's budget line: step points ``(time, VMs down from then on)``, where a VM
-is down while it is in an ``approved``, ``started`` or ``min_healthy`` span: what the coordinator
-counts against a budget (scopes.py), without ``not-watched`` and ``prepare-failed``, whose history
-the fold does not keep. Spans are half-open, so one VM coming back as the next goes down is one down,
-not two; a VM in two spans at once counts once.
+is down while it is in an ``approved``, ``started``, ``min_healthy`` or ``recovering`` span: what
+the coordinator counts against a budget (scopes.py), without ``not-watched``, ``prepare-failed``,
+``unhealthy`` and ``azure-unavailable``, whose history the fold does not keep. Spans are half-open,
+so one VM coming back as the next goes down is one down, not two; a VM in two spans at once counts
+once.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from dataclasses import dataclass
 
 from ..config.policy import Policy
 from ..decide.availability import completions, echoes
+from ..decide.recovery import RECOVERED, recovered_at
 from ..decide.scopes import ScopeIndex, resolve
 from ..fold.state import EventRecord, FleetState
 
-KINDS = ("scheduled", "approved", "started", "min_healthy")
+KINDS = ("scheduled", "approved", "started", "min_healthy", "recovering")
 DOWN_KINDS = frozenset(KINDS[1:])
 
 
@@ -59,8 +63,10 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
             continue
         vms = resolve(state, idx, record).vms
         if vms:
-            out.extend(_event_spans(record, vms, policy, completions(state, idx, record, vms, policy),
-                                    approved_at(record, policy, idx, vms)))
+            done = completions(state, idx, record, vms, policy)
+            out.extend(_event_spans(record, vms, policy, done, approved_at(record, policy, idx, vms)))
+            if policy.free_slot == RECOVERED:
+                out.extend(_recovering(state, idx, record, policy, done))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
     return out
 
@@ -80,6 +86,20 @@ def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done
             stages.append(("min_healthy", came_back, came_back + policy.min_healthy))
         out.extend(Span(vm, kind, start, end, record.key) for kind, start, end in stages
                    if start is not None and (end is None or end > start))
+    return out
+
+
+def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy: Policy,
+                done: dict[str, float | None]) -> list[Span]:
+    """Each VM's wait for its recovery after ``min_healthy`` (module docstring)."""
+    out = []
+    for vm, came_back in done.items():
+        if came_back is None:
+            continue
+        start = came_back + policy.min_healthy
+        end = recovered_at(state, idx, record, vm, came_back)
+        if end is None or end > start:
+            out.append(Span(vm, "recovering", start, end, record.key))
     return out
 
 

@@ -240,6 +240,14 @@
           (rekeyed.length > 1 ? ` (${rekeyed.length} key changes in all)` : "") }));
     }
     if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
+    // Gate-closed periods and other gates' banners go beside these (doc.alerts carries their kinds).
+    for (const a of doc.alerts || []) {
+      banner.append(el("span", { class: `alert sev-${a.severity}`, "data-alert": a.kind, text: a.summary }));
+    }
+    for (const h of doc.health || []) {
+      banner.append(el("span", { class: "unwell", "data-vm": h.name, "data-reason": h.reason,
+        text: `${h.name} held: ${h.reason}, ${h.detail}` + (h.eventId ? ` after ${h.eventId}` : "") }));
+    }
     for (const [part, r] of Object.entries((s && s.reachability) || {})) {
       if (r.reachable) continue; // an unreachable part, or the Azure feed's events all refused
       banner.append(el("span", { class: "down", "data-part": part,
