@@ -142,3 +142,17 @@ def test_recovery_settings_are_read():
     policy = load_policy({"policy": {"free_slot": "recovered", "recover_timeout": "15m"}})
     assert (policy.free_slot, policy.recover_timeout) == ("recovered", 900.0)
     assert load_policy({}).free_slot == "min_healthy"
+
+
+def test_the_timeline_shows_the_wait_for_recovery_and_counts_it_down():
+    from se_forwarder.fleet.coordinator.decide import index
+    from se_forwarder.fleet.coordinator.view.timeline import down, spans
+
+    f = rebooted(Policy(**{**RECOVERED, "min_healthy": 30.0}))
+    f.fold(recovered(SET[0], "E1", T0 + 170))
+    found = [(s.kind, s.start, s.end) for s in spans(f.state, f.policy, index(f.state, f.policy))
+             if s.event == "e1" and s.vm == SET[0].key]
+    assert ("min_healthy", T0 + 100, T0 + 130) in found
+    assert ("recovering", T0 + 130, T0 + 170) in found
+    line = down(s for s in spans(f.state, f.policy, index(f.state, f.policy)) if s.vm == SET[0].key)
+    assert line[-1] == (T0 + 170, 0)
