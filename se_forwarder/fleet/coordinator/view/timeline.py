@@ -54,8 +54,9 @@ class Span:
     event: str  # event key
 
 
-def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
-    """Every stage of every kept event for each VM it affects (module docstring), by start."""
+def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> list[Span]:
+    """Every stage of every kept event for each VM it affects (module docstring), by start; a
+    ``recovering`` span still going on only once it began (``now``)."""
     out: list[Span] = []
     for key in sorted(state.events):
         record = state.events[key]
@@ -66,7 +67,7 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
             done = completions(state, idx, record, vms, policy)
             out.extend(_event_spans(record, vms, policy, done, approved_at(record, policy, idx, vms)))
             if policy.free_slot == RECOVERED:
-                out.extend(_recovering(state, idx, record, policy, done))
+                out.extend(_recovering(state, idx, record, policy, done, now))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
     return out
 
@@ -90,7 +91,7 @@ def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done
 
 
 def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy: Policy,
-                done: dict[str, float | None]) -> list[Span]:
+                done: dict[str, float | None], now: float | None) -> list[Span]:
     """Each VM's wait for its recovery after ``min_healthy`` (module docstring)."""
     out = []
     for vm, came_back in done.items():
@@ -98,7 +99,7 @@ def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy:
             continue
         start = came_back + policy.min_healthy
         end = recovered_at(state, idx, record, vm, came_back)
-        if end is None or end > start:
+        if (end is None and (now is None or now > start)) or (end is not None and end > start):
             out.append(Span(vm, "recovering", start, end, record.key))
     return out
 
