@@ -13,7 +13,7 @@ from se_forwarder.fleet.coordinator.edge import azure_facts, domains, vm_row
 from se_forwarder.fleet.coordinator.edge.azure_facts import Refusal
 from se_forwarder.fleet.coordinator.fold import EventFacts, VmFacts
 
-from .azure import feed, row
+from .azure import feed, row, with_member
 from .azure import vm_row as graph_vm_row
 from .fleet import SET, SUB, T0
 
@@ -74,12 +74,7 @@ def test_a_resource_annotation_on_the_feed_is_unread_not_a_wrong_scheduled_event
 
 
 def _with(path: list[str], value: object) -> dict:
-    event = copy.deepcopy(EVENT)
-    node = event
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return event
+    return with_member(EVENT, path, value)
 
 
 @pytest.mark.parametrize(("event", "code"), [

@@ -3,8 +3,6 @@ order (fold/health.py), and counted by the decision pass (decide/availability.py
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +15,7 @@ from se_forwarder.fleet.coordinator.fold.health import fold_azure_health
 from se_forwarder.fleet.coordinator.fold.snapshot import restore, snapshot
 from se_forwarder.fleet.coordinator.fold.state import FleetState
 
-from .azure import catch_up, facts, feed, policy, vm_row
+from .azure import catch_up, facts, feed, policy, vm_row, with_member
 from .fleet import SET, SUB, T0, AgentVm, Fleet, approvals, heartbeat, iso
 
 AGENTS, AGENTLESS = SET[:4], SET[4:]
@@ -69,15 +67,6 @@ def test_an_availability_change_on_the_feed_is_read_as_a_vms_health():
                                                                    T0, "feed")
 
 
-def _with(event: dict, path: list[str], value: object) -> dict:
-    out = copy.deepcopy(event)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
-
-
 PROPS = ["data", "resourceInfo", "properties"]
 
 
@@ -94,7 +83,7 @@ PROPS = ["data", "resourceInfo", "properties"]
     (["data", "resourceInfo", "properties"], "none", "schema"),
 ])
 def test_an_availability_change_that_does_not_hold_together_is_refused_with_a_reason(path, value, code):
-    assert refusal(_with(changed(SET[0], "Unavailable", T0), path, value)) == code
+    assert refusal(with_member(changed(SET[0], "Unavailable", T0), path, value)) == code
 
 
 @pytest.mark.parametrize("spelling", ["occurredTime", "occuredTime"])

@@ -55,7 +55,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ....approvals.messages import EVENT_ID
 from ....model import MalformedDocument, parse_not_before
@@ -264,24 +264,28 @@ KINDS: dict[str, Callable[[Mapping[str, Any], Sequence[str]], EventFacts | Healt
 }
 
 
-def health_row(row: Mapping[str, Any], managed: Sequence[str], as_of: float) -> HealthFacts | Refusal:
-    """The facts of one ``healthresources`` availability status row (answered at ``as_of``), or why not."""
+T = TypeVar("T")
+
+
+def _row(row: Mapping[str, Any], table_type: str, read: Callable[[Any, Sequence[str], float, str], T],
+         managed: Sequence[str], as_of: float) -> T | Refusal:
+    """A Resource Graph row of ``table_type`` read by ``read``, or why not."""
     try:
-        if str(row.get("type", "")).lower() != AVAILABILITY_RESOURCE:
-            raise _Refused("type", f"row type {str(row.get('type'))[:80]!r} is not {AVAILABILITY_RESOURCE}")
-        return _health(row, managed, as_of, "graph")
+        if str(row.get("type", "")).lower() != table_type:
+            raise _Refused("type", f"row type {str(row.get('type'))[:80]!r} is not {table_type}")
+        return read(row, managed, as_of, "graph")
     except _Refused as refused:
         return Refusal(refused.code, refused.detail)
+
+
+def health_row(row: Mapping[str, Any], managed: Sequence[str], as_of: float) -> HealthFacts | Refusal:
+    """The facts of one ``healthresources`` availability status row (answered at ``as_of``), or why not."""
+    return _row(row, AVAILABILITY_RESOURCE, _health, managed, as_of)
 
 
 def event_row(row: Mapping[str, Any], managed: Sequence[str], as_of: float) -> EventFacts | Refusal:
     """The facts of one ``maintenanceresources`` row (answered at ``as_of``), or why not."""
-    try:
-        if str(row.get("type", "")).lower() != EVENT_TABLE_TYPE:
-            raise _Refused("type", f"row type {str(row.get('type'))[:80]!r} is not {EVENT_TABLE_TYPE}")
-        return _event(row, managed, as_of, "graph")
-    except _Refused as refused:
-        return Refusal(refused.code, refused.detail)
+    return _row(row, EVENT_TABLE_TYPE, _event, managed, as_of)
 
 
 def _domain(value: Any) -> str:
