@@ -60,9 +60,10 @@ def recovered(state: FleetState, idx: ScopeIndex, record: EventRecord, vm: str, 
 
 
 def held(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, vm: str, done: float,
-         now: float) -> str | None:
-    """Why ``vm``, done with ``record`` at ``done``, still counts as unavailable now; None once back."""
-    if done + policy.min_healthy > now:
+         back: float, now: float) -> str | None:
+    """Why ``vm``, done with ``record`` at ``done``, still counts as unavailable now (``back``: when
+    the clock frees it, availability.back_at); None once back."""
+    if back > now:
         return "completed"
     if policy.free_slot != RECOVERED or recovered(state, idx, record, vm, done):
         return None

@@ -26,6 +26,12 @@ kind                 key                                                 holds
 
 A VM lacking an attribute (no zone, no scale set, no topology yet) is in no scope of that kind.
 
+Inventory. A VM is in the scopes it claims (it counts as unavailable there), but a percentage
+budget's limit is taken of the scope's *inventory*: the VMs whose accepted placement puts them there
+too (their first placement, one an operator confirmed, or Azure's: fold/inventory.py), so no claim
+grows a budget. ``outside`` lists the VMs whose claim is beyond their accepted placements, with the
+scopes they claim but do not count in.
+
 Deleted VMs. A VM named in the Resources of a completed ``Terminate`` (reported under that type
 alone) that itself reported it Started or completed, and was not heard from after that
 completion (its own, else the latest), was deleted (scale-in): it leaves the fleet at once rather
@@ -56,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.policy import Budget, Policy
+from ..fold import inventory
 from ..fold import topology as azure_topology
 from ..fold.state import CANCELED, STARTED, EventRecord, FleetState, Vm
 from .queues import shared_queues
@@ -81,13 +88,15 @@ class ScopeIndex:
     size: Counter[str]
     budget_of: dict[str, Budget]  # scope -> its budget
     names: dict[str, dict[str, list[str]]]  # group -> lower-case name -> VM keys
+    inventory: Counter[str] = field(default_factory=Counter)  # scope -> VMs its percentage is taken of
+    outside: dict[str, tuple[str, ...]] = field(default_factory=dict)  # VM -> scopes claimed, not counted
     shared_queue: dict[str, str] = field(default_factory=dict)  # VM -> its queue another VM shares
     resolved: dict[str, tuple[int, Resolution]] = field(default_factory=dict)
     unwatched_at: tuple[tuple[float, float], set[str]] | None = None
     cache: dict[str, Any] = field(default_factory=dict)  # availability.py's, per index and time
 
     def limit(self, scope: str) -> int:
-        return self.budget_of[scope].limit(self.size[scope])
+        return self.budget_of[scope].limit(self.inventory[scope])
 
     def key(self, vm_key: str) -> str:
         return self.alias.get(vm_key, vm_key)
@@ -127,22 +136,42 @@ def _build(state: FleetState, policy: Policy) -> ScopeIndex:
     size: Counter[str] = Counter()
     budget_of: dict[str, Budget] = {}
     names: dict[str, dict[str, list[str]]] = {}
+    counted: Counter[str] = Counter()
+    outside: dict[str, tuple[str, ...]] = {}
     for key in members:
         vm, group = state.vms[key], group_of[key]
         pairs = scope_keys(vm, group)
         scopes_of[key] = tuple(scope for _, scope in pairs)
+        placed = _placed_scopes(state, policy, key, group)
         budgeted = []
         for kind, scope in pairs:
             kind_of[scope] = kind
             size[scope] += 1
+            if placed is None or scope in placed:
+                counted[scope] += 1
             budget = policy.by_kind.get(kind)
             if budget is not None:
                 budget_of[scope] = budget
                 budgeted.append(scope)
+        if placed is not None:
+            outside[key] = tuple(scope for scope in scopes_of[key] if scope not in placed)
         budget_scopes_of[key] = tuple(budgeted)
         names.setdefault(group, {}).setdefault(vm.name.lower(), []).append(key)
+    shared = shared_queues(state, members, policy.queue_template)
     return ScopeIndex(members, alias, extra, group_of, scopes_of, budget_scopes_of, kind_of, size,
-                      budget_of, names, shared_queues(state, members, policy.queue_template))
+                      budget_of, names, counted, outside, shared)
+
+
+def _placed_scopes(state: FleetState, policy: Policy, key: str, group: str) -> set[str] | None:
+    """The scopes a VM counts in for sizes when its claim is beyond its accepted placements (the
+    module docstring's inventory); None when it counts wherever it claims."""
+    if not inventory.unplaced(state, key):
+        return None
+    vm, out = state.vms[key], set[str]()
+    for where in inventory.accepted(state, key):
+        there = inventory.as_vm(vm, where)
+        out.update(scope for _, scope in scope_keys(there, _explicit_group(state, policy, there) or group))
+    return out
 
 
 def _retired(state: FleetState) -> set[str]:
@@ -187,12 +216,9 @@ def _groups(state: FleetState, policy: Policy, members: list[str], component: di
     label: dict[str, tuple[str, str, str, str]] = {}
     for key in members:
         vm = state.vms[key]
-        if policy.group_tag and policy.group_tag in vm.tags:
-            explicit[key] = "tag/" + vm.tags[policy.group_tag].lower()
-        elif vm.scale_set:
-            explicit[key] = f"vmss/{vm.subscription or '-'}/{vm.resource_group or '-'}/{vm.scale_set}"
-        elif (avset := azure_topology.group(state, key)) is not None:
-            explicit[key] = avset
+        named = _explicit_group(state, policy, vm)
+        if named is not None:
+            explicit[key] = named
         else:
             mine = (vm.subscription or "-", vm.resource_group or "-", vm.name.lower() or "-", key)
             root = component[key]
@@ -206,6 +232,15 @@ def _groups(state: FleetState, policy: Policy, members: list[str], component: di
             sub, rg, name, _ = label[component[key]]
             out[key] = f"set/{sub}/{rg}/{name}"
     return out
+
+
+def _explicit_group(state: FleetState, policy: Policy, vm: Vm) -> str | None:
+    """A VM's group by its tag, scale set or Azure's availability set (None: learned by co-reception)."""
+    if policy.group_tag and policy.group_tag in vm.tags:
+        return "tag/" + vm.tags[policy.group_tag].lower()
+    if vm.scale_set:
+        return f"vmss/{vm.subscription or '-'}/{vm.resource_group or '-'}/{vm.scale_set}"
+    return azure_topology.group(state, vm.key)
 
 
 def scope_keys(vm: Vm, group: str) -> list[tuple[str, str]]:

@@ -5,8 +5,9 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (fold/identities.py), the key changes kept to be shown, and the reports waiting for
-their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
+identity keys (fold/identities.py), the key changes kept to be shown, the reports waiting for
+their sender's registration (gate.py), and the inventory (each VM's first placement and the
+placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 """
 
@@ -16,7 +17,7 @@ import math
 from typing import Any
 
 from ....errors import StateError
-from . import azure_state
+from . import azure_state, inventory
 from .caps import FOLDED
 from .decisions import decision
 from .reports import track
@@ -52,6 +53,8 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
         "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
         "azure": azure_state.dump(state.azure),
+        "confirmed": {k: [inventory.as_data(p), *state.confirmed_at[k]]
+                      for k, p in sorted(state.confirmed.items())},
     }
 
 
@@ -71,6 +74,8 @@ def _vm(vm: Vm) -> dict[str, Any]:
         "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
         "listed": list(vm.listed), "polled": vm.polled, "health": vm.health,
         "healthReason": vm.health_reason,
+        "placed": None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
+        "claims": sorted([name, rid, t] for (name, rid), t in vm.claims.items()),
     }
 
 
@@ -79,7 +84,8 @@ def _event(e: EventRecord) -> dict[str, Any]:
         "key": e.key, "eventId": e.event_id, "eventType": e.event_type, "eventSource": e.event_source,
         "description": e.description, "duration": e.duration, "resources": list(e.resources),
         "hasResources": e.has_resources, "infoStamp": _stamp(e.info_stamp), "notBefore": e.not_before,
-        "notBeforeStamp": _stamp(e.not_before_stamp), "reports": dict(sorted(e.reports.items())),
+        "notBeforeStamp": _stamp(e.not_before_stamp), "earliestNotBefore": e.earliest_not_before,
+        "reports": dict(sorted(e.reports.items())),
         "rank": e.rank, "startedAt": e.started_at, "completedAt": e.completed_at,
         "finished": dict(sorted(e.finished.items())), "endedAt": e.ended_at,
         "lastReport": _num(e.last_report), "scheduledAt": e.scheduled_at,
@@ -116,7 +122,13 @@ def _restore(data: dict[str, Any]) -> FleetState:
             agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
             polled=item.get("polled"), health=str(item.get("health") or ""),
             health_reason=str(item.get("healthReason") or ""),
+            claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
         )
+        if item.get("placed"):
+            where, moment, ident = item["placed"]
+            vm.placed, vm.placed_stamp = inventory.from_data(where), (float(moment), str(ident))
+        elif "placed" not in item and vm.topology_stamp != NO_STAMP:  # written before the inventory was kept
+            vm.placed, vm.placed_stamp = inventory.placement(vm), vm.topology_stamp
         state.vms[vm.key] = vm
     for item in data["events"]:
         record = EventRecord(
@@ -125,6 +137,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
             resources=tuple(item["resources"]), has_resources=bool(item["hasResources"]),
             info_stamp=_unstamp(item["infoStamp"]), not_before=item["notBefore"],
             not_before_stamp=_unstamp(item["notBeforeStamp"]), reports=dict(item["reports"]),
+            earliest_not_before=item.get("earliestNotBefore", item["notBefore"]),
             rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
             finished=dict(item["finished"]), ended_at=item["endedAt"],
             last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
@@ -153,6 +166,9 @@ def _restore(data: dict[str, Any]) -> FleetState:
             str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
     state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in data.get("rekeyed", [])]
     state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
+    for key, (where, moment, ident) in data.get("confirmed", {}).items():
+        state.confirmed[str(key)], state.confirmed_at[str(key)] = inventory.from_data(where), (float(moment),
+                                                                                            str(ident))
     for ident, kind, moment, payload in data["decisions"]:
         made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
         if decision(state, made, chained=False) != FOLDED:

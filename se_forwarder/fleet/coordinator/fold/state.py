@@ -31,6 +31,9 @@ RANK_NAMES = {SCHEDULED: "scheduled", STARTED: "started", CANCELED: "canceled", 
 TERMINAL = CANCELED
 
 Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of equal time too
+# Where a VM is (fold/inventory.py): subscription, resource group, location, zone, scale set, fault
+# and update domain, tags.
+Placement = tuple[str, str, str, str, str, str, str, tuple[tuple[str, str], ...]]
 NO_STAMP: Stamp = (float("-inf"), "")
 
 
@@ -60,6 +63,10 @@ class Vm:
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
     health: str = ""  # its newest heartbeat's data.Health verdict: healthy | unhealthy | unknown | ""
     health_reason: str = ""  # "<probe>: <reason>" while unhealthy (fold/health.py)
+    placed: Placement | None = None  # where its first verified report placed it (fold/inventory.py)
+    placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
+    # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
+    claims: dict[tuple[str, str], float] = field(default_factory=dict)
     info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
 
     def topology(self) -> tuple[Any, ...]:
@@ -128,6 +135,7 @@ class EventRecord:
     info_stamp: Stamp = NO_STAMP
     not_before: float | None = None
     not_before_stamp: Stamp = NO_STAMP
+    earliest_not_before: float | None = None  # the earliest NotBefore any report gave (availability.due_at)
     reports: dict[str, int] = field(default_factory=dict)  # VM key -> highest status rank
     rank: int = 0  # highest rank of any report
     scheduled_at: float | None = None  # earliest scheduled report (the timeline's Scheduled span)
@@ -272,6 +280,9 @@ class FleetState:
     # VM key -> [(enqueued time, CloudEvent)].
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
     azure: AzureView = field(default_factory=AzureView)  # Azure's own view (fold/azure_state.py)
+    # The placements an operator confirmed (fold/inventory.py): VM key -> placement, and its decision's stamp.
+    confirmed: dict[str, Placement] = field(default_factory=dict)
+    confirmed_at: dict[str, Stamp] = field(default_factory=dict)
     version: int = 0
     # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.

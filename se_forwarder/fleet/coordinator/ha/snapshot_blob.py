@@ -8,6 +8,13 @@ The fold (``snapshot.snapshot``) with the partition positions it
   others: approvals/signing.py), and a snapshot that does not verify with a trusted key
   (trust.snapshot) is not used: whoever can write the container cannot write the fold.
 
+The document carries the name of the coordinator it belongs to (``[coordinator] name``): another
+coordinator's snapshot copied here is refused, even signed with a shared key. And a *generation*,
+one more at every save: the leader records the generation it saved on the leader blob's metadata
+(ha/lease.py, under its lease) and a snapshot older than the generation recorded there is refused
+(ha/keeper.py): an older signed snapshot put back in the blob (rolled back) cannot make an instance
+forget what it folded since.
+
 Every call has short timeouts of its own and no SDK retry (``SNAPSHOT_CALL``): ha/keeper.py retries on
 its own schedule, with a deadline (reach.py), off the service's loop.
 """
@@ -41,6 +48,7 @@ class Snapshot:
     positions: dict[str, Position]
     written_at: float
     instance: str
+    generation: int = 0  # 0: written before generations were kept
 
 
 class SnapshotBlob:
@@ -50,11 +58,13 @@ class SnapshotBlob:
     def __init__(self, container: Any, name: str, hub: str, key: Callable[[], Ed25519PrivateKey],
                  trusted: Callable[[], signing.VerifyKeys]) -> None:
         self.blob = container.get_blob_client(f"{name}/snapshot.json.gz")
-        self.hub, self.key, self.trusted = hub, key, trusted
+        self.name, self.hub, self.key, self.trusted = name, hub, key, trusted
 
-    def save(self, state: dict[str, Any], positions: dict[str, Position], instance: str) -> int:
+    def save(self, state: dict[str, Any], positions: dict[str, Position], instance: str,
+             generation: int = 0) -> int:
         """Write the snapshot; its size in bytes (compressed)."""
-        data = {"format": FORMAT, "hub": self.hub, "instance": instance, "writtenAt": time.time(),
+        data = {"format": FORMAT, "hub": self.hub, "coordinator": self.name, "generation": generation,
+                "instance": instance, "writtenAt": time.time(),
                 "positions": {pid: pos.as_data() for pid, pos in sorted(positions.items())},
                 "state": state}
         body = gzip.compress(signed_json(data, self.key()), compresslevel=5)
@@ -78,9 +88,13 @@ class SnapshotBlob:
                 raise ValueError(f"format {data.get('format')!r}")
             if data.get("hub") != self.hub:
                 raise StateError(f"the snapshot is of Event Hub {data.get('hub')!r}, not {self.hub!r}")
+            if data.get("coordinator", self.name) != self.name:
+                owner = str(data.get("coordinator"))[:100]
+                raise StateError(f"the snapshot belongs to coordinator {owner!r}, not {self.name!r}")
             positions = {str(pid): Position(int(p["sequence"]), str(p["offset"]))
                          for pid, p in data["positions"].items()}
-            return Snapshot(data["state"], positions, float(data["writtenAt"]), str(data.get("instance")))
+            return Snapshot(data["state"], positions, float(data["writtenAt"]), str(data.get("instance")),
+                            int(data.get("generation", 0)))
         except StateError:
             raise
         except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as exc:

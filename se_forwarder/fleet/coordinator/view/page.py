@@ -54,7 +54,7 @@ DECISIONS_LISTED = 100
 def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, Any] | None = None
               ) -> dict[str, Any]:
     """The page's document (module docstring); ``service`` is Service.describe() when there is one."""
-    ev = evaluate(state, policy, now)
+    ev = evaluate(state, policy, now, str((service or {}).get("stale") or ""))  # the lag guard's word
     assert ev.index is not None
     idx = ev.index
     st = status(state, policy, now, ev, decisions_limit=DECISIONS_LISTED)

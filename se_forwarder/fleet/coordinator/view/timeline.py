@@ -1,6 +1,6 @@
 """The rollout timeline: when each VM's maintenance was scheduled, approved, started and healthy again.
 
-``spans(state, policy, idx)`` gives, for every event the fold still keeps (open ones, and ended
+``spans(state, policy, idx, now)`` gives, for every event the fold still keeps (open ones, and ended
 ones until ``prune`` drops them), one span per VM it affects (its Resources resolved, scopes.py)
 and stage, from the fold's times (the agents' CloudEvent times and the decisions' times):
 
@@ -10,11 +10,11 @@ kind             from                                           to (``None``: st
 ``scheduled``    the event's first Scheduled report             approved, started or ended, the first
 ``approved``     its first counted approval (a decision that    started or ended
                  counts in this mode, or an agent's echo)
-``started``      its first Started report                       when the VM was done with it
-                                                                (availability.py); canceled: ended
-``min_healthy``  that completion                                completion + ``min_healthy``
-``recovering``   with ``free_slot = "recovered"``: completion   when it was seen recovered
-                 + ``min_healthy``                              (decide/recovery.py)
+``started``      its first Started report, or when it was due   when the VM was done with it
+                 (availability.due_at: Azure starts it then)    (availability.py); canceled: ended
+``min_healthy``  that completion                                when it was back (availability.back_at)
+``recovering``   with ``free_slot = "recovered"``: when it was  when it was seen recovered
+                 back (availability.back_at)                    (decide/recovery.py)
 ===============  =============================================  =====================================
 
 A span that would end before it starts (clocks of the agents and of the coordinator disagree) is
@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..config.policy import Policy
-from ..decide.availability import completions, echoes
+from ..decide.availability import back_at, completions, due_at, echoes
 from ..decide.recovery import RECOVERED, recovered_at
 from ..decide.scopes import ScopeIndex, resolve
 from ..fold.state import EventRecord, FleetState
@@ -55,8 +55,9 @@ class Span:
 
 
 def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> list[Span]:
-    """Every stage of every kept event for each VM it affects (module docstring), by start; a
-    ``recovering`` span still going on only once it began (``now``)."""
+    """Every stage of every kept event for each VM it affects (module docstring), by start; with
+    ``now``, an event due by then is Started from when it was due, and a ``recovering`` span still
+    going on is there only once it began."""
     out: list[Span] = []
     for key in sorted(state.events):
         record = state.events[key]
@@ -64,8 +65,12 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None 
             continue
         vms = resolve(state, idx, record).vms
         if vms:
+            due = due_at(state, record)
+            started = min((t for t in (record.started_at, due if now is not None and due is not None
+                                       and due <= now else None) if t is not None), default=None)
             done = completions(state, idx, record, vms, policy)
-            out.extend(_event_spans(record, vms, policy, done, approved_at(record, policy, idx, vms)))
+            approved = approved_at(record, policy, idx, vms)
+            out.extend(_event_spans(record, vms, policy, done, approved, started))
             if policy.free_slot == RECOVERED:
                 out.extend(_recovering(state, idx, record, policy, done, now))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
@@ -73,8 +78,8 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None 
 
 
 def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done: dict[str, float | None],
-                 approved: float | None) -> list[Span]:
-    started, ended = record.started_at, record.ended_at
+                 approved: float | None, started: float | None) -> list[Span]:
+    ended = record.ended_at
     waiting = min((t for t in (approved, started, ended) if t is not None), default=None)
     out: list[Span] = []
     for vm in vms:
@@ -83,8 +88,8 @@ def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done
                   ("approved", approved, started if started is not None else ended),
                   ("started", started, back)]
         came_back = done.get(vm)
-        if came_back is not None and policy.min_healthy > 0:
-            stages.append(("min_healthy", came_back, came_back + policy.min_healthy))
+        if came_back is not None:
+            stages.append(("min_healthy", came_back, back_at(policy, record, vm, came_back)))
         out.extend(Span(vm, kind, start, end, record.key) for kind, start, end in stages
                    if start is not None and (end is None or end > start))
     return out
@@ -97,7 +102,7 @@ def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy:
     for vm, came_back in done.items():
         if came_back is None:
             continue
-        start = came_back + policy.min_healthy
+        start = back_at(policy, record, vm, came_back)
         end = recovered_at(state, idx, record, vm, came_back)
         if (end is None and (now is None or now > start)) or (end is not None and end > start):
             out.append(Span(vm, "recovering", start, end, record.key))
