@@ -59,3 +59,31 @@ def test_a_chat_hook_takes_the_new_alert_kinds_by_default_and_any_kind_named():
     assert none.alerts == ()
     [named] = load_notify([{"format": "slack", "url_env": "X", "alerts": ["breach"]}])
     assert named.alerts == ("breach",)
+
+
+def test_an_alert_a_running_part_raised_reaches_chat_too(monkeypatch):
+    """A gate's ``gate-closed`` is raised by the part that watches it (output/alert_book.py), not
+    derived from the fold: the notifier built from the settings takes both."""
+    from types import SimpleNamespace
+
+    from se_forwarder.fleet.coordinator.output.alert_book import AlertBook
+    from se_forwarder.fleet.coordinator.view.alerts import Alert
+
+    fleet = avset(POLICY)
+    fleet.fold(report("recovered", SET[0], "OLD", T0 - 3500))
+    book = AlertBook()
+    service = SimpleNamespace(submit=now_done, state=fleet.state, acting=lambda: True, policy=POLICY,
+                              evaluation=fleet.decide(T0 + 1, apply=False), alerts=book)
+    with ChatReceiver("slack") as receiver:
+        monkeypatch.setenv("SE_TEST_SLACK_URL", receiver.url)
+        [settings] = load_notify([{"format": "slack", "url_env": "SE_TEST_SLACK_URL", "decisions": [],
+                                   "events": []}])
+        notifier = Notifier.from_settings([settings], service).start()
+        try:
+            assert notifier.look() == 0
+            book.raise_(Alert("gate-closed/prod", "gate-closed", "gate prod is closed: HighErrorRate fires"))
+            assert notifier.look() == 1
+            lines = wait_messages(receiver, 1)
+        finally:
+            notifier.stop()
+    assert lines == ["Alert (gate-closed): gate prod is closed: HighErrorRate fires"]

@@ -9,7 +9,8 @@ what Azure answered each approval through ``acknowledge`` (``acknowledge``, with
 per maintenance event (EventId), however many VMs report it, one message when it is first
 Scheduled, one when it first Started and one when it completed (``completed`` also selects the
 message of a canceled event), naming the VMs it affects (output/chat_stages.py); and the alerts the
-fold derives (view/alerts.py: ``recovery-timeout``, ...) named in ``alerts``, one message when each
+fold derives or a running part raised (view/alerts.py: ``recovery-timeout``, ``gate-closed``, ...)
+named in ``alerts``, one message when each
 opens and one when it is resolved (``NewAlerts``; after a start, or a takeover, those open are said
 once more). The lists may not all be empty. Only what happens while this instance acts is sent (a
 standby sends nothing; decisions and events folded from the hub from before this process started
@@ -43,7 +44,7 @@ from ..config.notify import NotifySettings, hook_url
 from ..config.policy import Policy
 from ..fold.state import DecisionRecord, FleetState
 from ..schema import DECISION_PREFIX
-from ..view.alerts import Alert, Derived, as_data, derive
+from ..view.alerts import Alert, Derived, as_data, derive, merged
 from .chat_stages import EventStages
 
 log = logging.getLogger("se_forwarder.coordinator.notify")
@@ -268,7 +269,8 @@ class Notifier:
 
         def derived() -> Derived:  # on the service thread: the fold and its last pass are its own
             evaluation = service.evaluation
-            return Derived({}, frozenset()) if evaluation is None else derive(service.state, evaluation)
+            fold = Derived({}, frozenset()) if evaluation is None else derive(service.state, evaluation)
+            return merged(fold, service.alerts.open(), ())  # and those a running part raised (a gate's)
 
         notifier._derived = derived
         return notifier
