@@ -73,20 +73,10 @@ def describe(event: Any, now: datetime, started_at: datetime | None = None) -> N
         return None
     data: dict[str, Any] = event["data"] if isinstance(event.get("data"), dict) else {}
     footer = " · ".join(p for p in ("se-forwarder", _cut(_text(event.get("id")), 200)) if p)
-    if kind == COORDINATOR + "alert":  # an alert of the coordinator's (view/alerts.py), opened or resolved
-        return _alert(data, footer)
     if kind.startswith(COORDINATOR):
         return _decision(kind[len(COORDINATOR):], data, now, footer)
     state = kind[len(PREFIX):] if kind.startswith(PREFIX) else ""
     return _agent_event(state, kind, event, data, now, started_at, footer)
-
-
-def _alert(data: dict, footer: str) -> Notice:
-    details, kind = data["details"] if isinstance(data.get("details"), dict) else {}, _text(data.get("Kind"))
-    facts = [(_cut(_text(k), 60), _cut(_text(v), VALUE_CHARS)) for k, v in list(details.items())[:6]]
-    done = data.get("State") == "resolved"
-    title = _cut(f"{'Resolved' if done else 'Alert'} ({kind}): {_text(data.get('summary'))}", TITLE_CHARS)
-    return Notice(title=title, facts=facts, footer=footer, tone=GOOD if done else ATTENTION)
 
 
 # -- agent events -----------------------------------------------------------------------------------
@@ -233,6 +223,11 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
         line, tone = f"Coordinator holds {what}{by}{because}", WARNING
     elif action == "release":
         line, tone = f"Coordinator released {what}{by}{because}", GOOD
+    elif action == "gate":  # a gate closed or opened (fleet/coordinator/output/chat_gates.py)
+        gate, opened = _text(data.get("Gate")), data.get("Open") is True
+        line = f"Gate {gate} is open again: early approval in {scope} goes on" if opened else \
+            f"Gate {gate} closed: no early approval in {scope}{because}"
+        tone = GOOD if opened else WARNING
     elif action == "acknowledge":
         answered = _text(data.get("ReasonCode"))
         line = f"Azure {'approved' if answered == 'approved' else 'refused'} {what}{because}"

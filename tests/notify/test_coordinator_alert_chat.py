@@ -54,7 +54,7 @@ def test_a_recovery_timeout_says_so_when_it_opens_and_when_it_is_resolved(fmt):
 
 def test_a_chat_hook_takes_the_new_alert_kinds_by_default_and_any_kind_named():
     [default] = load_notify([{"format": "teams", "url_env": "X"}])
-    assert default.alerts == ("recovery-timeout", "gate-closed")
+    assert default.alerts == ("recovery-timeout",)
     [none] = load_notify([{"format": "slack", "url_env": "X", "alerts": []}])
     assert none.alerts == ()
     [named] = load_notify([{"format": "slack", "url_env": "X", "alerts": ["breach"]}])
@@ -77,7 +77,7 @@ def test_an_alert_a_running_part_raised_reaches_chat_too(monkeypatch):
     with ChatReceiver("slack") as receiver:
         monkeypatch.setenv("SE_TEST_SLACK_URL", receiver.url)
         [settings] = load_notify([{"format": "slack", "url_env": "SE_TEST_SLACK_URL", "decisions": [],
-                                   "events": []}])
+                                   "events": [], "alerts": ["gate-closed"]}])
         notifier = Notifier.from_settings([settings], service).start()
         try:
             assert notifier.look() == 0

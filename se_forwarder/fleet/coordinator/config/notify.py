@@ -5,9 +5,9 @@
     url_env = "SE_TEAMS_WEBHOOK_URL"      # the hook's URL, from an environment variable ...
     # url_file = "/etc/se-forwarder/teams.url"   # ... or a file (the URL is the secret)
     decisions = ["approve", "defer", "breach", "pause", "resume", "hold", "release",
-                 "acknowledge"]                                                    # the default
+                 "acknowledge", "gate"]              # the default (gate: a [[gates]] gate closes or opens)
     events = ["scheduled", "started", "completed"]                                     # the default
-    alerts = ["recovery-timeout", "gate-closed"]   # the default: one message when each opens and closes
+    alerts = ["recovery-timeout"]          # the default: one message when each opens and closes
 
     [[notify]]
     format = "pagerduty"                  # PagerDuty Events API v2
@@ -42,7 +42,7 @@ from .... import notify
 from ....errors import ConfigError
 from ....validation import as_choice, as_http_url, as_str, is_loopback, no_unknown, public_url
 
-DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
+DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge", "gate")
 EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...] may name
 ALERTS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
           "name-conflict", "recovery-timeout", "gate-closed")  # view/alerts.py's KINDS
@@ -51,7 +51,7 @@ FORMATS = (*notify.FORMATS, *PAGERS)
 PAGER_URLS = {"pagerduty": "https://events.pagerduty.com/v2/enqueue", "us": "https://api.opsgenie.com",
               "eu": "https://api.eu.opsgenie.com"}
 CHAT_KEYS = ("format", "url_env", "url_file", "decisions", "events", "alerts")
-CHAT_ALERTS = ("recovery-timeout", "gate-closed")  # a chat hook's default alerts
+CHAT_ALERTS = ("recovery-timeout",)  # a chat hook's default alerts (a gate has its own messages: "gate")
 PAGER_KEYS = {"pagerduty": ("format", "routing_key_env", "routing_key_file", "url", "ca_file", "alerts"),
               "opsgenie": ("format", "api_key_env", "api_key_file", "region", "url", "ca_file", "alerts",
                            "tags")}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .azure_state import AzureView
+from .gates import GateVerdict
 
 # Status ranks of one VM's view of an event: a higher rank replaces a lower one.
 SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
@@ -290,6 +291,7 @@ class FleetState:
     names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    gates: dict[str, GateVerdict] = field(default_factory=dict, repr=False, compare=False)  # fold/gates.py
 
     def paused(self, scope: str) -> Switch | None:
         switch = self.pauses.get(scope)

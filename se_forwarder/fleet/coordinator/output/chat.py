@@ -4,15 +4,15 @@ Configured by ``[[notify]]`` (config/notify.py).
 
 What is sent, once per fleet event and never once per VM: every ``approve`` (its first attempt; a
 retry to another VM of the same event is not a new message), the first ``defer`` of an event (not
-each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``, and
-what Azure answered each approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and
-per maintenance event (EventId), however many VMs report it, one message when it is first
-Scheduled, one when it first Started and one when it completed (``completed`` also selects the
-message of a canceled event), naming the VMs it affects (output/chat_stages.py); and the alerts the
-fold derives or a running part raised (view/alerts.py: ``recovery-timeout``, ``gate-closed``, ...)
-named in ``alerts``, one message when each
-opens and one when it is resolved (``NewAlerts``; after a start, or a takeover, those open are said
-once more). The lists may not all be empty. Only what happens while this instance acts is sent (a
+each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``, each
+gate that closes and opens again (``gate``, output/chat_gates.py), and what Azure answered each
+approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and per maintenance event
+(EventId), however many VMs report it, one message when it is first Scheduled, one when it first
+Started and one when it completed (``completed`` also selects the message of a canceled event),
+naming the VMs it affects (output/chat_stages.py); and the alerts the fold derives or a running part
+raised (view/alerts.py: ``recovery-timeout``, ...) named in ``alerts``, one message when each opens
+and one when it is resolved (``NewAlerts``; after a start, or a takeover, those open are said once
+more). The lists may not all be empty. Only what happens while this instance acts is sent (a
 standby sends nothing; decisions and events folded from the hub from before this process started
 are not sent). The text is se_forwarder.notify's.
 
@@ -39,12 +39,14 @@ from typing import Any
 
 from .... import notify
 from ....backoff import Backoff
+from ....notify.describe import ATTENTION, GOOD
 from ....validation import public_url
 from ..config.notify import NotifySettings, hook_url
 from ..config.policy import Policy
 from ..fold.state import DecisionRecord, FleetState
 from ..schema import DECISION_PREFIX
 from ..view.alerts import Alert, Derived, as_data, derive, merged
+from .chat_gates import GateChanges
 from .chat_stages import EventStages
 
 log = logging.getLogger("se_forwarder.coordinator.notify")
@@ -133,6 +135,17 @@ class NewAlerts:
         return out
 
 
+def alert_body(fmt: str, event: Mapping[str, Any]) -> dict[str, Any]:
+    """The webhook body of an alert's chat event: ``Alert (<kind>): <summary>`` or ``Resolved ...``."""
+    data = event["data"]
+    done = data["State"] == "resolved"
+    facts = [(str(k)[:60], str(v)[:500]) for k, v in list(data["details"].items())[:6]]
+    title = f"{'Resolved' if done else 'Alert'} ({data['Kind']}): {data['summary']}"[:300]
+    notice = notify.Notice(title=title, facts=facts, footer=f"se-forwarder · {str(event['id'])[:200]}",
+                           tone=GOOD if done else ATTENTION)
+    return notify.teams.payload(notice) if fmt == "teams" else notify.slack.payload(notice)
+
+
 def _alert_event(alert: Alert, state: str, now: float) -> dict[str, Any]:
     stamp = datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z")
     return {"specversion": "1.0", "type": ALERT_TYPE, "id": f"{alert.id}/{state}/{stamp}",
@@ -204,7 +217,8 @@ class ChatHook:
                 wait = self._last_post + SLACK_INTERVAL - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            body = notify.render(self.settings.format, event, datetime.now(UTC), started_at)
+            body = alert_body(self.settings.format, event) if event.get("type") == ALERT_TYPE else \
+                notify.render(self.settings.format, event, datetime.now(UTC), started_at)
             if body is None:
                 return
             self._last_post = time.monotonic()
@@ -257,6 +271,7 @@ class Notifier:
         self.decisions = NewDecisions(since)
         self.events = EventStages(since, policy)
         self.alerts = NewAlerts()
+        self.gates = GateChanges(since)
         self._submit, self._state, self._acting = submit, state, acting
         self._derived: Callable[[], Derived] = lambda: Derived({}, frozenset())
         self.stopping = threading.Event()
@@ -303,6 +318,8 @@ class Notifier:
                 out += self.events.take(state, acting)
             if any(hook.settings.alerts for hook in self.hooks):
                 out += [(event, None) for event in self.alerts.take(self._derived(), acting, time.time())]
+            if any("gate" in hook.settings.decisions for hook in self.hooks):
+                out += [(event, None) for event in self.gates.take(state, acting)]
             return out
 
         messages = self._submit(take).result(timeout=30)

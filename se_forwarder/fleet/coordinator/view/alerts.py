@@ -27,7 +27,9 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
 ``recovery-timeout``      with ``free_slot = "recovered"``: a VM was not seen recovered
                           ``recover_timeout`` after its event ended (decide/recovery.py); it stays
                           counted down. One alert naming every such VM, open while one is
-``gate-closed``           (for later issues) an approval gate stayed closed for long
+``gate-closed``           a gate of ``[[gates]]`` is closed (its alerts fire, or it cannot be asked;
+                          input/gates.py); id ``gate-closed/<name>``, open while it is closed,
+                          ``warning`` when it cannot be asked, ``info`` otherwise
 ========================  ==========================================================================
 
 Two ways in, both one call:
@@ -155,8 +157,24 @@ def recovery_timeouts(state: FleetState, evaluation: Evaluation) -> tuple[list[A
                   {"VMs": named, "Events": ", ".join(sorted({o.event_id for o in late})[:LISTED])})], set()
 
 
+def closed_gates(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
+    """A ``gate-closed`` alert per closed gate (fold/gates.py), resolved once it opens."""
+    opened, closed = [], set()
+    for gate in state.gates.values():
+        ident = f"gate-closed/{gate.name}"
+        if gate.open:
+            closed.add(ident)
+            continue
+        summary = f"gate {gate.name} ({gate.scope}) is closed: {gate.reason}"[:1000]
+        opened.append(Alert(ident, "gate-closed", summary, "warning" if gate.unreachable else "info",
+                            {"Gate": gate.name, "Scope": gate.scope, "Type": gate.kind,
+                             "Alerts": ", ".join(gate.alerts)[:1000]}))
+    return opened, closed
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, recovery_timeouts]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, closed_gates, recovery_timeouts]
+
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:
     """The fold's alerts (module docstring): ``evaluation`` is the decision pass of ``state``."""

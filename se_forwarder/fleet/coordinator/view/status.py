@@ -22,7 +22,8 @@
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
                       "findings": [...]},   (view/azure.py)
      "health": [{"name", "vmId", "reason", "detail", "eventId", "sinceUtc"}],
-     "alerts": [{"id", "kind", "summary", "severity", "details"}]}   (view/health.py)
+     "alerts": [{"id", "kind", "summary", "severity", "details"}],   (view/health.py)
+     "gates": [...], "windows": [...]}   (view/gates.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first (``size``: the VMs that claim it; ``inventory``: those a percentage
@@ -78,6 +79,7 @@ from ..fold.state import (
 )
 from . import azure as azure_view
 from . import health as health_view
+from .gates import gates_and_windows
 
 
 def _age(now: float, moment: float | None) -> float | None:
@@ -190,6 +192,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "identities": identities(state),
         "health": health_view.health(state, ev),
         "alerts": health_view.alerts(state, ev),
+        **gates_and_windows(state, policy, now),
     }
 
 
