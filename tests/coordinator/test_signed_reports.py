@@ -151,3 +151,23 @@ def test_the_snapshot_keeps_the_held_pool_up_to_its_cap_and_counts_what_it_leave
     again = Coordinator(state=restored)
     again.gate.resume(restored)
     assert again.gate.refused["unregistered"] == 10 - kept
+
+
+def test_a_recovered_report_signed_by_its_vm_is_folded_and_one_in_a_peers_name_is_refused(registered):
+    """The attack: web-1 tells the coordinator web-0 has recovered, to free the slot web-0 holds."""
+    coordinator, web0, web1 = registered
+    coordinator.admit(web0.sign(report("completed", WEB0, "E1", NOW)))
+    forged = report("recovered", WEB0, "E1", NOW + 1)
+    assert coordinator.admit(web1.sign(forged)) == ["bad-signature"]
+    assert coordinator.admit(forged) == ["unsigned"]
+    assert coordinator.state.events["e1"].recovered == {}
+    assert coordinator.admit(web0.sign(report("recovered", WEB0, "E1", NOW + 2))) == ["folded"]
+    assert coordinator.state.events["e1"].recovered == {WEB0.vm_id: NOW + 2}
+
+
+def test_a_peer_cannot_say_another_vm_is_healthy_or_unhealthy(registered):
+    coordinator, web0, web1 = registered
+    beat = heartbeat(WEB0, NOW)
+    beat["data"]["Health"] = {"Verdict": "unhealthy", "Probe": "web", "Reason": "forged", "Probes": 1}
+    assert coordinator.admit(web1.sign(beat)) == ["bad-signature"]
+    assert coordinator.state.vms.get(WEB0.vm_id) is None or coordinator.state.vms[WEB0.vm_id].health == ""

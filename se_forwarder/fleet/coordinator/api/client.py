@@ -80,6 +80,7 @@ def render_status(status: dict[str, Any]) -> str:
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
+    lines += _alerts(s)
     lines += _refusals(s, svc)
     lines += gate_lines(s)
     lines += _scopes(s)
@@ -87,6 +88,18 @@ def render_status(status: dict[str, Any]) -> str:
     lines += _azure(s)
     lines += _fleet_notes(s)
     return "\n".join(lines)
+
+
+def _alerts(s: dict[str, Any]) -> list[str]:
+    """The open alerts, and the VMs counted down for their health or their recovery."""
+    lines = [f"ALERT ({a['kind']}, {a['severity']}): {a['summary']}" for a in s.get("alerts") or []
+             if a["kind"] != "gate-closed"]  # each gate has its line (gate_lines)
+    unwell = s.get("health") or []
+    if unwell:
+        lines += ["", "HEALTH (each counts as unavailable in every budget it belongs to)"]
+        lines += [f"  {h['name']}  {h['reason']}: {h['detail']}"
+                  + (f" after {h['eventId']}" if h.get("eventId") else "") for h in unwell]
+    return lines
 
 
 def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:

@@ -54,7 +54,7 @@ from ....model import Kind
 from ....printable import has_controls
 from ..config.limits import MAX_REJECTIONS, Limits
 from . import azure as azure_fold
-from . import inventory
+from . import health, inventory
 from . import topology as azure_topology
 from .caps import (
     FOLDED,
@@ -135,6 +135,8 @@ def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident:
             record.echoes[vm.key] = echo
     elif suffix == Kind.PREPARED:
         record.prepared[vm.key] = max(when, record.prepared.get(vm.key, when))
+    elif suffix == Kind.RECOVERED:
+        record.recovered[vm.key] = min(when, record.recovered.get(vm.key, when))
     elif suffix == Kind.PREPARE_FAILED:
         failure = (when, free_text(data.get("Reason"), 300, stats.capped))
         old_failure = record.prepare_failed.get(vm.key)
@@ -211,8 +213,11 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
         if vm.last_heartbeat is None or when > vm.last_heartbeat:
             vm.last_heartbeat, vm.polled, vm.listed = when, polled, seen
             vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
-        elif (polled, seen) > (vm.polled or float("-inf"), vm.listed):  # two of one time: in any order
-            vm.polled, vm.listed = polled, seen
+            health.verdict(vm, data, capped)
+        else:  # two of one time: in any order
+            if (polled, seen) > (vm.polled or float("-inf"), vm.listed):
+                vm.polled, vm.listed = polled, seen
+            health.verdict(vm, data, capped, tie=True)
     for event_id, status, item in items:
         rank = _HEARTBEAT_STATUS.get(status) if isinstance(status, str) else None
         if not event_id_ok(event_id) or rank is None or event_id.lower() in state.gone:

@@ -101,7 +101,8 @@ def _vm(vm: Vm) -> dict[str, Any]:
         "tags": dict(sorted(vm.tags.items())),
         "topologyStamp": _stamp(vm.topology_stamp), "lastHeartbeat": vm.last_heartbeat,
         "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
-        "listed": list(vm.listed), "polled": vm.polled,
+        "listed": list(vm.listed), "polled": vm.polled, "health": vm.health,
+        "healthReason": vm.health_reason,
         "placed": None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
         "claims": sorted([name, rid, t] for (name, rid), t in vm.claims.items()),
     }
@@ -121,7 +122,7 @@ def _event(e: EventRecord) -> dict[str, Any]:
         "prepared": dict(sorted(e.prepared.items())),
         "prepareFailed": {k: list(v) for k, v in sorted(e.prepare_failed.items())},
         "rejections": {k: list(v) for k, v in sorted(e.rejections.items())},
-        "types": list(e.types), "doubted": e.doubted,
+        "types": list(e.types), "doubted": e.doubted, "recovered": dict(sorted(e.recovered.items())),
     }
 
 
@@ -148,7 +149,8 @@ def _restore(data: dict[str, Any]) -> FleetState:
             topology_stamp=_unstamp(item["topologyStamp"]), last_heartbeat=item["lastHeartbeat"],
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
             agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
-            polled=item.get("polled"),
+            polled=item.get("polled"), health=str(item.get("health") or ""),
+            health_reason=str(item.get("healthReason") or ""),
             claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
         )
         if item.get("placed"):
@@ -175,6 +177,7 @@ def _restore(data: dict[str, Any]) -> FleetState:
             rejections={k: (str(v[0]), str(v[1])) for k, v in item["rejections"].items()},
             types=tuple(item.get("types") or ((item["eventType"],) if item["eventType"] else ())),
             doubted=item.get("doubted"),
+            recovered={str(k): float(v) for k, v in (item.get("recovered") or {}).items()},
         )
         state.events[record.key] = record
         track(state, record)

@@ -62,6 +62,8 @@ class Vm:
     agent_version: str = ""
     listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    health: str = ""  # its newest heartbeat's data.Health verdict: healthy | unhealthy | unknown | ""
+    health_reason: str = ""  # "<probe>: <reason>" while unhealthy (fold/health.py)
     placed: Placement | None = None  # where its first verified report placed it (fold/inventory.py)
     placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
     # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
@@ -146,6 +148,7 @@ class EventRecord:
     echoes: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, ApprovedBy)
     prepared: dict[str, float] = field(default_factory=dict)  # VM -> time
     prepare_failed: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, reason)
+    recovered: dict[str, float] = field(default_factory=dict)  # VM -> its earliest `recovered` report
     rejections: dict[str, tuple[str, str]] = field(default_factory=dict)  # message id -> (VM, code)
     approvals: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> decision
     sends: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> its message was queued
