@@ -14,9 +14,7 @@ from se_forwarder.fleet.coordinator.config import NotifySettings, load_notify
 from se_forwarder.fleet.coordinator.output import ChatHook, Notifier
 from se_forwarder.fleet.coordinator.view.alerts import derive
 from tests.coordinator.fleet import SET, T0, avset, report
-from tests.support.chat_receiver import ChatReceiver
-
-from .test_coordinator_notifications import wait_messages
+from tests.support.chat_receiver import ChatReceiver, wait_messages
 
 POLICY = Policy(free_slot="recovered", min_healthy=0.0, recover_timeout=60.0, heartbeat_timeout=3600.0)
 
