@@ -292,4 +292,5 @@ def test_a_report_whose_data_is_a_string_is_refused_and_makes_no_record(scene):
     wait_for(lambda: refused(coordinator).get("bad-data", 0) == before + 1, 30,
              "the report refused as bad-data")
     assert claimed not in json.dumps(coordinator.get("/v1/status", all="1"))
-    assert coordinator.get("/v1/status")["fleet"] == vms_before
+    # the fleet's size: who is unavailable meanwhile moves with the agents' heartbeats, not the attack
+    assert coordinator.get("/v1/status")["fleet"]["vms"] == vms_before["vms"]
