@@ -15,6 +15,13 @@ Until then its reason (availability.py) is ``completed`` within ``min_healthy``,
 ``recovering``, and ``not-recovered`` once ``recover_timeout`` has passed since it was done: it stays
 counted down in every budget (never freed by the clock), and ``unavailable`` lists it as ``Overdue``
 for the ``recovery-timeout`` alert (view/alerts.py).
+
+Per budget. A ``[[budgets]]`` entry may set its own ``free_slot`` (Policy.free_slot_of). A VM is
+held as above when any budget waits for recovery; a VM held for no other reason than that
+(``RECOVERY_ONLY``) counts down only in the scopes of budgets that wait for it, and is free in the
+scopes of a ``min_healthy`` budget (availability.used, evaluate.DecisionPass.uses). An approval of
+another event for it counts it down in every scope again. ``recover_timeout`` stays fleet-wide:
+one VM in two budgets has one recovery, and one alert.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..fold.topology import agent_reported
 from .scopes import ScopeIndex
 
 RECOVERED = "recovered"
+RECOVERY_ONLY = frozenset({"recovering", "not-recovered"})  # held only until seen recovered
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,6 @@ def held(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord
     the clock frees it, availability.back_at); None once back."""
     if back > now:
         return "completed"
-    if policy.free_slot != RECOVERED or recovered(state, idx, record, vm, done):
+    if not policy.waits_for_recovery or recovered(state, idx, record, vm, done):
         return None
     return "not-recovered" if done + policy.recover_timeout <= now else "recovering"

@@ -33,9 +33,10 @@ the chat messages say them.
 The timeline (timeline.py) rides on the groups: a group's ``spans`` are its VMs' stages (``vm`` an
 index into its ``vms``, ``kind`` into ``timeline.kinds``, ``event`` into ``timeline.events``; times in
 epoch seconds, ``end`` null while it goes on), ``down`` its budget line and ``peak`` the most VMs
-down at once on it. ``timeline.gates`` are the gates that were closed while the fold kept them
-(fold/gates.py: their last closed periods, ``opened`` null while still closed), each a row of its own
-on the page. ``timeline.start`` is the earliest span's or closed period's start.
+down at once on it (a ``recovering`` span is left out of it when the group's budget frees slots on
+the clock: ``[[budgets]] free_slot``). ``timeline.gates`` are the gates that were closed while the
+fold kept them (fold/gates.py: their last closed periods, ``opened`` null while still closed), each
+a row of its own on the page. ``timeline.start`` is the earliest span's or closed period's start.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class TimelineLayout:
 
     def __init__(self, state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> None:
         self.state = state
+        self.on_clock = "group" in policy.on_clock  # a wait for recovery holds no slot of a group
         self.by_vm: dict[str, list[Span]] = {}
         self.start: float | None = None
         for span in spans(state, policy, idx, now):
@@ -149,7 +151,7 @@ class TimelineLayout:
                              self.number(span.event)])
         if not mine:
             return {"spans": rows, "down": [], "peak": 0}
-        budget_line = down(mine)
+        budget_line = down(s for s in mine if not (self.on_clock and s.kind == "recovering"))
         return {"spans": rows, "down": [[_at(t), n] for t, n in budget_line], "peak": peak(budget_line)}
 
     def header(self, policy: Policy) -> dict[str, Any]:
