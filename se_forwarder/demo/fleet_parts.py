@@ -65,6 +65,7 @@ POLICY = {
     "budgets": [{"scope": "group", "max_unavailable": 1}, {"scope": "zone", "max_unavailable": 1}],
 }
 ACTOR = "demo"
+GATES_ASKED_EVERY = 0.5  # s between two looks at the gates for the terminal
 
 
 class FleetParts:
@@ -93,6 +94,7 @@ class FleetParts:
         self.app = SlowApp(self.sim.history.lives)
         self.alert = AlertFeed(self.sim.history.lives)
         self._gate_changes: Any = None
+        self._gates_asked = 0.0
         self._threads: list[threading.Thread] = []
 
     @property
@@ -216,7 +218,10 @@ class FleetParts:
     def gate_changes(self) -> list[dict[str, Any]]:
         """Each gate that closed or opened since the last call, as the coordinator's chat says it
         (output/chat_gates.py: CloudEvent-shaped dicts), for the terminal."""
-        changes = self._gate_changes
+        changes, now = self._gate_changes, time.monotonic()
+        if now < self._gates_asked + GATES_ASKED_EVERY:  # the gates answer once a second at most
+            return []
+        self._gates_asked = now
         return list(self._ask(lambda service: changes.take(service.state, service.acting()), []))
 
     def _ask(self, question: Any, otherwise: Any) -> Any:
