@@ -199,6 +199,17 @@ def test_a_recovering_vm_counts_only_in_the_budgets_that_wait_for_its_recovery()
     assert f.verdict(result, "E2").code == "budget" and "fleet" in f.verdict(result, "E2").reason
 
 
+def test_a_vm_in_no_scope_of_a_budget_that_waits_is_not_held_for_its_recovery():
+    from se_forwarder.fleet.coordinator.decide import index
+    from se_forwarder.fleet.coordinator.view.timeline import spans
+
+    f = rebooted(per_budget(Budget("group", count=1), Budget("zone", count=1, free_slot="recovered")))
+    result = f.decide(T0 + 150, apply=False)  # the availability set's VMs have no zone
+    assert SET[0].key not in result.unavailable and approvals(result) == ["E2"]
+    assert not [s for s in spans(f.state, f.policy, index(f.state, f.policy)) if s.kind == "recovering"]
+    assert not result.overdue and not f.decide(T0 + 100 + 601, apply=False).overdue
+
+
 def test_an_approval_for_a_recovering_vm_counts_it_in_every_scope_again():
     f = rebooted(per_budget(Budget("group", count=1)))  # the group frees web-0 on the clock
     f.announce("E3", [SET[0]], t=T0 + 120, not_before=T0 + 2000)  # web-0's next event, due first

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from ..config.policy import Policy
 from ..decide.availability import back_at, completions, due_at, echoes
-from ..decide.recovery import recovered_at
+from ..decide.recovery import recovered_at, waits
 from ..decide.scopes import ScopeIndex, resolve
 from ..fold.state import EventRecord, FleetState
 
@@ -100,7 +100,7 @@ def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy:
     """Each VM's wait for its recovery after ``min_healthy`` (module docstring)."""
     out = []
     for vm, came_back in done.items():
-        if came_back is None:
+        if came_back is None or not waits(policy, idx, vm):
             continue
         start = back_at(policy, record, vm, came_back)
         end = recovered_at(state, idx, record, vm, came_back)
