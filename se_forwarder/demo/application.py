@@ -32,24 +32,14 @@ class SlowApp:
         self.event_id: str | None = None  # SLOW's Reboot, once the rollout announced it
         self.down_at: float | None = None
         self.back_at: float | None = None
-        app = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                healthy = app.down_at is None or app.back_at is not None
-                self.send_response(200 if healthy and self.path == "/healthz" else
-                                   404 if healthy else 503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = local_server(self._answer)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self.server.serve_forever, name="demo-app", daemon=True),
                          threading.Thread(target=self._follow, name="demo-app-follow", daemon=True)]
+
+    def _answer(self, path: str) -> tuple[int, bytes]:
+        healthy = self.down_at is None or self.back_at is not None
+        return (200 if healthy and path == "/healthz" else 404 if healthy else 503), b""
 
     @property
     def url(self) -> str:
@@ -80,3 +70,24 @@ class SlowApp:
         self._stop.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+def local_server(answer: Callable[[str], tuple[int, bytes]]) -> ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 (a free port, not yet serving) whose GETs ``answer(path)`` gives:
+    (status, body)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            status, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    return server

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..sinks.pretty import WIDTH
 from ..telemetry import setup_logging
 from . import record
+from .alert import ALERT, FIRES_FOR, GATE
 from .application import BACK_AFTER, SLOW
 from .fleet_parts import MIN_HEALTHY, TIME_SCALE, FleetParts
 from .rollout import DB, FAILING, NOTICE, Rollout
@@ -84,7 +85,7 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
     say("\n" + _header(parts))
     parts.start_agents()
     lines = FleetLines(MIN_HEALTHY)
-    tail = Tail(parts.transport.hub.read_all, lines, say)
+    tail = Tail(parts.transport.hub.read_all, lines, say, parts.gate_changes)
     vms = len(parts.vm_names)
     say(f"Starting {vms} agents: each registers its key with an attested document and sends heartbeats.")
     if not _wait(lambda: parts.watched() == vms, min(deadline, time.monotonic() + READY_WITHIN), stop):
@@ -103,7 +104,7 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
         stop.wait(1.0 - time.time() % 1.0)  # on a whole second: NotBefore on the wire has no fraction
         announced = rollout.announce()
         parts.app.event_id = announced.web[SLOW]  # its application goes down with its Reboot
-        # An alert that closes a gate for a while (the gates' part of the story) starts here too.
+        parts.alert.event_ids = set(announced.api.values())  # its alert fires with the first Redeploy
         finished = _wait(rollout.done, deadline, stop)
         if finished:
             _wait(lambda: False, time.monotonic() + SETTLE, stop)
@@ -114,7 +115,8 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
     spans = record.spans(lives, time.time())
     say(summary(lives, spans, record.scopes(parts.topology), announced, rollout.failure, lines.decisions,
                 lines.defers, lines.echoes, verified, time.monotonic() - began, TIME_SCALE,
-                slow=(SLOW, parts.app.back_at)))
+                slow=(SLOW, parts.app.back_at), alert=(GATE, ALERT, parts.alert.fired_at,
+                                                       parts.alert.resolved_at)))
     if stop.is_set():
         say("Stopped (Ctrl-C) before the rollout ended.")
         return 0
@@ -142,11 +144,13 @@ def _header(parts: FleetParts) -> str:
              "forwards its Scheduled Events, signed, to an event hub; the fleet coordinator reads them "
              "and approves maintenance early, within budgets of 1 VM down per group and per zone, "
              f"with min_healthy {MIN_HEALTHY:g} s, and frees a VM's slot only once its agent reports it "
-             f"recovered. No Azure: the hub, the approval queues and the "
+             f"recovered; while the gate {GATE} is closed (an http gate asking the demo's alert "
+             "endpoint) it approves no api VM early. No Azure: the hub, the approval queues and the "
              "coordinator's blobs are the demo's own, in this process; the rest is the real code.")
     second = (f"First a hardware failure of {FAILING}, with no notice; then the rollout: a platform Reboot "
               f"of every web VM and a Redeploy of every api VM, all due in {NOTICE // 60} min "
               f"({NOTICE / TIME_SCALE:g} s), and a Freeze of {DB}, left to Azure. {SLOW}'s application "
-              f"comes back {BACK_AFTER:g} s after its Reboot: its probe fails until then. Then a summary "
+              f"comes back {BACK_AFTER:g} s after its Reboot: its probe fails until then. The alert "
+              f"{ALERT} fires for {FIRES_FOR:g} s from the first Redeploy on. Then a summary "
               "(after about 55 s).")
     return "\n".join([*textwrap.wrap(first, WIDTH), *textwrap.wrap(second, WIDTH)])

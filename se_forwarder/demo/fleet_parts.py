@@ -10,6 +10,8 @@ times (the simulator runs at ``TIME_SCALE``):
   coordinator's public key;
 - the agent of ``application.SLOW`` also probes its application (``[health]``, an HTTP probe of
   the demo's ``SlowApp``), so it reports ``recovered`` only once that answers again;
+- the coordinator has one gate (``[[gates]]``, ``alert.GATE``): an ``http`` gate of the scale set's
+  group that asks the demo's ``AlertFeed``, closed while its alert fires;
 - the coordinator has budgets of 1 per group and per zone, ``min_healthy`` of ``MIN_HEALTHY``,
   ``free_slot = "recovered"`` (a slot frees once its VM's agent reports ``recovered``),
   groups named by the ``group`` tag, and signs every decision and message with its own Ed25519 key.
@@ -34,10 +36,12 @@ from ..approvals.settings import ApprovalsSettings
 from ..config import ImdsSettings, Settings, SinkSettings, StateSettings, VmSettings
 from ..fleet.coordinator.config import TrustSettings, load_policy
 from ..fleet.coordinator.config import service as sc
+from ..fleet.coordinator.config.gates import load_gates
 from ..health import settings as health_settings
 from ..simulator import SimulatorServer
 from ..simulator.topology import Topology
 from ..sinks.eventhubs.config import EventHubsOptions
+from .alert import AlertFeed
 from .application import SLOW, SlowApp
 from .summary import Verified
 from .transport import NAMESPACE, DemoTransport
@@ -61,6 +65,7 @@ POLICY = {
     "budgets": [{"scope": "group", "max_unavailable": 1}, {"scope": "zone", "max_unavailable": 1}],
 }
 ACTOR = "demo"
+GATES_ASKED_EVERY = 0.5  # s between two looks at the gates for the terminal
 
 
 class FleetParts:
@@ -87,6 +92,9 @@ class FleetParts:
         self.api: Any = None
         self.agents: dict[str, Agent] = {}
         self.app = SlowApp(self.sim.history.lives)
+        self.alert = AlertFeed(self.sim.history.lives)
+        self._gate_changes: Any = None
+        self._gates_asked = 0.0
         self._threads: list[threading.Thread] = []
 
     @property
@@ -98,12 +106,15 @@ class FleetParts:
     def start_simulator(self) -> None:
         self.sim.start()
         self.app.start()
+        self.alert.start()
 
     def start_coordinator(self) -> str:
         """The service, and its API with the page; the page's URL."""
         from ..fleet.coordinator.api import ApiServer, read_tokens
+        from ..fleet.coordinator.output.chat_gates import GateChanges
         from ..fleet.coordinator.service import Service
 
+        self._gate_changes = GateChanges(time.time())
         self.service = Service(self.coordinator_settings(), self.stopping, self.transport.for_coordinator())
         self._thread(self.service.run, "demo-coordinator")
         self.api = ApiServer(self.service, "127.0.0.1", 0, read_tokens(str(self.token_file)))
@@ -153,6 +164,7 @@ class FleetParts:
             key_file=str(self.key_file),
             api=sc.ApiSettings("127.0.0.1", 0, str(self.token_file), ""),
             policy=dataclasses.replace(load_policy(POLICY), queue_template=QUEUES),
+            gates=load_gates([self.alert.gate_table()], azure=False),
             log_format="text", log_level="error",
             trust=TrustSettings(require_signed_reports=True,
                                 attestation_roots=(str(self.sim.attestation_ca_file),),
@@ -203,6 +215,15 @@ class FleetParts:
 
         return set(self._ask(names, set()))
 
+    def gate_changes(self) -> list[dict[str, Any]]:
+        """Each gate that closed or opened since the last call, as the coordinator's chat says it
+        (output/chat_gates.py: CloudEvent-shaped dicts), for the terminal."""
+        changes, now = self._gate_changes, time.monotonic()
+        if now < self._gates_asked + GATES_ASKED_EVERY:  # the gates answer once a second at most
+            return []
+        self._gates_asked = now
+        return list(self._ask(lambda service: changes.take(service.state, service.acting()), []))
+
     def _ask(self, question: Any, otherwise: Any) -> Any:
         """``question(service)`` on the service's own thread, as its API asks (``otherwise`` until
         it answers)."""
@@ -223,4 +244,5 @@ class FleetParts:
         if self.api is not None:
             self.api.stop()
         self.app.close()
+        self.alert.close()
         self.sim.stop()

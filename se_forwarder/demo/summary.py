@@ -83,12 +83,26 @@ def _slow(vm: str, back: float, group: Sequence[EventLife]) -> str:
     return text + "."
 
 
+def _alert(gate: str, alert: str, fired: float, resolved: float, group: Sequence[EventLife]) -> str:
+    """The alert that closed the scale set's gate: what started meanwhile (the simulator's record)."""
+    during = started_during(group, fired, resolved)
+    later = [life.started for life in group if life.started is not None and life.started >= resolved]
+    text = (f"{'':<6} The alert {alert} fired for {_s(resolved - fired)} from the first Redeploy on; the "
+            f"gate {gate} was closed meanwhile and "
+            + ("no other VM of the group started" if not during else f"{during} VM(s) of the group started"))
+    if later:
+        text += f": the next one started {_s(min(later) - resolved)} after it resolved"
+    return text + "."
+
+
 def summary(lives: Sequence[EventLife], spans: Sequence[Span], scopes_of: Mapping[str, Sequence[str]],
             announced: Announced, failure: str | None, decisions: Counter[str], defers: Counter[str],
             echoes: int, verified: Verified | None, elapsed: float, time_scale: float,
-            slow: tuple[str, float | None] | None = None) -> str:
+            slow: tuple[str, float | None] | None = None,
+            alert: tuple[str, str, float | None, float | None] | None = None) -> str:
     """The summary's lines (module docstring); ``slow``: the VM whose application came back late,
-    and when it did (application.py)."""
+    and when it did (application.py); ``alert``: the gate, its alert, when it fired and resolved
+    (alert.py)."""
     by_id = {life.event_id: life for life in lives}
     web = [by_id[i] for i in announced.web.values() if i in by_id]
     api = [by_id[i] for i in announced.api.values() if i in by_id]
@@ -107,6 +121,8 @@ def summary(lives: Sequence[EventLife], spans: Sequence[Span], scopes_of: Mappin
     ]
     if broken is not None and broken.started is not None:
         paragraphs.append(_failure(broken, api, announced_at))
+    if alert is not None and alert[2] is not None and alert[3] is not None:
+        paragraphs.append(_alert(alert[0], alert[1], alert[2], alert[3], api))
     if slow is not None and slow[1] is not None:
         paragraphs.append(_slow(slow[0], slow[1], web))
     if freeze is not None and freeze.started is not None:

@@ -9,7 +9,9 @@ columns, the first line of each kind followed by a ``^`` line saying what it mea
   canceled, and a rejected approval message. Its neighbours' reports of the same event are left out
   (the page shows who saw what), and so are identity announcements and heartbeats, but for a change
   of a VM's health verdict to or from ``unhealthy``;
-- the coordinator's decisions but ``sent`` (the record that a message is in its queue).
+- the coordinator's decisions but ``sent`` (the record that a message is in its queue);
+- each gate that closes or opens (``[[gates]]``), as the coordinator's chat says it
+  (output/chat_gates.py; not on the hub, so ``Tail`` asks for them: its ``more``).
 
 Text from the hub is made inert for the terminal (printable.py); EventIds are cut to 8 characters.
 """
@@ -64,6 +66,9 @@ def explanations(min_healthy: float) -> dict[str, str]:
         "approvalrejected": "approval rejected: the VM's agent refused a message; nothing was approved",
         "recovered": "recovered: the VM's agent says it is back (its recover hook and its health probes, "
                      "if any, passed); only now does the coordinator free its slot",
+        "gate:closed": "gate closed: an alert fires, so the gate of its scope closes: the coordinator "
+                       "approves nothing early there, whatever the budgets say",
+        "gate:open": "gate open: the alert resolved; early approval in the gate's scope resumes",
         "unhealthy": "unhealthy: the VM's own health probe fails (its heartbeat says so); the "
                      "coordinator counts it as down, whatever the events say",
     }
@@ -123,6 +128,10 @@ class FleetLines:
     def _decision(self, event: dict[str, Any], kind: str, data: dict[str, Any]) -> list[str]:
         if kind == "sent":
             return []
+        if kind == "gate":
+            said = "open" if data.get("Open") else "closed"
+            details = f"{data.get('Gate')} ({data.get('Scope')}): {data.get('Reason')}"
+            return self._line({**event, "subject": "-"}, "gate", said, "-", details, f"gate:{said}")
         self.decisions[kind] += 1
         if kind == "defer":
             self.defers[str(data.get("ReasonCode") or "")] += 1
@@ -177,8 +186,8 @@ class Tail:
     """A thread that reads every event the hub takes, in order, and prints its lines."""
 
     def __init__(self, read: Callable[[int], tuple[list[Any], int]], lines: FleetLines,
-                 say: Callable[[str], None]) -> None:
-        self.read, self.format, self.say = read, lines, say
+                 say: Callable[[str], None], more: Callable[[], list[dict[str, Any]]] = list) -> None:
+        self.read, self.format, self.say, self.more = read, lines, say, more
         self._next = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-terminal", daemon=True)
@@ -192,7 +201,7 @@ class Tail:
             self.drain()
 
     def drain(self) -> None:
-        """Print what the hub took since the last call."""
+        """Print what the hub took since the last call, and what ``more`` gives."""
         events, self._next = self.read(self._next)
         for data in events:
             try:
@@ -200,9 +209,14 @@ class Tail:
             except ValueError:
                 continue
             if isinstance(event, dict):
-                out = self.format.lines(event)
-                if out:
-                    self.say("\n".join(out))
+                self._say(event)
+        for event in self.more():
+            self._say(event)
+
+    def _say(self, event: dict[str, Any]) -> None:
+        out = self.format.lines(event)
+        if out:
+            self.say("\n".join(out))
 
     def stop(self) -> None:
         self._stop.set()

@@ -17,7 +17,7 @@ from se_forwarder.fleet.coordinator import Policy
 from se_forwarder.fleet.coordinator.config.gates import load_gates
 from se_forwarder.fleet.coordinator.config.windows import ANCHOR, NEVER, Window, load_windows
 from se_forwarder.fleet.coordinator.decide.gates import matches
-from se_forwarder.fleet.coordinator.fold.gates import GateVerdict, fold_gate, unasked
+from se_forwarder.fleet.coordinator.fold.gates import PERIODS_KEPT, GateVerdict, fold_gate, unasked
 from se_forwarder.fleet.coordinator.input import gate_checks
 from se_forwarder.fleet.coordinator.view.alerts import derive
 from se_forwarder.fleet.coordinator.view.gates import gates_and_windows
@@ -303,6 +303,32 @@ def test_a_gate_keeps_when_it_closed_while_it_stays_closed():
     assert gates["web-alerts"].since == T0 and gates["web-alerts"].checked == T0 + 30
     assert fold_gate(gates, replace(closed(), open=True, checked=T0 + 60))
     assert gates["web-alerts"].since == T0 + 60
+
+
+def test_a_gate_keeps_each_closed_period_from_the_answer_that_closed_it_to_the_one_that_opened_it():
+    gates: dict[str, GateVerdict] = {"web-alerts": unasked("web-alerts", "alertmanager", "fleet")}
+    fold_gate(gates, replace(closed(), open=True, checked=T0))
+    assert gates["web-alerts"].closed == ()
+    fold_gate(gates, closed(checked=T0 + 10))
+    fold_gate(gates, closed(checked=T0 + 20))
+    assert gates["web-alerts"].closed == ((T0 + 10, None),)
+    fold_gate(gates, replace(closed(), open=True, checked=T0 + 30))
+    fold_gate(gates, replace(closed(), open=True, checked=T0 + 40))
+    assert gates["web-alerts"].closed == ((T0 + 10, T0 + 30),)
+
+
+@given(st.lists(st.booleans(), max_size=80))
+def test_closed_periods_are_the_runs_of_closed_answers_the_last_ones_kept(answers):
+    gates: dict[str, GateVerdict] = {}
+    for i, is_open in enumerate(answers):
+        fold_gate(gates, replace(closed(), open=is_open, checked=T0 + i))
+    runs: list[tuple[float, float | None]] = []
+    for i, is_open in enumerate(answers):
+        if not is_open and (i == 0 or answers[i - 1]):
+            runs.append((T0 + i, None))
+        elif is_open and runs and runs[-1][1] is None:
+            runs[-1] = (runs[-1][0], T0 + i)
+    assert (gates["web-alerts"].closed if answers else ()) == tuple(runs[-PERIODS_KEPT:])
 
 
 # -- what people see ---------------------------------------------------------------------------------

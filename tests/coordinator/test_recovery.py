@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import Policy, status
 from se_forwarder.fleet.coordinator import claimed as fold_event
-from se_forwarder.fleet.coordinator.config.policy import load_policy
+from se_forwarder.fleet.coordinator.config.policy import Budget, load_policy
 from se_forwarder.fleet.coordinator.fold.dispatch import Sender
 from se_forwarder.fleet.coordinator.fold.retention import prune
 from se_forwarder.fleet.coordinator.view.alerts import derive
@@ -156,3 +160,103 @@ def test_the_timeline_shows_the_wait_for_recovery_and_counts_it_down():
     assert ("recovering", T0 + 130, T0 + 170) in found
     line = down(s for s in spans(f.state, f.policy, index(f.state, f.policy)) if s.vm == SET[0].key)
     assert line[-1] == (T0 + 170, 0)
+
+
+# -- free_slot per budget ------------------------------------------------------------------------------
+
+def per_budget(*budgets: Budget, **policy: object) -> Policy:
+    return Policy(**{**RECOVERED, "free_slot": "min_healthy", **policy, "budgets": budgets})  # type: ignore[arg-type]
+
+
+def test_a_budget_with_recovered_holds_its_slot_until_recovered_when_the_policy_frees_on_the_clock():
+    f = rebooted(per_budget(Budget("group", count=1, free_slot="recovered")))
+    result = f.decide(T0 + 150)
+    assert result.unavailable[SET[0].key] == "recovering" and approvals(result) == []
+    assert f.verdict(result, "E2").code == "budget"
+    f.fold(recovered(SET[0], "E1", T0 + 170))
+    assert approvals(f.decide(T0 + 171)) == ["E2"]
+
+
+def test_a_budget_with_min_healthy_frees_on_the_clock_while_the_vm_still_counts_down_elsewhere():
+    f = rebooted(per_budget(Budget("group", count=1, free_slot="min_healthy"), Budget("fleet", count=2),
+                            free_slot="recovered"))
+    result = f.decide(T0 + 150, apply=False)
+    assert result.unavailable[SET[0].key] == "recovering"  # still waited for, and shown so
+    assert {result.index.kind_of[s]: n for s, n in result.used.items() if n} == {"fleet": 1}
+    assert approvals(result) == ["E2"]  # the group's slot is free; the fleet has room for a second
+
+
+def test_with_every_budget_on_min_healthy_nothing_waits_for_recovery():
+    f = rebooted(per_budget(Budget("group", count=1, free_slot="min_healthy"), free_slot="recovered"))
+    result = f.decide(T0 + 150)
+    assert SET[0].key not in result.unavailable and approvals(result) == ["E2"]
+
+
+def test_a_recovering_vm_counts_only_in_the_budgets_that_wait_for_its_recovery():
+    f = rebooted(per_budget(Budget("group", count=1), Budget("fleet", count=1, free_slot="recovered")))
+    result = f.decide(T0 + 150)
+    assert approvals(result) == []
+    assert f.verdict(result, "E2").code == "budget" and "fleet" in f.verdict(result, "E2").reason
+
+
+def test_a_vm_in_no_scope_of_a_budget_that_waits_is_not_held_for_its_recovery():
+    from se_forwarder.fleet.coordinator.decide import index
+    from se_forwarder.fleet.coordinator.view.timeline import spans
+
+    f = rebooted(per_budget(Budget("group", count=1), Budget("zone", count=1, free_slot="recovered")))
+    result = f.decide(T0 + 150, apply=False)  # the availability set's VMs have no zone
+    assert SET[0].key not in result.unavailable and approvals(result) == ["E2"]
+    assert not [s for s in spans(f.state, f.policy, index(f.state, f.policy)) if s.kind == "recovering"]
+    assert not result.overdue and not f.decide(T0 + 100 + 601, apply=False).overdue
+
+
+def test_an_approval_for_a_recovering_vm_counts_it_in_every_scope_again():
+    f = rebooted(per_budget(Budget("group", count=1)))  # the group frees web-0 on the clock
+    f.announce("E3", [SET[0]], t=T0 + 120, not_before=T0 + 2000)  # web-0's next event, due first
+    result = f.decide(T0 + 150, apply=False)
+    assert approvals(result) == ["E3"]
+    assert f.verdict(result, "E2").code == "budget"  # web-0 is taken again: no room for web-1
+
+
+@pytest.mark.parametrize(("group_frees", "last_step"),
+                         [("recovered", (T0 + 170, 0)), ("min_healthy", (T0 + 130, 0))])
+def test_the_pages_group_line_counts_the_wait_for_recovery_only_when_the_groups_budget_waits(group_frees,
+                                                                                           last_step):
+    from se_forwarder.fleet.coordinator.view.page import page_view
+
+    f = rebooted(per_budget(Budget("group", count=1, free_slot=group_frees), Budget("fleet", count=5),
+                            free_slot="recovered", min_healthy=30.0))
+    f.fold(recovered(SET[0], "E1", T0 + 170))
+    [group] = [g for g in page_view(f.state, f.policy, T0 + 200)["groups"] if g["peak"]]
+    assert tuple(group["down"][-1]) == last_step
+
+
+@settings(max_examples=60, deadline=None)
+@given(completed=st.floats(100, 200), recovered_after=st.one_of(st.none(), st.floats(0, 300)),
+       at=st.floats(100, 600), min_healthy=st.sampled_from([0.0, 60.0]), fleet_max=st.integers(1, 3),
+       second=st.booleans())
+def test_every_budget_recovered_decides_as_a_fleet_wide_recovered(completed, recovered_after, at, min_healthy,
+                                                                  fleet_max, second):
+    budgets = (Budget("group", count=1), Budget("fleet", count=fleet_max))
+    fleet_wide = Policy(**{**RECOVERED, "min_healthy": min_healthy, "budgets": budgets})  # type: ignore[arg-type]
+    each = per_budget(*(replace(b, free_slot="recovered") for b in budgets), min_healthy=min_healthy)
+    results = []
+    for policy in (fleet_wide, each):
+        f = rebooted(policy, completed=T0 + completed)
+        if second:
+            f.announce("E3", [SET[0]], t=T0 + 30, not_before=T0 + 2000)
+        if recovered_after is not None:
+            f.fold(recovered(SET[0], "E1", T0 + completed + recovered_after))
+        r = f.decide(T0 + max(at, completed), apply=False)
+        results.append((r.unavailable, dict(r.used), [(d.kind, d.event_id, d.reason) for d in r.decisions]))
+    assert results[0] == results[1]
+
+
+def test_a_budgets_free_slot_is_read_and_a_bad_one_is_one_line():
+    policy = load_policy({"budgets": [{"scope": "group", "max_unavailable": 1, "free_slot": "recovered"},
+                                      {"scope": "zone", "max_unavailable": 1}]})
+    assert policy.free_slot_of("group") == "recovered" and policy.free_slot_of("zone") == "min_healthy"
+    assert policy.waits_for_recovery and policy.on_clock == {"zone"}
+    with pytest.raises(ConfigError) as caught:
+        load_policy({"budgets": [{"scope": "group", "max_unavailable": 1, "free_slot": "later"}]})
+    assert str(caught.value) == "budgets[0].free_slot: 'later' is not one of min_healthy, recovered"

@@ -31,6 +31,7 @@ WEB = [f"web-{i}" for i in range(6)]
 API = [f"api_{i}" for i in range(4)]
 VMS = [*WEB, *API, "db"]
 SLOW = "web-1"  # the VM whose application comes back late (demo/application.py)
+GATE, ALERT = "api-alerts", "ApiErrorRate"  # the scale set's gate and its alert (demo/alert.py)
 SUMMARY = r"^summary, from the simulator's record"
 KEPT = r"^Still running \(--keep\)"
 
@@ -126,6 +127,16 @@ def test_the_page_shows_every_vm_a_countdown_and_the_timeline_as_the_rollout_run
         later = [utc(life["started"]) for life in lives if life["Resources"][0] in WEB and life["started"]
                  and utc(life["started"]) > slow["start"]]
         assert min(later) >= slow["end"]  # the next web VM started only once it was recovered
+        gate = js(browser, """
+            return [...document.querySelectorAll('.tl-gate-row rect.tl-gate')].map(r => ({
+              gate: r.dataset.gate, start: Number(r.dataset.start),
+              end: r.dataset.end === "" ? null : Number(r.dataset.end)}));""")
+        [closed] = gate  # the gate's one closed period, on a row of its own
+        assert closed["gate"] == GATE and closed["end"] is not None and closed["end"] - closed["start"] >= 5
+        api_starts = [utc(life["started"]) for life in lives
+                      if life["Resources"][0] in API and life["started"]]
+        assert not [t for t in api_starts if closed["start"] < t < closed["end"]]  # none while closed
+        assert [t for t in api_starts if t >= closed["end"]]  # the rollout resumed once it opened
         assert console_errors(browser) == []
     finally:
         browser.quit()
@@ -137,8 +148,10 @@ def test_the_slow_application_holds_its_groups_slot_until_its_agent_reports_reco
     slow = [r for r in rows if r[1] == SLOW]
     states = [r[2] for r in slow if r[2] in ("started", "unhealthy", "completed", "healthy", "recovered")]
     assert sorted(states) == sorted(["started", "unhealthy", "completed", "healthy", "recovered"]), states
-    at = states.index  # the probe may see the application down before or after the Reboot ended
-    assert at("started") < at("unhealthy") < at("healthy") < at("recovered")
+    # The application goes down as the Reboot starts: its agent's Started report and its probe's
+    # failure race (either may reach the hub first), and the probe may fail before or after the end.
+    at = states.index
+    assert at("unhealthy") < at("healthy") < at("recovered") and at("started") < at("healthy")
     assert at("completed") < at("recovered")
     said = re.search(rf"{SLOW}'s application came back (\d+) s after its Reboot ended; the coordinator "
                      r"held the group's only slot until its agent reported it recovered: the next VM "
@@ -148,6 +161,20 @@ def test_the_slow_application_holds_its_groups_slot_until_its_agent_reports_reco
     [own] = [life for life in lives if life["Resources"] == [SLOW]]
     back = utc(own["ended"]) + int(said.group(1))
     assert all(utc(life["started"]) > back - 1 for life in lives if utc(life["started"]) > utc(own["ended"]))
+
+
+def test_the_alert_closes_the_scale_sets_gate_for_a_while_and_the_terminal_says_when_and_why(demo):
+    demo.wait_for(KEPT, 180)
+    rows = [line.split(None, 5) for line in demo.stdout.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)]
+    text = " ".join(demo.stdout.split())
+    gate = [r[2] for r in rows if r[1] == "gate"]
+    assert gate == ["closed", "open"], gate
+    assert re.search(rf"gate closed - - {GATE} \(group:tag/api\): \S+ answered 423: alert {ALERT} fires",
+                     text)
+    assert re.search(rf"api_\d: gate '{GATE}' \(group:tag/api\) is closed: .* alert {ALERT} fires", text)
+    said = re.search(rf"The alert {ALERT} fired for (\d+) s from the first Redeploy on; the gate {GATE} was "
+                     r"closed meanwhile and no other VM of the group started", summary_text(demo))
+    assert said and int(said.group(1)) >= 9, summary_text(demo)
 
 
 def test_the_page_url_comes_first_then_a_line_per_decision_and_per_vm_in_columns(demo):
@@ -170,7 +197,7 @@ def test_the_page_url_comes_first_then_a_line_per_decision_and_per_vm_in_columns
     assert any(r[1] == "api_3" and r[2] == "started" and r[5] == "no notice" for r in rows if len(r) > 5)
     assert any(r[1] == "db" and r[2] == "started" and "left to Azure" in r[5] for r in rows if len(r) > 5)
     for kind in ("scheduled:", "approve:", "defer:", "approved:", "started:", "hardware failure:",
-                 "completed:"):
+                 "completed:", "gate closed:", "gate open:"):
         assert len([ln for ln in lines if ln.strip().startswith(f"^ {kind}")]) == 1, kind
 
 

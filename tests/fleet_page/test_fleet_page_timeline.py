@@ -23,6 +23,7 @@ import pytest
 from se_forwarder.fleet.coordinator.api import ApiServer
 from se_forwarder.fleet.coordinator.decide import index
 from se_forwarder.fleet.coordinator.fold import claimed as fold_event
+from se_forwarder.fleet.coordinator.fold.gates import GateVerdict
 from se_forwarder.fleet.coordinator.view import spans
 from tests.support.waiting import wait_for
 
@@ -46,6 +47,10 @@ def page():
         fold_event(state, report("scheduled", v, freeze, ["web1-3"], now - 20, now + 900, "Freeze"))
     for v in members["web2"]:
         fold_event(state, report("scheduled", v, due, ["web2-4"], now - 60, now - 30))
+    # A gate (of a scope no rolling group is in) that was closed for five minutes and is closed again.
+    state.gates["deploys"] = GateVerdict("deploys", "http", "group:tag/quiet", False, "answered 423",
+                                         checked=now - 5, since=now - 120,
+                                         closed=((now - 900, now - 600), (now - 120, None)))
     coordinator = LocalCoordinator(state, POLICY).start()
     server = ApiServer(coordinator, "127.0.0.1", 0, [TOKEN])
     server.start()
@@ -55,7 +60,7 @@ def page():
         wait_for(lambda: browser.execute_script("return window.sePage && window.sePage.renders"), 30,
                  "the first render")
         yield {"browser": browser, "coordinator": coordinator, "groups": groups, "freeze": freeze,
-               "due": due}
+               "due": due, "now": now}
         assert console_errors(browser) == []
     finally:
         browser.quit()
@@ -124,6 +129,21 @@ def test_each_group_shows_its_budget_line_against_its_max(page) -> None:
     header = js(browser, "return document.querySelector('.tl-group[data-group=\"tag/web0\"] .tl-head')"
                          ".textContent")
     assert "10 Started" in header and "at most 1 down at once (max 1)" in header
+
+
+def test_a_gate_that_was_closed_has_a_row_of_its_own_with_a_bar_per_closed_period(page) -> None:
+    browser, now = page["browser"], page["now"]
+    periods = js(browser, """
+        return [...document.querySelectorAll('.tl-gate-row[data-gate="deploys"] rect.tl-gate')].map(r => ({
+          start: Number(r.dataset.start), end: r.dataset.end === "" ? null : Number(r.dataset.end),
+          open: r.classList.contains("open"), x: r.x.baseVal.value, width: r.width.baseVal.value}));""")
+    assert [(round(p["start"] - now), None if p["end"] is None else round(p["end"] - now)) for p in periods] \
+        == [(-900, -600), (-120, None)]
+    first, going = periods
+    assert not first["open"] and going["open"]  # still closed: drawn up to now, dashed
+    assert first["x"] + first["width"] < going["x"] and first["width"] > going["width"]
+    label = "return document.querySelector('.tl-gate-row[data-gate=\"deploys\"] .tl-label').textContent"
+    assert js(browser, label) == "gate deploys"
 
 
 def click(browser, selector: str, what: str) -> None:

@@ -25,6 +25,7 @@ The sections this module reads (the service reads the others; ``POLICY_SECTIONS`
     scope = "group"                   # group | scale_set | zone | fault_domain | update_domain |
                                       # resource_group | tag:<name> | fleet
     max_unavailable = 1               # a whole number >= 1, or a percentage "10%"
+    free_slot = "recovered"           # optional: [policy] free_slot for this budget's scopes only
 
     [[blackouts]]                     # UTC windows with no early approval; either weekly ...
     days = ["sat", "sun"]             # the days a window starts on (default: every day)
@@ -53,7 +54,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,6 +97,7 @@ class Budget:
     kind: str  # one of SCOPE_KINDS, or "tag:<name>" (name in lower case)
     count: int | None = None
     percent: float | None = None
+    free_slot: str | None = None  # one of FREE_SLOT; None: [policy] free_slot (decide/recovery.py)
 
     def limit(self, size: int) -> int:
         """How many VMs of a scope of ``size`` VMs may be unavailable at once (module docstring)."""
@@ -159,6 +161,21 @@ class Policy:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_kind", {b.kind: b for b in self.budgets})
+
+    def free_slot_of(self, kind: str) -> str:
+        """``free_slot`` of the budget of scope kind ``kind``: its own, else ``[policy]``'s."""
+        budget = self.by_kind.get(kind)
+        return budget.free_slot if budget is not None and budget.free_slot else self.free_slot
+
+    @property
+    def on_clock(self) -> frozenset[str]:
+        """The budgeted scope kinds whose slots free on the clock (``free_slot = "min_healthy"``)."""
+        return frozenset(b.kind for b in self.budgets if self.free_slot_of(b.kind) == FREE_SLOT[0])
+
+    @property
+    def waits_for_recovery(self) -> bool:
+        """Some budget frees a slot only on observed recovery (decide/recovery.py)."""
+        return len(self.on_clock) < len(self.budgets)
 
     def blackout_at(self, now: float) -> Blackout | None:
         return next((b for b in self.blackouts if b.active(now)), None)
@@ -231,14 +248,17 @@ def _budgets(items: Any) -> tuple[Budget, ...]:
         where = f"budgets[{i}]"
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: must be a table")
-        no_unknown(item, where, ("scope", "max_unavailable"))
+        no_unknown(item, where, ("scope", "max_unavailable", "free_slot"))
         for key in ("scope", "max_unavailable"):
             if key not in item:
                 raise ConfigError(f"{where}.{key}: missing")
         kind = budget_kind(item["scope"], f"{where}.scope")
         if any(b.kind == kind for b in out):
             raise ConfigError(f"{where}.scope: {kind!r} has a budget already (one per scope kind)")
-        out.append(_budget(kind, item["max_unavailable"], f"{where}.max_unavailable"))
+        budget = _budget(kind, item["max_unavailable"], f"{where}.max_unavailable")
+        if "free_slot" in item:
+            budget = replace(budget, free_slot=as_choice(item["free_slot"], f"{where}.free_slot", FREE_SLOT))
+        out.append(budget)
     return tuple(out)
 
 

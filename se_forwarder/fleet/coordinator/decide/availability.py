@@ -60,6 +60,7 @@ VMs for heartbeat ages and names.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from ..config.policy import Policy
@@ -68,7 +69,7 @@ from ..fold.azure import ARM
 from ..fold.health import azure_health
 from ..fold.inventory import claimed_at
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
-from .recovery import RECOVERED, Overdue, held
+from .recovery import RECOVERY_ONLY, Overdue, held
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
 REASONS = ("started", "due", "approved", "prepare-failed", "unhealthy", "azure-unavailable",
@@ -160,16 +161,18 @@ def _silent(state: FleetState, idx: ScopeIndex, vm: str, record: EventRecord, af
 
 
 def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float,
-                overdue: list[Overdue] | None = None) -> dict[str, str]:
+                overdue: list[Overdue] | None = None, recovering: set[str] | None = None) -> dict[str, str]:
     """VM key -> the first reason it is unavailable now (module docstring); others are absent.
-    ``overdue`` (when given) gets each VM not seen recovered in time (decide/recovery.py)."""
+    ``overdue`` (when given) gets each VM not seen recovered in time, ``recovering`` each VM down for
+    no other reason than a recovery not yet seen: free in the scopes of a budget whose
+    ``free_slot`` is ``min_healthy`` (decide/recovery.py, ``used``)."""
     found: dict[str, set[str]] = {}
     late: list[Overdue] = [] if overdue is None else overdue
     for key in sorted(state.open_events):
         record = state.events.get(key)
         if record is not None:
             _open_event(state, policy, idx, record, now, found, late)
-    clock = policy.free_slot != RECOVERED
+    clock = not policy.waits_for_recovery
     for key in sorted(state.settling - state.open_events):  # every VM of it is done with it
         record = state.events.get(key)
         if record is None or record.completed_at is None or \
@@ -186,6 +189,9 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float,
         found.setdefault(vm, set()).add("key-conflict")
     for vm in unwatched(state, policy, idx, now):
         found.setdefault(vm, set()).add("not-watched")
+    if recovering is not None:
+        recovering.update(vm for vm, reasons in found.items()
+                          if vm in idx.group_of and reasons <= RECOVERY_ONLY)
     return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())
             if vm in idx.group_of}
 
@@ -317,10 +323,13 @@ def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
     return out
 
 
-def used(idx: ScopeIndex, down: dict[str, str]) -> Counter[str]:
-    """Unavailable VMs per budgeted scope."""
+def used(idx: ScopeIndex, down: dict[str, str], recovering: AbstractSet[str] = frozenset(),
+         on_clock: AbstractSet[str] = frozenset()) -> Counter[str]:
+    """Unavailable VMs per budgeted scope; a VM of ``recovering`` (``unavailable``) does not count in
+    a scope whose budget's kind is ``on_clock`` (Policy.on_clock)."""
     counts: Counter[str] = Counter()
     for vm in down:
         for scope in idx.budget_scopes_of.get(vm, ()):
-            counts[scope] += 1
+            if vm not in recovering or idx.kind_of[scope] not in on_clock:
+                counts[scope] += 1
     return counts

@@ -110,8 +110,10 @@ class DecisionPass:
         self.state, self.policy, self.now, self.stale = state, policy, now, stale
         self.idx = index(state, policy)
         overdue: list[Overdue] = []
-        self.down = unavailable(state, policy, self.idx, now, overdue)
-        self.counts = used(self.idx, self.down)
+        self.recovering: set[str] = set()  # down only until seen recovered (decide/recovery.py)
+        self.down = unavailable(state, policy, self.idx, now, overdue, self.recovering)
+        self.on_clock = policy.on_clock
+        self.counts = used(self.idx, self.down, self.recovering, self.on_clock)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
         self.holds = holds_now(state, policy, now)  # gates and windows (decide/gates.py)
@@ -142,11 +144,8 @@ class DecisionPass:
         """Budget use of every budgeted scope holding one of ``vms``, in policy order."""
         extra: Counter[str] = Counter()
         for vm in vms:
-            if vm not in self.taken:
-                extra.update(self.idx.budget_scopes_of.get(vm, ()))
-            else:
-                for scope in self.idx.budget_scopes_of.get(vm, ()):
-                    extra[scope] += 0
+            for scope in self.idx.budget_scopes_of.get(vm, ()):
+                extra[scope] += 1 if self._free_in(vm, scope) else 0
         scopes = sorted(extra, key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
         return tuple(
             BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.taken_counts[s],
@@ -154,11 +153,16 @@ class DecisionPass:
             for s in scopes
         )
 
+    def _free_in(self, vm: str, scope: str) -> bool:
+        """``vm`` does not count against ``scope`` yet: not down, or down only until it is seen
+        recovered while ``scope``'s budget frees slots on the clock (decide/recovery.py)."""
+        return vm not in self.taken or (vm in self.recovering and self.idx.kind_of[scope] in self.on_clock)
+
     def take(self, vms: tuple[str, ...]) -> None:
         for vm in vms:
-            if vm not in self.taken:
-                self.taken[vm] = "approved"
-                self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
+            self.taken_counts.update(s for s in self.idx.budget_scopes_of.get(vm, ()) if self._free_in(vm, s))
+            self.taken.setdefault(vm, "approved")
+            self.recovering.discard(vm)
 
     def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
         """Watched affected VMs of this shard (ownership.py) whose approval queue no other VM shares

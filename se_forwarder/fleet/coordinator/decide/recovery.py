@@ -15,6 +15,14 @@ Until then its reason (availability.py) is ``completed`` within ``min_healthy``,
 ``recovering``, and ``not-recovered`` once ``recover_timeout`` has passed since it was done: it stays
 counted down in every budget (never freed by the clock), and ``unavailable`` lists it as ``Overdue``
 for the ``recovery-timeout`` alert (view/alerts.py).
+
+Per budget. A ``[[budgets]]`` entry may set its own ``free_slot`` (Policy.free_slot_of). A VM is
+held as above when a budget of one of its scopes waits for recovery (``waits``: not at all
+otherwise); held for no other reason than that (``RECOVERY_ONLY``), it counts down only in the
+scopes of budgets that wait for it, and is free in the scopes of a ``min_healthy`` budget
+(availability.used, evaluate.DecisionPass.uses). An approval of another event for it counts it down
+in every scope again. ``recover_timeout`` stays fleet-wide:
+one VM in two budgets has one recovery, and one alert.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from ..fold.topology import agent_reported
 from .scopes import ScopeIndex
 
 RECOVERED = "recovered"
+RECOVERY_ONLY = frozenset({"recovering", "not-recovered"})  # held only until seen recovered
 
 
 @dataclass(frozen=True)
@@ -59,12 +68,21 @@ def recovered(state: FleetState, idx: ScopeIndex, record: EventRecord, vm: str, 
     return recovered_at(state, idx, record, vm, done) is not None
 
 
+def waits(policy: Policy, idx: ScopeIndex, vm: str) -> bool:
+    """Some budget ``vm`` counts in waits for its recovery (module docstring: per budget); with
+    ``free_slot = "recovered"`` for every budget, any VM."""
+    on_clock = policy.on_clock
+    if not on_clock:
+        return policy.waits_for_recovery
+    return any(idx.kind_of[scope] not in on_clock for scope in idx.budget_scopes_of.get(vm, ()))
+
+
 def held(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, vm: str, done: float,
          back: float, now: float) -> str | None:
     """Why ``vm``, done with ``record`` at ``done``, still counts as unavailable now (``back``: when
     the clock frees it, availability.back_at); None once back."""
     if back > now:
         return "completed"
-    if policy.free_slot != RECOVERED or recovered(state, idx, record, vm, done):
+    if not waits(policy, idx, vm) or recovered(state, idx, record, vm, done):
         return None
     return "not-recovered" if done + policy.recover_timeout <= now else "recovering"

@@ -5,6 +5,10 @@ which folds them here (``fold_gate``) before the next decision pass; decide/gate
 They are not in snapshots: every instance asks the gates itself, and until a gate has answered
 once it counts as closed (``unasked``), so a coordinator that just started approves nothing early
 in that gate's scope.
+
+Each verdict also carries the gate's last ``PERIODS_KEPT`` closed periods, ``(closed, opened or
+None while it stays closed)`` from the answers' times, for the page's timeline (a closed period
+begins with the first answer that said closed; before its first answer a gate has none).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ALERTS_KEPT = 20  # alerts named per verdict
+PERIODS_KEPT = 20  # closed periods kept per gate
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class GateVerdict:
     unreachable: bool = False
     checked: float | None = None  # epoch seconds of the answer; None: not asked yet
     since: float | None = None  # when it last changed between open and closed
+    closed: tuple[tuple[float, float | None], ...] = ()  # closed periods, oldest first (docstring)
 
 
 def unasked(name: str, kind: str, scope: str) -> GateVerdict:
@@ -43,5 +49,19 @@ def fold_gate(gates: dict[str, GateVerdict], verdict: GateVerdict) -> bool:
     since = last.since if same_state and last is not None else verdict.checked
     gates[verdict.name] = GateVerdict(verdict.name, verdict.kind, verdict.scope, verdict.open, verdict.reason,
                                       verdict.alerts[:ALERTS_KEPT], verdict.unreachable, verdict.checked,
-                                      since)
+                                      since, _periods(last, verdict))
     return last is None or not same_state or (last.reason, last.alerts) != (verdict.reason, verdict.alerts)
+
+
+def _periods(last: GateVerdict | None, verdict: GateVerdict) -> tuple[tuple[float, float | None], ...]:
+    """``last``'s closed periods with ``verdict`` taken in: one begun when it closes, ended when it
+    opens."""
+    periods = last.closed if last is not None else ()
+    if verdict.checked is None:
+        return periods
+    going = bool(periods) and periods[-1][1] is None
+    if not verdict.open and not going:
+        periods = (*periods, (verdict.checked, None))[-PERIODS_KEPT:]
+    elif verdict.open and going:
+        periods = (*periods[:-1], (periods[-1][0], verdict.checked))
+    return periods

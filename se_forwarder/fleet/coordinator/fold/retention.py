@@ -43,7 +43,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
           keep_gone: float = 7 * DAY) -> Pruned:
     """Drop what the module docstring says; how many of each were dropped."""
     keep_events = max(keep_events, policy.min_healthy)
-    recovering = policy.free_slot == "recovered"
+    recovering = policy.waits_for_recovery
     old_vms = [k for k, vm in state.vms.items() if vm.last_heard < now - policy.forget_after]
     if old_vms:
         for key in old_vms:

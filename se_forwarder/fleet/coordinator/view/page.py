@@ -14,7 +14,8 @@ kilobytes (about a tenth of that gzipped)::
      "gates": [...], "windows": [...] (as view.status, view/gates.py: a closed gate in the banner),
      "events": [{"eventId", "eventType", "notBeforeUtc", "status"}],
      "timeline": {"kinds": timeline.KINDS, "events": [[eventId, eventType, notBefore | null]],
-                  "start": <epoch s> | null, "minHealthy": <s>},
+                  "start": <epoch s> | null, "minHealthy": <s>,
+                  "gates": [[name, scope, [[closed, opened | null], ...]]]},
      "groups": [{"group", "label", "scope", "size", "unavailable", "max", "paused", "zonal",
                  "vms": [[name, zone, faultDomain, updateDomain, state, heartbeatAge, event, watched,
                           agentless, findings, said]],
@@ -32,7 +33,10 @@ the chat messages say them.
 The timeline (timeline.py) rides on the groups: a group's ``spans`` are its VMs' stages (``vm`` an
 index into its ``vms``, ``kind`` into ``timeline.kinds``, ``event`` into ``timeline.events``; times in
 epoch seconds, ``end`` null while it goes on), ``down`` its budget line and ``peak`` the most VMs
-down at once on it. ``timeline.start`` is the earliest span's start.
+down at once on it (a ``recovering`` span is left out of it when the group's budget frees slots on
+the clock: ``[[budgets]] free_slot``). ``timeline.gates`` are the gates that were closed while the
+fold kept them (fold/gates.py: their last closed periods, ``opened`` null while still closed), each
+a row of its own on the page. ``timeline.start`` is the earliest span's or closed period's start.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ class TimelineLayout:
 
     def __init__(self, state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> None:
         self.state = state
+        self.on_clock = "group" in policy.on_clock  # a wait for recovery holds no slot of a group
         self.by_vm: dict[str, list[Span]] = {}
         self.start: float | None = None
         for span in spans(state, policy, idx, now):
@@ -146,12 +151,16 @@ class TimelineLayout:
                              self.number(span.event)])
         if not mine:
             return {"spans": rows, "down": [], "peak": 0}
-        budget_line = down(mine)
+        budget_line = down(s for s in mine if not (self.on_clock and s.kind == "recovering"))
         return {"spans": rows, "down": [[_at(t), n] for t, n in budget_line], "peak": peak(budget_line)}
 
     def header(self, policy: Policy) -> dict[str, Any]:
-        return {"kinds": list(KINDS), "events": self.events, "start": _at(self.start),
-                "minHealthy": policy.min_healthy}
+        gates = [[g.name, g.scope, [[_at(a), _at(b)] for a, b in g.closed]]
+                 for g in sorted(self.state.gates.values(), key=lambda g: g.name) if g.closed]
+        start = min([t for t in (self.start,) if t is not None] + [g.closed[0][0] for g in
+                    self.state.gates.values() if g.closed], default=None)
+        return {"kinds": list(KINDS), "events": self.events, "start": _at(start),
+                "minHealthy": policy.min_healthy, "gates": gates}
 
 
 def _said(event: dict[str, Any] | None) -> str:

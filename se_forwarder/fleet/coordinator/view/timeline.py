@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from ..config.policy import Policy
 from ..decide.availability import back_at, completions, due_at, echoes
-from ..decide.recovery import RECOVERED, recovered_at
+from ..decide.recovery import recovered_at, waits
 from ..decide.scopes import ScopeIndex, resolve
 from ..fold.state import EventRecord, FleetState
 
@@ -71,7 +71,7 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None 
             done = completions(state, idx, record, vms, policy)
             approved = approved_at(record, policy, idx, vms)
             out.extend(_event_spans(record, vms, policy, done, approved, started))
-            if policy.free_slot == RECOVERED:
+            if policy.waits_for_recovery:
                 out.extend(_recovering(state, idx, record, policy, done, now))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
     return out
@@ -100,7 +100,7 @@ def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy:
     """Each VM's wait for its recovery after ``min_healthy`` (module docstring)."""
     out = []
     for vm, came_back in done.items():
-        if came_back is None:
+        if came_back is None or not waits(policy, idx, vm):
             continue
         start = back_at(policy, record, vm, came_back)
         end = recovered_at(state, idx, record, vm, came_back)

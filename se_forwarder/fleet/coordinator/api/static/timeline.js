@@ -1,6 +1,7 @@
 // The fleet page's rollout timeline: one row per VM, grouped, with each maintenance event's stages
-// (Scheduled, approved, Started, min_healthy, recovering) as bars on one time axis, and under each
-// group's header its budget line: VMs down at each moment against the group's max_unavailable. SVG with percentage
+// (Scheduled, approved, Started, min_healthy, recovering) as bars on one time axis, under each
+// group's header its budget line: VMs down at each moment against the group's max_unavailable, and
+// above the groups a row per gate that was closed, a bar for each closed period. SVG with percentage
 // coordinates, so nothing is measured; text from the coordinator is only ever set as textContent.
 // page.js calls window.seTimeline.render(box, doc, options) after each poll.
 "use strict";
@@ -97,6 +98,24 @@
     return el("div", { class: "tl-row tl-down" }, el("span", { class: "tl-label muted", text: label }), track);
   }
 
+  // A gate's row: a bar per closed period (doc.timeline.gates: [name, scope, [[closed, opened|null]]]).
+  function gateRow(el, gate, ax) {
+    const [name, scope, periods] = gate;
+    const track = svg("svg", { class: "tl-track", height: ROW }, ...gridLines(ax, ROW));
+    for (const [start, end] of periods) {
+      const stop = end === null ? ax.now : end;
+      if (stop <= ax.t0) continue;
+      track.append(svg("rect", { class: `tl-gate${end === null ? " open" : ""}`, x: ax.x(start),
+        width: `${(ax.at(stop) - ax.at(start)).toFixed(3)}%`, y: 3, height: 10, "data-gate": name,
+        "data-start": start, "data-end": end === null ? "" : end },
+      title(`gate ${name} (${scope}) closed ${clock(start, true)}–${end === null ? "now" : clock(end, true)} UTC ` +
+        `(${length(stop - start)}): no early approval in ${scope}`)));
+    }
+    track.append(svg("line", { class: "tl-now", x1: ax.x(ax.now), x2: ax.x(ax.now), y1: 0, y2: ROW }));
+    return el("div", { class: "tl-row tl-gate-row", "data-gate": name },
+      el("span", { class: "tl-label", text: `gate ${name}`, title: `gate ${name} (${scope})` }), track);
+  }
+
   function vmRow(el, doc, g, vi, mine, ax) {
     const name = g.vms[vi][0];
     const kinds = doc.timeline.kinds, events = doc.timeline.events;
@@ -186,7 +205,8 @@
     }
     const drawn = new Set(shown.map((n) => n.dataset.group));
     for (const group of [...heads.keys()]) if (!drawn.has(group)) heads.delete(group);
-    const parts = [axisRow(el, ax), ...shown];
+    const gates = (doc.timeline.gates || []).map((gate) => gateRow(el, gate, ax));
+    const parts = [axisRow(el, ax), ...gates, ...shown];
     if (!shown.length) parts.push(el("div", { class: "muted", text: "No maintenance in this window." }));
     if (quiet) parts.push(el("div", { class: "muted", text: `${quiet} group${quiet === 1 ? "" : "s"} with no maintenance in this window` }));
     box.replaceChildren(...parts);
