@@ -32,6 +32,9 @@ TERMINAL = CANCELED
 
 Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of equal time too
 NO_STAMP: Stamp = (float("-inf"), "")
+# The tags of every VM without any: one dict shared by all (a VM's tags are replaced, never changed
+# in place), so 100,000 untagged VMs do not hold 100,000 empty dicts.
+NO_TAGS: dict[str, str] = {}
 
 
 @dataclass(slots=True)
@@ -51,14 +54,15 @@ class Vm:
     fault_domain: str = ""
     update_domain: str = ""
     placement_group: str = ""
-    tags: dict[str, str] = field(default_factory=dict)  # names in lower case
+    tags: dict[str, str] = field(default_factory=lambda: NO_TAGS)  # names in lower case; replaced whole
     topology_stamp: Stamp = NO_STAMP
     last_heartbeat: float | None = None  # time of the newest heartbeat
     last_heard: float = float("-inf")  # time of the newest report of any kind
     agent_version: str = ""
     listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
-    info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
+    # A fingerprint of the data.Vm read last (fold/reports.py): the same again is not parsed again.
+    seen: int | None = field(default=None, repr=False, compare=False)
 
     def topology(self) -> tuple[Any, ...]:
         return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
@@ -272,8 +276,8 @@ class FleetState:
     version: int = 0
     # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
-    vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
-    names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys
+    vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
+    names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -281,21 +285,31 @@ class FleetState:
         switch = self.pauses.get(scope)
         return switch if switch is not None and switch.on else None
 
-    def named(self, name: str) -> set[str]:
+    def named(self, name: str) -> tuple[str, ...]:
         """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
         if self.names is None:
             self.names = {}
             for key, vm in self.vms.items():
-                self.names.setdefault(vm.name.lower(), set()).add(key)
-        return self.names.get(name, set())
+                self.rename(key, None, vm.name)
+        return self.names.get(name, ())
 
     def rename(self, key: str, old: str | None, new: str) -> None:
-        """Keep ``names`` true when a VM is added (``old`` None) or changes its name."""
-        if self.names is None:
+        """Keep ``names`` true when a VM is added (``old`` None) or changes its name. Each name's
+        keys are a tuple: almost every name is one VM's, and a tuple of one is a quarter of a set."""
+        names = self.names
+        if names is None:
             return
         if old is not None:
-            self.names.get(old.lower(), set()).discard(key)
-        self.names.setdefault(new.lower(), set()).add(key)
+            lowered = old.lower()
+            left = tuple(k for k in names.get(lowered, ()) if k != key)
+            if left:
+                names[lowered] = left
+            else:
+                names.pop(lowered, None)
+        lowered = new.lower()
+        bearers = names.get(lowered, ())
+        if key not in bearers:
+            names[lowered] = (*bearers, key)
 
     def event(self, event_id: str) -> EventRecord:
         """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""

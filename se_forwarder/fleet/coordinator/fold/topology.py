@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from ..config.policy import Policy
 from .azure_state import Claim, VmFacts
-from .state import NO_STAMP, EventRecord, FleetState, Vm
+from .state import NO_STAMP, NO_TAGS, EventRecord, FleetState, Vm
 
 
 def claim(vm: Vm) -> Claim:
@@ -43,14 +43,14 @@ def _apply(state: FleetState, vm: Vm, facts: VmFacts) -> None:
         state.rename(vm.key, vm.name, facts.name)  # the fold's index of names (state.named)
     vm.name, vm.vm_id, vm.complete, vm.resource_id = facts.name, facts.vm_id, True, facts.resource_id
     vm.subscription, vm.resource_group, vm.location = facts.subscription, facts.resource_group, facts.location
-    vm.zone, vm.scale_set, vm.tags = facts.zone, facts.scale_set.lower(), dict(facts.tags)
+    vm.zone, vm.scale_set, vm.tags = facts.zone, facts.scale_set.lower(), dict(facts.tags) or NO_TAGS
     vm.fault_domain = facts.fault_domain or vm.fault_domain
     vm.update_domain = facts.update_domain or vm.update_domain
 
 
 def _restore(vm: Vm, was: Claim) -> None:
     vm.subscription, vm.resource_group, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain = was[:6]
-    vm.tags = dict(was[6])
+    vm.tags = dict(was[6]) or NO_TAGS
 
 
 def agent_reported(vm: Vm) -> bool:
