@@ -98,6 +98,7 @@ class DecisionPass:
         self.counts = used(self.idx, self.down)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
+        self._uses: tuple[tuple[str, ...], int, tuple[BudgetUse, ...]] | None = None
         self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
@@ -121,7 +122,10 @@ class DecisionPass:
         return VmRef(record.name, record.vm_id, self.idx.group_of.get(vm, ""))
 
     def uses(self, vms: tuple[str, ...]) -> tuple[BudgetUse, ...]:
-        """Budget use of every budgeted scope holding one of ``vms``, in policy order."""
+        """Budget use of every budgeted scope holding one of ``vms``, in policy order (the last
+        answer again while nothing was taken since: the rules and the decision both ask)."""
+        if self._uses is not None and self._uses[0] is vms and self._uses[1] == len(self.taken):
+            return self._uses[2]
         extra: Counter[str] = Counter()
         for vm in vms:
             if vm not in self.taken:
@@ -130,11 +134,13 @@ class DecisionPass:
                 for scope in self.idx.budget_scopes_of.get(vm, ()):
                     extra[scope] += 0
         scopes = sorted(extra, key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
-        return tuple(
+        found = tuple(
             BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.taken_counts[s],
                       self.taken_counts[s] + extra[s], self.idx.limit(s))
             for s in scopes
         )
+        self._uses = (vms, len(self.taken), found)
+        return found
 
     def take(self, vms: tuple[str, ...]) -> None:
         for vm in vms:

@@ -126,6 +126,7 @@ class AzureView:
     topology_at: dict[str, float] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
     synced: dict[str, float] = field(default_factory=dict)
+    generation: int = field(default=0, repr=False, compare=False)  # one more at every topology refresh
     # Derived, not in snapshots: (subscription, resource group, lower-case name) -> VM key.
     by_name: dict[tuple[str, str, str], str] | None = field(default=None, repr=False, compare=False)
 

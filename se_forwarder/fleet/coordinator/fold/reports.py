@@ -164,10 +164,10 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         admit(state, limits, clock)
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id if complete else "")
         state.rename(key, None, name)
-        state.version += 1
+        state.touch(key)
     if stamp[0] > vm.last_heard:
         if key in state.retired:
-            state.version += 1  # heard from after its Terminate completed: not deleted after all
+            state.touch(key)  # heard from after its Terminate completed: not deleted after all
         vm.last_heard = stamp[0]
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
     if info and own and stamp > vm.topology_stamp:
@@ -183,7 +183,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         topology(vm, info, limits, capped)
         azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
         if vm.topology() != before:
-            state.version += 1
+            state.touch(key)
     return vm
 
 
@@ -306,8 +306,10 @@ def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when:
     """The VM's own status for the event (the highest it reported), and the event's merged times."""
     old = record.reports.get(vm_key, 0)
     if rank > old:
-        if old == 0 and record.reports and state.groups.union(vm_key, next(iter(record.reports))):
-            state.version += 1
+        if old == 0 and record.reports:
+            other = next(iter(record.reports))
+            if state.groups.union(vm_key, other):
+                state.joined(vm_key, other)
         record.reports[vm_key] = rank
         record.revision += 1
         record.rank = max(record.rank, rank)
@@ -360,7 +362,7 @@ def _terminated(state: FleetState, record: EventRecord) -> None:
         mark = (record.completed_at, record.resources)
         if state.terminated.get(record.key) != mark:
             state.terminated[record.key] = mark
-            state.version += 1
+            state.touch(*record.reports)  # the VMs it may have deleted (scopes.py)
 
 
 def _rejection(record: EventRecord, vm_key: str, data: dict[str, Any], capped: Counter[str]) -> str:

@@ -211,13 +211,14 @@ class Switch:
 
 
 class Groups:
-    """VMs that reported the same EventIds, as disjoint sets (union by size, path halving)."""
+    """VMs that reported the same EventIds, as disjoint sets (union by size, path halving), with
+    each set's members (``members``: what decide/scopes.py looks at when one of them changed)."""
 
-    __slots__ = ("parent", "size")
+    __slots__ = ("parent", "sets")
 
     def __init__(self) -> None:
         self.parent: dict[str, str] = {}
-        self.size: dict[str, int] = {}
+        self.sets: dict[str, list[str]] = {}  # root -> its members (sets of two or more)
 
     def find(self, key: str) -> str:
         parent = self.parent
@@ -233,22 +234,36 @@ class Groups:
         for key in (a, b):
             if key not in self.parent:
                 self.parent[key] = key
-                self.size[key] = 1
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return False
-        if self.size[ra] < self.size[rb] or (self.size[ra] == self.size[rb] and rb < ra):
+        na, nb = len(self.sets.get(ra, ())) or 1, len(self.sets.get(rb, ())) or 1
+        if na < nb or (na == nb and rb < ra):
             ra, rb = rb, ra
         self.parent[rb] = ra
-        self.size[ra] += self.size.pop(rb)
+        self.sets.setdefault(ra, [ra]).extend(self.sets.pop(rb, [rb]))
         return True
+
+    def drop(self, gone: set[str]) -> list[str]:
+        """Forget the VMs of ``gone`` (retention.py); the others of their sets, which are rejoined."""
+        rest: list[str] = []
+        for root in {self.find(key) for key in gone if key in self.parent}:
+            members = self.sets.pop(root, None) or [root]
+            for member in members:
+                del self.parent[member]
+            alive = [m for m in members if m not in gone]
+            for other in alive[1:]:
+                self.union(alive[0], other)
+            rest += alive
+        return rest
+
+    def members(self, key: str) -> list[str]:
+        """Every VM of ``key``'s set (``key`` alone when it shares none)."""
+        return self.sets.get(self.find(key)) or [key]
 
     def components(self) -> list[list[str]]:
         """The sets of two or more VMs, each sorted, in sorted order (a canonical form)."""
-        out: dict[str, list[str]] = {}
-        for key in self.parent:
-            out.setdefault(self.find(key), []).append(key)
-        return sorted(sorted(members) for members in out.values() if len(members) > 1)
+        return sorted(sorted(members) for members in self.sets.values())
 
 
 @dataclass
@@ -274,12 +289,29 @@ class FleetState:
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
     azure: AzureView = field(default_factory=AzureView)  # Azure's own view (fold/azure_state.py)
     version: int = 0
+    # What changed since decide/scopes.py's index last looked (it keeps itself up to date from it):
+    # VMs that are new or whose topology changed (None until an index exists, or when anything may
+    # have), and VMs whose co-reception set grew (only a learned group's name may change).
+    moved: set[str] | None = field(default=None, repr=False, compare=False)
+    merged: set[str] = field(default_factory=set, repr=False, compare=False)
     # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
     names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def touch(self, *keys: str) -> None:
+        """The scopes of these VMs may have changed (a new VM, its topology, a Terminate)."""
+        self.version += 1
+        if self.moved is not None:
+            self.moved.update(keys)
+
+    def joined(self, *keys: str) -> None:
+        """The co-reception sets of these VMs were joined (their learned group may be named anew)."""
+        self.version += 1
+        if self.moved is not None:
+            self.merged.update(keys)
 
     def paused(self, scope: str) -> Switch | None:
         switch = self.pauses.get(scope)

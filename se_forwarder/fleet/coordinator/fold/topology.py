@@ -82,24 +82,25 @@ def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable
         elif vm is not None and not agent_reported(vm):
             del state.vms[key]  # agentless, and Azure no longer has it: deleted
             state.names = None  # the fold's index of names, rebuilt when next needed
-        state.version += 1
+        state.touch(key)
     for key, facts in listed.items():
         vm = state.vms.get(key)
         if vm is None:
             vm = state.vms[key] = Vm(key=key, name=facts.name, vm_id=facts.vm_id, complete=True)
             state.rename(key, None, facts.name)
-            state.version += 1
+            state.touch(key)
         elif key not in view.claims and vm.topology_stamp != NO_STAMP:
             view.claims[key] = claim(vm)  # the agent's, before Azure's replaces it
-        before = vm.topology()
+        before, told = vm.topology(), view.vms.get(key)
         view.vms[key] = facts
         _apply(state, vm, facts)
         vm.last_heard = max(vm.last_heard, as_of)  # Azure lists it: retention.py keeps it
-        if vm.topology() != before:
-            state.version += 1
+        if vm.topology() != before or told is None or told.availability_set != facts.availability_set:
+            state.touch(key)  # its scopes may have changed, its group too (its availability set)
     for sub in covered:
         view.topology_at[sub] = as_of
     view.by_name = None
+    view.generation += 1
 
 
 def group(state: FleetState, key: str) -> str | None:
