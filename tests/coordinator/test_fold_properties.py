@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from se_forwarder.fleet.coordinator import FleetState, FoldStats, Policy, restore
 from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.decide import index
-from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.fold.snapshot import lines, restore_lines, snapshot
 
 from .fleet import PREFIX, SOURCE, T0, AgentVm, approved, heartbeat, iso, rejected, report
 
@@ -150,6 +150,15 @@ def test_a_snapshot_plus_the_rest_is_the_same_as_everything(items, data):
     assert snapshot(folded(items[cut:], restored)) == snapshot(folded(items))
 
 
+@settings(max_examples=150, deadline=None)
+@given(events, st.data())
+def test_the_snapshot_as_lines_is_the_same_fold_and_folds_on_the_same(items, data):
+    cut = data.draw(st.integers(0, len(items)))
+    restored = restore_lines(lines(folded(items[:cut])))
+    assert snapshot(restored) == snapshot(folded(items[:cut]))
+    assert snapshot(folded(items[cut:], restored)) == snapshot(folded(items))
+
+
 @settings(max_examples=100, deadline=None)
 @given(events)
 def test_folding_everything_twice_is_folding_it_once(items):
@@ -193,3 +202,12 @@ def test_the_fold_never_raises_and_counts_everything_it_reads(items):
                + stats.dropped)
     assert counted == len(items)
     json.dumps(snapshot(state), allow_nan=False)
+
+
+def test_a_fold_of_more_vms_than_a_line_holds_comes_back_whole():
+    state = FleetState()
+    for i in range(2500):
+        fold_event(state, heartbeat(AgentVm(f"web-{i}", rg=f"rg-{i % 7}", zone=str(i % 3 or "")), T0 + i))
+    text = list(lines(state))
+    assert sum(1 for line in text if line.startswith(b'["vms"')) == 3
+    assert snapshot(restore_lines(text)) == snapshot(state)

@@ -170,7 +170,7 @@ class Service:
                     last_prune = now
                 interval = self.settings.storage.snapshot_interval
                 if acting and now - last_save >= interval and self.output.idle() and self.keeper.can_save():
-                    self.keeper.save(snapshot(self.state), self.positions)
+                    self.keeper.save(self.keeper.pack(self.state, self.positions))
                     last_save = now
         finally:
             self._shutdown()
@@ -207,7 +207,7 @@ class Service:
         leading = self.election.term is not None
         self.output.close(15)
         if leading and self.output.idle() and not self.output.gave_up and self.acting():
-            self.keeper.save_now(snapshot(self.state), self.positions, 20)
+            self.keeper.save_now(self.keeper.pack(self.state, self.positions), 20)
         self.election.stop(release=True)
         self.hubs.close()
         self.messages.queues.close()

@@ -8,11 +8,21 @@ decisions are stored as their CloudEvent data and folded again on restore. So ar
 identity keys (fold/identities.py), the key changes kept to be shown, and the reports waiting for
 their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
+
+``lines(state)`` is the same fold as lines of JSON, one record each (``["vm", {...}]``,
+``["event", {...}]``, ``["decision", [...]]``, ...), made one at a time, and ``restore_lines`` reads
+them back one at a time: how the snapshot blob holds it (ha/snapshot_blob.py), so neither the saving
+nor the loading of 100,000 VMs holds the fold twice, nor a dict of it. Both forms restore through
+one ``Restorer``: equal folds from either.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from ....errors import StateError
@@ -20,7 +30,18 @@ from . import azure_state
 from .caps import FOLDED
 from .decisions import decision
 from .reports import track
-from .state import COMPLETED, NO_STAMP, DecisionRecord, EventRecord, FleetState, Identity, Rekey, Stamp, Vm
+from .state import (
+    COMPLETED,
+    NO_STAMP,
+    NO_TAGS,
+    DecisionRecord,
+    EventRecord,
+    FleetState,
+    Identity,
+    Rekey,
+    Stamp,
+    Vm,
+)
 
 FORMAT = 1
 
@@ -60,17 +81,21 @@ def _identity(i: Identity) -> dict[str, Any]:
             "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}
 
 
+VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "resourceGroup", "location",
+              "zone", "scaleSet", "faultDomain", "updateDomain", "placementGroup", "tags", "topologyStamp",
+              "lastHeartbeat", "lastHeard", "agentVersion", "listed", "polled")
+
+
 def _vm(vm: Vm) -> dict[str, Any]:
-    return {
-        "key": vm.key, "name": vm.name, "vmId": vm.vm_id, "complete": vm.complete,
-        "resourceId": vm.resource_id, "subscription": vm.subscription, "resourceGroup": vm.resource_group,
-        "location": vm.location, "zone": vm.zone, "scaleSet": vm.scale_set, "faultDomain": vm.fault_domain,
-        "updateDomain": vm.update_domain, "placementGroup": vm.placement_group,
-        "tags": dict(sorted(vm.tags.items())),
-        "topologyStamp": _stamp(vm.topology_stamp), "lastHeartbeat": vm.last_heartbeat,
-        "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
-        "listed": list(vm.listed), "polled": vm.polled,
-    }
+    return dict(zip(VM_COLUMNS, _vm_row(vm), strict=True))
+
+
+def _vm_row(vm: Vm) -> list[Any]:
+    """A VM's values in the order of ``VM_COLUMNS`` (``lines`` writes them so: no names repeated)."""
+    return [vm.key, vm.name, vm.vm_id, vm.complete, vm.resource_id, vm.subscription, vm.resource_group,
+            vm.location, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain, vm.placement_group,
+            dict(sorted(vm.tags.items())) if vm.tags else {}, _stamp(vm.topology_stamp), vm.last_heartbeat,
+            _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled]
 
 
 def _event(e: EventRecord) -> dict[str, Any]:
@@ -95,63 +120,200 @@ def restore(data: Any) -> FleetState:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
     try:
-        return _restore(data)
+        found = Restorer()
+        found.azure(data.get("azure"))  # absent from snapshots written before it was kept
+        for item in data["vms"]:
+            found.vm(item)
+        for item in data["events"]:
+            found.event(item)
+        found.groups(data["groups"])
+        found.gone(data["gone"])
+        for key, item in data.get("identities", {}).items():
+            found.identity([key, item])
+        found.rekeyed(data.get("rekeyed", []))
+        for key, items in data.get("waiting", {}).items():
+            found.waiting([key, items])
+        for item in data["decisions"]:
+            found.decision(item)
+        return found.done()
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
-def _restore(data: dict[str, Any]) -> FleetState:
-    state = FleetState()
-    state.azure = azure_state.load(data.get("azure"))  # absent from snapshots written before it was kept
-    for item in data["vms"]:
+BATCH = 1000  # records a line holds: lines of a few hundred kilobytes, encoded and parsed in one call
+
+
+def lines(state: FleetState) -> Iterator[bytes]:
+    """The fold as lines of JSON (module docstring), each ending in a newline, in a canonical order:
+    records in batches of ``BATCH``, a VM's values in the order of the ``columns`` record."""
+    dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    azure = state.azure
+    yield _line(dumps, "format", FORMAT)
+    yield _line(dumps, "columns", {"vm": VM_COLUMNS})
+    yield _line(dumps, "azure", azure_state.dump_rest(azure))
+    yield from _batches(dumps, "azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms)))
+    yield from _batches(dumps, "azure-events", (azure_state.event_data(azure.events[k])
+                                                  for k in sorted(azure.events)))
+    yield from _batches(dumps, "vms", (_vm_row(state.vms[k]) for k in sorted(state.vms)))
+    yield from _batches(dumps, "events", (_event(state.events[k]) for k in sorted(state.events)))
+    yield from _batches(dumps, "groups", iter(state.groups.components()))
+    yield _line(dumps, "gone", dict(sorted(state.gone.items())))
+    yield from _batches(dumps, "identities", ([k, _identity(i)] for k, i in sorted(state.identities.items())))
+    yield _line(dumps, "rekeyed", [[r.vm, r.old, r.new, r.time] for r in state.rekeyed])
+    yield from _batches(dumps, "waiting", ([k, [[t, e] for t, e in items]]
+                                           for k, items in sorted(state.waiting.items()) if items))
+    yield from _batches(dumps, "decisions", ([d.id, d.kind, d.time, d.data]
+                                             for _, d in sorted(state.decisions.items())))
+
+
+def _batches(dumps: Callable[[Any], str], tag: str, records: Iterator[Any]) -> Iterator[bytes]:
+    while batch := list(islice(records, BATCH)):
+        yield _line(dumps, tag, batch)
+
+
+def _line(dumps: Callable[[Any], str], tag: str, value: Any) -> bytes:
+    return (dumps([tag, value]) + "\n").encode("utf-8")
+
+
+def restore_lines(source: Iterable[bytes]) -> FleetState:
+    """The state ``lines`` wrote; StateError when they are not such lines."""
+    found = Restorer()
+    each: dict[str, Callable[[Any], None]] = {
+        "azure-vms": found.azure_vm, "azure-events": found.azure_event, "vms": found.vm_row,
+        "events": found.event, "identities": found.identity, "waiting": found.waiting,
+        "decisions": found.decision}
+    whole: dict[str, Callable[[Any], None]] = {
+        "columns": found.columns, "azure": found.azure_rest, "groups": found.groups, "gone": found.gone,
+        "rekeyed": found.rekeyed}
+    first = True
+    try:
+        for raw in source:
+            tag, value = json.loads(raw)
+            if first:
+                if tag != "format" or value != FORMAT:
+                    raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+                first = False
+            elif tag in each:
+                for item in value:
+                    each[tag](item)
+            elif tag in whole:
+                whole[tag](value)
+            else:
+                raise ValueError(f"unknown record {str(tag)[:40]!r}")
+        if first:
+            raise ValueError("no records")
+        return found.done()
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+class Restorer:
+    """A fold made again from a snapshot's records, one at a time (either form). Strings many
+    records repeat (a region, a resource group, a VM's key in every event it reported) are kept once."""
+
+    def __init__(self) -> None:
+        self.state = FleetState()
+        self.keys: dict[str, str] = {}  # every VM key once (events name their reporters by key)
+        self.made: list[DecisionRecord] = []
+        self.vm_columns: tuple[str, ...] = VM_COLUMNS
+
+    def key(self, value: Any) -> str:
+        text = str(value)
+        return self.keys.setdefault(text, text)
+
+    def azure(self, data: Any) -> None:
+        self.state.azure = azure_state.load(data)
+
+    def columns(self, data: dict[str, Any]) -> None:
+        self.vm_columns = tuple(str(c) for c in data["vm"])
+
+    def azure_rest(self, data: dict[str, Any]) -> None:
+        azure_state.load_rest(self.state.azure, data)
+
+    def azure_vm(self, item: dict[str, Any]) -> None:
+        azure_state.load_vm(self.state.azure, item)
+
+    def azure_event(self, item: dict[str, Any]) -> None:
+        azure_state.load_event(self.state.azure, item)
+
+    def vm_row(self, row: list[Any]) -> None:
+        self.vm(dict(zip(self.vm_columns, row, strict=True)))
+
+    def vm(self, item: dict[str, Any]) -> None:
+        text = sys.intern
         vm = Vm(
-            key=str(item["key"]), name=item["name"], vm_id=item["vmId"], complete=bool(item["complete"]),
-            resource_id=item["resourceId"], subscription=item["subscription"],
-            resource_group=item["resourceGroup"], location=item["location"], zone=item["zone"],
-            scale_set=item["scaleSet"], fault_domain=item["faultDomain"], update_domain=item["updateDomain"],
-            placement_group=item["placementGroup"], tags=dict(item["tags"]),
+            key=self.key(item["key"]), name=item["name"], vm_id=item["vmId"], complete=bool(item["complete"]),
+            resource_id=item["resourceId"], subscription=text(item["subscription"]),
+            resource_group=text(item["resourceGroup"]), location=text(item["location"]),
+            zone=text(item["zone"]),
+            scale_set=text(item["scaleSet"]), fault_domain=text(item["faultDomain"]),
+            update_domain=text(item["updateDomain"]), placement_group=text(item["placementGroup"]),
+            tags={text(k): text(v) for k, v in item["tags"].items()} or NO_TAGS,
             topology_stamp=_unstamp(item["topologyStamp"]), last_heartbeat=item["lastHeartbeat"],
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
-            agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
+            agent_version=text(item["agentVersion"]), listed=tuple(text(e) for e in item.get("listed", ())),
             polled=item.get("polled"),
         )
-        state.vms[vm.key] = vm
-    for item in data["events"]:
+        self.state.vms[vm.key] = vm
+
+    def event(self, item: dict[str, Any]) -> None:
+        key = self.key
         record = EventRecord(
             key=str(item["key"]), event_id=item["eventId"], event_type=item["eventType"],
             event_source=item["eventSource"], description=item["description"], duration=item["duration"],
             resources=tuple(item["resources"]), has_resources=bool(item["hasResources"]),
             info_stamp=_unstamp(item["infoStamp"]), not_before=item["notBefore"],
-            not_before_stamp=_unstamp(item["notBeforeStamp"]), reports=dict(item["reports"]),
+            not_before_stamp=_unstamp(item["notBeforeStamp"]),
+            reports={key(k): int(v) for k, v in item["reports"].items()},
             rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
-            finished=dict(item["finished"]), ended_at=item["endedAt"],
+            finished={key(k): v for k, v in item["finished"].items()}, ended_at=item["endedAt"],
             last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
             scheduled_at=item.get("scheduledAt"),  # absent from snapshots written before it was kept
-            echoes={k: (float(v[0]), str(v[1])) for k, v in item["echoes"].items()},
-            prepared=dict(item["prepared"]),
-            prepare_failed={k: (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},
+            echoes={key(k): (float(v[0]), str(v[1])) for k, v in item["echoes"].items()},
+            prepared={key(k): v for k, v in item["prepared"].items()},
+            prepare_failed={key(k): (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},
             rejections={k: (str(v[0]), str(v[1])) for k, v in item["rejections"].items()},
             types=tuple(item.get("types") or ((item["eventType"],) if item["eventType"] else ())),
             doubted=item.get("doubted"),
         )
-        state.events[record.key] = record
-        track(state, record)
-        if record.rank == COMPLETED:
-            state.settling.add(record.key)
-            if record.types == ("Terminate",):
-                state.terminated[record.key] = (record.completed_at, record.resources)
-    for members in data["groups"]:
-        for other in members[1:]:
-            state.groups.union(members[0], other)
-    state.gone = {str(k): float(v) for k, v in data["gone"].items()}
-    for key, i in data.get("identities", {}).items():
-        state.identities[str(key)] = Identity(
+        self.state.events[record.key] = record
+
+    def groups(self, components: list[list[str]]) -> None:
+        for members in components:
+            first = self.key(members[0])
+            for other in members[1:]:
+                self.state.groups.union(first, self.key(other))
+
+    def gone(self, data: dict[str, Any]) -> None:
+        self.state.gone = {str(k): float(v) for k, v in data.items()}
+
+    def identity(self, pair: list[Any]) -> None:
+        key, i = pair
+        self.state.identities[self.key(key)] = Identity(
             str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
             str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
-    state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in data.get("rekeyed", [])]
-    state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
-    for ident, kind, moment, payload in data["decisions"]:
-        made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
-        if decision(state, made, chained=False) != FOLDED:
-            raise ValueError(f"decision {str(ident)[:80]} does not fold")
-    return state
+
+    def rekeyed(self, items: list[list[Any]]) -> None:
+        self.state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in items]
+
+    def waiting(self, pair: list[Any]) -> None:
+        key, items = pair
+        self.state.waiting[self.key(key)] = [(float(t), dict(e)) for t, e in items]
+
+    def decision(self, item: list[Any]) -> None:
+        ident, kind, moment, payload = item
+        self.made.append(DecisionRecord(str(ident), str(kind), float(moment), dict(payload)))
+
+    def done(self) -> FleetState:
+        """The state, once every record is in: events tracked, decisions folded again."""
+        state = self.state
+        for record in state.events.values():
+            track(state, record)
+            if record.rank == COMPLETED:
+                state.settling.add(record.key)
+                if record.types == ("Terminate",):
+                    state.terminated[record.key] = (record.completed_at, record.resources)
+        for made in self.made:
+            if decision(state, made, chained=False) != FOLDED:
+                raise ValueError(f"decision {made.id[:80]} does not fold")
+        return state
