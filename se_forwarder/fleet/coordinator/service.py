@@ -30,8 +30,6 @@ can number them safely.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import queue
 import threading
@@ -52,7 +50,6 @@ from .decide.events import Decision, Recorded, sent, to_dict
 from .decide.queues import QueueConflictLog
 from .fold.dispatch import FOLDED, OWN, fold_event
 from .fold.retention import prune
-from .fold.snapshot import snapshot
 from .fold.state import FleetState
 from .ha.election import LeaderElection
 from .ha.keeper import Keeper, Loaded
@@ -68,6 +65,7 @@ from .output.messages import ApprovalMessages
 from .output.publish import Outgoing, Output
 from .signer import Approval, Signer
 from .stats import FleetStats, Health, Reachability, Stats, fleet_stats
+from .view.digest import Digest
 from .view.status import status
 
 log = logging.getLogger("se_forwarder.coordinator")
@@ -130,6 +128,7 @@ class Service:
                              self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
+        self.digests = Digest()
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -262,6 +261,7 @@ class Service:
         trigger = self.last_input if self._dirty else None
         self._dirty = False
         self.evaluation = result = evaluate(self.state, self.policy, now)
+        self.digests.of(self.state)  # kept as it folds: /v1/state then costs what changed since
         for line in self.queue_conflicts.news(self.state, result.index):
             log.warning("%s", line)
         for decision in result.decisions:
@@ -394,5 +394,5 @@ class Service:
         return fleet_stats(self.state, self.policy, counts)
 
     def digest(self) -> str:
-        text = json.dumps(snapshot(self.state), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        """The fold's digest (view/digest.py), on the service thread: what changed since the last pass."""
+        return self.digests.of(self.state)

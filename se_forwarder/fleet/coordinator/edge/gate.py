@@ -110,6 +110,7 @@ class Gate:
         return code
 
     def _hold(self, state: FleetState, vm: str, event: Mapping[str, Any], enqueued: float | None) -> bool:
+        state.note("waiting", vm)
         held = state.waiting.setdefault(vm, [])
         if len(held) >= WAIT_PER_VM or sum(len(v) for v in state.waiting.values()) >= WAIT_TOTAL:
             if not held:
@@ -141,6 +142,7 @@ class Gate:
         return REGISTERED
 
     def _release(self, state: FleetState, vm: str) -> None:
+        state.note("waiting", vm)
         for enqueued, event in state.waiting.pop(vm, []):
             self.admit(state, event, enqueued)
 
@@ -160,6 +162,7 @@ class Gate:
         """Drop what waited longer than WAIT_SECONDS of hub time before ``now``; how many."""
         dropped = 0
         for vm in list(state.waiting):
+            state.note("waiting", vm)
             kept = [(t, e) for t, e in state.waiting[vm] if t >= now - WAIT_SECONDS]
             for _ in range(len(state.waiting[vm]) - len(kept)):
                 self.refused[trust.UNREGISTERED] += 1

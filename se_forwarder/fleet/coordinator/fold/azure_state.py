@@ -153,11 +153,13 @@ def dump(view: AzureView) -> dict[str, Any]:
 
 def dump_rest(view: AzureView) -> dict[str, Any]:
     """The view but its events and VMs (snapshot.lines writes those one a line)."""
-    return {
-        "topologyAt": dict(sorted(view.topology_at.items())),
-        "claims": {k: [*c[:6], [list(t) for t in c[6]]] for k, c in sorted(view.claims.items())},
-        "synced": dict(sorted(view.synced.items())),
-    }
+    return {**freshness(view),
+            "claims": {k: [*c[:6], [list(t) for t in c[6]]] for k, c in sorted(view.claims.items())}}
+
+
+def freshness(view: AzureView) -> dict[str, Any]:
+    """When Azure's lists were last read, by subscription."""
+    return {"topologyAt": dict(sorted(view.topology_at.items())), "synced": dict(sorted(view.synced.items()))}
 
 
 def event_data(e: AzureEvent) -> dict[str, Any]:

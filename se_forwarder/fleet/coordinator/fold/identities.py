@@ -72,6 +72,7 @@ def document_digest(der: bytes) -> str:
 def bind(state: FleetState, claim: Claim) -> str:
     """Fold a verified registration by the module's rules; the outcome (one of its table)."""
     new, current = claim.identity, state.identities.get(claim.vm)
+    state.note("identities", claim.vm)
     if current is None:
         state.identities[claim.vm] = new
         return BOUND
@@ -119,4 +120,6 @@ def forget(state: FleetState, vms: set[str]) -> None:
     for vm in vms:
         state.identities.pop(vm, None)
         state.waiting.pop(vm, None)
+    state.note("identities", *vms)
+    state.note("waiting", *vms)
     state.cache.pop("verifiers", None)

@@ -118,6 +118,7 @@ def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident:
         known = state.events.get(key)
         if known is None or not known.reports:
             raise Dropped("unreported-event")
+        state.note("events", key)
         return _rejection(known, vm.key, data, stats.capped)
     if not may_report(state, vm.key, key, limits):
         raise Dropped("vm-events")
@@ -169,6 +170,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         if key in state.retired:
             state.touch(key)  # heard from after its Terminate completed: not deleted after all
         vm.last_heard = stamp[0]
+    state.note("vms", key)
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
     if info and own and stamp > vm.topology_stamp:
         vm.topology_stamp = stamp
@@ -246,6 +248,7 @@ def _lower(text: str) -> str:
 
 def _doubt(state: FleetState, record: EventRecord, when: float) -> None:
     """An unverified Started claim: the event counts as started for its VMs (module docstring)."""
+    state.note("events", record.key)
     if record.doubted is None or when < record.doubted:
         record.doubted = when
         record.revision += 1
@@ -304,6 +307,7 @@ def _natural(name: str) -> tuple[tuple[tuple[int, str], ...], str]:
 
 def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when: float) -> None:
     """The VM's own status for the event (the highest it reported), and the event's merged times."""
+    state.note("events", record.key)
     old = record.reports.get(vm_key, 0)
     if rank > old:
         if old == 0 and record.reports:

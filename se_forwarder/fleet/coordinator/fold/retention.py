@@ -42,6 +42,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     if old_vms:
         for key in old_vms:
             del state.vms[key]
+        state.note("vms", *old_vms)
         forget(state, set(old_vms))
         state.touch(*old_vms, *state.groups.drop(set(old_vms)))
     old_events = []
@@ -54,6 +55,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
             old_events.append((key, now))
     removed = {key for key, _ in old_events}
     for key, ended in old_events:
+        state.note("events", key)
         record = state.events.pop(key)
         state.open_events.discard(key)
         state.settling.discard(key)
@@ -74,6 +76,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
             stale.append(ident)
     for ident in stale:
         del state.decisions[ident]
+    state.note("decisions", *stale)
     state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
     azure_fold.forget(state)
     if old_vms:

@@ -65,18 +65,18 @@ def snapshot(state: FleetState) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "vms": [_vm(state.vms[k]) for k in sorted(state.vms)],
-        "events": [_event(state.events[k]) for k in sorted(state.events)],
+        "events": [event_data(state.events[k]) for k in sorted(state.events)],
         "groups": state.groups.components(),
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
-        "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
+        "identities": {k: identity_data(i) for k, i in sorted(state.identities.items())},
         "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
         "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
         "azure": azure_state.dump(state.azure),
     }
 
 
-def _identity(i: Identity) -> dict[str, Any]:
+def identity_data(i: Identity) -> dict[str, Any]:
     return {"publicKey": i.public_key, "keyid": i.keyid, "createdOn": i.created_on, "expiresOn": i.expires_on,
             "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}
 
@@ -87,10 +87,10 @@ VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "
 
 
 def _vm(vm: Vm) -> dict[str, Any]:
-    return dict(zip(VM_COLUMNS, _vm_row(vm), strict=True))
+    return dict(zip(VM_COLUMNS, vm_row(vm), strict=True))
 
 
-def _vm_row(vm: Vm) -> list[Any]:
+def vm_row(vm: Vm) -> list[Any]:
     """A VM's values in the order of ``VM_COLUMNS`` (``lines`` writes them so: no names repeated)."""
     return [vm.key, vm.name, vm.vm_id, vm.complete, vm.resource_id, vm.subscription, vm.resource_group,
             vm.location, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain, vm.placement_group,
@@ -98,7 +98,7 @@ def _vm_row(vm: Vm) -> list[Any]:
             _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled]
 
 
-def _event(e: EventRecord) -> dict[str, Any]:
+def event_data(e: EventRecord) -> dict[str, Any]:
     return {
         "key": e.key, "eventId": e.event_id, "eventType": e.event_type, "eventSource": e.event_source,
         "description": e.description, "duration": e.duration, "resources": list(e.resources),
@@ -154,11 +154,12 @@ def lines(state: FleetState) -> Iterator[bytes]:
     yield from _batches(dumps, "azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms)))
     yield from _batches(dumps, "azure-events", (azure_state.event_data(azure.events[k])
                                                   for k in sorted(azure.events)))
-    yield from _batches(dumps, "vms", (_vm_row(state.vms[k]) for k in sorted(state.vms)))
-    yield from _batches(dumps, "events", (_event(state.events[k]) for k in sorted(state.events)))
+    yield from _batches(dumps, "vms", (vm_row(state.vms[k]) for k in sorted(state.vms)))
+    yield from _batches(dumps, "events", (event_data(state.events[k]) for k in sorted(state.events)))
     yield from _batches(dumps, "groups", iter(state.groups.components()))
     yield _line(dumps, "gone", dict(sorted(state.gone.items())))
-    yield from _batches(dumps, "identities", ([k, _identity(i)] for k, i in sorted(state.identities.items())))
+    yield from _batches(dumps, "identities", ([k, identity_data(i)]
+                                              for k, i in sorted(state.identities.items())))
     yield _line(dumps, "rekeyed", [[r.vm, r.old, r.new, r.time] for r in state.rekeyed])
     yield from _batches(dumps, "waiting", ([k, [[t, e] for t, e in items]]
                                            for k, items in sorted(state.waiting.items()) if items))

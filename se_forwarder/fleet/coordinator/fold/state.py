@@ -212,13 +212,15 @@ class Switch:
 
 class Groups:
     """VMs that reported the same EventIds, as disjoint sets (union by size, path halving), with
-    each set's members (``members``: what decide/scopes.py looks at when one of them changed)."""
+    each set's members (``members``: what decide/scopes.py looks at when one of them changed), and
+    the roots of the sets joined or split since view/digest.py last looked (``dirty``)."""
 
-    __slots__ = ("parent", "sets")
+    __slots__ = ("dirty", "parent", "sets")
 
     def __init__(self) -> None:
         self.parent: dict[str, str] = {}
         self.sets: dict[str, list[str]] = {}  # root -> its members (sets of two or more)
+        self.dirty: set[str] | None = None  # None: nobody looks
 
     def find(self, key: str) -> str:
         parent = self.parent
@@ -242,12 +244,16 @@ class Groups:
             ra, rb = rb, ra
         self.parent[rb] = ra
         self.sets.setdefault(ra, [ra]).extend(self.sets.pop(rb, [rb]))
+        if self.dirty is not None:
+            self.dirty.update((ra, rb))
         return True
 
     def drop(self, gone: set[str]) -> list[str]:
         """Forget the VMs of ``gone`` (retention.py); the others of their sets, which are rejoined."""
         rest: list[str] = []
         for root in {self.find(key) for key in gone if key in self.parent}:
+            if self.dirty is not None:
+                self.dirty.add(root)
             members = self.sets.pop(root, None) or [root]
             for member in members:
                 del self.parent[member]
@@ -264,6 +270,21 @@ class Groups:
     def components(self) -> list[list[str]]:
         """The sets of two or more VMs, each sorted, in sorted order (a canonical form)."""
         return sorted(sorted(members) for members in self.sets.values())
+
+
+@dataclass
+class Journal:
+    """What the fold changed since view/digest.py last looked, by part (the keys of the records
+    that changed), so the fold's digest is brought up to date with what changed alone; the small
+    rest (gone events, key changes, Azure's freshness) it reads whole each time."""
+
+    vms: set[str] = field(default_factory=set)
+    events: set[str] = field(default_factory=set)
+    decisions: set[str] = field(default_factory=set)
+    identities: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
+    azure_vms: set[str] = field(default_factory=set)
+    azure_events: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -294,6 +315,7 @@ class FleetState:
     # have), and VMs whose co-reception set grew (only a learned group's name may change).
     moved: set[str] | None = field(default=None, repr=False, compare=False)
     merged: set[str] = field(default_factory=set, repr=False, compare=False)
+    journal: Journal | None = field(default=None, repr=False, compare=False)  # None: nobody looks
     # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
@@ -312,6 +334,11 @@ class FleetState:
         self.version += 1
         if self.moved is not None:
             self.merged.update(keys)
+
+    def note(self, part: str, *keys: str) -> None:
+        """These records of ``part`` (a member of ``Journal``) changed."""
+        if self.journal is not None:
+            getattr(self.journal, part).update(keys)
 
     def paused(self, scope: str) -> Switch | None:
         switch = self.pauses.get(scope)
@@ -346,6 +373,7 @@ class FleetState:
     def event(self, event_id: str) -> EventRecord:
         """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""
         key = event_id.lower()
+        self.note("events", key)
         record = self.events.get(key)
         if record is None:
             record = self.events[key] = EventRecord(key=key, event_id=event_id)

@@ -62,6 +62,7 @@ def after_report(state: FleetState, vm: Vm) -> None:
     """An agent just wrote its topology into ``vm``: keep that as its claim, put Azure's back."""
     facts = state.azure.vms.get(vm.key)
     if facts is not None:
+        state.note("azure_vms", vm.key)
         state.azure.claims[vm.key] = claim(vm)
         _apply(state, vm, facts)
 
@@ -74,6 +75,8 @@ def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable
     covered = {s.lower() for s in subscriptions if as_of >= view.topology_at.get(s.lower(), float("-inf"))}
     listed = {v.key: v for v in vms if v.subscription in covered}
     for key in [k for k, v in view.vms.items() if v.subscription in covered and k not in listed]:
+        state.note("vms", key)
+        state.note("azure_vms", key)
         del view.vms[key]
         vm = state.vms.get(key)
         was = view.claims.pop(key, None)
@@ -84,6 +87,8 @@ def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable
             state.names = None  # the fold's index of names, rebuilt when next needed
         state.touch(key)
     for key, facts in listed.items():
+        state.note("vms", key)
+        state.note("azure_vms", key)
         vm = state.vms.get(key)
         if vm is None:
             vm = state.vms[key] = Vm(key=key, name=facts.name, vm_id=facts.vm_id, complete=True)
