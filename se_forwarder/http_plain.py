@@ -5,7 +5,7 @@ address and never through a proxy. On a VM that sleeps between polls, ``http.cli
 request (the request line and each header built and checked, the reply's header parsed by the
 ``email`` package, the socket wrapped in file objects) was most of an idle poll's CPU
 (docs/performance.md). ``PlainOrigin`` builds each distinct request head once and sends its bytes
-again, reads the reply with ``recv_into`` into one buffer, and frames it as RFC 9112 says:
+again, reads the reply with ``recv`` onto one buffer, and frames it as RFC 9112 says:
 
 - a status line ``HTTP/1.x NNN reason``; interim (1xx) replies are skipped;
 - header fields ``name: value`` (names case-insensitive, a repeated field's values joined with
@@ -17,6 +17,9 @@ again, reads the reply with ``recv_into`` into one buffer, and frames it as RFC 
 - the connection is kept for the next request unless the reply says ``Connection: close`` (or
   is HTTP/1.0 without ``keep-alive``), its body was read to the server's close, or anything went
   wrong.
+
+The framing is the project's own because ``h11`` in its place measured over the idle poll's goals
+(0.29-0.33x the sample's CPU against 0.19x, 32.2 MB RSS against 31.9; docs/performance.md).
 
 The contract is ``http_client.Origin.request``'s, for what IMDS needs: the whole reply as a
 ``Reply``, at most ``max_bytes`` of body (more is ``too-large``), ``timeout`` bounding each read

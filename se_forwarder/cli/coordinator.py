@@ -20,7 +20,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_CONFIG = "/etc/se-forwarder/coordinator.toml"
 
 
-
 config_option = click.option(
     "--config", "config", type=click.Path(dir_okay=False), envvar="SE_FORWARDER_COORDINATOR_CONFIG",
     help=f"coordinator.toml (default {DEFAULT_CONFIG}).")
@@ -88,18 +87,33 @@ def run(config: str | None) -> None:
 
 @coordinator.command("check")
 @config_option
+@click.option("--key-file", type=click.Path(dir_okay=False),
+              help="The signing key to check instead of the config's [signing] (e.g. the file the unit "
+                   "hands to the service as a credential).")
+@click.option("--token-file", type=click.Path(dir_okay=False),
+              help="The API's token table to check instead of the config's api.token_file.")
+@click.option("--imds-url", help="This VM's IMDS, for the attestation chain (default http://169.254.169.254).")
 @friendly_errors
-def check(config: str | None) -> None:
-    """Validate the configuration; reach the hub, storage and queues."""
+def check(config: str | None, key_file: str | None, token_file: str | None, imds_url: str | None) -> None:
+    """Validate the configuration and reach every service it names."""
+    import logging
+    from dataclasses import replace
+
     from ..fleet.coordinator.azure import check_connection_strings
     from ..fleet.coordinator.check import run_checks
     from ..sinks.azure_common import quiet_sdk_logs
 
     settings = _settings(config)
+    if key_file:
+        settings = replace(settings, key_file=str(Path(key_file).expanduser()), key_vault=None)
+    if token_file:
+        settings = replace(settings, api=replace(settings.api, token_file=str(Path(token_file).expanduser())))
     check_connection_strings(settings)
     quiet_sdk_logs()
+    logging.getLogger().addHandler(logging.NullHandler())  # each part says its own line, nothing else
+    logging.captureWarnings(True)
     click.echo(f"ok    config: {settings.source_file}")
-    sys.exit(1 if run_checks(settings, click.echo) else 0)
+    sys.exit(1 if run_checks(settings, click.echo, imds_url) else 0)
 
 
 def _client(config: str | None, url: str | None, token_file: str | None) -> Any:

@@ -86,7 +86,49 @@ def test_a_403_from_acknowledge_is_audited_not_approved_and_the_next_path_is_tri
     assert f.state.decisions[audit.id].data["Reason"].startswith("ARM answered 403")
     assert f.state.events["e4"].echoes == {}
     result = f.decide(T0 + 4)
-    assert kinds(result) == [("defer", "E4", "no-target")]
+    assert kinds(result) == [("defer", "E4", "acknowledge-refused")]
+
+
+def test_a_403_is_tried_again_through_acknowledge_30_s_then_1_2_4_and_5_min_after_each_refusal():
+    """A role reaches ARM minutes after it is given (arm_path.RETRY); the next try is in status."""
+    f = fleet()
+    fold_event(f.state, facts(feed("E4", "Scheduled", [SET[4]], T0 + 1, not_before=T0 + 3000)))
+    f.decide(T0 + 2)
+    refused_at = T0 + 3
+    for attempt, wait in enumerate((30.0, 60.0, 120.0, 240.0, 300.0, 300.0), start=1):
+        f.beat(*AGENTS, t=refused_at)  # the fleet stays watched meanwhile
+        fold_catch_up(f.state, catch_up(refused_at, [vm_row(vm) for vm in SET]))
+        f.apply(acknowledged(approval(f, "E4", attempt), "forbidden",
+                             "ARM answered 403 AuthorizationFailed: no role", refused_at))
+        waiting = f.decide(refused_at + wait - 1)
+        verdict = f.verdict(waiting, "E4")
+        assert (verdict.code, verdict.next_try) == ("acknowledge-refused", refused_at + wait)
+        assert f"the acknowledge {attempt} time(s) (ARM answered 403 AuthorizationFailed" in verdict.reason
+        [retry] = f.decide(refused_at + wait).decisions
+        assert (retry.kind, retry.code, retry.via, retry.attempt) == ("approve", "retry-rejected", "arm",
+                                                                      attempt + 1)
+        refused_at += wait + 1
+    defers = [d for d in f.state.decisions.values() if d.kind == "defer"]
+    assert [d.code for d in defers] == ["acknowledge-refused"]  # one defer, however many tries
+
+
+def test_an_azure_policy_403_is_tried_again_too():
+    f = fleet()
+    scheduled(f, "E4", SET[4])
+    f.decide(T0 + 2)
+    f.apply(acknowledged(approval(f, "E4"), "disallowed-by-policy",
+                         "ARM answered 403 RequestDisallowedByPolicy: Azure Policy 'No early'", T0 + 3))
+    assert f.verdict(f.decide(T0 + 4), "E4").next_try == T0 + 33
+    assert approvals(f.decide(T0 + 33)) == ["E4"]
+
+
+def test_an_event_azure_no_longer_has_is_not_tried_again_after_a_404():
+    f = fleet()
+    scheduled(f, "E4", SET[4])
+    f.decide(T0 + 2)
+    f.apply(acknowledged(approval(f, "E4"), "not-found", "ARM answered 404", T0 + 3))
+    assert kinds(f.decide(T0 + 4)) == [("defer", "E4", "no-target")]
+    assert f.decide(T0 + 3600).decisions == []
 
 
 def test_after_a_403_an_agent_that_comes_back_gets_the_approval():

@@ -5,7 +5,6 @@ leaves it untrusted."""
 
 from __future__ import annotations
 
-import http.server
 import queue
 import threading
 from collections.abc import Iterator
@@ -17,41 +16,12 @@ from cryptography.hazmat.primitives.serialization import pkcs7
 from se_forwarder.fleet.coordinator.edge import issuer_urls
 from se_forwarder.fleet.coordinator.input import FetchError, Intermediates, parse
 from se_forwarder.simulator.attestation import AttestationAuthority
+from tests.support.ca_issuer import Issuer
 
 from .fleet import AgentVm, heartbeat
 from .signed import Coordinator, SignedVm
 
 WEB0 = AgentVm("web-0")
-
-
-class Issuer(http.server.ThreadingHTTPServer):
-    """Serves one certificate at /ca.crt, a 404 elsewhere, a redirect at /moved; counts requests."""
-
-    def __init__(self) -> None:
-        self.body, self.requests, self.location = b"", 0, ""
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                outer.requests += 1
-                if self.path == "/moved":
-                    self.send_response(302)
-                    self.send_header("Location", outer.location)
-                    self.end_headers()
-                    return
-                found = self.path == "/ca.crt"
-                self.send_response(200 if found else 404)
-                self.send_header("Content-Type", "application/pkix-cert")
-                self.end_headers()
-                self.wfile.write(outer.body if found else b"")
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    def url(self, path: str = "/ca.crt") -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{path}"
 
 
 @pytest.fixture

@@ -220,6 +220,7 @@ def test_any_input_gets_a_verdict_and_no_decision_without_a_valid_signature_is_t
 
 def test_azures_own_event_types_on_the_agents_hub_are_refused_whatever_their_form():
     for kind in ("Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted",
-                 "microsoft.resourcenotifications.HealthResources.AvailabilityStatusChanged"):
+                 "microsoft.resourcenotifications.HealthResources.AvailabilityStatusChanged",
+                 "microsoft.maintenance/scheduledevents/write"):
         verdict = check({"specversion": "1.0", "type": kind, "id": "x", "source": "/subscriptions/s"})
         assert (verdict.trusted, verdict.code) == (False, "azure")

@@ -6,6 +6,15 @@ SASL ANONYMOUS, CBS put-token (SAS signatures are checked against the broker's k
 READ of hub and partition properties, sender links (single messages and SDK batches, partition keys,
 explicit partitions) and consumer links with offset / sequence-number / enqueued-time filters.
 
+Like Event Hubs, it can refuse what the caller may not do (both off unless asked for):
+``consumer_groups`` (names; ``$Default`` is always one) refuses a consumer link in any other group
+with ``amqp:not-found`` "The messaging entity '<namespace>:eventhub:<hub>~<n>|<group>' could not be
+found" (the service's words for a missing consumer group); ``policies`` adds SAS policies besides
+the root one, each with its claims (``Listen``, ``Send``, ``Manage``): a link the token's claims do
+not cover is refused with ``amqp:unauthorized-access`` "Unauthorized access. 'Send' claim(s) are
+required to perform this operation. Resource: 'sb://<host>/<hub>'." (for a sender; ``'Listen'``
+and the consumer group's partition for a receiver), at attach, as the service does.
+
 azure-eventhub 5.15.1 reads performative fields by position while Proton legally omits trailing nulls,
 so clients connect through :class:`PaddingRelay`, which re-pads every broker-to-client performative
 (and the error / source / target / outcome lists inside it) to its full field count, the way the real
@@ -43,6 +52,7 @@ from proton import (
     Described,
     Endpoint,
     Message,
+    Terminus,
     int32,
     symbol,
     timestamp,
@@ -596,6 +606,16 @@ def _selector_of(filter_data: Data | None) -> str | None:
     return None
 
 
+def _new_key() -> str:
+    return base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+def _tracking() -> str:
+    """The tail Event Hubs puts on its error descriptions."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    return f"TrackingId:{secrets.token_hex(16)}_G0, SystemTracker:local-eventhubs, Timestamp:{stamp}"
+
+
 def _path_of(address: str | None) -> list[str]:
     if not address:
         return []
@@ -610,6 +630,7 @@ class _BrokerHandler:
         self.broker = broker
         self.store = broker.store
         self.consumers: dict[Any, list[Any]] = {}  # partition -> consumer links
+        self.claims: dict[Any, set[str]] = {}  # connection -> the claims of the tokens put on it
         self.links: set[Any] = set()
         self.connections: set[Any] = set()
         self._tags = itertools.count(1)
@@ -647,6 +668,7 @@ class _BrokerHandler:
         if conn is None:
             return
         self.connections.discard(conn)
+        self.claims.pop(conn, None)
         for link in [lk for lk in self.links if lk.connection == conn]:
             self._forget(link)
 
@@ -686,6 +708,8 @@ class _BrokerHandler:
             if error:
                 self._refuse(link, "amqp:not-found", error)
                 return
+            if not self._may(link, "Send", f"sb://{self.broker.host}:{self.broker.port}/{self.store.name}"):
+                return
             link.kind = _KIND_HUB_IN
             link.partition = partition
         self.links.add(link)
@@ -713,6 +737,14 @@ class _BrokerHandler:
             if partition is None:
                 self._refuse(link, "amqp:not-found", f"Partition '{path[4]}' does not exist.")
                 return
+            groups = self.broker.consumer_groups
+            if groups is not None and path[2].lower() not in {g.lower() for g in (*groups, "$Default")}:
+                self._refuse(link, "amqp:not-found", f"The messaging entity 'local-eventhubs:eventhub:"
+                             f"{self.store.name}~16383|{path[2]}' could not be found. To know more visit "
+                             "https://aka.ms/sbResourceMgrExceptions. " + _tracking())
+                return
+            if not self._may(link, "Listen", f"sb://{self.broker.host}:{self.broker.port}/{'/'.join(path)}"):
+                return
             selector = _selector_of(link.remote_source.filter)
             try:
                 link.cursor = self.store.start_index(partition, selector)
@@ -727,10 +759,22 @@ class _BrokerHandler:
         link.open()
         self._pump(link)
 
+    def _may(self, link: Any, claim: str, resource: str) -> bool:
+        """Whether the tokens put on the link's connection carry ``claim``; refuses the link if not."""
+        held = self.claims.get(link.connection, set())
+        if claim in held or "Manage" in held:
+            return True
+        self._refuse(link, "amqp:unauthorized-access", f"Unauthorized access. '{claim}' claim(s) are "
+                     f"required to perform this operation. Resource: '{resource.lower()}'. " + _tracking())
+        return False
+
     def _partition_or_none(self, text: str) -> int | None:
         return int(text) if text.isdigit() and int(text) < len(self.store.partitions) else None
 
     def _refuse(self, link: Any, condition: str, description: str) -> None:
+        """Refuse a link as AMQP says and Event Hubs does: an attach with a null terminus, then a
+        detach carrying the error."""
+        (link.target if link.is_receiver else link.source).type = Terminus.UNSPECIFIED
         link.open()
         link.condition = Condition(condition, description, {symbol("tracking-id"): "local"})
         link.close()
@@ -827,7 +871,7 @@ class _BrokerHandler:
         request.decode(raw)
         props = {str(k): _owned(v) for k, v in (request.properties or {}).items()}
         if link.kind == _KIND_CBS:
-            status, description = self._put_token(props, _owned(request.body))
+            status, description = self._put_token(props, _owned(request.body), link.connection)
             body: Any = None
         else:
             status, description, body = self._management(props)
@@ -842,13 +886,15 @@ class _BrokerHandler:
                 self._pump(out)
                 break
 
-    def _put_token(self, props: dict, token: Any) -> tuple[int, str]:
+    def _put_token(self, props: dict, token: Any, connection: Any) -> tuple[int, str]:
         if props.get("operation") != "put-token":
             return 400, f"Unsupported CBS operation {props.get('operation')!r}."
         if isinstance(token, bytes):
             token = token.decode("utf-8", "replace")
-        if not self.broker.check_sas(str(token or "")):
+        claims = self.broker.claims_of(str(token or ""))
+        if claims is None:
             return 401, "InvalidSignature: The token has an invalid signature."
+        self.claims.setdefault(connection, set()).update(claims)
         return 202, "Accepted"
 
     def _management(self, props: dict) -> tuple[int, str, Any]:
@@ -947,11 +993,19 @@ class EventHubsBroker:
         key_name: str = "RootManageSharedAccessKey",
         key: str | None = None,
         host: str = "127.0.0.1",
+        consumer_groups: tuple[str, ...] | None = None,
+        policies: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
+        """``consumer_groups``: the hub's groups besides ``$Default`` (None: any name is one);
+        ``policies``: more SAS policies, name -> claims (each gets a key of its own: ``keys``)."""
+        self.consumer_groups = consumer_groups
+        self.policies = {key_name: ("Manage", "Send", "Listen"), **(policies or {})}
         self.eventhub = eventhub
         self.max_message_size = max_message_size
         self.key_name = key_name
         self.key = key or base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+        self.keys = {name: self.key if name == key_name else _new_key()
+                     for name in self.policies}  # policy -> its key
         self.host = host
         self.store = HubStore(eventhub, partition_count)
         self.relay = PaddingRelay(host, 0)
@@ -1038,12 +1092,15 @@ class EventHubsBroker:
     def fully_qualified_namespace(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def connection_string(self, *, key: str | None = None, entity: bool = True) -> str:
-        """The SDK connection string (``UseDevelopmentEmulator=true`` = plain TCP to this port)."""
+    def connection_string(self, *, key: str | None = None, entity: bool = True,
+                          policy: str | None = None) -> str:
+        """The SDK connection string (``UseDevelopmentEmulator=true`` = plain TCP to this port);
+        ``policy``: one of ``policies`` instead of the root one."""
+        name = policy or self.key_name
         parts = [
             f"Endpoint={self.endpoint}",
-            f"SharedAccessKeyName={self.key_name}",
-            f"SharedAccessKey={key if key is not None else self.key}",
+            f"SharedAccessKeyName={name}",
+            f"SharedAccessKey={key if key is not None else self.keys[name]}",
         ]
         if entity:
             parts.append(f"EntityPath={self.eventhub}")
@@ -1103,19 +1160,24 @@ class EventHubsBroker:
             self.received_count += count
 
     def check_sas(self, token: str) -> bool:
-        """Verify a ``SharedAccessSignature`` token against this broker's key."""
+        """Verify a ``SharedAccessSignature`` token against this broker's keys."""
+        return self.claims_of(token) is not None
+
+    def claims_of(self, token: str) -> tuple[str, ...] | None:
+        """The claims of a valid ``SharedAccessSignature`` token (its policy's), or None."""
         prefix = "SharedAccessSignature "
         if not token.startswith(prefix):
-            return False
+            return None
         fields = {k: v[0] for k, v in parse_qs(token[len(prefix) :]).items()}
         try:
             audience, signature, expiry = fields["sr"], fields["sig"], fields["se"]
         except KeyError:
-            return False
-        if fields.get("skn") != self.key_name or int(expiry) < time.time():
-            return False
+            return None
+        name = fields.get("skn", "")
+        if name not in self.keys or int(expiry) < time.time():
+            return None
         to_sign = f"{quote_plus(audience)}\n{expiry}".encode()
         expected = base64.b64encode(
-            hmac.new(self.key.encode("utf-8"), to_sign, hashlib.sha256).digest()
+            hmac.new(self.keys[name].encode("utf-8"), to_sign, hashlib.sha256).digest()
         ).decode("ascii")
-        return hmac.compare_digest(expected, signature)
+        return self.policies[name] if hmac.compare_digest(expected, signature) else None

@@ -39,14 +39,14 @@ FEED_HUB = "azure-feed"
 
 
 class AzureFleet(Fleet):
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, topology: Topology = TOPOLOGY) -> None:
         self.feed = EventHubsBroker(eventhub=FEED_HUB, partition_count=2).start()  # its port goes into
         self.ca = base / "arm-ca.pem"                                                # the simulator's options
-        super().__init__(base, topology=TOPOLOGY, azure=AzureOptions(
+        super().__init__(base, topology=topology, azure=AzureOptions(
             arm_port=0, ca_path=self.ca, feed_connection_string=self.feed.connection_string()))
 
     def start(self, vms: list[str] | None = None) -> AzureFleet:
-        super().start([vm for vm in TOPOLOGY.vm_names if vm not in AGENTLESS] if vms is None else vms)
+        super().start([vm for vm in self.topology.vm_names if vm not in AGENTLESS] if vms is None else vms)
         return self
 
     def stop(self) -> None:
@@ -59,14 +59,17 @@ class AzureFleet(Fleet):
         return self.server.azure
 
     def azure_coordinator(self, name: str, *, acknowledge: bool = True, arg_interval: str = "5s",
-                          **policy: Any) -> Coordinator:
+                          subscription: str = DEFAULT_SUBSCRIPTION_ID, extra: str = "", **policy: Any
+                          ) -> Coordinator:
+        """``coordinator run`` with ``[azure]`` for ``subscription`` and ``[azure.feed]``; ``extra``
+        as for ``coordinator`` (after those sections)."""
         extra = "\n".join([
-            "[azure]", f"subscriptions = [{toml_value(DEFAULT_SUBSCRIPTION_ID)}]",
+            "[azure]", f"subscriptions = [{toml_value(subscription)}]",
             f"arm_endpoint = {toml_value(self.azure.arm_url)}", f"ca_file = {toml_value(str(self.ca))}",
             f"arg_interval = {toml_value(arg_interval)}", f"acknowledge = {toml_value(acknowledge)}",
             "[azure.feed]", f"eventhub = {toml_value(FEED_HUB)}", 'consumer_group = "coordinator"',
             'credential = "connection-string"', f"connection_string_env = {toml_value(FEED_ENV)}",
-        ]) + "\n"
+        ]) + "\n" + extra
         coordinator = self.coordinator(name, extra=extra, **policy)
         for variable in IDENTITY_VARIABLES:
             coordinator.env.pop(variable, None)

@@ -204,11 +204,12 @@ class Fleet:
         self.broker.stop()
 
     def coordinator(self, name: str, instance: str = "a", *, extra: str = "", blob_port: int | None = None,
-                    unsigned_reports: bool = False, **policy: Any) -> Coordinator:
+                    unsigned_reports: bool = False, group_budget: int = 1, **policy: Any) -> Coordinator:
         """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
         TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
         ``blob_port``: reach the blob service through this port (a relay) instead of directly;
-        ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade)."""
+        ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade);
+        ``group_budget``: the group budget's max_unavailable."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -228,7 +229,7 @@ class Fleet:
             "[telemetry]", 'log_format = "json"',
             *self.trust_section(), *(["require_signed_reports = false"] if unsigned_reports else []),
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
-            "[[budgets]]", 'scope = "group"', "max_unavailable = 1",
+            "[[budgets]]", 'scope = "group"', f"max_unavailable = {group_budget}",
             "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
         ]) + "\n" + extra)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),

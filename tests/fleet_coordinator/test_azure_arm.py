@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from se_forwarder.fleet.coordinator.azure import Acknowledger, Graph, Reach
+from se_forwarder.fleet.coordinator.azure.acknowledge import Ack
 from se_forwarder.fleet.coordinator.config import AzureSettings
 from se_forwarder.fleet.coordinator.decide.arm_path import ACK_API_VERSION
 from se_forwarder.simulator import SimulatorServer
@@ -211,3 +212,81 @@ def test_an_acknowledge_without_an_answer_says_arm_is_unreachable_and_one_answer
     finally:
         up.close()
     assert arm.reachable
+
+
+def ack(server: SimulatorServer, event: dict[str, Any]) -> Ack:
+    event_id = event["EventId"]
+    return Ack(f"{event_id}/coordinator/approve/1", event_id, owner_path(server, event_id))
+
+
+def acknowledges(server: SimulatorServer) -> list[dict[str, Any]]:
+    assert server.azure is not None
+    return [r for r in server.azure.api.requests() if r["route"] == "acknowledge"]
+
+
+def test_two_events_of_one_scale_set_are_acknowledged_in_one_call_and_both_start(server, settings,
+                                                                                 credential):
+    events = [server.sim.add_event({"EventType": "Reboot", "Resources": [vm]}) for vm in ("api_0", "api_1")]
+    acks = [ack(server, e) for e in events]
+    assert acks[0].owner == acks[1].owner and acks[0].owner.endswith("/virtualMachineScaleSets/api")
+    before = len(acknowledges(server))
+    posting = acknowledger(settings, credential)
+    try:
+        outcomes = posting.acknowledge(acks)
+    finally:
+        posting.close()
+    assert [(a.event_id, code) for a, code, _ in outcomes] == [(e["EventId"], "approved") for e in events]
+    [call] = acknowledges(server)[before:]
+    assert call["path"].lower().endswith("/virtualmachinescalesets/api/providers/microsoft.maintenance/"
+                                         "scheduledevents")
+    assert call["event_ids"] == [e["EventId"] for e in events] and call["status"] == 200
+    started = {a["EventId"] for a in server.sim.approvals() if a["started"] and a["via"] == "arm"}
+    assert started == {e["EventId"] for e in events}
+
+
+def test_a_list_with_an_event_no_longer_the_resources_is_acknowledged_event_by_event(
+        server, settings, credential):
+    """Azure's spec leaves open what the list form does with one bad EventId (the simulator refuses
+    the whole list): each event then gets its own answer."""
+    event = server.sim.add_event({"EventType": "Reboot", "Resources": ["api_0"]})
+    gone = Ack("G/coordinator/approve/1", "00000000-0000-4000-8000-00000000dead",
+               ack(server, event).owner + "/providers/Microsoft.Maintenance/scheduledevents/"
+               "00000000-0000-4000-8000-00000000dead")
+    posting = acknowledger(settings, credential)
+    try:
+        outcomes = posting.acknowledge([ack(server, event), gone])
+    finally:
+        posting.close()
+    assert [code for _, code, _ in outcomes] == ["approved", "not-found"]
+    assert [r["status"] for r in acknowledges(server)[-3:]] == [404, 200, 404]
+
+
+def test_a_policy_403_is_reported_as_such_with_the_policys_name(server, settings, credential):
+    assert server.azure is not None
+    server.azure.api.faults.add({"status": 403, "code": "RequestDisallowedByPolicy",
+                                 "policy": "No early maintenance", "route": "acknowledge"})
+    events = [server.sim.add_event({"EventType": "Reboot", "Resources": [vm]}) for vm in ("api_0", "api_1")]
+    posting = acknowledger(settings, credential)
+    try:
+        outcomes = posting.acknowledge([ack(server, e) for e in events])
+    finally:
+        posting.close()
+    assert {code for _, code, _ in outcomes} == {"disallowed-by-policy"}
+    reason = outcomes[0][2]
+    assert reason.startswith("ARM answered 403 RequestDisallowedByPolicy: Azure Policy "
+                             "'No early maintenance' (assignment 'No early maintenance' at /subscriptions/")
+    assert "no role fixes that" in reason
+    assert server.sim.approvals() == []
+
+
+def test_a_missing_role_names_the_role_to_give(server, settings, credential):
+    assert server.azure is not None
+    server.azure.update_settings({"roles": {"acknowledge": False}})
+    event = server.sim.add_event({"EventType": "Reboot", "Resources": ["db-5"]})
+    posting = acknowledger(settings, credential)
+    try:
+        [(_, code, reason)] = posting.acknowledge([ack(server, event)])
+    finally:
+        posting.close()
+    assert code == "forbidden" and reason.endswith("give the coordinator's identity the Scheduled Events "
+                                                   "Contributor role")

@@ -65,7 +65,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         fleet.start()
         live = fleet.coordinator("live").start()
         wait_for(live.ready, 60, "the live coordinator to lead")
-        record["check"] = live.cli("check")
+        record["check"] = live.cli("check", "--imds-url", fleet.server.vm_url("web-0"))  # this VM's IMDS
         record["healthz"] = requests.get(f"{live.url}/healthz", timeout=10, proxies={"http": ""})
         cli_ok(live, "pause", "--reason", "change freeze until the shadow run is reviewed")
 

@@ -1,6 +1,7 @@
 """What ``coordinator run`` starts next to the service when ``coordinator.toml`` asks for it: the
-chat notifications (``[[notify]]``, output/chat.py) and the fleet page's own listener (``[web]``,
-config/web.py; the page is on the control API's listener in any case).
+chat notifications (``[[notify]]`` teams and slack, output/chat.py), the alerts to pagers
+(``[[notify]]`` pagerduty and opsgenie, output/alerting.py) and the fleet page's own listener
+(``[web]``, config/web.py; the page is on the control API's listener in any case).
 
 ``coordinator run`` calls ``start_addons(service, settings)`` once the API listens, and ``stop()``
 after the service stopped.
@@ -17,23 +18,29 @@ log = logging.getLogger("se_forwarder.coordinator")
 
 
 class Addons:
-    def __init__(self, notifier: Any = None, web: Any = None) -> None:
-        self.notifier, self.web = notifier, web
+    def __init__(self, notifier: Any = None, web: Any = None, alerting: Any = None) -> None:
+        self.notifier, self.web, self.alerting = notifier, web, alerting
 
     def stop(self) -> None:
         if self.web is not None:
             self.web.stop()
         if self.notifier is not None:
             self.notifier.stop()
+        if self.alerting is not None:
+            self.alerting.stop()
 
 
 def start_addons(service: Any, settings: Any) -> Addons:
-    """Start what is configured; ConfigError (one line) when a hook URL or the web port is unusable."""
+    """Start what is configured; ConfigError (one line) when a hook URL, a pager's key or the web port
+    is unusable."""
     from .api.server import ApiServer
     from .api.tokens import read_tokens
+    from .output.alerting import Alerting
     from .output.chat import Notifier
 
-    notifier = Notifier.from_settings(settings.notify, service) if settings.notify else None
+    chat = [s for s in settings.notify if not s.pager]
+    notifier = Notifier.from_settings(chat, service) if chat else None
+    alerting = Alerting.from_settings(settings, service) if len(chat) < len(settings.notify) else None
     web = None
     if settings.web is not None:
         token_file = settings.web.token_file or settings.api.token_file
@@ -46,4 +53,6 @@ def start_addons(service: Any, settings: Any) -> Addons:
         log.info("fleet page on http://%s:%d/", settings.web.host, web.port)
     if notifier is not None:
         notifier.start()
-    return Addons(notifier, web)
+    if alerting is not None:
+        alerting.start()
+    return Addons(notifier, web, alerting)

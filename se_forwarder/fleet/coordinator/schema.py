@@ -20,5 +20,12 @@ AGENT_TYPES = (*TRANSITIONS, Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED, 
 REPORT_TYPES = frozenset(PREFIX + t for t in AGENT_TYPES)
 IDENTITY_TYPE = Kind.IDENTITY.type  # an agent's registration
 COORDINATOR_SOURCE = "urn:se-forwarder:coordinator:"  # + the coordinator's name
-AZURE_TYPES = "microsoft.resourcenotifications."  # Azure's own types (lower case): only its feed hub
+#: Azure's own types (prefixes, lower case): only its feed hub carries them.
+AZURE_TYPES = ("microsoft.resourcenotifications.", "microsoft.maintenance/")
 FEED_EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
+#: Both spellings Microsoft's Event Grid page gives a scheduled event's type (its sample's, its field
+#: table's): the feed's edge tells a scheduled event by ``data.resourceInfo.type``, not by this.
+FEED_EVENT_TYPES = (FEED_EVENT_TYPE, "microsoft.maintenance/scheduledevents/write")
+SCHEDULED_EVENT_RESOURCE = "microsoft.maintenance/scheduledevents"  # data.resourceInfo.type (any case)
+#: The other Resource Notifications topic on the same feed: read by no box yet (azure_facts: ``unread``).
+HEALTH_TYPES = "microsoft.resourcenotifications.healthresources."

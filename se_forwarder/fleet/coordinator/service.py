@@ -60,6 +60,7 @@ from .input.azure import AzureInput
 from .input.hub_reader import Batch, Position
 from .input.hubs import Hubs
 from .input.inbox import Inbox
+from .output.alert_book import AlertBook
 from .output.hub_producer import HubProducer
 from .output.messages import ApprovalMessages
 from .output.publish import Outgoing, Output
@@ -106,7 +107,7 @@ class Service:
         self._rebuilt_terms: set[int] = set()
         trusted = signing.parse_public_keys("\n".join(settings.coordinator_keys), "trust.coordinator_keys") \
             if settings.coordinator_keys else []
-        self.signer = Signer(settings.key_file, self.source, trusted)
+        self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
                                    self.azure.fold_feed if self.azure is not None else None)
@@ -129,6 +130,7 @@ class Service:
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
         self.digests = Digest()
+        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
 
     # -- life -----------------------------------------------------------------------------------
 

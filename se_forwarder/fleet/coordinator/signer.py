@@ -29,21 +29,29 @@ if TYPE_CHECKING:
 
 class Signer:
     """Signs with the Ed25519 private key of ``[signing] key_file`` (made by ``se-forwarder fleet
-    keygen``; re-read when the file changes, so a rotated key takes over without a restart). The
-    agents verify approval messages with its public key and can sign nothing themselves.
-    ``public_keys`` holds the public key of every key the file held since the start; with
-    ``trusted`` (``[trust] coordinator_keys``) they are the keys trust.py takes (``verify_keys``)."""
+    keygen``; re-read when the file changes, so a rotated key takes over without a restart), or
+    with the key given (read from Key Vault at start: azure/keyvault.py). The agents verify
+    approval messages with its public key and can sign nothing themselves. ``public_keys`` holds
+    the public key of every key the file held since the start; with ``trusted`` (``[trust]
+    coordinator_keys``) they are the keys trust.py takes (``verify_keys``)."""
 
-    def __init__(self, key_file: str, source: str, trusted: Sequence[Ed25519PublicKey] = ()) -> None:
-        self.source, self.key_file, self.trusted = source, Path(key_file), tuple(trusted)
+    def __init__(self, key: str | Ed25519PrivateKey, source: str, trusted: Sequence[Ed25519PublicKey] = ()
+                 ) -> None:
+        self.source, self.trusted = source, tuple(trusted)
+        self.key_file = Path(key) if isinstance(key, str) else None
         self._stamp: tuple[int, int] | None = None
-        self._key: Ed25519PrivateKey | None = None
+        self._key: Ed25519PrivateKey | None = None if isinstance(key, str) else key
         self._lock = threading.Lock()
         self.public_keys: dict[str, Ed25519PublicKey] = {}  # key id -> public key
         self._verify: tuple[tuple[str, ...], signing.VerifyKeys] | None = None
 
     def key(self) -> Ed25519PrivateKey:
         """The private key; ConfigError (one line, what to do) when it cannot be read."""
+        if self.key_file is None:
+            assert self._key is not None
+            if not self.public_keys:
+                self.public_keys = {signing.keyid(self._key): self._key.public_key()}
+            return self._key
         try:
             info = self.key_file.stat()
         except OSError as exc:

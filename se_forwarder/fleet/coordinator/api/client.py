@@ -185,7 +185,8 @@ def _reachability(parts: dict[str, Any], pending: int) -> list[str]:
         if r.get("reachable", True):
             lines.append(f"  {name:<12} ok           {last}")
         else:
-            lines.append(f"  {name:<12} UNREACHABLE  since {r.get('failingSince')}, {last}: "
+            state = str(r.get("state") or "unreachable").upper()
+            lines.append(f"  {name:<12} {state:<12} since {r.get('failingSince')}, {last}: "
                          f"{r.get('lastError')}")
     if pending:
         lines.append(f"  {pending} approval message(s) waiting to be sent")

@@ -55,6 +55,15 @@ def check_connection_strings(settings: ServiceSettings) -> None:
         connection_string(settings.azure.feed.access, "azure.feed")
 
 
+def signing_key(settings: ServiceSettings) -> Any:
+    """What the signer signs with (signer.py): the key file's path, or the key read from Key Vault."""
+    if settings.key_vault is None:
+        return settings.key_file
+    from .keyvault import signing_key as from_vault
+
+    return from_vault(settings.key_vault)
+
+
 def azure_credential(settings: AzureSettings) -> Any:
     """The credential for ARM (``[azure] credential``)."""
     return credential(Access(settings.credential, settings.client_id))
@@ -83,6 +92,18 @@ def _hub_connection(settings: EventHubSettings) -> str | None:
     return conn
 
 
+def _transport(settings: EventHubSettings) -> dict[str, Any]:
+    """The SDK's options for ``transport`` and ``custom_endpoint_address`` (config/hub.py)."""
+    from azure.eventhub import TransportType
+
+    options: dict[str, Any] = {}
+    if settings.transport == "amqp-websockets":  # port 443; needs websocket-client (the fleet extra)
+        options["transport_type"] = TransportType.AmqpOverWebsocket
+    if settings.custom_endpoint_address:
+        options["custom_endpoint_address"] = settings.custom_endpoint_address
+    return options
+
+
 def consumer(settings: EventHubSettings, **kwargs: Any) -> Any:
     """An ``EventHubConsumerClient`` for the coordinator's consumer group."""
     from azure.eventhub import EventHubConsumerClient
@@ -90,7 +111,7 @@ def consumer(settings: EventHubSettings, **kwargs: Any) -> Any:
     from .... import __version__
 
     common: dict[str, Any] = {"user_agent": f"se-forwarder-coordinator/{__version__}",
-                              **EVENTHUB_RETRY, **kwargs}
+                              **EVENTHUB_RETRY, **_transport(settings), **kwargs}
     conn = _hub_connection(settings)
     if conn is not None:
         return EventHubConsumerClient.from_connection_string(
@@ -106,7 +127,8 @@ def producer(settings: EventHubSettings) -> Any:
 
     from .... import __version__
 
-    common: dict[str, Any] = {"user_agent": f"se-forwarder-coordinator/{__version__}", **EVENTHUB_RETRY}
+    common: dict[str, Any] = {"user_agent": f"se-forwarder-coordinator/{__version__}", **EVENTHUB_RETRY,
+                              **_transport(settings)}
     conn = _hub_connection(settings)
     if conn is not None:
         return EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.eventhub, **common)

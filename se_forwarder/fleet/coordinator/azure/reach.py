@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ....errors import one_line
 from ....sinks.azure_common import scrub
@@ -47,6 +47,7 @@ PARTS = {
     "hub-publish": "the Event Hub (publishing decisions)",
     "azure-feed": "the Azure feed hub (reading)",
     "arm": "Azure Resource Manager (Resource Graph, acknowledge)",
+    "feed-events": "the Azure feed's events",
 }
 ALWAYS = ("storage", "queues", "hub-read", "hub-publish")  # the others only with [azure]
 
@@ -80,7 +81,13 @@ def describe_error(exc: BaseException, limit: int | None = None) -> str:
 
 @dataclass
 class Reach:
-    """One part's record (module docstring); thread-safe."""
+    """One part's record (module docstring); thread-safe. A part that answers but whose answers
+    are all refused (input/feed_watch.py) says so in its own words (``STATE``, ``LOST``, ...)."""
+
+    STATE: ClassVar[str] = "unreachable"
+    LOST: ClassVar[str] = "cannot reach %s: %s"
+    STILL: ClassVar[str] = "still cannot reach %s after %.0f s: %s"
+    BACK: ClassVar[str] = "reached %s again after %.0f s%s"
 
     name: str
     last_success: float | None = None  # wall clock
@@ -111,7 +118,7 @@ class Reach:
             self.last_success = time.time()
             since, self.failing_since, self.failing_since_wall = self.failing_since, None, None
         if since is not None:
-            log.info("reached %s again after %.0f s%s", self.what, time.monotonic() - since,
+            log.info(self.BACK, self.what, time.monotonic() - since,
                      f"; {detail}" if detail else "", extra={"part": self.name})
 
     def failed(self, error: str, overdue: bool = False) -> None:
@@ -128,9 +135,9 @@ class Reach:
             if remind:
                 self._reminded = now
         if first:
-            log.warning("cannot reach %s: %s", self.what, error, extra={"part": self.name})
+            log.warning(self.LOST, self.what, error, extra={"part": self.name})
         elif remind:
-            log.warning("still cannot reach %s after %.0f s: %s", self.what,
+            log.warning(self.STILL, self.what,
                         now - (self.failing_since or now), error, extra={"part": self.name})
         else:
             log.debug("%s: %s", self.what, error, extra={"part": self.name})
@@ -171,7 +178,7 @@ class Reach:
         """For ``status`` and ``/v1/state``: reachable, last success, failing since, last error."""
         with self._lock:
             return {
-                "reachable": self.failing_since is None,
+                "reachable": self.failing_since is None, "state": self.STATE,
                 "lastSuccess": rfc3339_or_none(self.last_success, whole=True),
                 "failingSince": rfc3339_or_none(self.failing_since_wall, whole=True),
                 "lastError": self.last_error or None,
@@ -181,7 +188,7 @@ class Reach:
     def line(self) -> str:
         """``storage unreachable for 12 s (last success 2026-...Z): <error>`` (for /healthz)."""
         last = rfc3339_or_none(self.last_success, whole=True) or "never"
-        return (f"{self.what} unreachable for {self.failing_for():.0f} s (last success {last}): "
+        return (f"{self.what} {self.STATE} for {self.failing_for():.0f} s (last success {last}): "
                 f"{self.last_error}")
 
 

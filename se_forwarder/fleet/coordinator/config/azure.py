@@ -16,7 +16,7 @@ problem. Without the section the coordinator reads the agents only, as before::
                                          # delivers to it); the keys of [eventhub]
     fully_qualified_namespace = "ns.servicebus.windows.net"
     eventhub = "azure-feed"
-    consumer_group = "se-coordinator"
+    consumer_group = "coordinator"
     credential = "managed-identity"
 
 Azure's view of a subscription counts as fresh (azure_topology.watched) for

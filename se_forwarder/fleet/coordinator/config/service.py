@@ -11,7 +11,8 @@ module reads the others and rejects any other top-level key::
     [eventhub]                           # where the agents send their CloudEvents
     fully_qualified_namespace = "ns.servicebus.windows.net"
     eventhub = "scheduled-events"
-    consumer_group = "se-coordinator"    # its own consumer group (every instance reads every partition)
+    consumer_group = "coordinator"       # its own consumer group (every instance reads every partition;
+                                         # the one the Bicep creates)
     credential = "managed-identity"      # managed-identity | default | connection-string
     client_id = ""                       # a user-assigned identity's client id
     connection_string_env = "EH_CONN"    # credential = connection-string: an environment variable
@@ -31,7 +32,9 @@ module reads the others and rejects any other top-level key::
     message_ttl = "15m"                  # an approval message is valid this long (<= 24h)
 
     [signing]
-    key_file = "/etc/se-forwarder/coordinator-signing.key"   # the Ed25519 private key ('fleet keygen')
+    key_file = "/etc/se-forwarder/coordinator-signing.key"   # the Ed25519 private key ('fleet keygen'),
+    # key_vault_secret = "https://<vault>.vault.azure.net/secrets/<name>"   # or a Key Vault secret
+                                         # holding it (config/signing.py)
 
     [trust]                              # whose word it takes: coordinator keys, the agents' signed
                                          # reports and registrations (config/trust.py)
@@ -73,6 +76,7 @@ from .hub import ACCESS_KEYS, Access, EventHubSettings, load_access, load_eventh
 from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notify import NotifySettings, load_notify
 from .policy import POLICY_SECTIONS, Policy, load_policy, parse_duration
+from .signing import VaultSecret, load_signing
 from .trust import TrustSettings, load_trust
 from .web import WebSettings, load_web
 
@@ -134,6 +138,7 @@ class ServiceSettings:
     trust: TrustSettings = field(default_factory=TrustSettings)
     limits: Limits = DEFAULT_LIMITS
     azure: AzureSettings | None = None  # [azure]: Azure's own feed, Resource Graph, acknowledge
+    key_vault: VaultSecret | None = None  # [signing] key_vault_secret (then key_file is "")
 
     @property
     def coordinator_keys(self) -> tuple[str, ...]:
@@ -173,11 +178,7 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
                      "coordinator.instance")
     telemetry = _table(raw, "telemetry")
     no_unknown(telemetry, "telemetry", ("log_format", "log_level"))
-    signing = _table(raw, "signing")
-    no_unknown(signing, "signing", ("key_file",))
-    if not signing.get("key_file"):
-        raise ConfigError("signing.key_file: missing (the key that signs approval messages; "
-                          "make one with 'se-forwarder fleet keygen --out FILE')")
+    key_file, key_vault = load_signing(_table(raw, "signing"))
     queues = _queues(_table(raw, "queues"))
     azure = load_azure(raw.get("azure"))
     policy = replace(load_policy(raw), queue_template=queues.template,
@@ -186,7 +187,7 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
     return ServiceSettings(
         name=name, instance=instance, eventhub=load_eventhub(_table(raw, "eventhub")),
         storage=_storage(_table(raw, "storage")), queues=queues,
-        key_file=path(signing["key_file"], "signing.key_file"), api=_api(_table(raw, "api")),
+        key_file=key_file, key_vault=key_vault, api=_api(_table(raw, "api")),
         policy=policy, azure=azure,
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),

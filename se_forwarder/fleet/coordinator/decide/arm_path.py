@@ -23,6 +23,7 @@ stopped leading first).
 
 from __future__ import annotations
 
+from ....backoff import Backoff
 from ..config.policy import Policy
 from ..fold.azure import SUFFIX
 from ..fold.azure_state import EVENT_ARM_ID
@@ -32,7 +33,10 @@ from .scopes import ScopeIndex
 
 VIA_ARM = "arm"
 ACK_API_VERSION = "2025-11-01"
-OUTCOMES = ("approved", "forbidden", "unauthorized", "not-found", "refused", "failed")
+OUTCOMES = ("approved", "forbidden", "disallowed-by-policy", "unauthorized", "not-found", "refused",
+            "failed")
+RETRIED = ("forbidden", "disallowed-by-policy")  # 403s: a role or a policy, which may change
+RETRY = Backoff(steps=(30.0, 60.0, 120.0, 240.0, 300.0))  # s after the nth refusal in a row
 
 
 def arm_target(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord,
@@ -57,6 +61,26 @@ def went_out(state: FleetState, record: EventRecord, last: DecisionRecord | None
     return record.sends.get(last.attempt)
 
 
+def refused_in_a_row(state: FleetState, record: EventRecord) -> tuple[int, DecisionRecord | None]:
+    """How many approvals of ``record`` through ARM in a row, up to its last one, ARM refused with a
+    403 (``RETRIED``), and the ``acknowledge`` record of the latest of them."""
+    count, latest = 0, None
+    for attempt in sorted(record.approvals, reverse=True):
+        approval = record.approvals[attempt]
+        answer = state.decisions.get(approval.id + SUFFIX) if approval.data.get("Via") == VIA_ARM else None
+        if answer is None or answer.code not in RETRIED:
+            break
+        count, latest = count + 1, latest or answer
+    return count, latest
+
+
+def next_try(state: FleetState, record: EventRecord) -> float | None:
+    """When an approval of ``record`` that ARM refused with a 403 goes through ``acknowledge`` again
+    (module docstring), or None when its last approval was not so refused."""
+    count, latest = refused_in_a_row(state, record)
+    return None if latest is None else latest.time + RETRY.delay(count)
+
+
 def waiting(last: DecisionRecord | None, out: DecisionRecord | None) -> str:
     """What an approval without an echo waits for, in words (its verdict's reason)."""
     if last is not None and last.data.get("Via") == VIA_ARM:
@@ -64,12 +88,18 @@ def waiting(last: DecisionRecord | None, out: DecisionRecord | None) -> str:
     return "sent, waiting for the echo" if out is not None else "its message not sent yet"
 
 
-def acknowledge_path(state: FleetState, event_id: str) -> str | None:
-    """The path (with api-version) ``acknowledge`` is POSTed to for ``event_id``, or None."""
+def event_resource_id(state: FleetState, event_id: str) -> str | None:
+    """The ARM id of scheduled event ``event_id`` as Azure reported it, or None."""
     event = state.azure.events.get(event_id.lower())
     if event is None or EVENT_ARM_ID.match(event.resource_id) is None:
         return None
-    return f"{event.resource_id}/acknowledge?api-version={ACK_API_VERSION}"
+    return event.resource_id
+
+
+def acknowledge_path(state: FleetState, event_id: str) -> str | None:
+    """The path (with api-version) ``acknowledge`` is POSTed to for ``event_id`` alone, or None."""
+    resource = event_resource_id(state, event_id)
+    return None if resource is None else f"{resource}/acknowledge?api-version={ACK_API_VERSION}"
 
 
 def acknowledged(approval: DecisionRecord, code: str, reason: str, now: float) -> Decision:

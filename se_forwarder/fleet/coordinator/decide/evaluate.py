@@ -75,6 +75,7 @@ class Verdict:
     scope: str | None = None
     affected: tuple[str, ...] = ()  # VM keys (every verdict: the resolved Resources)
     budgets: tuple[BudgetUse, ...] = ()
+    next_try: float | None = None  # acknowledge-refused: when acknowledge is tried again (arm_path.py)
 
 
 @dataclass
@@ -275,7 +276,9 @@ class DecisionPass:
             return approved
         rejecters = {self.idx.key(vm) for vm in refusals.values()}
         candidates = [vm for vm in self.targets(record, res.vms) if vm not in rejecters]
-        arm = None if candidates or azure_fold.ARM in rejecters else self.arm(record, res)
+        arm = None if candidates else self.arm_again(record, res, rejecters)
+        if isinstance(arm, Verdict):
+            return arm
         if not candidates and arm is None:
             reason = "no watched affected VM left to send the approval to"
             self.defer(record, res, "no-target", reason, None, ())
@@ -301,6 +304,22 @@ class DecisionPass:
             target=target, budgets=self.uses(res.vms), attempt=attempt,
             overrides=inherited(last), via=None if candidates else azure_paths.VIA_ARM))
         return Verdict(record.key, record.event_id, "approved", reason, None, res.vms)
+
+    def arm_again(self, record: EventRecord, res: Resolution, rejecters: set[str]) -> VmRef | Verdict | None:
+        """The ARM target of a retry: never after ARM rejected the event but with a 403, and after a
+        403 at its next try only (arm_path.next_try); the verdict while it waits for that."""
+        if azure_fold.ARM not in rejecters:
+            return self.arm(record, res)
+        again = azure_paths.next_try(self.state, record)
+        target = self.arm(record, res) if again is not None else None
+        if target is None or again is None or self.now >= again:
+            return target
+        count, answer = azure_paths.refused_in_a_row(self.state, record)
+        said = str(answer.data.get("Reason") or "")[:200] if answer is not None else ""
+        reason = f"ARM refused the acknowledge {count} time(s) ({said}); next try at {hhmm(again, True)}"
+        self.defer(record, res, "acknowledge-refused", reason, None, ())
+        return Verdict(record.key, record.event_id, "acknowledge-refused", reason, None, res.vms,
+                       next_try=again)
 
     def recheck(self, record: EventRecord, res: Resolution, last: DecisionRecord) -> Verdict | None:
         """Before a retry: every budget, as for a first approval (this event's VMs counted once, as

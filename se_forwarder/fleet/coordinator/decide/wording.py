@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from .events import COORDINATOR
 
 
-def hhmm(moment: float | None) -> str:
-    """A moment as people read it in a reason: ``2026-11-25 19:05 UTC``."""
+def hhmm(moment: float | None, seconds: bool = False) -> str:
+    """A moment as people read it in a reason: ``2026-11-25 19:05 UTC`` (``19:05:30`` with ``seconds``)."""
     if moment is None:
         return "unknown"
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(moment, UTC).strftime(f"%Y-%m-%d %H:%M{':%S' if seconds else ''} UTC")
 
 
 def span(seconds: float) -> str:

@@ -5,7 +5,12 @@ What Azure publishes (docs/azure-feed.md) is checked here before anything is fol
 returns the facts or a ``Refusal`` whose ``code`` says why (counted by the service, never folded):
 
 =================  ================================================================================
-``type``           a feed CloudEvent that is not ``...MaintenanceResources.ScheduledEventEmitted``
+``type``           a feed CloudEvent that is not a scheduled event: its ``data.resourceInfo.type`` is
+                   not ``microsoft.maintenance/scheduledEvents`` (any case), or it is but ``type`` is
+                   neither documented spelling (``FEED_EVENT_TYPES``: ``...MaintenanceResources.
+                   ScheduledEventEmitted``, ``microsoft.maintenance/scheduledevents/write``)
+``unread``         an event of a kind Azure's feed also carries that no box reads yet (Resource
+                   Health's ``...HealthResources.*``): counted, and not a sign that the feed is wrong
 ``schema``         a missing or mistyped member (``data.resourceInfo.properties``, ``Resources``...)
 ``subscription``   the event or VM is of a subscription ``[azure] subscriptions`` does not list
 ``resource-id``    the scheduled event's ARM id is not ``/subscriptions/<s>/resourceGroups/<rg>/
@@ -16,6 +21,11 @@ returns the facts or a ``Refusal`` whose ``code`` says why (counted by the servi
 ``status``         ``EventStatus`` is not Scheduled, Started, Completed or Canceled
 ``text``           a name, an id or a tag too long or with control characters
 =================  ================================================================================
+
+What an event is comes from ``data.resourceInfo.type`` (the event's ``type`` only when that is
+absent): Microsoft's page spells a scheduled event's ``type`` two ways (docs/azure-feed.md), so
+both are taken. ``KINDS`` maps each resource type read to its reader; a kind read later (health)
+is one more entry there, and its type prefix leaves ``UNREAD``.
 
 Facts:
 
@@ -36,7 +46,7 @@ Facts:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +55,13 @@ from ....model import MalformedDocument, parse_not_before
 from ....printable import has_controls
 from ....timestamps import seconds
 from ..fold.azure_state import _RG, _SUB, EVENT_ARM_ID, STATUS_RANKS, EventFacts, VmFacts
-from ..schema import FEED_EVENT_TYPE
+from ..schema import FEED_EVENT_TYPE, FEED_EVENT_TYPES, HEALTH_TYPES, SCHEDULED_EVENT_RESOURCE
 
 EVENT_TYPE = FEED_EVENT_TYPE
-EVENT_TABLE_TYPE = "microsoft.maintenance/scheduledevents"
-REASONS = ("type", "schema", "subscription", "resource-id", "status", "text")
+EVENT_TABLE_TYPE = SCHEDULED_EVENT_RESOURCE
+REASONS = ("type", "unread", "schema", "subscription", "resource-id", "status", "text")
+UNREAD = (HEALTH_TYPES,)  # type prefixes (lower case) of the kinds no box reads yet
+_SPELLINGS = frozenset(t.lower() for t in FEED_EVENT_TYPES)
 MAX_NAME = 200
 MAX_RESOURCES = 1000
 MAX_TAGS = 50
@@ -140,23 +152,46 @@ def _event(info: Any, managed: Sequence[str], as_of: float, via: str) -> EventFa
 def feed_event(event: Mapping[str, Any], managed: Sequence[str]) -> EventFacts | Refusal:
     """The facts of one CloudEvent read from the feed hub (module docstring), or why not."""
     try:
-        if event.get("type") != EVENT_TYPE:
-            raise _Refused("type", f"type {str(event.get('type'))[:120]!r} is not {EVENT_TYPE}")
-        data = event.get("data")
-        if not isinstance(data, Mapping):
-            raise _Refused("schema", "data is not an object")
-        operational = data.get("operationalInfo")
-        as_of = seconds(operational.get("resourceEventTime")) if isinstance(operational, Mapping) else None
-        as_of = as_of if as_of is not None else seconds(event.get("time"))
-        if as_of is None:
-            raise _Refused("schema", "neither resourceEventTime nor time is an RFC 3339 time")
-        facts = _event(data.get("resourceInfo"), managed, as_of, "feed")
-        source = event.get("source")
-        if not isinstance(source, str) or source.lower() != f"/subscriptions/{facts.subscription}":
-            raise _Refused("subscription", f"source {str(source)[:120]!r} is not the event's subscription")
-        return facts
+        kind, data = str(event.get("type") or ""), event.get("data")
+        info = data.get("resourceInfo") if isinstance(data, Mapping) else None
+        resource = _get(info, "type") if isinstance(info, Mapping) else None
+        what = resource.lower() if isinstance(resource, str) and resource else kind.lower()
+        reader = KINDS.get(SCHEDULED_EVENT_RESOURCE if what in _SPELLINGS else what)
+        if reader is None:
+            if kind.lower().startswith(UNREAD):
+                raise _Refused("unread", f"{kind[:120]}: a kind of Azure's events this coordinator does "
+                               "not read")
+            raise _Refused("type", f"type {kind[:120]!r} (resourceInfo.type {str(resource)[:80]!r}) is not "
+                           "a scheduled event")
+        return reader(event, managed)
     except _Refused as refused:
         return Refusal(refused.code, refused.detail)
+
+
+def _scheduled_event(event: Mapping[str, Any], managed: Sequence[str]) -> EventFacts:
+    """A scheduled event's CloudEvent, in either spelling of its type."""
+    if str(event.get("type") or "").lower() not in _SPELLINGS:
+        raise _Refused("type", f"type {str(event.get('type'))[:120]!r} is neither spelling of a scheduled "
+                       f"event's ({' or '.join(FEED_EVENT_TYPES)})")
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        raise _Refused("schema", "data is not an object")
+    operational = data.get("operationalInfo")
+    as_of = seconds(operational.get("resourceEventTime")) if isinstance(operational, Mapping) else None
+    as_of = as_of if as_of is not None else seconds(event.get("time"))
+    if as_of is None:
+        raise _Refused("schema", "neither resourceEventTime nor time is an RFC 3339 time")
+    facts = _event(data.get("resourceInfo"), managed, as_of, "feed")
+    source = event.get("source")
+    if not isinstance(source, str) or source.lower() != f"/subscriptions/{facts.subscription}":
+        raise _Refused("subscription", f"source {str(source)[:120]!r} is not the event's subscription")
+    return facts
+
+
+#: What the feed's edge reads, by ``data.resourceInfo.type`` (lower case): its reader.
+KINDS: dict[str, Callable[[Mapping[str, Any], Sequence[str]], EventFacts]] = {
+    SCHEDULED_EVENT_RESOURCE: _scheduled_event,
+}
 
 
 def event_row(row: Mapping[str, Any], managed: Sequence[str], as_of: float) -> EventFacts | Refusal:

@@ -35,7 +35,7 @@ from .caps import FOLDED, LATE, SKIPPED
 from .state import COMPLETED, STARTED, TERMINAL, DecisionRecord, EventRecord, FleetState
 
 ARM = "arm"  # the echo and rejection key of approvals through acknowledge (never a VM key)
-REJECTIONS = ("forbidden", "unauthorized", "not-found", "refused")  # outcomes that end that path
+REJECTIONS = ("forbidden", "disallowed-by-policy", "unauthorized", "not-found", "refused")  # end that path
 SUFFIX = "/acknowledge"  # an acknowledge decision's id: <its approval's id>/acknowledge
 
 

@@ -11,14 +11,19 @@ Resource Graph cannot be reached:
   (``azure-feed``: its reachability). Only Event Grid's identity may send to that hub (the Bicep
   grants nothing else), so no VM can write to this input. Each event (Event Grid delivers
   ``[CloudEvent]``; hub_reader.decode takes its one element) is checked by ``azure_facts.feed_event`` and
-  folded as Azure's (fold/azure.py); a refusal is counted by reason. Conversely, Azure's types read
-  from the agents' hub are refused by trust.py (``azure``).
+  folded as Azure's (fold/azure.py); a refusal is counted by reason, logged once per reason and
+  ``REFUSAL_SAID`` seconds, and watched (input/feed_watch.py: a feed whose every event is refused
+  is as loud as one that does not answer). Conversely, Azure's types read from the agents' hub are
+  refused by trust.py (``azure``).
 - **The catch-up.** At start and every ``arg_interval``, ``Graph.catch_up`` (azure/graph.py) on a
   thread of its own; the ``CatchUp`` is folded on the loop (``pump``, azure_fold.fold_catch_up).
   While ARM does not answer, the next one comes sooner (``RETRY``, at most ``arg_interval`` apart).
 - **Acknowledge.** An approval through ARM (``Via: "arm"``, never a queue message: decide/evaluate.py leaves
   it out of ``sends``) is acknowledged once it is published (``once_published``), while the term it
-  was made in lasts (azure/acknowledge.py: one at a time, each ending at its deadline). What Azure answered
+  was made in lasts (azure/acknowledge.py: one call at a time, each ending at its deadline). The
+  approvals of one resource made in one turn of the loop (a decision pass, or a control request)
+  are gathered and, at the next turn (``pump``), handed on as one batch once all are published:
+  one ``AcknowledgeList`` call for several events of a scale set. What Azure answered each event
   goes to ``record`` with that term: the service publishes it as the approval's ``acknowledge``
   record (azure_paths.acknowledged), as it publishes a message's ``sent`` one.
 
@@ -38,6 +43,7 @@ from functools import partial
 from typing import Any
 
 from ....timestamps import rfc3339
+from ..azure.acknowledge import Ack
 from ..azure.clients import azure_credential
 from ..azure.graph import ARM_PART, ERROR_LIMIT
 from ..azure.reach import Reach, describe_error
@@ -49,12 +55,15 @@ from ..fold import azure as azure_fold
 from ..fold.azure_state import CatchUp
 from ..fold.caps import FOLDED
 from ..fold.state import FleetState
+from .feed_watch import PART as FEED_EVENTS
+from .feed_watch import FeedWatch
 from .hub_reader import Batch
 from .hubs import FEED_PART
 
 log = logging.getLogger("se_forwarder.coordinator.azure")
 
 RETRY = (10.0, 20.0, 40.0, 80.0)  # s to the next catch-up while ARM does not answer
+REFUSAL_SAID = 600.0  # s between two warnings of one reason a feed event was refused
 
 
 class AzureInput:
@@ -62,6 +71,12 @@ class AzureInput:
                  *, page_size: int = 1000) -> None:
         self.settings, self.page_size, self.record = settings, page_size, record
         self.arm = reach[ARM_PART]
+        self.feed_watch: FeedWatch | None = None
+        if FEED_EVENTS in reach:  # its own kind of part (feed_watch.py), in the service's map
+            self.feed_watch = reach[FEED_EVENTS] = FeedWatch()
+        self._said: dict[str, float] = {}  # refusal code -> monotonic time it was last warned of
+        self._gathering: dict[tuple[str, int], list[tuple[Ack, Future[Any]]]] = {}  # (resource, term)
+        self._may_act: Callable[[int], bool] = lambda _: False
         self.results: queue.Queue[CatchUp] = queue.Queue()
         self.counts: Counter[str] = Counter()  # feed-folded, feed-<reason>, graph-<reason>, acknowledge-<...>
         self.last: CatchUp | None = None  # the last catch-up folded
@@ -76,7 +91,7 @@ class AzureInput:
         """The parts reach.py records for Azure's input (none without ``[azure]``)."""
         if settings is None:
             return ()
-        return (FEED_PART, ARM_PART) if settings.feed is not None else (ARM_PART,)
+        return (FEED_PART, FEED_EVENTS, ARM_PART) if settings.feed is not None else (ARM_PART,)
 
     def credential(self) -> Any:
         if self._credential is None:
@@ -107,16 +122,27 @@ class AzureInput:
         positions are the service's to keep)."""
         for event, _ in batch.events:
             if event is None:
-                self.counts["feed-not-cloudevent"] += 1
+                self._refused("not-cloudevent", "a message that is not a CloudEvent", None)
                 continue
             facts = azure_facts.feed_event(event, self.settings.subscriptions)
             if isinstance(facts, azure_facts.Refusal):
-                self.counts[f"feed-{facts.code}"] += 1
-                log.debug("feed event %s refused (%s): %s", str(event.get("id"))[:80], facts.code,
-                          facts.detail)
+                self._refused(facts.code, facts.detail, event.get("id"))
                 continue
             outcome = azure_fold.fold_event(state, facts)
             self.counts["feed-folded" if outcome == FOLDED else f"feed-{outcome}"] += 1
+            if self.feed_watch is not None:
+                self.feed_watch.folded()
+
+    def _refused(self, code: str, detail: str, ident: Any) -> None:
+        self.counts[f"feed-{code}"] += 1
+        if self.feed_watch is not None:
+            self.feed_watch.refused(code)
+        now = time.monotonic()
+        loud = code != "unread" and now - self._said.get(code, float("-inf")) >= REFUSAL_SAID
+        if loud:
+            self._said[code] = now
+        log.log(logging.WARNING if loud else logging.DEBUG, "refused feed event %s (%s): %s",
+                str(ident)[:80], code, detail)
 
     # -- the catch-up (its own thread) -------------------------------------------------------------
 
@@ -153,25 +179,48 @@ class AzureInput:
 
     def once_published(self, state: FleetState, decision: Decision, term: int, may_act: Callable[[int], bool],
                        done: Future[Any] | None) -> Future[Any] | None:
-        """For an approval through ARM, the future of its publication (``done``, or a new one),
-        which then has it acknowledged while ``term`` lasts; ``done`` for any other decision."""
+        """For an approval through ARM, the future of its publication (``done``, or a new one); it is
+        gathered with the other approvals of its resource made in this turn (module docstring).
+        ``done`` for any other decision."""
         if decision.kind != "approve" or decision.via != azure_paths.VIA_ARM or decision.shadow:
             return done
         published: Future[Any] = done or Future()
-        path = azure_paths.acknowledge_path(state, decision.event_id or "")
-
-        def go(future: Future[Any]) -> None:
-            if path is not None and future.exception() is None and may_act(term):
-                assert self._acknowledger is not None, "start() first"
-                self._acknowledger.submit(decision.id, path, term)
-
-        published.add_done_callback(go)
+        resource = azure_paths.event_resource_id(state, decision.event_id or "")
+        if resource is not None:
+            ack = Ack(decision.id, decision.event_id or "", resource)
+            self._gathering.setdefault((ack.owner.lower(), term), []).append((ack, published))
+            self._may_act = may_act
         return published
+
+    def _acknowledge_gathered(self) -> None:
+        """Each resource's approvals of the last turn: acknowledged as one batch once all of them are
+        published (those whose publication failed are left out), while their term lasts."""
+        gathered, self._gathering = self._gathering, {}
+        for (_, term), items in gathered.items():
+            left, lock = [len(items)], threading.Lock()
+
+            def published(_: Future[Any], items: list[tuple[Ack, Future[Any]]] = items, term: int = term,
+                          left: list[int] = left, lock: threading.Lock = lock) -> None:
+                with lock:
+                    left[0] -= 1
+                    if left[0]:
+                        return
+                batch = [ack for ack, future in items if future.exception() is None]
+                if batch and self._may_act(term):
+                    assert self._acknowledger is not None, "start() first"
+                    self._acknowledger.submit(batch, term)
+
+            for _, future in items:
+                future.add_done_callback(published)
 
     # -- on the loop -----------------------------------------------------------------------------------
 
     def pump(self, state: FleetState) -> bool:
         """Fold the catch-ups that came back; True when one was."""
+        if self.feed_watch is not None:
+            self.feed_watch.look()
+        if self._gathering:
+            self._acknowledge_gathered()
         folded = False
         while True:
             try:

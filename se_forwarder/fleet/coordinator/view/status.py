@@ -8,7 +8,7 @@
      "scopes": [{"scope", "kind", "size", "used", "max", "paused"}],
      "scopeTotals": {kind: {"scopes", "full"}},
      "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
-                  "reasonCode", "reason", "scope", "budgets",
+                  "reasonCode", "reason", "scope", "budgets", "nextTryUtc",
                   "approvals": [{"by", "time", "attempt", "shadow", "vm", "echo"}]}],
      "started": [{"eventId", "eventType", "startedUtc", "affected"}],
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
@@ -24,10 +24,12 @@
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
-decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names. ``decisions`` is the log, newest
-first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM would use
-(queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from lately that
-claim one name in one group, or one resourceId (availability.py; each counts as unavailable).
+decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names; ``nextTryUtc``: when
+an acknowledge ARM refused with a 403 is tried again (``acknowledge-refused``), else null.
+``decisions`` is the log, newest first (``decisions_limit``). ``queueConflicts``: approval queues
+more than one VM would use (queues.py); none of those VMs is sent an approval. ``nameConflicts``:
+VMs heard from lately that claim one name in one group, or one resourceId (availability.py; each
+counts as unavailable).
 ``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
 first) and keys registered for several VMs (fold/identities.py).
 
@@ -124,6 +126,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
             "notBeforeUtc": rfc3339_or_none(record.not_before), "resources": list(record.resources),
             "affected": [state.vms[v].name for v in verdict.affected], "reasonCode": verdict.code,
             "reason": verdict.reason, "scope": verdict.scope,
+            "nextTryUtc": rfc3339_or_none(verdict.next_try),
             "budgets": [u.as_data() for u in verdict.budgets],
             "approvals": _approvals(state, record, idx, verdict.affected),
         })

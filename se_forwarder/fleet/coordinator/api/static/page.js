@@ -240,6 +240,11 @@
           (rekeyed.length > 1 ? ` (${rekeyed.length} key changes in all)` : "") }));
     }
     if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
+    for (const [part, r] of Object.entries((s && s.reachability) || {})) {
+      if (r.reachable) continue; // an unreachable part, or the Azure feed's events all refused
+      banner.append(el("span", { class: "down", "data-part": part,
+        text: `${part} ${r.state || "unreachable"} since ${r.failingSince}: ${r.lastError || ""}` }));
+    }
     const button = $("pause-fleet");
     button.textContent = fleetPaused ? "Resume all" : "Pause all";
     button.dataset.paused = fleetPaused ? "1" : "0";
@@ -293,6 +298,8 @@
           p.held ? el("span", { class: "code", text: "held" }) : null),
         el("div", { class: "why" }, el("span", { class: "code", text: p.reasonCode }), " ",
           el("span", { text: p.reason || "" })),
+        p.nextTryUtc ? el("div", { class: "next-try muted" }, "next acknowledge ", countdown(p.nextTryUtc),
+          ` (${p.nextTryUtc})`) : null,
         p.budgets.length ? el("div", { class: "muted", text: p.budgets.map((b) =>
           `${b.label} ${b.withEvent}/${b.max}`).join(" · ") }) : null,
         approvals ? el("div", { class: "muted", text: approvals }) : null,
