@@ -136,7 +136,9 @@ def _api_options(func: F) -> F:
 
 @coordinator.command("status")
 @_api_options
-@click.option("--all", "all_scopes", is_flag=True, help="List every scope, not only those in use.")
+@click.option("--all", "all_scopes", is_flag=True,
+              help="List every scope, not only those in use, and every event and VM of each list, not "
+                   "only the first 20.")
 @click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
 @friendly_errors
 def status(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
@@ -145,7 +147,7 @@ def status(config: str | None, url: str | None, token_file: str | None, all_scop
     from ..fleet.coordinator.api import render_status
 
     result = _client(config, url, token_file).status(all_scopes)
-    click.echo(json.dumps(result, indent=2) if as_json else render_status(result))
+    click.echo(json.dumps(result, indent=2) if as_json else render_status(result, every=all_scopes))
 
 
 reason_option = click.option("--reason", required=True, help="Why (kept in the audit trail, one line).")
