@@ -47,7 +47,7 @@ from se_forwarder.fleet.coordinator.decide import Decision, signed, to_dict  # n
 from se_forwarder.fleet.coordinator.edge import trust  # noqa: E402
 from se_forwarder.fleet.coordinator.fold.dispatch import OWN, fold_event  # noqa: E402
 from se_forwarder.fleet.coordinator.fold.snapshot import lines, snapshot  # noqa: E402
-from se_forwarder.fleet.coordinator.ha.snapshot_blob import SnapshotBlob  # noqa: E402
+from se_forwarder.fleet.coordinator.ha.snapshot_blob import LEVEL, SnapshotBlob  # noqa: E402
 from se_forwarder.fleet.coordinator.input.hub_reader import Position  # noqa: E402
 from se_forwarder.fleet.coordinator.view.alerts import derive  # noqa: E402
 from se_forwarder.fleet.coordinator.view.digest import Digest  # noqa: E402
@@ -389,7 +389,7 @@ def main() -> int:
     peak_snapshot = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
     text = list(lines(folder.state))
     began = time.perf_counter()
-    zlib.compress(b"".join(text), 5)
+    zlib.compress(b"".join(text), LEVEL)
     gzip_s = time.perf_counter() - began
     began = time.perf_counter()
     for line in text:
