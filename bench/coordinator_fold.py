@@ -293,17 +293,20 @@ def read_models(folder: Folder, vms: list[dict], rows: list[tuple[str, str]]) ->
     kept = Digest()
     kept.of(state)
     whole_s = time.perf_counter() - began
-    now = T_BURST + 760
-    folder.feed(heartbeat(v, now, []) for v in vms[:len(vms) // 60])  # a second of heartbeats since
-    began = time.perf_counter()
-    kept.of(state)
-    look_s = time.perf_counter() - began
+    now, looks = T_BURST + 760, []
+    for count in (len(vms) // 60 // PASSES_PER_SECOND, len(vms) // 60):  # a pass's heartbeats, a second's
+        folder.feed(heartbeat(v, now, []) for v in vms[:count])
+        began = time.perf_counter()
+        kept.of(state)
+        looks.append((count, time.perf_counter() - began))
     began = time.perf_counter()
     hashlib.sha256(json.dumps(snapshot(state), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     old_s = time.perf_counter() - began
-    rows.append(("/v1/state digest after a second of heartbeats", f"{look_s * 1000:.1f} ms (goal <= 10 ms; "
-                 f"the service looks after every pass, so a call sees less); made whole at a start or "
-                 f"restore {whole_s:.2f} s; baseline, the whole fold's JSON hashed as before: {old_s:.2f} s"))
+    (turn, turn_s), (second, second_s) = looks
+    rows.append(("/v1/state digest, a look as the service makes it",
+                 f"{turn_s * 1000:.1f} ms after a pass's {turn} heartbeats (goal <= 10 ms), "
+                 f"{second_s * 1000:.1f} ms after a second's {second}; made whole at a start or restore "
+                 f"{whole_s:.2f} s; baseline, the whole fold's JSON hashed as before: {old_s:.2f} s"))
     evaluation = evaluate(state, POLICY, now)
     began = time.perf_counter()
     found = derive(state, evaluation)
