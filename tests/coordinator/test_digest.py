@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import FleetState
 from se_forwarder.fleet.coordinator import claimed as fold_event
-from se_forwarder.fleet.coordinator.fold import Claim, Identity, fold_catch_up
+from se_forwarder.fleet.coordinator.fold import Claim, Identity
 from se_forwarder.fleet.coordinator.fold.identities import bind
-from se_forwarder.fleet.coordinator.fold.retention import prune
 from se_forwarder.fleet.coordinator.view.digest import Digest
 
 from . import test_fold_properties as folds
@@ -46,13 +45,9 @@ def step(draw: st.DrawFn) -> tuple:
 def run(steps: list[tuple], digest: Digest) -> FleetState:
     state = FleetState()
     for what, arg in steps:
-        if what == "fold":
-            fold_event(state, copy.deepcopy(arg))
-        elif what == "azure":
-            fold_catch_up(state, arg)
-        elif what == "prune":
-            prune(state, moves.POLICY, arg + 3000)
-        elif what == "identity":
+        if moves.fold_step(state, what, arg, moves.POLICY):
+            continue
+        if what == "identity":
             bind(state, arg)
         else:
             digest.of(state)

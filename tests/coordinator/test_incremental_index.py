@@ -11,6 +11,7 @@ and who is unavailable and why."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,16 +86,24 @@ def scratch(state: FleetState, policy: Policy) -> tuple[FleetState, ScopeIndex]:
     return fresh, index(fresh, policy)
 
 
+def fold_step(state: FleetState, what: str, arg: Any, policy: Policy) -> bool:
+    """Fold one step of the fold's kinds (an agent's report, Azure's catch-up, a prune); False for
+    a step of another kind."""
+    if what == "fold":
+        fold_event(state, copy.deepcopy(arg))
+    elif what == "azure":
+        fold_catch_up(state, arg)
+    elif what == "prune":
+        prune(state, policy, arg + 3000)
+    else:
+        return False
+    return True
+
+
 def run(steps: list[tuple], policy: Policy) -> FleetState:
     state = FleetState()
     for what, arg in steps:
-        if what == "fold":
-            fold_event(state, copy.deepcopy(arg))
-        elif what == "azure":
-            fold_catch_up(state, arg)
-        elif what == "prune":
-            prune(state, policy, arg + 3000)
-        else:
+        if not fold_step(state, what, arg, policy):
             index(state, policy)
             unavailable(state, policy, index(state, policy), arg)
     return state
