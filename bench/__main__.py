@@ -66,6 +66,9 @@ BENCHMARKS = (
     Benchmark("coordinator_verified", "coordinator edge at 10,000 VMs: signed reports verified and "
               "folded per second beside the fold alone, and one registration's cost",
               commands=(("bench/coordinator_verified.py",),)),
+    Benchmark("coordinator_shards", "a shard on a hub it shares, 10,000 VMs in two subscriptions: another "
+              "shard's report dropped and its own verified and folded, beside json.loads of the same texts",
+              commands=(("bench/coordinator_shards.py",),)),
     Benchmark("ed25519_impls", "Ed25519 implementations (cryptography, PyNaCl, pysodium, PyCryptodome, "
               "ed25519-zebra) verifying the same signed reports on one thread, beside json.loads of "
               "their texts; key loading and batch", commands=(("bench/ed25519_impls.py",),)),

@@ -22,7 +22,7 @@
 //     -p approvalVerifyKeys="$(cat approvals.pub)"
 targetScope = 'subscription'
 
-@description('hub.bicep\'s output hub: subscriptionId, resourceGroup, namespaceName, eventHubsNamespace, eventHubName, storageAccountName, queueEndpoint, coordinatorPrincipalId, azureFeedHubName, logs*.')
+@description('hub.bicep\'s output hub: subscriptionId, resourceGroup, namespaceName, eventHubsNamespace, eventHubName, storageAccountName, queueEndpoint, coordinatorPrincipalId, azureFeedNamespaceName, azureFeedHubName, logs*.')
 param hub object
 
 @description('The VMs of this subscription: [{ name, resourceGroup }], each existing; "install": false leaves out the Custom Script Extension of a VM that holds another one (install it with a Run Command: docs/deploy.md).')
@@ -189,7 +189,7 @@ module feedTopic 'modules/azure-feed-topic.bicep' = if (deployAzureFeed) {
     systemTopicName: '${prefix}-maintenance-${uniqueString(subscription().id)}'
     hubSubscriptionId: hub.subscriptionId
     hubResourceGroup: hub.resourceGroup
-    namespaceName: hub.namespaceName
+    namespaceName: hub.?azureFeedNamespaceName ?? hub.namespaceName  // a hub deployed before the feed had a namespace of its own
     feedHubName: hub.azureFeedHubName
     tags: tags
   }

@@ -5,11 +5,15 @@
 //     agents.bicep with that VM's rights);
 //   - optionally the coordinator: its identity, "Azure Event Hubs Data Receiver" and "Azure Event Hubs
 //     Data Sender" on the hub (it reads the agents' events and publishes its decisions there), the
-//     "coordinator" consumer group, its blob container (leader lease and snapshots; versioning and
-//     soft delete) where it is "Storage Blob Data Contributor", and optionally a key vault for its
-//     signing key ("Key Vault Secrets User" on that vault);
-//   - optionally (deployAzureFeed) the Azure feed hub, which each VM subscription's Event Grid topic
-//     feeds (agents.bicep);
+//     "coordinator" consumer group (with coordinatorShards, one "coordinator-<shard>" per shard),
+//     its blob container (leader lease and snapshots; versioning and soft delete) where it is
+//     "Storage Blob Data Contributor", and optionally a key vault for its signing key ("Key Vault
+//     Secrets User" on that vault);
+//   - optionally (deployAzureFeed) the Azure feed hub, in an Event Hubs namespace of its own so that
+//     the agents' traffic never takes its throughput (feed-namespace.bicep), which each VM
+//     subscription's Event Grid topic feeds (agents.bicep);
+//   - the agents' namespace auto-inflates (up to eventHubsMaximumThroughputUnits), and each namespace
+//     has an alert on throttled requests (alertActionGroupIds notified);
 //   - optionally (deployLogsIngestion) Azure Monitor Logs: a custom table in logAnalyticsWorkspaceId,
 //     a data collection endpoint and rule;
 //   - optionally private endpoints and public network access turned off.
@@ -38,6 +42,17 @@ param eventHubPartitionCount int = 4
 @maxValue(7)
 param eventHubRetentionDays int = 7
 
+@description('Let the agents\' namespace add throughput units by itself when their traffic needs them (auto-inflate).')
+param eventHubsAutoInflate bool = true
+
+@description('The most throughput units the agents\' namespace may auto-inflate to (a unit takes 1 MB/s or 1,000 events/s in).')
+@minValue(1)
+@maxValue(40)
+param eventHubsMaximumThroughputUnits int = 10
+
+@description('Action groups (resource IDs) that the alerts on throttled Event Hubs requests notify; empty: they fire in the portal only.')
+param alertActionGroupIds array = []
+
 @description('Subnet resource IDs (the VMs\', the coordinator\'s) allowed to reach Event Hubs and Storage over their public endpoints; they need the Microsoft.EventHub and Microsoft.Storage service endpoints. Empty together with allowedIpRanges: any network may connect (authentication is Entra ID only either way).')
 param allowedSubnetIds array = []
 
@@ -59,6 +74,10 @@ param privateDnsZoneIds object = {}
 
 @description('Also create the coordinator\'s identity with receive and send rights on the hub, its consumer group and its blob container.')
 param deployCoordinator bool = false
+
+@description('With the coordinator split into shards by subscription (docs/coordinator.md, "Shards"): their names, each the [shard] name of one; each gets a consumer group coordinator-<shard> on the hub (and on the Azure feed hub). The shards share the coordinator\'s identity and container (their lease and snapshot blobs carry their names). A shard on a hub of its own: deploy this template once per hub.')
+@maxLength(18)
+param coordinatorShards array = []
 
 @description('With the coordinator: a key vault for its signing key, readable by the coordinator only.')
 param deployKeyVault bool = false
@@ -115,9 +134,12 @@ module eventHubs 'modules/eventhubs.bicep' = {
     partitionCount: eventHubPartitionCount
     messageRetentionInDays: eventHubRetentionDays
     receiverPrincipalId: coordinatorPrincipalId
+    autoInflate: eventHubsAutoInflate
+    maximumThroughputUnits: eventHubsMaximumThroughputUnits
+    alertActionGroupIds: alertActionGroupIds
+    coordinatorShards: deployCoordinator ? coordinatorShards : []
     allowedSubnetIds: allowedSubnetIds
     allowedIpRanges: allowedIpRanges
-    allowTrustedServices: deployAzureFeed && deployCoordinator
     publicNetworkAccess: publicNetworkAccess
     privateEndpointSubnetId: privateEndpointSubnetId
     privateDnsZoneId: privateDnsZoneIds.?eventhubs ?? ''
@@ -156,13 +178,30 @@ module keyVault 'modules/keyvault.bicep' = if (deployKeyVault && deployCoordinat
   }
 }
 
+module feedNamespace 'modules/feed-namespace.bicep' = if (deployAzureFeed && deployCoordinator) {
+  name: 'se-forwarder-feed-namespace'
+  params: {
+    location: location
+    namespaceName: '${prefix}-feed-${suffix}'
+    allowedSubnetIds: allowedSubnetIds
+    allowedIpRanges: allowedIpRanges
+    publicNetworkAccess: publicNetworkAccess
+    privateEndpointSubnetId: privateEndpointSubnetId
+    privateDnsZoneId: privateDnsZoneIds.?eventhubs ?? ''
+    logAnalyticsWorkspaceId: logAnalyticsWorkspaceId
+    alertActionGroupIds: alertActionGroupIds
+    tags: tags
+  }
+}
+
 module azureFeed 'modules/azure-feed.bicep' = if (deployAzureFeed && deployCoordinator) {
   name: 'se-forwarder-azure-feed'
   params: {
-    namespaceName: eventHubs.outputs.namespaceName
+    namespaceName: feedNamespace.outputs.namespaceName
     feedHubName: azureFeedHubName
     messageRetentionInDays: eventHubRetentionDays
     coordinatorPrincipalId: coordinatorPrincipalId
+    coordinatorShards: coordinatorShards
     tags: tags
   }
 }
@@ -200,6 +239,7 @@ output hub object = {
   storageAccountName: approvalQueues.outputs.storageAccountName
   queueEndpoint: approvalQueues.outputs.queueEndpoint
   coordinatorPrincipalId: coordinatorPrincipalId
+  azureFeedNamespaceName: deployAzureFeed && deployCoordinator ? feedNamespace.outputs.namespaceName : ''
   azureFeedHubName: deployAzureFeed && deployCoordinator ? azureFeed.outputs.feedHubName : ''
   logsIngestionEndpoint: deployLogsIngestion ? logsIngestion.outputs.logsIngestionEndpoint : ''
   logsRuleId: deployLogsIngestion ? logsIngestion.outputs.ruleImmutableId : ''
@@ -222,6 +262,12 @@ output coordinatorConsumerGroup string = eventHubs.outputs.coordinatorConsumerGr
 @description('Queue service endpoint ([queues] account_url).')
 output queueEndpoint string = approvalQueues.outputs.queueEndpoint
 
+@description('Consumer groups of the coordinator\'s shards on the hub and on the Azure feed hub, in coordinatorShards\' order ([eventhub] and [azure.feed] consumer_group), or empty.')
+output coordinatorShardGroups object = {
+  hub: eventHubs.outputs.coordinatorShardGroups
+  azureFeed: deployAzureFeed && deployCoordinator ? azureFeed.outputs.shardConsumerGroups : []
+}
+
 @description('Client ID of the coordinator\'s identity (client_id in coordinator.toml), or empty.')
 output coordinatorClientId string = deployCoordinator ? coordinator.properties.clientId : ''
 
@@ -237,8 +283,9 @@ output coordinatorStorage object = {
 @description('The key vault for the coordinator\'s signing key (its URI), or empty.')
 output keyVaultUri string = deployKeyVault && deployCoordinator ? keyVault.outputs.vaultUri : ''
 
-@description('Azure\'s feed for the coordinator\'s [azure.feed] (eventhub, consumer_group), or empty.')
+@description('Azure\'s feed for the coordinator\'s [azure.feed] (fully_qualified_namespace, eventhub, consumer_group), or empty.')
 output azureFeed object = {
+  namespace: deployAzureFeed && deployCoordinator ? feedNamespace.outputs.fullyQualifiedNamespace : ''
   eventHub: deployAzureFeed && deployCoordinator ? azureFeed.outputs.feedHubName : ''
   consumerGroup: deployAzureFeed && deployCoordinator ? azureFeed.outputs.feedConsumerGroup : ''
 }

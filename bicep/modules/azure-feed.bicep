@@ -1,13 +1,13 @@
 // Azure's own Scheduled Events feed for the coordinator (preview: docs/azure-feed.md), the hub's
 // side, in the hub's resource group:
-//   - the Azure feed hub, in the agents' namespace but a hub of its own, with a "coordinator"
-//     consumer group;
+//   - the Azure feed hub, in a namespace of its own (feed-namespace.bicep: the agents' traffic never
+//     takes its throughput), with a "coordinator" consumer group;
 //   - Azure Event Hubs Data Receiver on it for the coordinator (it reads, never sends).
 // Each VM subscription's Event Grid system topic delivers to it (azure-feed-topic.bicep), and only
 // the topics' identities may send to it (azure-feed-sender.bicep): no agent identity has any right
 // here.
 
-@description('The existing Event Hubs namespace (eventhubs.bicep) that gets the feed hub.')
+@description('The existing Event Hubs namespace of Azure\'s feed (feed-namespace.bicep) that gets the feed hub.')
 param namespaceName string
 
 @description('Name of the Azure feed hub ([azure.feed] eventhub).')
@@ -25,6 +25,10 @@ param messageRetentionInDays int = 7
 
 @description('Principal ID of the coordinator\'s identity: it may read the feed hub, nothing else.')
 param coordinatorPrincipalId string
+
+@description('Names of the coordinator\'s shards: each reads the feed hub in its own consumer group, coordinator-<shard>.')
+@maxLength(18)
+param coordinatorShards array = []
 
 @description('Tags for every resource.')
 param tags object = {}
@@ -53,6 +57,14 @@ resource coordinatorGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroup
   }
 }
 
+resource shardGroups 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = [for shard in coordinatorShards: {
+  parent: feedHub
+  name: 'coordinator-${shard}'
+  properties: {
+    userMetadata: 'Coordinator shard ${shard} reads Azure\'s ScheduledEventEmitted CloudEvents here.'
+  }
+}]
+
 resource coordinatorReceives 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(feedHub.id, coordinatorPrincipalId, eventHubsDataReceiver)
   scope: feedHub
@@ -69,6 +81,9 @@ output feedHubName string = feedHub.name
 
 @description('Consumer group of the coordinator on the feed hub ([azure.feed] consumer_group).')
 output feedConsumerGroup string = coordinatorGroup.name
+
+@description('Consumer groups of the coordinator\'s shards on the feed hub ([azure.feed] consumer_group of each).')
+output shardConsumerGroups array = [for (shard, i) in coordinatorShards: shardGroups[i].name]
 
 @description('Resource ID of the feed hub (the system topics\' destination).')
 output feedHubId string = feedHub.id

@@ -1,5 +1,6 @@
 // Event Hubs namespace and hub that receive the agents' CloudEvents.
-// Entra ID only (local/SAS auth disabled), TLS 1.2 minimum, a "dashboards" consumer group (and a
+// Entra ID only (local/SAS auth disabled), TLS 1.2 minimum, auto-inflate (up to
+// maximumThroughputUnits) and an alert on throttled requests, a "dashboards" consumer group (and a
 // "coordinator" one with a coordinator), and the coordinator's role assignments: Azure Event Hubs
 // Data Receiver and Data Sender, scoped to this one hub, not the namespace. Each agent's Data Sender
 // assignment on the hub is made with its queue (vm-hub-access.bicep).
@@ -28,14 +29,15 @@ param messageRetentionInDays int = 7
 @description('Principal ID of the coordinator\'s identity (receive from the hub), or empty for none.')
 param receiverPrincipalId string = ''
 
+@description('Names of the coordinator\'s shards ([shard] name, docs/coordinator.md "Shards"): each reads in a consumer group of its own, coordinator-<shard>; empty: one coordinator, which reads in "coordinator". Standard allows 20 consumer groups a hub.')
+@maxLength(18)
+param coordinatorShards array = []
+
 @description('Subnet resource IDs allowed to reach the namespace (need the Microsoft.EventHub service endpoint). With none and no IP ranges, every network may connect; authentication is Entra ID only either way.')
 param allowedSubnetIds array = []
 
 @description('Public IP ranges (CIDR) allowed to reach the namespace, e.g. the coordinator\'s egress.')
 param allowedIpRanges array = []
-
-@description('Let trusted Azure services through the network rules: Event Grid delivering Azure\'s feed (azure-feed.bicep) with its own identity, which holds a role on the feed hub only.')
-param allowTrustedServices bool = false
 
 @description('Public network access: Enabled (limited by the network rules when subnets or IP ranges are given) or Disabled (private endpoints only).')
 @allowed([
@@ -49,6 +51,17 @@ param privateEndpointSubnetId string = ''
 
 @description('Private DNS zone (privatelink.servicebus.windows.net) for the private endpoint; empty: your DNS resolves it otherwise.')
 param privateDnsZoneId string = ''
+
+@description('Let the namespace add throughput units by itself when the agents\' traffic needs them (auto-inflate), up to maximumThroughputUnits.')
+param autoInflate bool = true
+
+@description('The most throughput units auto-inflate may reach (a unit takes 1 MB/s or 1,000 events/s in).')
+@minValue(1)
+@maxValue(40)
+param maximumThroughputUnits int = 10
+
+@description('Action groups the throttling alert notifies; empty: it fires in the portal only.')
+param alertActionGroupIds array = []
 
 @description('Log Analytics workspace for the namespace\'s operational and audit logs; empty for none.')
 param logAnalyticsWorkspaceId string = ''
@@ -76,6 +89,8 @@ resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
     publicNetworkAccess: publicNetworkAccess
     zoneRedundant: true
     kafkaEnabled: true
+    isAutoInflateEnabled: autoInflate
+    maximumThroughputUnits: autoInflate ? maximumThroughputUnits : 0
   }
 }
 
@@ -85,7 +100,7 @@ resource networkRules 'Microsoft.EventHub/namespaces/networkRuleSets@2024-01-01'
   properties: {
     defaultAction: restrictNetwork ? 'Deny' : 'Allow'
     publicNetworkAccess: publicNetworkAccess
-    trustedServiceAccessEnabled: allowTrustedServices
+    trustedServiceAccessEnabled: false  // Azure's feed has a namespace of its own (feed-namespace.bicep)
     virtualNetworkRules: [for subnetId in allowedSubnetIds: {
       subnet: {
         id: subnetId
@@ -123,6 +138,16 @@ resource coordinatorGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroup
     userMetadata: 'The fleet coordinator reads se-forwarder CloudEvents here.'
   }
 }
+
+// A shard reads every partition in a group of its own: the shards of one hub (and each one's
+// standby) never share the five readers a partition allows a group.
+resource shardGroups 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = [for shard in coordinatorShards: {
+  parent: hub
+  name: 'coordinator-${shard}'
+  properties: {
+    userMetadata: 'Coordinator shard ${shard} reads se-forwarder CloudEvents here.'
+  }
+}]
 
 resource coordinatorReceives 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(receiverPrincipalId)) {
   name: guid(hub.id, receiverPrincipalId, eventHubsDataReceiver)
@@ -175,6 +200,17 @@ resource diagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' 
   }
 }
 
+// Throttling is alerted on: the agents' sinks retry, but the coordinator's fold falls behind.
+module throttling 'throttling-alert.bicep' = {
+  name: take('se-forwarder-throttling-${namespace.name}', 64)
+  params: {
+    name: '${namespace.name}-throttled'
+    namespaceId: namespace.id
+    actionGroupIds: alertActionGroupIds
+    tags: tags
+  }
+}
+
 @description('Namespace host name, e.g. ns.servicebus.windows.net (fully_qualified_namespace).')
 output fullyQualifiedNamespace string = replace(replace(namespace.properties.serviceBusEndpoint, 'https://', ''), ':443/', '')
 
@@ -186,6 +222,9 @@ output dashboardsConsumerGroup string = dashboards.name
 
 @description('Name of the coordinator\'s consumer group, or empty.')
 output coordinatorConsumerGroup string = empty(receiverPrincipalId) ? '' : coordinatorGroup.name
+
+@description('Consumer groups of the coordinator\'s shards ([eventhub] consumer_group of each), in coordinatorShards\' order.')
+output coordinatorShardGroups array = [for (shard, i) in coordinatorShards: shardGroups[i].name]
 
 @description('Resource ID of the hub.')
 output eventHubId string = hub.id

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SeForwarderError
 from .common import friendly_errors
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,7 +73,7 @@ def run(config: str | None) -> None:
         api.stop()
         raise
     log = logging.getLogger("se_forwarder.coordinator")
-    log.info("coordinator %s (instance %s) started: API on http://%s:%d, reading %s%s", settings.name,
+    log.info("coordinator %s (instance %s) started: API on http://%s:%d, reading %s%s", settings.unit,
              settings.instance, settings.api.host, api.port, settings.eventhub.eventhub,
              " in SHADOW mode (nothing is sent)" if settings.policy.shadow else "")
     try:
@@ -112,7 +112,10 @@ def check(config: str | None, key_file: str | None, token_file: str | None, imds
     quiet_sdk_logs()
     logging.getLogger().addHandler(logging.NullHandler())  # each part says its own line, nothing else
     logging.captureWarnings(True)
-    click.echo(f"ok    config: {settings.source_file}")
+    shard = settings.shard
+    click.echo(f"ok    config: {settings.source_file}" + ("" if shard is None else
+               f" (shard {settings.unit} of {len(shard.subscriptions)} subscription(s), consumer group "
+               f"{settings.eventhub.consumer_group})"))
     sys.exit(1 if run_checks(settings, click.echo, imds_url) else 0)
 
 
@@ -140,14 +143,36 @@ def _api_options(func: F) -> F:
               help="List every scope, not only those in use, and every event and VM of each list, not "
                    "only the first 20.")
 @click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
+@click.option("--shards", "shards", is_flag=True,
+              help="Every shard: this one and each of the config's [shard] peers.")
 @friendly_errors
 def status(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
-           as_json: bool) -> None:
+           as_json: bool, shards: bool) -> None:
     """Budget use, pending events and why each waits, VMs not watched."""
     from ..fleet.coordinator.api import render_status
 
+    if shards:
+        _every_shard(config, url, token_file, all_scopes, as_json)
+        return
     result = _client(config, url, token_file).status(all_scopes)
     click.echo(json.dumps(result, indent=2) if as_json else render_status(result, every=all_scopes))
+
+
+def _every_shard(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
+                 as_json: bool) -> None:
+    from ..fleet.coordinator.api.client import every_shard, render_shards
+
+    settings = _settings(config)
+    if settings.shard is None:
+        raise ConfigError(f"--shards: {settings.source_file} has no [shard] section (this coordinator is "
+                          "not a shard)")
+    results = every_shard(url or settings.api.advertise or settings.api.url, dict(settings.shard.peers),
+                          token_file or settings.api.token_file, all_scopes)
+    click.echo(json.dumps({"shards": results}, indent=2) if as_json else render_shards(results, all_scopes))
+    silent = [r["url"] for r in results if "error" in r]
+    if silent:
+        raise SeForwarderError(f"{len(silent)} of {len(results)} shard(s) did not answer: "
+                               f"{', '.join(silent)}")
 
 
 reason_option = click.option("--reason", required=True, help="Why (kept in the audit trail, one line).")
@@ -187,6 +212,20 @@ def pause(config: str | None, url: str | None, token_file: str | None, scope: st
 def resume(config: str | None, url: str | None, token_file: str | None, scope: str, reason: str) -> None:
     """Undo a pause."""
     _act("resume", config, url, token_file, {"scope": scope, "reason": reason})
+
+
+@coordinator.command("confirm")
+@_api_options
+@click.option("--scope", default="fleet", show_default=True,
+              help="The scope whose VMs' new placements to confirm (as status shows them).")
+@reason_option
+@friendly_errors
+def confirm(config: str | None, url: str | None, token_file: str | None, scope: str, reason: str) -> None:
+    """Let VMs that claim a new zone, domain or tag count in those scopes' sizes.
+
+    Without [azure] a percentage budget is taken of where each VM was first seen; check the
+    VMs status lists as outside their inventory, then confirm."""
+    _act("confirm", config, url, token_file, {"scope": scope, "reason": reason})
 
 
 @coordinator.command("hold")

@@ -23,6 +23,8 @@ Described in TOML or JSON (``se-forwarder simulate --topology FILE``)::
     tags = { tier = "web" } # on every VM of the set
     agentless = ["web-4"]   # VMs that run no agent (tests start none there; Azure's side
                             # still plays their events to ARM and the feed)
+    subscription = "..."    # the set's subscription id in its VMs' instance metadata and attested
+                            # documents (default: the simulator's one; every group key takes it)
 
     [[scale_sets]]
     name = "api"            # VMs api_0 .. api_3, as scale-set instances are named
@@ -57,10 +59,11 @@ from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIP
 
 AVAILABILITY_SET, SCALE_SET, STANDALONE = "availability-set", "scale-set", "standalone"
 _GROUP_KEYS = {
-    "availability_sets": ("name", "vms", "fault_domains", "update_domains", "tags", "agentless"),
+    "availability_sets": ("name", "vms", "fault_domains", "update_domains", "tags", "agentless",
+                          "subscription"),
     "scale_sets": ("name", "vms", "zones", "fault_domains", "update_domains", "tags", "agentless",
-                   "orchestration"),
-    "standalone": ("name", "zone", "tags", "agentless"),
+                   "orchestration", "subscription"),
+    "standalone": ("name", "zone", "tags", "agentless", "subscription"),
 }
 ORCHESTRATIONS = ("uniform", "flexible")
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/se-forwarder/simulator/topology")
@@ -273,11 +276,12 @@ def _group(section: str, item: Mapping[str, Any], spot: str) -> tuple[Group, dic
             "zone": zones[i % len(zones)] if zones else "",
             "vmScaleSetName": name if scale_set else "",
             "placementGroupId": str(uuid.uuid5(_NAMESPACE, f"placement:{name}")) if scale_set else "",
-            **_tag_fields(tags),
+            **_tag_fields(tags), **_subscription(item, spot),
         }
         if orchestration == "uniform":
+            sub = compute.get("subscriptionId", DEFAULT_SUBSCRIPTION_ID)
             compute["resourceId"] = (
-                f"/subscriptions/{DEFAULT_SUBSCRIPTION_ID}/resourceGroups/{DEFAULT_RESOURCE_GROUP}/providers/"
+                f"/subscriptions/{sub}/resourceGroups/{DEFAULT_RESOURCE_GROUP}/providers/"
                 f"Microsoft.Compute/virtualMachineScaleSets/{name}/virtualMachines/{i}")
         placed[vm] = compute
     kind = SCALE_SET if scale_set else AVAILABILITY_SET
@@ -297,7 +301,7 @@ def _standalone(item: Mapping[str, Any], spot: str) -> tuple[Group, dict[str, di
         raise TopologyError(f"{spot}.agentless: must be true or false")
     tags = _tags(item, spot)
     compute = {"platformFaultDomain": "0", "platformUpdateDomain": "0", "zone": zone, "vmScaleSetName": "",
-               "placementGroupId": "", **_tag_fields(tags)}
+               "placementGroupId": "", **_tag_fields(tags), **_subscription(item, spot)}
     return Group(name, STANDALONE, (name,), frozenset((name,) if agentless else ())), {name: compute}
 
 
@@ -306,6 +310,17 @@ def _tags(item: Mapping[str, Any], spot: str) -> Mapping[str, str]:
     if not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values()):
         raise TopologyError(f"{spot}.tags: must be a table of strings")
     return tags
+
+
+def _subscription(item: Mapping[str, Any], spot: str) -> dict[str, Any]:
+    """``subscriptionId`` for the group's VMs when it names one (``subscription``)."""
+    if "subscription" not in item:
+        return {}
+    try:
+        return {"subscriptionId": str(uuid.UUID(str(item["subscription"])))}
+    except ValueError:
+        raise TopologyError(f"{spot}.subscription: {str(item['subscription'])[:60]!r} is not a subscription "
+                            "id (a GUID)") from None
 
 
 def _tag_fields(tags: Mapping[str, str]) -> dict[str, Any]:

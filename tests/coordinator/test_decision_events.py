@@ -29,6 +29,7 @@ from .fleet import SET, SOURCE, T0, avset, iso
 DATA_KEYS = {
     "Decision", "EventId", "EventType", "EventSource", "NotBeforeUtc", "Resources", "Affected", "Target",
     "ReasonCode", "Reason", "Actor", "Budgets", "Shadow", "Attempt", "Scope", "Sequence", "Overrides", "Via",
+    "Confirmed",
 }
 
 

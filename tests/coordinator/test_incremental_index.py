@@ -5,7 +5,7 @@ decide/availability.py keeps the VMs by heartbeat rather than looking at each ev
 properties fold any mix of reports, new VMs, renames, moves, host: records, scale sets, Azure's
 topology, Terminates and prunes, look at the index at random points in between (so it is kept up
 to date by many small steps), and compare it with one made from the whole fold at once: every
-member, group, scope, size, name, alias, shared queue and shared claim, each event's resolution,
+member, group, scope, size, inventory, name, alias, shared queue and shared claim, each event's resolution,
 and who is unavailable and why."""
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def canonical(idx: ScopeIndex, state: FleetState) -> dict:
         "extra": {k: sorted(v) for k, v in idx.extra_heartbeats.items()},
         "group_of": idx.group_of, "scopes_of": idx.scopes_of, "budget_scopes_of": idx.budget_scopes_of,
         "kind_of": idx.kind_of, "size": {k: n for k, n in idx.size.items() if n},
+        "inventory": {k: n for k, n in idx.inventory.items() if n}, "outside": idx.outside,
         "budget_of": idx.budget_of,
         "names": {g: {n: sorted(keys) for n, keys in names.items()} for g, names in idx.names.items()},
         "shared_queue": idx.shared_queue, "shared_claims": sorted(idx.shared_claims(state)),

@@ -193,8 +193,10 @@ def test_every_reason_is_a_metric_and_in_status():
 def _values() -> dict:
     return {"folded": {}, "skipped": {}, "capped": {}, "decisions": 0, "published": 0, "publish_failures": 0,
             "sent": 0, "send_failures": 0, "dropped": 0, "rekeyed": 0, "leader": 0, "acting": 0, "vms": 0,
-            "open_events": 0, "queue_conflicts": 0, "identities": 0, "waiting": 0, "latencies": [],
-            "last_input_age": None, "pending_sends": 0, "reach": {}, "azure": None}
+            "open_events": 0, "queue_conflicts": 0, "name_conflicts": 0, "outside_inventory": 0,
+            "identities": 0, "waiting": 0, "latencies": [],
+            "last_input_age": None, "pending_sends": 0, "reach": {}, "azure": None, "lags": [], "gap": 0,
+            "stale": 0}
 
 
 def test_the_authority_used_here_is_the_simulators():

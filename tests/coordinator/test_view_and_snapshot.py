@@ -30,8 +30,8 @@ def busy_fleet():
 def test_status_shows_scopes_with_their_budget_use():
     fleet = busy_fleet()
     doc = status(fleet.state, fleet.policy, T0 + 402)
-    assert doc["scopes"] == [{"scope": f"group:{GROUP}", "kind": "group", "size": 6, "used": 2, "max": 2,
-                              "paused": False}]
+    assert doc["scopes"] == [{"scope": f"group:{GROUP}", "kind": "group", "size": 6, "inventory": 6,
+                              "used": 2, "max": 2, "paused": False}]
     assert doc["scopeTotals"] == {"group": {"scopes": 1, "full": 1}}
     assert doc["fleet"] == {"vms": 6, "watched": 5, "unavailable": 2, "groups": 1, "openEvents": 2}
 

@@ -396,3 +396,25 @@ def test_agent_config_with_logs_renders_a_valid_logs_ingestion_sink(tmp_path) ->
     assert logs.options["client_id"] == values["CLIENT_ID"]  # the VM's own identity
     assert logs.options["rule_id"] == values["LOGS_RULE_ID"]
     assert logs.options["stream"] == "Custom-SeForwarderEvents"
+
+
+def test_each_shard_of_the_coordinator_gets_the_consumer_group_it_reads_in_on_both_hubs(
+        bicep_docs: dict[str, dict]) -> None:
+    from se_forwarder.fleet.coordinator.config.shard import ShardSettings
+
+    hub = bicep_docs["hub.bicep"]
+    assert hub["parameters"]["coordinatorShards"]["default"] == []
+    params = {k: expr(v) for k, v in module_body(hub["modules"]["eventHubs"])["params"].items()}
+    assert params["coordinatorShards"] == "conditional(deployCoordinator, coordinatorShards, [])"
+    feed = {k: expr(v) for k, v in module_body(hub["modules"]["azureFeed"])["params"].items()}
+    assert feed["coordinatorShards"] == "coordinatorShards"
+    made = ShardSettings("eu", frozenset()).consumer_group.replace("eu", "${shard}")
+    for path, parent in (("modules/eventhubs.bicep", "hub"), ("modules/azure-feed.bicep", "feedHub")):
+        group = bicep_docs[path]["resources"]["shardGroups"]
+        assert group["type"] == "Microsoft.EventHub/namespaces/eventhubs/consumergroups", path
+        assert loop(group) == "shard in coordinatorShards", path
+        assert module_body(group)["name"] == made and module_body(group)["parent"] == parent, path
+    assert "coordinatorShardGroups" in hub["outputs"]
+    # Standard allows 20 consumer groups a hub: dashboards, coordinator and 18 shards
+    assert any(d["type"] == "max_length" and d["argument"] == 18
+               for d in hub["parameters"]["coordinatorShards"]["decorators"])

@@ -19,6 +19,7 @@ import pytest
 ARM_MAX_RESOURCES = 800
 VMS = 300
 BATCH = 100  # agents.bicep's default batchSize
+MAX_SHARDS = 18  # hub.bicep's coordinatorShards @maxLength
 
 
 def instances(node: dict[str, Any], sizes: dict[str, int], where: str) -> int:
@@ -50,6 +51,9 @@ def sizes_for(vms: int, batch: int, resource_groups: int, scale_sets: int = 0) -
         "agents.bicep": {"batchCount": math.ceil(vms / batch), "coordinatorResourceGroups": resource_groups,
                          "scheduledEventsTargets": resource_groups, "scaleSets": scale_sets},
         "modules/agent-batch.bicep": {"vms": batch},
+        # the coordinator's shards' consumer groups, at hub.bicep's most
+        "modules/eventhubs.bicep": {"coordinatorShards": MAX_SHARDS},
+        "modules/azure-feed.bicep": {"coordinatorShards": MAX_SHARDS},
         # one call per resource group: its standalone VMs (the worst case: all of them in one group)
         "modules/scheduled-events-policy.bicep": {"vmNames": vms, "scaleSetNames": 0},
     }

@@ -520,6 +520,8 @@ class HubStore:
         self.partitions: list[list[BrokerMessage]] = [[] for _ in range(partition_count)]
         self._next_offset = [0] * partition_count
         self.lock = threading.Lock()
+        self.begins = [0] * partition_count  # the first sequence number kept (retention: ``expire``)
+        self.stalled = False  # deliveries to consumers held (``EventHubsBroker.stall_deliveries``)
 
     @property
     def partition_ids(self) -> list[str]:
@@ -555,25 +557,28 @@ class HubStore:
     def start_index(self, partition: int, selector: str | None) -> int:
         """Index of the first message a consumer with this selector filter receives."""
         with self.lock:
-            part = self.partitions[partition]
-            if not selector:
-                return 0
-            match = _SELECTOR.search(selector)
-            if not match:
-                raise ValueError(f"unsupported selector filter {selector!r}")
-            field, op, value = match.groups()
-            if value == "@latest":
-                return len(part)
-            bound = int(value)
-            for index, msg in enumerate(part):
-                key = {
-                    "offset": msg.offset,
-                    "sequence-number": msg.sequence_number,
-                    "enqueued-time": msg.enqueued_time_ms,
-                }[field]
-                if key > bound or (op == ">=" and key == bound):
-                    return index
+            return max(self.begins[partition], self._start_index(partition, selector))
+
+    def _start_index(self, partition: int, selector: str | None) -> int:
+        part = self.partitions[partition]
+        if not selector:
+            return 0
+        match = _SELECTOR.search(selector)
+        if not match:
+            raise ValueError(f"unsupported selector filter {selector!r}")
+        field, op, value = match.groups()
+        if value == "@latest":
             return len(part)
+        bound = int(value)
+        for index, msg in enumerate(part):
+            key = {
+                "offset": msg.offset,
+                "sequence-number": msg.sequence_number,
+                "enqueued-time": msg.enqueued_time_ms,
+            }[field]
+            if key > bound or (op == ">=" and key == bound):
+                return index
+        return len(part)
 
 
 _SELECTOR = re.compile(r"amqp\.annotation\.x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>)\s*'([^']*)'")
@@ -923,13 +928,14 @@ class _BrokerHandler:
                 return 404, f"Partition {props.get('partition')!r} not found.", None
             part = self.store.snapshot(partition)
             last = part[-1] if part else None
+            begins = self.store.begins[partition]
             return (
                 200,
                 "OK",
                 {
                     "name": self.store.name,
                     "partition": str(partition),
-                    "begin_sequence_number": 0 if part else -1,
+                    "begin_sequence_number": begins if len(part) > begins else -1,
                     "last_enqueued_sequence_number": last.sequence_number if last else -1,
                     "last_enqueued_offset": str(last.offset) if last else "-1",
                     "last_enqueued_time_utc": timestamp(last.enqueued_time_ms if last else 0),
@@ -943,6 +949,8 @@ class _BrokerHandler:
         if not link.state & Endpoint.LOCAL_ACTIVE or link.state & Endpoint.REMOTE_CLOSED:
             return
         if link.kind == _KIND_CONSUMER:
+            if self.store.stalled:
+                return
             with self.store.lock:
                 backlog = self.store.partitions[link.partition][
                     link.cursor : link.cursor + max(link.credit, 0)
@@ -1123,6 +1131,23 @@ class EventHubsBroker:
         counts: list[int] = []
         self.call(lambda handler: counts.append(len(handler.consumers.get(int(partition), []))))
         return counts[0]
+
+    def stall_deliveries(self) -> None:
+        """Deliver nothing more to consumers (events are still taken and counted in the partitions'
+        properties) until ``resume_deliveries``: a consumer falling behind without knowing it."""
+        self.store.stalled = True
+
+    def resume_deliveries(self) -> None:
+        self.store.stalled = False
+        self.call(lambda handler: [handler._pump(link) for links in list(handler.consumers.values())
+                                   for link in list(links)])
+
+    def expire(self, partition: int | str, before: int) -> None:
+        """Retention: the partition keeps only sequence numbers from ``before`` on (consumers that
+        ask for earlier ones start there, as Event Hubs does; the properties say where it begins)."""
+        with self.store.lock:
+            index = int(partition)
+            self.store.begins[index] = max(self.store.begins[index], before)
 
     def fail_next_sends(
         self,

@@ -96,6 +96,32 @@ def test_partition_properties_follow_what_was_sent(eventhubs_broker):
     assert filled["last_enqueued_offset"] == str(eventhubs_broker.messages(1)[-1].offset)
 
 
+def test_expired_events_are_gone_for_consumers_and_the_properties_say_where_the_partition_begins(
+        eventhubs_broker):
+    with _producer(eventhubs_broker) as producer:
+        _send(producer, ["r0", "r1", "r2", "r3"], partition_id="3")
+        eventhubs_broker.expire(3, 2)
+        props = producer.get_partition_properties("3")
+    assert (props["beginning_sequence_number"], props["last_enqueued_sequence_number"]) == (2, 3)
+    got = consume(eventhubs_broker.connection_string(), 2, partition_id="3", starting_position=0)
+    assert [r.body for r in got] == [b"r2", b"r3"]  # asked from 0: it starts where retention begins
+
+
+def test_stalled_deliveries_keep_events_from_consumers_until_resumed(eventhubs_broker):
+    with _producer(eventhubs_broker) as producer:
+        _send(producer, ["t0"], partition_id="1")
+        eventhubs_broker.stall_deliveries()
+        _send(producer, ["t1", "t2"], partition_id="1")
+        assert producer.get_partition_properties("1")["last_enqueued_sequence_number"] == 2
+    try:
+        got = consume(eventhubs_broker.connection_string(), 1, partition_id="1", timeout=2)
+        assert got == []
+    finally:
+        eventhubs_broker.resume_deliveries()
+    got = consume(eventhubs_broker.connection_string(), 3, partition_id="1")
+    assert [r.body for r in got] == [b"t0", b"t1", b"t2"]
+
+
 def test_batch_with_partition_key_lands_on_one_partition_in_order(eventhubs_broker):
     bodies = [f"event-{i}" for i in range(5)]
     with _producer(eventhubs_broker) as producer:

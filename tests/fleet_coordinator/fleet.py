@@ -50,6 +50,7 @@ API_ROLL = ["api_0", "api_1", "api_2"]
 API_GROUP = f"group:vmss/{DEFAULT_SUBSCRIPTION_ID}/{DEFAULT_RESOURCE_GROUP}/api".lower()
 DECISION = "com.azure.scheduledevents.coordinator."
 COORDINATOR_ENV = "COORD_EH_CONN"
+BUDGETS = (("group", 1), ("zone", 1))  # [[budgets]] of the coordinators, unless a test says otherwise
 
 
 def utc(text: str) -> float:
@@ -172,8 +173,13 @@ class Fleet:
             self.start_agent(name)
         return self
 
-    def agent_env(self) -> dict[str, str]:
-        return {"EH_CONN": self.broker.connection_string(), "APPROVALS_CONN": self.queue.connection_string}
+    def agent_env(self, name: str = "") -> dict[str, str]:
+        return {"EH_CONN": self.hub_of(name).connection_string(),
+                "APPROVALS_CONN": self.queue.connection_string}
+
+    def hub_of(self, name: str) -> EventHubsBroker:
+        """The hub VM ``name``'s agent sends to (one for the whole fleet here)."""
+        return self.broker
 
     def start_agent(self, name: str) -> AgentProcess:
         folder = self.base / "agents" / name
@@ -190,7 +196,8 @@ class Fleet:
             'credential = "connection-string"', 'connection_string_env = "EH_CONN"', "heartbeat_interval = 1",
             "[telemetry]", 'log_format = "json"',
         ]) + "\n")
-        agent = AgentProcess(["--config", str(config)], env=self.agent_env(), log_path=folder / "agent.log")
+        agent = AgentProcess(["--config", str(config)], env=self.agent_env(name),
+                             log_path=folder / "agent.log")
         self.agents[name] = agent.start()
         return agent
 
@@ -204,12 +211,15 @@ class Fleet:
         self.broker.stop()
 
     def coordinator(self, name: str, instance: str = "a", *, extra: str = "", blob_port: int | None = None,
-                    unsigned_reports: bool = False, group_budget: int = 1, **policy: Any) -> Coordinator:
-        """``coordinator run`` with this fleet's hub, storage, key and ``[policy]``; ``extra``: more
-        TOML appended (``[web]``, ``[[notify]]``), with ``{env}`` for the variables given to it;
+                    unsigned_reports: bool = False, budgets: tuple[tuple[str, Any], ...] = BUDGETS,
+                    broker: EventHubsBroker | None = None, consumer_group: str | None = "coordinator",
+                    **policy: Any) -> Coordinator:
+        """``coordinator run`` with this fleet's hub (or ``broker``'s, read in ``consumer_group``; None:
+        the default one), storage, key and ``[policy]``; ``extra``: more
+        TOML appended (``[web]``, ``[[notify]]``, ``[shard]``), with ``{env}`` for the variables given to it;
         ``blob_port``: reach the blob service through this port (a relay) instead of directly;
         ``unsigned_reports``: ``[trust] require_signed_reports = false`` (a fleet mid-upgrade);
-        ``group_budget``: the group budget's max_unavailable."""
+        ``budgets``: (scope, max_unavailable) of each ``[[budgets]]``."""
         folder = self.base / "coordinators" / f"{name}-{instance}"
         folder.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -218,7 +228,8 @@ class Fleet:
                     "echo_timeout": ECHO_TIMEOUT, "approve_within": "1h", **policy}
         config.write_text("\n".join([
             "[coordinator]", f"name = {toml_value(name)}", f"instance = {toml_value(instance)}",
-            "[eventhub]", 'eventhub = "scheduled-events"', 'consumer_group = "coordinator"',
+            "[eventhub]", 'eventhub = "scheduled-events"',
+            *([f"consumer_group = {toml_value(consumer_group)}"] if consumer_group else []),
             'credential = "connection-string"', f'connection_string_env = "{COORDINATOR_ENV}"',
             "[storage]", 'credential = "connection-string"', 'connection_string_env = "COORD_BLOB_CONN"',
             'container = "coordinator"', 'lease_duration = "15s"', 'snapshot_interval = "5s"',
@@ -229,10 +240,11 @@ class Fleet:
             "[telemetry]", 'log_format = "json"',
             *self.trust_section(), *(["require_signed_reports = false"] if unsigned_reports else []),
             "[policy]", *[f"{k} = {toml_value(v)}" for k, v in settings.items()],
-            "[[budgets]]", 'scope = "group"', f"max_unavailable = {group_budget}",
-            "[[budgets]]", 'scope = "zone"', "max_unavailable = 1",
+            *[line for scope, most in budgets for line in
+              ("[[budgets]]", f"scope = {toml_value(scope)}", f"max_unavailable = {toml_value(most)}")],
         ]) + "\n" + extra)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: self.broker.connection_string(),
+        hub = (broker or self.broker).connection_string()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", COORDINATOR_ENV: hub,
                "COORD_BLOB_CONN": self.blob.connection_string.replace(f":{self.blob.port}/", f":{blob_port}/")
                if blob_port else self.blob.connection_string,
                "COORD_QUEUE_CONN": self.queue.connection_string}
@@ -264,6 +276,15 @@ class Fleet:
         source = f"urn:se-forwarder:coordinator:{source_name}"
         return [e for e in self.hub(DECISION) if e["source"] == source]
 
+    def instance(self, name: str) -> dict[str, Any]:
+        """What the VM's own agent sends as ``data.Vm`` (its instance metadata, from the simulator's IMDS)."""
+        url = self.server.vm_url(name) + "/metadata/instance?api-version=2021-02-01"
+        answer = requests.get(url, headers={"Metadata": "true"}, timeout=10, proxies={"http": ""})
+        compute = answer.json()["compute"]
+        keys = ("vmId", "name", "resourceId", "subscriptionId", "resourceGroupName", "location", "zone",
+                "vmScaleSetName", "platformFaultDomain", "platformUpdateDomain", "placementGroupId")
+        return {**{k: compute.get(k, "") for k in keys}, "tags": {}, "complete": True}
+
     def add(self, vm: str, event_type: str = "Reboot", **fields: Any) -> str:
         body = {"EventType": event_type, "Resources": [vm], "NotBeforeInSeconds": NOTICE,
                 "StartedSeconds": STARTED, **fields}
@@ -278,6 +299,13 @@ class Fleet:
 
     def pending(self) -> set[str]:
         return {e["EventId"] for e in self.server.sim.events()}
+
+
+def pagerduty_notify(url: str) -> str:
+    """``[[notify]]`` to the PagerDuty stand-in at ``url`` (tests/support/pager_receiver.py), its
+    routing key in ``PD_ROUTING_KEY``."""
+    return "\n".join(["[[notify]]", 'format = "pagerduty"', 'routing_key_env = "PD_ROUTING_KEY"',
+                      f"url = {toml_value(url)}"]) + "\n"
 
 
 def shut_down(fleet: Fleet, *coordinators: Coordinator | None, closing: Any = None) -> None:

@@ -32,12 +32,11 @@ from se_forwarder.simulator.topology import Topology
 from tests.azurite import find_binary
 from tests.fleet_page.browser import chrome
 from tests.pager.conftest import ROUTING_KEY
-from tests.support.config import toml_value
 from tests.support.pager_receiver import PagerDutyReceiver
 from tests.support.waiting import wait_for
 
 from .azure_fleet import AzureFleet
-from .fleet import shut_down
+from .fleet import pagerduty_notify, shut_down
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,11 +47,6 @@ pytestmark = [
 
 TOPOLOGY = Topology.build(scale_sets=[{"name": "api", "vms": 2}, {"name": "web", "vms": 3}])
 OTHER_SUBSCRIPTION = "0badc0de-0000-4000-8000-000000000000"
-
-
-def pagerduty_notify(url: str) -> str:
-    return "\n".join(["[[notify]]", 'format = "pagerduty"', 'routing_key_env = "PD_ROUTING_KEY"',
-                      f"url = {toml_value(url)}"]) + "\n"
 
 
 def acknowledged(fleet: AzureFleet) -> list[dict[str, Any]]:
@@ -75,7 +69,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         fleet.start([])
         fleet.azure.feed.update({"event_type": WRITE_TYPE})
-        coordinator = fleet.azure_coordinator("azure", group_budget=2, extra=pagerduty_notify(pager.url))
+        coordinator = fleet.azure_coordinator("azure", budgets=(("group", 2), ("zone", 1)),
+                                              extra=pagerduty_notify(pager.url))
         coordinator.env["PD_ROUTING_KEY"] = ROUTING_KEY
         coordinator.start()
         record["coordinator"] = coordinator

@@ -73,12 +73,7 @@ class Attacker:
 
     def instance(self, name: str) -> dict[str, Any]:
         """What the VM's own agent sends as ``data.Vm`` (its instance metadata)."""
-        url = self.fleet.server.vm_url(name) + "/metadata/instance?api-version=2021-02-01"
-        answer = requests.get(url, headers={"Metadata": "true"}, timeout=10, proxies={"http": ""})
-        compute = answer.json()["compute"]
-        keys = ("vmId", "name", "resourceId", "subscriptionId", "resourceGroupName", "location", "zone",
-                "vmScaleSetName", "platformFaultDomain", "platformUpdateDomain", "placementGroupId")
-        return {**{k: compute.get(k, "") for k in keys}, "tags": {}, "complete": True}
+        return self.fleet.instance(name)
 
     def attested(self, name: str, nonce: str) -> dict[str, str]:
         url = (self.fleet.server.vm_url(name)

@@ -23,6 +23,7 @@ from se_forwarder.fleet.coordinator.azure import Reach
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.ha import Keeper, Loaded
 from se_forwarder.fleet.coordinator.ha import SnapshotBlob as Snapshots
+from se_forwarder.fleet.coordinator.ha.lease import Lease
 from se_forwarder.fleet.coordinator.input import Position
 from se_forwarder.fleet.coordinator.signer import Signer, signed_json
 from tests.azurite import Azurite, find_binary
@@ -95,7 +96,7 @@ def test_a_saved_snapshot_is_sealed_and_loads(container):
     assert header["format"] == 2 and header["hub"] == HUB and header["positions"] == {"0": {"sequence": 41,
                                                                                            "offset": "4096"}}
     assert seal["keyid"] == signing.keyid(KEY) and signing.verify(seal, [KEY.public_key()])
-    assert seal["lines"] == len(lines) - 1
+    assert header["coordinator"] == "saved" and (seal["lines"], seal["generation"]) == (len(lines) - 1, 0)
     found = store.load()
     assert found is not None and found.positions == {"0": Position(41, "4096")}
     assert snapshot(found.state) == snapshot(STATE)
@@ -216,3 +217,51 @@ def test_a_snapshot_not_saved_for_an_unreadable_key_is_no_storage_outage(contain
                                                     in r.getMessage() for r in caplog.records), 30,
              "the keeper to say why the snapshot was not saved")
     assert keeper.storage.reachable and keeper.storage.failures == 0 and keeper.last_snapshot is None
+
+
+def test_another_coordinator_s_snapshot_is_refused_even_signed_with_a_shared_key(container):
+    theirs = snapshots(container, "theirs")
+    save(theirs)
+    ours = snapshots(container, "ours")
+    ours.blob.upload_blob(theirs.blob.download_blob().readall(), overwrite=True)  # copied across
+    with pytest.raises(StateError, match="^the snapshot belongs to coordinator 'theirs', not 'ours'$"):
+        ours.load()
+
+
+def leader(container: object, name: str) -> Lease:
+    lease = Lease(container, name, "a", "http://127.0.0.1:1", 15)
+    wait_for(lambda: lease.try_acquire(), 30, "the lease")  # the first call makes the blob
+    return lease
+
+
+def saved(keeper: Keeper) -> None:
+    assert keeper.save(keeper.pack(FleetState(), {"0": Position(7, "70")}))
+    wait_for(lambda: keeper.poll() is None and keeper._saving is None, 30, "the save to end")
+
+
+def test_each_save_is_one_generation_more_and_is_recorded_on_the_leader_blob(container):
+    store, lease = snapshots(container, "generations"), leader(container, "generations")
+    keeper = Keeper(store, Reach("storage"), "a", generations=lease)
+    saved(keeper)
+    saved(keeper)
+    assert store.load().generation == 2
+    assert lease.blob.get_blob_properties().metadata == {"instance": "a", "api": "http://127.0.0.1:1",
+                                                         "generation": "2"}
+    lease.give_up(release=True)
+    again = leader(container, "generations")  # another term: the generation is kept
+    assert again.blob.get_blob_properties().metadata["generation"] == "2" and again.generation == 2
+
+
+def test_an_older_signed_snapshot_put_back_is_refused_and_the_instance_must_not_act(container, caplog):
+    store, lease = snapshots(container, "rolled-back"), leader(container, "rolled-back")
+    keeper = Keeper(store, Reach("storage"), "a", generations=lease)
+    saved(keeper)
+    old = store.blob.download_blob().readall()  # generation 1, signed: what an attacker kept
+    saved(keeper)
+    saved(keeper)
+    store.blob.upload_blob(old, overwrite=True)  # put back
+    got = loaded(Keeper(store, Reach("storage"), "b", generations=lease))
+    assert (got.found, got.positions, got.refused) == (None, {}, True)
+    assert got.blocked.startswith("the snapshot blob holds generation 1, older than generation 3 recorded")
+    assert any(r.levelname == "ERROR" and "an older snapshot was put back" in r.getMessage()
+               for r in caplog.records)

@@ -140,7 +140,7 @@ def test_breaches_of_the_fold_are_open_while_their_event_is_and_resolved_after()
     assert found.open["breach/E1"].summary.startswith("Reboot E1 breaches the budget: at NotBefore")
     fleet.transition("completed", "E1", SET[:2], t=T0 + 3)
     ended = derive(fleet.state, fleet.decide(T0 + 4))
-    assert ended == Derived({}, frozenset({"breach/E1", "acknowledge-refused"}))
+    assert ended == Derived({}, frozenset({"breach/E1", "acknowledge-refused", "name-conflict"}))
 
 
 def test_an_alert_of_an_unknown_kind_or_severity_cannot_be_raised():
@@ -212,13 +212,14 @@ def test_after_a_start_every_fixed_alert_is_resolved_once_closing_what_a_crash_l
     try:
         alerts.look()
         alerts.look()
-        wait_for(lambda: len(pagerduty.bodies()) >= 3, 10, "the resolves")
+        wait_for(lambda: len(pagerduty.bodies()) >= 6, 10, "the resolves")
         time.sleep(0.5)
     finally:
         alerts.stop()
     assert sorted(b["dedup_key"] for b in pagerduty.bodies()) == [
         "se-forwarder/prod/acknowledge-refused", "se-forwarder/prod/feed-refused",
-        "se-forwarder/prod/fold-stalled"]
+        "se-forwarder/prod/fold-gap", "se-forwarder/prod/fold-late", "se-forwarder/prod/fold-stalled",
+        "se-forwarder/prod/name-conflict"]
     assert {b["event_action"] for b in pagerduty.bodies()} == {"resolve"}
 
 
@@ -231,6 +232,23 @@ def test_a_standby_sends_nothing(pagerduty, keys):
     finally:
         alerts.stop()
     assert pagerduty.bodies() == []
+
+
+def test_an_instance_holding_the_lease_with_a_gap_sends_its_fold_gap_alert_and_nothing_else(pagerduty, keys):
+    book = AlertBook()
+    book.raise_(Alert("fold-gap", "fold-gap", "this instance does not act: partition 0 ...", "critical"))
+    book.raise_(Alert("gate-closed/web", "gate-closed", "gate web closed for 2 h"))
+    alerts = Alerting([hook("pagerduty", pagerduty)], Loop().submit, lambda: opened(BREACH),
+                      lambda: False, book, {}, blocked=lambda: True)
+    try:
+        state = alerts.look()
+        assert state is not None and list(state.open) == ["fold-gap"]
+        wait_for(lambda: pagerduty.bodies(), 10, "the trigger")
+        time.sleep(0.3)
+    finally:
+        alerts.stop()
+    assert [(b["dedup_key"], b["event_action"]) for b in pagerduty.bodies()] == [
+        ("se-forwarder/prod/fold-gap", "trigger")]
 
 
 @pytest.mark.parametrize(("table", "message"), [

@@ -3,8 +3,12 @@ VM with its own instance metadata, over real HTTP as the agents read it."""
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 import requests
+from asn1crypto import cms
 
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.topology import Topology, TopologyError
@@ -136,3 +140,23 @@ def test_simulate_takes_a_topology_file(tmp_path, run_cli):
     bad.write_text("[[scale_sets]]\nname = 1\n")
     result = run_cli("--topology", str(bad), "--port", "0")
     assert result.returncode == 2 and "name" in result.stderr
+
+
+def test_a_group_can_live_in_a_subscription_of_its_own_in_metadata_and_attested_documents():
+    other = "99999999-8888-7777-6666-555555555555"
+    fleet = Topology.build(availability_sets=[{"name": "web", "vms": 2}],
+                           scale_sets=[{"name": "api", "vms": 2, "subscription": other.upper()}])
+    with SimulatorServer(topology=fleet) as server:
+        api, web = compute(server, "api_1"), compute(server, "web-1")
+        assert api["subscriptionId"] == other and api["resourceId"].startswith(f"/subscriptions/{other}/")
+        assert web["subscriptionId"] != other
+        reply = requests.get(f"{server.vm_url('api_1')}/metadata/attested/document",
+                             params={"api-version": "2021-02-01", "nonce": "1234567890"}, headers=HEADERS,
+                             timeout=10).json()
+        signed = cms.ContentInfo.load(base64.b64decode(reply["signature"]))["content"]
+        assert json.loads(signed["encap_content_info"]["content"].native)["subscriptionId"] == other
+
+
+def test_a_subscription_that_is_not_a_guid_is_one_line_naming_it():
+    with pytest.raises(TopologyError, match=r"scale_sets\[0\]\.subscription: .prod. is not a"):
+        Topology.build(scale_sets=[{"name": "api", "vms": 1, "subscription": "prod"}])

@@ -31,9 +31,12 @@ def values(stats: Stats, fleet: FleetStats) -> dict[str, Any]:
         "publish_failures": out.publish_failures, "sent": out.sent, "send_failures": out.send_failures,
         "dropped": out.dropped, "leader": int(stats.leading), "acting": int(stats.acting),
         "vms": stats.vms, "open_events": stats.open_events, "queue_conflicts": fleet.queue_conflicts,
+        "name_conflicts": fleet.name_conflicts, "outside_inventory": fleet.outside_inventory,
         "identities": stats.identities, "waiting": came.waiting, "rekeyed": came.rekeyed,
         "pending_sends": out.pending_sends, "latencies": list(out.latencies),
         "last_input_age": stats.last_input_age,
+        "lags": [(lag.label, lag.seconds, lag.events) for lag in stats.lags], "gap": int(bool(stats.gap)),
+        "stale": int(bool(stats.stale)),
         "reach": {name: (r.reachable, r.failures, r.overdue, r.last_success)
                   for name, r in stats.reach.items()},
         "azure": None if fleet.azure_counts is None else {
@@ -100,6 +103,9 @@ def _service_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[An
         ("vms", "VMs in the fold."),
         ("open_events", "Events not completed or canceled."),
         ("queue_conflicts", "VMs whose approval queue another VM's is too (sent no approval)."),
+        ("name_conflicts", "VMs heard from lately that claim a name or resourceId another such VM claims."),
+        ("outside_inventory", "VMs that claim a placement beyond where they were placed (counted in no "
+         "percentage scope's size until confirmed)."),
         ("identities", "VMs with a registered identity key."),
         ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
         ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
@@ -124,6 +130,18 @@ def _reach_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[Any]
     yield reachable
     yield failures
     yield success
+    lag = gauge(PREFIX + "fold_lag_seconds", "How far the fold is behind each hub: the age of the oldest "
+                "event on it not folded yet (input/lag.py).", labels=["hub"])
+    behind = gauge(PREFIX + "fold_lag_events", "Events on each hub not folded yet.", labels=["hub"])
+    for label, seconds, events in v["lags"]:
+        lag.add_metric([label], round(seconds, 3))
+        behind.add_metric([label], events)
+    yield lag
+    yield behind
+    yield gauge(PREFIX + "stale", "1 while no early approval is made because the fold is more than max_lag "
+                "behind a hub (the lag guard).", value=v["stale"])
+    yield gauge(PREFIX + "fold_gap", "1 once the fold misses events (a position older than its partition's "
+                "beginning, or a rolled-back snapshot): the instance does not act.", value=v["gap"])
     if v["last_input_age"] is not None:
         yield gauge(PREFIX + "last_input_age_seconds", "Seconds since the last event arrived from the hub.",
                     value=round(v["last_input_age"], 3))
@@ -147,13 +165,18 @@ def _azure_metrics(v: dict[str, Any] | None, counter: Any, gauge: Any) -> Iterat
 
 
 def health(h: Health) -> tuple[bool, str]:
-    """(healthy, one line): what this instance is doing, and every part that does not answer."""
+    """(healthy, one line): what this instance is doing, and every part that does not answer; a fold
+    that misses events (a gap) is unhealthy at once, a late one (the lag guard) degraded."""
     where = ", ".join(f"{p}:{seq}" for p, seq in sorted(h.positions.items())) or "nothing yet"
     line = f"{h.role}, {h.vms} VMs, read up to {where}"
-    if not h.acting and h.leading:
+    if not h.acting and h.leading and not h.gap:
         line += f"; not acting: {h.why_not}"
+    if h.gap:
+        return False, f"unhealthy: the fold has a gap, this instance does not act: {h.gap}; {line}"
+    if h.stale:
+        line += f"; no early approval: {h.stale}"
     if not h.down and h.unsigned is None:
-        return True, f"ok: {line}"
+        return (True, f"degraded: {line}") if h.stale else (True, f"ok: {line}")
     problems = list(h.down)
     if h.unsigned is not None:
         age, why = time.monotonic() - h.unsigned[0], h.unsigned[1]

@@ -13,7 +13,8 @@ from ...model import TYPE_PREFIX, Kind
 
 PREFIX = TYPE_PREFIX  # every report and decision type starts so
 DECISION_PREFIX = PREFIX + "coordinator."
-DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
+DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge",
+                  "confirm")
 TRANSITIONS = (Kind.SCHEDULED, Kind.STARTED, Kind.CANCELED, Kind.COMPLETED)  # what a VM saw of an event
 AGENT_TYPES = (*TRANSITIONS, Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED, Kind.APPROVAL_REJECTED,
                Kind.HEARTBEAT)  # the reports the fold reads (suffixes after PREFIX)

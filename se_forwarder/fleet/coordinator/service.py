@@ -60,6 +60,8 @@ from .input.azure import AzureInput
 from .input.hub_reader import Batch, Position
 from .input.hubs import Hubs
 from .input.inbox import Inbox
+from .input.lag import LagGuard
+from .input.requests import Requests
 from .output.alert_book import AlertBook
 from .output.hub_producer import HubProducer
 from .output.messages import ApprovalMessages
@@ -93,7 +95,8 @@ class Service:
         self.state = FleetState()
         self.positions: dict[str, Position] = {}
         self.inbox = Inbox()
-        self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self.requests = Requests()  # the API's, run on this thread (input/requests.py)
+        self.submit = self.requests.submit
         self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
         self.evaluation: Evaluation | None = None
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
@@ -110,19 +113,21 @@ class Service:
         self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
-                                   self.azure.fold_feed if self.azure is not None else None)
+                                   self.azure.fold_feed if self.azure else None, self.policy.subscriptions)
         self.gate = self.admission.gate
-        container = clients.container(settings.storage)
-        self.keeper = Keeper(SnapshotBlob(container, settings.name, settings.eventhub.label, self.signer.key,
-                                       self.signer.verify_keys),
-                             self.reach["storage"], settings.instance,
-                             lambda: ensure_container(container, settings.storage.container))
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
         self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
+        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts)  # no approval on a late fold
+        container = clients.container(settings.storage)
+        lease = Lease(container, settings.unit, settings.instance, api, settings.storage.lease_duration)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
-            Lease(container, settings.name, settings.instance, api, settings.storage.lease_duration),
-            self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
+            lease, self.hubs.ends, self.reach["storage"], self.reach["hub-read"])
+        self.keeper = Keeper(SnapshotBlob(container, settings.unit, settings.eventhub.label, self.signer.key,
+                                       self.signer.verify_keys),
+                             self.reach["storage"], settings.instance,
+                             lambda: ensure_container(container, settings.storage.container), lease)
         self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
                                          settings.queues.template, settings.queues.message_ttl)
         self.output = Output(HubProducer(settings.eventhub, self.source, clients.producer), self.messages,
@@ -130,7 +135,6 @@ class Service:
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
         self.digests = Digest()
-        self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -144,7 +148,7 @@ class Service:
         try:
             while not self.stop.is_set():
                 self._fold_available(0.05)
-                self._serve_requests()
+                self.requests.serve()
                 self._take_records()
                 if self.azure is not None and self.azure.pump(self.state):  # Resource Graph's catch-ups
                     self._dirty = True
@@ -188,6 +192,7 @@ class Service:
             log.info("no snapshot: reading the hub from the start of its retention")
         self.inbox.clear()  # what a reader that was closed still handed on
         self.state, self.positions = loaded.state, loaded.positions
+        self.lag.block(loaded.blocked)  # a rolled-back snapshot: no acting on what is read instead
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved
         self.hubs.start(self.positions)
         self._ready = True
@@ -233,9 +238,14 @@ class Service:
     # -- deciding -------------------------------------------------------------------------------
 
     def acting(self) -> bool:
-        term = self.election.term
-        return (self._ready and self._rebuild_term is None and term is not None
+        term, gap = self.election.term, self.lag.check_gaps(self.positions)  # looked at first: it latches
+        return (self._ready and self._rebuild_term is None and term is not None and not gap
                 and self.election.may_act(term.number) and self.election.caught_up(self.positions))
+
+    def blocked(self) -> bool:
+        """It holds the lease but a gap in its fold keeps it from acting (output/alerting.py says so)."""
+        term = self.election.term
+        return bool(self.lag.gap) and term is not None and self.election.may_act(term.number)
 
     def why_not(self) -> str:
         """Why this instance does not act now ("" when it does)."""
@@ -243,7 +253,8 @@ class Service:
             storage = self.reach["storage"]
             problem = f" ({storage.last_error})" if not storage.reachable else ""
             return f"it is loading the fold from the snapshot{problem}"
-        return self.election.why_not(self.positions)
+        gap = self.lag.check_gaps(self.positions)
+        return f"the fold has a gap: {gap}" if gap else self.election.why_not(self.positions)
 
     def _say_acting(self, acting: bool) -> None:
         if acting == self._acting:
@@ -262,7 +273,7 @@ class Service:
             return
         trigger = self.last_input if self._dirty else None
         self._dirty = False
-        self.evaluation = result = evaluate(self.state, self.policy, now)
+        self.evaluation = result = evaluate(self.state, self.policy, now, self.lag.stale(self.positions, now))
         self.digests.of(self.state)  # kept as it folds: /v1/state then costs what changed since
         for line in self.queue_conflicts.news(self.state, result.index):
             log.warning("%s", line)
@@ -311,25 +322,7 @@ class Service:
             if approval is not None and self._ready and self.election.may_act(term):
                 self._publish(make(approval), term)
 
-    # -- requests from the API (run on this thread) ---------------------------------------------
-
-    def submit(self, func: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        self.requests.put((func, future))
-        return future
-
-    def _serve_requests(self) -> None:
-        while True:
-            try:
-                func, future = self.requests.get_nowait()
-            except queue.Empty:
-                return
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(func())
-            except Exception as exc:  # noqa: BLE001 - handed to the API, which answers with it
-                future.set_exception(exc)
+    # -- requests from the API (run on this thread: input/requests.py) -------------------------
 
     def control(self, make: Callable[[FleetState, float], Decision]) -> tuple[Decision, Future[Any]]:
         """Make a control decision (on this thread) and publish it; it, and the future of its publication."""
@@ -355,14 +348,14 @@ class Service:
 
     def status(self, all_scopes: bool = False, decisions: int = 50) -> dict[str, Any]:
         now = time.time()
-        result = status(self.state, self.policy, now, evaluate(self.state, self.policy, now),
+        result = status(self.state, self.policy, now, evaluate(self.state, self.policy, now, self.lag.reason),
                         decisions_limit=decisions, all_scopes=all_scopes)
         result["service"] = self.describe()
         return result
 
     def describe(self) -> dict[str, Any]:
         """The ``service`` member of ``status`` and ``/v1/state``."""
-        return self.stats().as_data()
+        return {**self.stats().as_data(), "shard": self.settings.shard and self.settings.shard.as_data()}
 
     # -- what observe.py renders (stats.py) -------------------------------------------------------
 
@@ -374,13 +367,13 @@ class Service:
             "" if acting else self.why_not(), len(self.state.vms),
             {p: pos.sequence for p, pos in list(self.positions.items())},
             tuple((r.failing_for(), r.line()) for r in self.reach.values() if not r.reachable),
-            self.output.unsigned)
+            self.output.unsigned, self.lag.reason if acting else "", self.lag.gap)
 
     def stats(self) -> Stats:
         """Every counter and size, on the service thread (``submit``)."""
         acting, state = self.acting(), self.state
         return Stats(
-            self.settings.name, self.settings.instance, self.source, self.election.role(acting),
+            self.settings.unit, self.settings.instance, self.source, self.election.role(acting),
             self.election.term is not None, acting, "" if acting else self.why_not(),
             self.election.leader(self.settings.instance),
             {p: pos.sequence for p, pos in sorted(self.positions.items())}, self.admission.counts(state),
@@ -388,12 +381,13 @@ class Service:
             len(state.identities), None if self.last_input is None else time.monotonic() - self.last_input,
             {name: Reachability(r.reachable, r.failures, r.overdue, r.last_success, r.as_data())
              for name, r in self.reach.items()},
-            self.azure.describe() if self.azure is not None else None)
+            self.azure.describe() if self.azure is not None else None,
+            self.lag.lags, self.lag.reason, self.lag.gap)
 
     def fleet_stats(self) -> FleetStats:
         """What costs a pass over the fleet (``/metrics`` only), on the service thread."""
         counts = dict(self.azure.counts) if self.azure is not None else None
-        return fleet_stats(self.state, self.policy, counts)
+        return fleet_stats(self.state, self.policy, counts, time.time())
 
     def digest(self) -> str:
         """The fold's digest (view/digest.py), on the service thread: what changed since the last pass."""

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config.policy import Policy
+from .decide.availability import conflicts
 from .decide.scopes import index
 from .fold.state import FleetState
 from .input.admission import AdmissionCounts
+from .input.lag import Lag
 from .output.publish import OutputCounts
 from .view import azure as azure_view
 
@@ -44,6 +46,8 @@ class Health:
     positions: dict[str, int]  # partition -> sequence number read up to
     down: tuple[tuple[float, str], ...] = ()  # (seconds failing, one line) per unreachable part
     unsigned: tuple[float, str] | None = None  # (monotonic since, why) while decisions cannot be signed
+    stale: str = ""  # why the fold is too late to approve on while acting (input/lag.py), "" when not
+    gap: str = ""  # the fold misses events retention took: it does not act (input/lag.py)
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class Stats:
     last_input_age: float | None
     reach: dict[str, Reachability] = field(default_factory=dict)
     azure: dict[str, Any] | None = None  # AzureInput.describe(); None without [azure]
+    lags: list[Lag] = field(default_factory=list)  # each hub's, at the last decision pass
+    stale: str = ""  # why no early approval is made on the fold now (the lag guard), "" when it is fresh
+    gap: str = ""
 
     def as_data(self) -> dict[str, Any]:
         """What this instance is and does: the ``service`` member of ``status`` and ``/v1/state``."""
@@ -81,6 +88,9 @@ class Stats:
             "decisionsMade": self.decisions, "pendingSends": self.output.pending_sends,
             "reachability": {name: r.data for name, r in self.reach.items()},
             "azure": self.azure,
+            "lag": [{"hub": lag.label, "seconds": round(lag.seconds, 1), "events": lag.events,
+                     "partition": lag.partition or None} for lag in self.lags],
+            "stale": self.stale or None, "gap": self.gap or None,
         }
 
 
@@ -89,20 +99,24 @@ class FleetStats:
     """What costs a pass over the fleet: VMs sharing a queue, and Azure's view (with ``[azure]``)."""
 
     queue_conflicts: int
+    name_conflicts: int  # VMs that claim a name or resourceId another VM heard from lately claims
+    outside_inventory: int  # VMs whose claimed placement moved beyond where they were placed
     azure_counts: dict[str, int] | None = None  # what became of Azure's input
     azure_vms: int = 0
     agentless: int = 0
     findings: dict[str, int] = field(default_factory=dict)  # disagreements by field
 
 
-def fleet_stats(state: FleetState, policy: Policy, azure_counts: dict[str, int] | None) -> FleetStats:
+def fleet_stats(state: FleetState, policy: Policy, azure_counts: dict[str, int] | None,
+                now: float) -> FleetStats:
     """``FleetStats`` of the fold (``azure_counts``: AzureInput.counts, None without ``[azure]``)."""
     idx = index(state, policy)
+    claims = (len(conflicts(state, policy, idx, now)), sum(1 for out in idx.outside.values() if out))
     if azure_counts is None:
-        return FleetStats(len(idx.shared_queue))
+        return FleetStats(len(idx.shared_queue), *claims)
     by_field: dict[str, int] = {}
     for finding in azure_view.findings(state, idx):
         field_ = "tag" if finding["field"].startswith("tag:") else finding["field"]
         by_field[field_] = by_field.get(field_, 0) + 1
-    return FleetStats(len(idx.shared_queue), azure_counts, len(state.azure.vms),
+    return FleetStats(len(idx.shared_queue), *claims, azure_counts, len(state.azure.vms),
                       len(azure_view.agentless(state, idx)), by_field)

@@ -90,6 +90,8 @@ def render_status(status: dict[str, Any], every: bool = False) -> str:
              + (f"; inside blackout {s['blackout']!r}" if s.get("blackout") else "")]
     if svc.get("notActing") and svc.get("role") != "standby":
         lines.append(f"not acting: {svc['notActing']}")
+    if svc.get("stale") and svc.get("acting"):
+        lines.append(f"NO EARLY APPROVAL (the fold is late): {svc['stale']}")
     lines += _reachability(svc.get("reachability") or {}, svc.get("pendingSends") or 0)
     fleet = s.get("fleet", {})
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
@@ -115,7 +117,14 @@ def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
     if forged:
         lines.append(f"FORGED: {forged} decision(s) in this coordinator's name that did not verify were "
                      "dropped (someone who can send to the hub published them)")
-    others = {code: n for code, n in refused.items() if n and code not in ("forged", "foreign")}
+    shard = svc.get("shard")
+    if shard:
+        owns = ", ".join(shard.get("subscriptions") or [])
+        lines.append(f"shard {shard.get('name')}: owns subscription(s) {owns}; "
+                     f"{refused.get('other-shard', 0)} event(s) of other shards' subscriptions skipped "
+                     "unverified (their shard verifies them)")
+    others = {code: n for code, n in refused.items()
+              if n and code not in ("forged", "foreign", "other-shard")}
     if others:
         lines.append("REFUSED from the hub: " + ", ".join(f"{code} {n}" for code, n in sorted(others.items()))
                      + " (reports and registrations that did not verify: see docs/coordinator.md#trust)")
@@ -135,7 +144,9 @@ def _scopes(s: dict[str, Any], every: bool) -> list[str]:
         width = max(len(x["scope"]) for x in scopes)
         lines.append(f"  {'SCOPE':<{width}}  USED/MAX  SIZE  PAUSED")
         for x in scopes:
-            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {x['size']:>4}  "
+            counted = x.get("inventory", x["size"])
+            size = x["size"] if counted == x["size"] else f"{x['size']} ({counted})"
+            lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {size:>4}  "
                          f"{'yes' if x['paused'] else ''}")
         lines += more
     else:
@@ -163,7 +174,8 @@ def _events(s: dict[str, Any], every: bool) -> list[str]:
     started, more = _first(s.get("started", []), every)
     if started:
         lines += ["", "STARTED"]
-        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  since {x.get('startedUtc')}  "
+        lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  "
+                  f"{'started by Azure (due) ' if x.get('due') else ''}since {x.get('startedUtc')}  "
                   f"{_names(x.get('affected') or [], every)}" for x in started]
         lines += more
     conflicts, more = _first(s.get("queueConflicts") or [], every)
@@ -178,8 +190,14 @@ def _fleet_notes(s: dict[str, Any], every: bool) -> list[str]:
     lines: list[str] = []
     named, more = _first(s.get("nameConflicts") or [], every)
     if named:
-        lines += ["", "VMS THAT CLAIM ONE NAME (each counts as unavailable until only one does)"]
-        lines += [f"  {c['name']}: {', '.join(c['vms'])}" for c in named] + more
+        lines += ["", "VMS THAT CLAIM ONE NAME (all count as unavailable, then all but the first claimant)"]
+        lines += [f"  {c['name']}: {', '.join(c['vms'])}; first {c.get('first') or '-'}, held down: "
+                  f"{', '.join(c.get('held') or []) or 'none'}" for c in named] + more
+    outside, more = _first(s.get("outsideInventory") or [], every)
+    if outside:
+        lines += ["", "VMS OUTSIDE THEIR INVENTORY (not counted in these scopes' sizes; see them, then "
+                  "`coordinator confirm`)"]
+        lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside] + more
     keys = s.get("identities") or {}
     if keys.get("rekeyed") or keys.get("sharedKeys"):
         lines += ["", "IDENTITY KEYS"]
@@ -235,3 +253,36 @@ def _azure(s: dict[str, Any], every: bool) -> list[str]:
         lines.append(f"    {f['name']}: {f['field']}{where}: agent says {f['agent'] or '-'}, "
                      f"Azure says {f['azure'] or '-'}")
     return lines + more
+
+
+def every_shard(own: str, peers: dict[str, str], token_file: str, all_scopes: bool = False,
+                ) -> list[dict[str, Any]]:
+    """``status`` of this shard (at ``own``) and of each of ``peers`` (``[shard] peers``), in that order:
+    ``{"url", "status"}`` or ``{"url", "error"}`` each (one shard that does not answer hides no other).
+    The same token file is used for each: give each person an entry in every shard's token table."""
+    out: list[dict[str, Any]] = []
+    for url in [own, *(peers[name] for name in sorted(peers))]:
+        try:
+            out.append({"url": url, "status": Client(url, token_file).status(all_scopes)})
+        except SeForwarderError as exc:
+            out.append({"url": url, "error": str(exc)})
+    return out
+
+
+def render_shards(results: list[dict[str, Any]], every: bool = False) -> str:
+    """``coordinator status --shards`` for people: a line per shard, then each shard's status."""
+    lines = [f"{len(results)} shard(s):"]
+    for r in results:
+        svc = (r.get("status") or {}).get("service") or {}
+        fleet = (r.get("status") or {}).get("fleet") or {}
+        shard = svc.get("shard") or {}
+        said = (f"{svc.get('name')}: {svc.get('role')}{'' if svc.get('acting') else ', not acting'}, "
+                f"{fleet.get('vms', 0)} VMs, {fleet.get('unavailable', 0)} unavailable, "
+                f"{fleet.get('openEvents', 0)} open events, subscriptions "
+                f"{', '.join(shard.get('subscriptions') or ['all'])}" if "status" in r
+                else f"DOES NOT ANSWER: {r.get('error')}")
+        lines.append(f"  {r['url']}  {strip_tree(said)}")
+    for r in results:
+        if "status" in r:
+            lines += ["", render_status(r["status"], every)]
+    return "\n".join(lines)

@@ -164,7 +164,7 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
         Route("/v1/status", guarded(status)), Route("/v1/groups", guarded(fleet_groups)),
         Route("/v1/state", guarded(state)),
         *[Route(f"/v1/{kind}", guarded(_action(kind, service, on_service)), methods=["POST"])
-          for kind in ("pause", "resume", "hold", "release", "approve")],
+          for kind in ("pause", "resume", "hold", "release", "approve", "confirm")],
         *page_routes(service, table),
     ]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHosts, names=trusted)])
@@ -253,11 +253,11 @@ def _int(text: str, name: str, low: int, high: int) -> int:
 
 def _maker(kind: str, body: dict[str, Any], actor: str, reason: str, service: Service) -> Callable[..., Any]:
     policy = service.policy
-    if kind in ("pause", "resume"):
+    if kind in ("pause", "resume", "confirm"):
         scope = body.get("scope")
         if scope is not None and not isinstance(scope, str):
             raise BadRequest("scope must be a string")
-        switch = control.pause if kind == "pause" else control.resume
+        switch = {"pause": control.pause, "resume": control.resume, "confirm": control.confirm}[kind]
         return lambda state, now: switch(state, policy, now, scope, actor, reason)
     event_id = body.get("eventId")
     if not isinstance(event_id, str):

@@ -76,7 +76,7 @@ def storage(settings: ServiceSettings) -> Result:
         except HttpResponseError as exc:
             return False, explain(exc, BLOB_ROLE, where)
         try:
-            container.get_blob_client(f"{settings.name}/check-{uuid.uuid4().hex}").delete_blob()
+            container.get_blob_client(f"{settings.unit}/check-{uuid.uuid4().hex}").delete_blob()
         except ResourceNotFoundError:
             pass  # allowed: nothing there to delete
         except HttpResponseError as exc:
@@ -84,7 +84,7 @@ def storage(settings: ServiceSettings) -> Result:
         if not exists:
             return WARN, (f"{where} does not exist yet; the identity may write blobs (the coordinator "
                           "creates the container when its identity may)")
-        return True, f"{where} reachable, blobs may be written; {_leader(container, settings.name)}"
+        return True, f"{where} reachable, blobs may be written; {_leader(container, settings.unit)}"
     finally:
         container.close()
 

@@ -53,6 +53,7 @@ class AzureSettings:
     acknowledge: bool = False
     credential: str = "managed-identity"
     client_id: str = ""
+    shard: frozenset[str] = frozenset()  # [shard] subscriptions: other shards' feed events are skipped
 
     @property
     def fresh_for(self) -> float:

@@ -11,8 +11,8 @@
     [[notify]]
     format = "pagerduty"                  # PagerDuty Events API v2
     routing_key_env = "SE_PAGERDUTY_ROUTING_KEY"   # the integration key, or routing_key_file
-    alerts = ["breach", "acknowledge-refused", "feed-refused", "fold-stalled", "recovery-timeout",
-              "gate-closed"]                                                       # the default
+    alerts = ["breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap",
+              "fold-late", "name-conflict", "recovery-timeout", "gate-closed"]  # the default
     # url = "https://events.pagerduty.com/v2/enqueue"   # the default
     # ca_file = ""                        # a PEM bundle to trust besides the system's (a proxy's CA)
 
@@ -42,8 +42,8 @@ from ....validation import as_choice, as_http_url, as_str, is_loopback, no_unkno
 
 DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
 EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...] may name
-ALERTS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "recovery-timeout",
-          "gate-closed")  # view/alerts.py's KINDS
+ALERTS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
+          "name-conflict", "recovery-timeout", "gate-closed")  # view/alerts.py's KINDS
 PAGERS = ("pagerduty", "opsgenie")
 FORMATS = (*notify.FORMATS, *PAGERS)
 PAGER_URLS = {"pagerduty": "https://events.pagerduty.com/v2/enqueue", "us": "https://api.opsgenie.com",

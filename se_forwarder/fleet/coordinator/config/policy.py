@@ -11,6 +11,8 @@ The sections this module reads (the service reads the others; ``POLICY_SECTIONS`
     forget_after = "24h"              # a VM not heard from this long leaves the fleet (prune)
     echo_timeout = "2m"               # no `approved` echo this long after an approval: send it to
                                       # another affected VM
+    max_lag = "5s"                    # no early approval while the fold is further behind a hub
+                                      # than this (the lag guard, docs/coordinator.md#trust)
     group_tag = ""                    # a tag (sent by the agents, [vm] tags) naming the group
     shadow = false                    # decide and publish, send nothing
 
@@ -66,7 +68,7 @@ WEEK = 7 * DAY
 
 _POLICY_KEYS = (
     "manage", "approve_within", "require_prepared", "min_healthy", "heartbeat_timeout",
-    "forget_after", "echo_timeout", "group_tag", "shadow",
+    "forget_after", "echo_timeout", "group_tag", "shadow", "max_lag",
 )
 # key: (default seconds, low, high)
 _DURATIONS: dict[str, tuple[float, float, float]] = {
@@ -75,6 +77,7 @@ _DURATIONS: dict[str, tuple[float, float, float]] = {
     "heartbeat_timeout": (180.0, 5.0, DAY),
     "forget_after": (DAY, 60.0, 90 * DAY),
     "echo_timeout": (120.0, 5.0, DAY),
+    "max_lag": (5.0, 1.0, 3600.0),
 }
 
 
@@ -133,12 +136,14 @@ class Policy:
     heartbeat_timeout: float = _DURATIONS["heartbeat_timeout"][0]
     forget_after: float = _DURATIONS["forget_after"][0]
     echo_timeout: float = _DURATIONS["echo_timeout"][0]
+    max_lag: float = _DURATIONS["max_lag"][0]
     group_tag: str = ""  # lower case; "" = groups are scale sets and learned availability sets
     shadow: bool = False
     blackouts: tuple[Blackout, ...] = ()
     queue_template: str = "se-approvals-{vm_name}"  # not a [policy] key: [queues] queue (queues.py)
     acknowledge: bool = False  # not a [policy] key: [azure] acknowledge (decide/arm_path.py)
     azure_fresh_for: float = 0.0  # not a [policy] key: from [azure] arg_interval; 0: no Azure input
+    subscriptions: frozenset[str] = frozenset()  # not a [policy] key: [shard] subscriptions; empty: all
     by_kind: dict[str, Budget] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -54,6 +54,7 @@ module reads the others and rejects any other top-level key::
     [limits]                             # optional: how much of the fold one VM may take (limits.py)
     [web]                                # optional: the fleet page's own listener (config/web.py)
     [[notify]]                           # optional, repeatable: Teams/Slack messages (output/chat.py)
+    [shard]                              # optional: the subscriptions this coordinator owns (shard.py)
 
 Secrets come only from environment variables and files, never from this file.
 """
@@ -76,6 +77,7 @@ from .hub import ACCESS_KEYS, Access, EventHubSettings, load_access, load_eventh
 from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notify import NotifySettings, load_notify
 from .policy import POLICY_SECTIONS, Policy, load_policy, parse_duration
+from .shard import ShardSettings, check_within, load_shard
 from .signing import VaultSecret, load_signing
 from .trust import TrustSettings, load_trust
 from .web import WebSettings, load_web
@@ -83,7 +85,7 @@ from .web import WebSettings, load_web
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "limits",
-            "web", "notify", "azure")
+            "web", "notify", "azure", "shard")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]\Z")
@@ -139,6 +141,13 @@ class ServiceSettings:
     limits: Limits = DEFAULT_LIMITS
     azure: AzureSettings | None = None  # [azure]: Azure's own feed, Resource Graph, acknowledge
     key_vault: VaultSecret | None = None  # [signing] key_vault_secret (then key_file is "")
+    shard: ShardSettings | None = None  # [shard]: the subscriptions it owns; None: every one
+
+    @property
+    def unit(self) -> str:
+        """What acts as one coordinator: ``<name>``, or ``<name>/<shard>`` for a shard. Its decisions'
+        source, its lease and snapshot blobs and its pagers' dedup keys carry it."""
+        return f"{self.name}/{self.shard.name}" if self.shard is not None else self.name
 
     @property
     def coordinator_keys(self) -> tuple[str, ...]:
@@ -148,7 +157,7 @@ class ServiceSettings:
     @property
     def source(self) -> str:
         """The CloudEvent source of this coordinator's decisions (the same on every instance)."""
-        return f"urn:se-forwarder:coordinator:{self.name}"
+        return f"urn:se-forwarder:coordinator:{self.unit}"
 
 
 def load(path: str | Path) -> ServiceSettings:
@@ -180,21 +189,45 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
     no_unknown(telemetry, "telemetry", ("log_format", "log_level"))
     key_file, key_vault = load_signing(_table(raw, "signing"))
     queues = _queues(_table(raw, "queues"))
-    azure = load_azure(raw.get("azure"))
+    shard = load_shard(raw.get("shard"))
+    azure = load_azure(_sharded(raw.get("azure"), shard))
+    trust = load_trust(raw.get("trust"), os.environ if environ is None else environ)
+    if shard is not None:
+        check_within(azure.subscriptions if azure else None, shard, "azure.subscriptions")
+        azure = replace(azure, shard=shard.subscriptions) if azure else None
+        check_within(trust.subscriptions, shard, "trust.subscriptions")
+        trust = replace(trust, subscriptions=trust.subscriptions or tuple(sorted(shard.subscriptions)))
     policy = replace(load_policy(raw), queue_template=queues.template,
                      acknowledge=bool(azure and azure.acknowledge),
-                     azure_fresh_for=azure.fresh_for if azure else 0.0)
+                     azure_fresh_for=azure.fresh_for if azure else 0.0,
+                     subscriptions=shard.subscriptions if shard else frozenset())
     return ServiceSettings(
-        name=name, instance=instance, eventhub=load_eventhub(_table(raw, "eventhub")),
+        name=name, instance=instance, eventhub=load_eventhub(_grouped(_table(raw, "eventhub"), shard)),
         storage=_storage(_table(raw, "storage")), queues=queues,
         key_file=key_file, key_vault=key_vault, api=_api(_table(raw, "api")),
         policy=policy, azure=azure,
         log_format=as_choice(telemetry.get("log_format", "auto"), "telemetry.log_format", LOG_FORMATS),
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
-        trust=load_trust(raw.get("trust"), os.environ if environ is None else environ),
-        limits=load_limits(raw.get("limits")),
+        trust=trust, limits=load_limits(raw.get("limits")), shard=shard,
     )
+
+
+def _grouped(hub: Any, shard: ShardSettings | None) -> Any:
+    """A hub's table with the shard's own consumer group when it names none (config/shard.py)."""
+    if shard is None or not isinstance(hub, dict) or "consumer_group" in hub:
+        return hub
+    return {**hub, "consumer_group": shard.consumer_group}
+
+
+def _sharded(azure: Any, shard: ShardSettings | None) -> Any:
+    """``[azure]`` of a shard: its subscriptions default to the shard's, its feed's consumer group too."""
+    if shard is None or not isinstance(azure, dict):
+        return azure
+    azure = {**azure, "subscriptions": azure.get("subscriptions", sorted(shard.subscriptions))}
+    if "feed" in azure:
+        azure["feed"] = _grouped(azure["feed"], shard)
+    return azure
 
 
 def _table(raw: Mapping[str, Any], key: str) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``evaluate.evaluate`` walks the rule chain (``rules``) over every open event: who is unavailable
 (``availability``), the budgets per scope (``scopes``), VMs whose queue another shares
-(``queues``), the path through ARM's ``acknowledge`` when no agent watches (``arm_path``).
+(``queues``), the path through ARM's ``acknowledge`` when no agent watches (``arm_path``), and which VMs a
+shard may approve for (``ownership``).
 ``control`` turns pause, resume, hold, release and approve-now into decisions; ``events`` makes
 each decision its CloudEvent, and ``wording`` the words of its reason.
 """

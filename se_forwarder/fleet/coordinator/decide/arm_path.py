@@ -29,6 +29,7 @@ from ..fold.azure import SUFFIX
 from ..fold.azure_state import EVENT_ARM_ID
 from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from .events import Decision, VmRef
+from .ownership import subscription_owned
 from .scopes import ScopeIndex
 
 VIA_ARM = "arm"
@@ -43,7 +44,8 @@ def arm_target(state: FleetState, policy: Policy, idx: ScopeIndex, record: Event
                vms: tuple[str, ...]) -> VmRef | None:
     """The ARM target of an approval of ``record`` (module docstring), or None when that path is closed."""
     event = state.azure.events.get(record.key)
-    if not policy.acknowledge or event is None or event.rank != SCHEDULED or not event.resource_id:
+    if not policy.acknowledge or event is None or event.rank != SCHEDULED or not event.resource_id \
+            or not subscription_owned(policy, event.subscription):
         return None
     found = EVENT_ARM_ID.match(event.resource_id)
     if found is None:

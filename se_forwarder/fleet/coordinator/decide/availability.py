@@ -3,13 +3,21 @@
 Each VM's state for an event is its own word (fold/reports.py): what its peers say about the event
 can make it count as down, never as back. For an event the fold keeps open or still settling, a VM
 the event affects (its Resources resolved, scopes.py) is *done* with it once it reported the event
-completed or canceled itself, or, for an event someone reported Started, when its newest heartbeat
-polled IMDS more than ``heartbeat_timeout`` after anyone last reported the event and did not list
-it (an agent that missed the event's end, or the whole event). For an event Azure reported
-(its feed, Resource Graph: fold/azure.py), Azure's word wins: every VM the event affects is done
-when Azure shows it Completed (at that time, or its own later completed report) or Canceled, and
-none is while Azure still shows it Scheduled or Started, whatever an agent reported; so an agentless
-VM, which never reports, is done when Azure says so. Until then, for that VM:
+completed or canceled itself, or, for an event someone reported Started or that is due (below),
+when its newest heartbeat polled IMDS more than ``heartbeat_timeout`` after anyone last reported the
+event (and after it was due) and did not list it (an agent that missed the event's end, or the whole
+event).
+
+Due. Azure starts an event at its NotBefore whoever approved it or not, and the VM's agent may never
+get to say so (it goes down with its VM). So from ``due_at`` (its NotBefore: Azure's when Azure
+reported the event, else the earliest any report gave; or its first Started sighting, if earlier)
+an event counts its VMs down in every budget until each is done with it, then ``back_at``.
+
+For an event Azure reported (its feed, Resource Graph: fold/azure.py), Azure's word wins: every VM
+the event affects is done when Azure shows it Completed (at that time, or its own later completed
+report) or Canceled, and none is while Azure still shows it Scheduled or Started, whatever an agent
+reported; so an agentless VM, which never reports, is done when Azure says so. Until then, for
+that VM:
 
 ==================  ==============================================================================
 reason              when (first that applies; the reasons of all events and VMs then merge in
@@ -19,14 +27,18 @@ reason              when (first that applies; the reasons of all events and VMs 
                     Resources at once), or an unverified report claimed so (``doubted``); or it
                     reported the event Started itself while a name of Resources is no VM's (a
                     peer's own report does not count it: its IMDS lists the event too)
+``due``             not reported Started by anyone, but due: Azure starts it now (shown as "started
+                    by Azure (due)")
 ``approved``        approved and not done: by a counted coordinator decision, or by an ``approved``
                     echo from a VM the event affects (only those can approve it on IMDS) or from
                     ARM (Azure answered the coordinator's ``acknowledge``)
 ``prepare-failed``  it reported ``preparefailed`` for the event, and no ``prepared`` after
-``completed``       done, less than ``min_healthy`` ago: after its own completed report, or after
-                    the silence that made it done (the event's last report + heartbeat_timeout)
+``completed``       done, and not back yet (``back_at``: ``min_healthy`` after its own completed
+                    report, or after the silence that made it done)
 ``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
-                    group, or one resourceId: all of them (``conflicts``), whatever they say
+                    group, or one resourceId: all of them at first, whatever they say; once the
+                    conflict is older than heartbeat_timeout, all but the one that claimed it
+                    first (``conflicts``)
 ``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
                     (azure_topology.watched)
 ==================  ==================================================================================
@@ -40,14 +52,16 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..config.policy import Policy
 from ..fold import topology as azure_topology
 from ..fold.azure import ARM
+from ..fold.inventory import claimed_at
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
-REASONS = ("started", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
+REASONS = ("started", "due", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
 
 
 def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
@@ -70,6 +84,29 @@ def own_ranks(idx: ScopeIndex, record: EventRecord) -> dict[str, int]:
     return out
 
 
+def due_at(state: FleetState, record: EventRecord) -> float | None:
+    """When Azure starts ``record`` whatever anyone approved (module docstring): its NotBefore (Azure's
+    when Azure reported it, else the earliest any report gave), or its first Started sighting if that
+    came first; None when neither is known."""
+    azure = state.azure.events.get(record.key)
+    planned = azure.not_before if azure is not None and azure.not_before is not None \
+        else record.earliest_not_before
+    seen = [t for t in (planned, record.started_at, record.doubted) if t is not None]
+    return min(seen, default=None)
+
+
+def is_due(state: FleetState, record: EventRecord, now: float) -> bool:
+    """Azure has started it by now, whether or not anyone said so yet."""
+    due = due_at(state, record)
+    return due is not None and due <= now
+
+
+def back_at(policy: Policy, record: EventRecord, vm: str | None, done: float) -> float:
+    """When ``vm``, done with ``record`` at ``done``, counts as available again: ``min_healthy``
+    later. The one place that says when an outage is over (``vm`` None: the event's latest)."""
+    return done + policy.min_healthy
+
+
 def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...],
                 policy: Policy) -> dict[str, float | None]:
     """When each of ``vms`` was done with ``record`` (module docstring): its own completed report,
@@ -87,14 +124,16 @@ def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tu
             return {}
         return {vm: max(own.get(vm, azure.ended_at), azure.ended_at) for vm in vms}
     ranks = own_ranks(idx, record)
-    silent_from = record.last_report + policy.heartbeat_timeout
+    due = due_at(state, record)
+    last = record.last_report if due is None else max(record.last_report, due)
+    silent_from = last + policy.heartbeat_timeout
     out: dict[str, float | None] = {}
     for vm in vms:
         if vm in own:
             out[vm] = own[vm]
         elif ranks.get(vm, 0) >= TERMINAL:
             out[vm] = None
-        elif record.ran and _silent(state, idx, vm, record, silent_from):
+        elif (record.ran or due is not None) and _silent(state, idx, vm, record, silent_from):
             out[vm] = silent_from
     return out
 
@@ -118,13 +157,15 @@ def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) 
             _open_event(state, policy, idx, record, now, found)
     for key in sorted(state.settling - state.open_events):  # every VM of it is done with it
         record = state.events.get(key)
-        if record is None or record.completed_at is None or record.completed_at + policy.min_healthy <= now:
+        if record is None or record.completed_at is None \
+                or back_at(policy, record, None, record.completed_at) <= now:
             continue
         for vm, moment in completions(state, idx, record, resolve(state, idx, record).vms, policy).items():
-            if moment is not None and moment + policy.min_healthy > now:
+            if moment is not None and back_at(policy, record, vm, moment) > now:
                 found.setdefault(vm, set()).add("completed")
-    for vm in conflicts(state, policy, idx, now):
-        found.setdefault(vm, set()).add("name-conflict")
+    for vm, conflict in conflicts(state, policy, idx, now).items():
+        if conflict.held:
+            found.setdefault(vm, set()).add("name-conflict")
     for vm in unwatched(state, policy, idx, now):
         found.setdefault(vm, set()).add("not-watched")
     return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())
@@ -139,6 +180,7 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
     ranks = own_ranks(idx, record)
     done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy)
     approved = counted_approval(idx, record, affected, policy)
+    due = not record.ran and is_due(state, record, now)
     # A peer's IMDS lists the event too (an availability set): its Started is about the event, not
     # itself, unless Resources name a VM nobody goes by (the reporter may be it, by another name).
     uncertain = bool(resolution.unresolved)
@@ -148,11 +190,13 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
     for vm in affected:
         if vm in done:
             back = done[vm]
-            if back is not None and back + policy.min_healthy > now:
+            if back is not None and back_at(policy, record, vm, back) > now:
                 found.setdefault(vm, set()).add("completed")
             continue
         if record.ran:
             found.setdefault(vm, set()).add("started")
+        elif due:
+            found.setdefault(vm, set()).add("due")
         elif approved:
             found.setdefault(vm, set()).add("approved")
     for reporter, (failed_at, _) in record.prepare_failed.items():
@@ -162,19 +206,50 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
             found.setdefault(vm, set()).add("prepare-failed")
 
 
-def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, list[str]]:
-    """VM key -> the other VMs that claim its name in its group or its resourceId, among VMs heard
-    from within ``heartbeat_timeout``. The claims shared by several VMs are found once per index;
-    each pass only looks at those."""
+@dataclass(frozen=True)
+class Conflict:
+    """A VM that claims a name in its group, or a resourceId, another VM heard from lately claims too."""
+
+    others: tuple[str, ...]  # VM keys
+    held: bool  # counted as unavailable for it
+    first: bool  # it claimed it before the others (fold/inventory.claimed_at)
+    since: float  # when the conflict began: the later claimant's first claim
+
+
+def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, Conflict]:
+    """VM key -> its conflict, among VMs heard from within ``heartbeat_timeout``.
+
+    Both (all) claimants count as unavailable while the conflict is young: either may be the VM it
+    says it is. Never forever: once it is older than ``heartbeat_timeout`` (longer than any honest
+    overlap, such as a VM deleted and made again under its name, whose old agent falls silent within
+    that time), only the later claimants are held; the VM that claimed it first (by the hub's
+    time, then registration, then key) is counted by its own word again, at once when the later one
+    claimed more names than the fold keeps. A VM that copies a peer's name or resourceId thus holds
+    down itself, not the peer. The claims shared by several VMs are
+    found once per index; each pass only looks at those."""
     shared = idx.shared_claims(state)
     recent = now - policy.heartbeat_timeout
-    out: dict[str, list[str]] = {}
+    out: dict[str, Conflict] = {}
     for keys in shared:
         live = [k for k in keys if state.vms[k].last_heard >= recent]
-        if len(live) > 1:
-            for key in live:
-                out[key] = sorted(set(out.get(key, [])) | {k for k in live if k != key})
+        if len(live) < 2:
+            continue
+        order = sorted(live, key=lambda k: (claimed_at(state.vms[k]), _registered(state, k), k))
+        since = claimed_at(state.vms[order[1]])  # inf: it renamed itself more often than is kept
+        settled = since == float("inf") or now - since > policy.heartbeat_timeout
+        for key in live:
+            held = not (settled and key == order[0])
+            old = out.get(key)
+            others = {k for k in live if k != key} | set(old.others if old else ())
+            out[key] = Conflict(tuple(sorted(others)), held or (old is not None and old.held),
+                                key == order[0] and (old is None or old.first),
+                                since if old is None else max(since, old.since))
     return out
+
+
+def _registered(state: FleetState, key: str) -> float:
+    identity = state.identities.get(key)
+    return identity.registered_at if identity is not None else float("inf")
 
 
 def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> set[str]:

@@ -13,6 +13,9 @@ exactly one more than the current switch of their scope or event (switches.py).
 ``resume``         undoes a pause of that scope
 ``hold``           no early approval for one EventId (known yet or not)
 ``release``        undoes a hold
+``confirm``        the VMs of ``scope`` whose topology claim moved beyond their placement count
+                   in the sizes of the scopes they claim (fold/inventory.py): growth a person
+                   checked, published with each VM and the placement confirmed
 ``approve-now``    approve a Scheduled event at once, on a person's word: it bypasses the window,
                    holds, pauses, blackouts, ``manage`` and ``require_prepared``, but not the
                    budgets: every budget must still fit, except those the person overrides
@@ -24,13 +27,17 @@ exactly one more than the current switch of their scope or event (switches.py).
 =================  ==============================================================================
 
 Refusal codes: ``bad-request`` (actor, reason, scope or EventId malformed), ``no-change`` (pause
-of a paused scope, resume of one not paused, hold of a held event, release of one not held),
+of a paused scope, resume of one not paused, hold of a held event, release of one not held, confirm
+of a scope whose VMs all count where they claim), ``too-many`` (a confirm of more VMs than one
+decision names: confirm a narrower scope),
 ``unknown-event``, ``not-scheduled``, ``already-approved``, ``unresolved``, ``no-target``,
 ``budget``, and from the service ``not-folded`` (the decision would not fold: nothing was done).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
 
@@ -38,12 +45,13 @@ from ....approvals.messages import EVENT_ID
 from ....errors import SeForwarderError
 from ....notify.describe import group_label
 from ..config.policy import SCOPE_KINDS, Policy, budget_kind
-from ..fold import switches
+from ..fold import inventory, switches
 from ..fold.state import SCHEDULED, FleetState
 from .arm_path import VIA_ARM
 from .availability import echoes
 from .evaluate import DecisionPass
 from .events import BudgetUse, Decision, overridden
+from .ownership import not_owned
 from .scopes import FLEET, index, resolve
 
 _SCOPE = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
@@ -166,6 +174,27 @@ def _switch_event(state: FleetState, policy: Policy, now: float, event_id: str, 
         resources=record.resources if record else (), sequence=sequence)
 
 
+def confirm(state: FleetState, policy: Policy, now: float, scope: str | None, actor: str,
+            reason: str) -> Decision:
+    """A person confirms where the VMs of ``scope`` claim to be (module docstring)."""
+    scope = expand_scope(state, policy, normalize_scope(scope))
+    actor, reason = _text(actor, "actor", 200), _text(reason, "reason", 1000)
+    idx = index(state, policy)
+    moved = sorted(k for k, outside in idx.outside.items() if outside
+                   and (scope == FLEET or scope in idx.scopes_of.get(k, ())))
+    if not moved:
+        raise ControlRefused("no-change", f"every VM of {scope} counts where it claims to be already")
+    if len(moved) > inventory.MAX_CONFIRMED:
+        raise ControlRefused("too-many", f"{len(moved)} VMs of {scope} claim a new placement, more than "
+                             f"{inventory.MAX_CONFIRMED} in one confirmation: confirm a narrower scope")
+    placed = tuple((key, inventory.placement(state.vms[key])) for key in moved)
+    digest = hashlib.sha256(json.dumps([[k, inventory.as_data(p)] for k, p in placed]).encode()).hexdigest()
+    run = DecisionPass(state, policy, now)
+    return Decision(kind="confirm", id=f"coordinator/confirm/{scope}/{digest[:16]}", subject=scope,
+                    time=now, code="confirm", reason=reason, actor=actor, shadow=policy.shadow, scope=scope,
+                    affected=tuple(run.ref(k) for k in moved), confirmed=placed)
+
+
 def _overrides(state: FleetState, policy: Policy, values: Sequence[str]) -> tuple[str, ...]:
     out: list[str] = []
     for value in values:
@@ -201,6 +230,10 @@ def approve_now(state: FleetState, policy: Policy, now: float, event_id: str, ac
         names = ", ".join(res.unresolved) or "its Resources"
         raise ControlRefused("unresolved", f"{names} match no known VM; its budgets cannot be counted "
                              "(override with scope all to approve anyway)")
+    foreign = not_owned(state, policy, res.vms)
+    if foreign is not None:
+        raise ControlRefused("other-shard", f"{state.vms[foreign].name} is not of a subscription this shard "
+                             "owns: approve it on the shard that owns it")
     targets = run.targets(record, res.vms)
     arm = None if targets else run.arm(record, res)
     if not targets and arm is None:

@@ -25,6 +25,11 @@ verdicts: held, paused, too early), once per event and set of scopes (again only
 added). Such an event is never approved early (it cannot fit); it waits for its NotBefore, and
 it reserves no scope.
 
+The lag guard. While ``stale`` says the fold is further behind a hub than ``max_lag`` (input/lag.py),
+no event is approved (``stale``, after the switches people set), no approval's message is sent and
+none is retried: approving on a late picture could count a VM as up that is down. A person's
+approve-now still goes. Defers, breaches and the verdicts go on.
+
 Approved events (an echo from a VM the event affects or from ARM, or a counted approve decision)
 are not decided again. An approval's message goes out until it is sent: while the latest approve
 decision of an event has no ``sent`` record (events.py), the event is not echoed, held, paused, in
@@ -55,13 +60,15 @@ from ..fold import azure as azure_fold
 from ..fold import topology as azure_topology
 from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
-from .availability import echoes, unavailable, used
+from .availability import Conflict, conflicts, echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .ownership import owned
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .wording import hhmm, span
 
 NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
+PERSONS = ("approve-now", "approve-now-override")  # a person's approval: it goes on a late picture too
 
 
 @dataclass(frozen=True)
@@ -87,20 +94,22 @@ class Evaluation:
     used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
     index: ScopeIndex | None = None
     sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
+    conflicts: dict[str, Conflict] = field(default_factory=dict)  # VM key -> its name conflict
 
 
 class DecisionPass:
     """One evaluation: the unavailable set grows with each approval made in it."""
 
-    def __init__(self, state: FleetState, policy: Policy, now: float) -> None:
-        self.state, self.policy, self.now = state, policy, now
+    def __init__(self, state: FleetState, policy: Policy, now: float, stale: str = "") -> None:
+        self.state, self.policy, self.now, self.stale = state, policy, now, stale
         self.idx = index(state, policy)
         self.down = unavailable(state, policy, self.idx, now)
         self.counts = used(self.idx, self.down)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
         self._uses: tuple[tuple[str, ...], int, tuple[BudgetUse, ...]] | None = None
-        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx)
+        self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
+                              conflicts=conflicts(state, policy, self.idx, now))
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
 
@@ -150,10 +159,11 @@ class DecisionPass:
                 self.taken_counts.update(self.idx.budget_scopes_of.get(vm, ()))
 
     def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
-        """Watched affected VMs whose approval queue no other VM shares (queues.py), those that
-        reported the event Scheduled first, then by name."""
+        """Watched affected VMs of this shard (ownership.py) whose approval queue no other VM shares
+        (queues.py), those that reported the event Scheduled first, then by name."""
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue),
+        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue
+                       and owned(self.state, self.policy, vm)),
                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
@@ -261,6 +271,9 @@ class DecisionPass:
                 or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
                 or self.state.paused(FLEET)):
             return approved
+        if self.stale and last.code not in PERSONS:  # neither sent nor retried on a late picture
+            return Verdict(record.key, record.event_id, "approved",
+                           f"approved; its message waits: {self.stale}", None, res.vms)
         targets = {r.id: azure_fold.ARM if r.data.get("Via") == azure_paths.VIA_ARM  # who may reject it
                    else self.idx.key(r.target_key) for r in record.approvals.values()}
         refusals = {msg: vm for msg, (vm, code) in record.rejections.items()
@@ -340,7 +353,8 @@ class DecisionPass:
         return Verdict(record.key, record.event_id, "budget", reason, over.scope, res.vms, budgets)
 
 
-def evaluate(state: FleetState, policy: Policy, now: float) -> Evaluation:
-    """The decisions of one pass and the verdict on every Scheduled event (module docstring)."""
-    return DecisionPass(state, policy, now).run()
+def evaluate(state: FleetState, policy: Policy, now: float, stale: str = "") -> Evaluation:
+    """The decisions of one pass and the verdict on every Scheduled event (module docstring);
+    ``stale``: why the fold is too far behind its hubs to approve on (the lag guard), or ""."""
+    return DecisionPass(state, policy, now, stale).run()
 

@@ -8,7 +8,8 @@ Attributes:
 =================  ================================================================================
 ``type``           ``com.azure.scheduledevents.coordinator.<kind>``, kind one of ``approve``,
                    ``sent``, ``defer``, ``breach``, ``pause``, ``resume``, ``hold``, ``release``,
-                   ``acknowledge`` (what Azure answered an approval through ARM: decide/arm_path.py)
+                   ``acknowledge`` (what Azure answered an approval through ARM: decide/arm_path.py),
+                   ``confirm`` (an operator confirmed where VMs are: decide/control.py)
 ``id``             deterministic, so the same decision made from the same fold by any instance has
                    the same id (and is folded once): ``<EventId>/coordinator/approve/<attempt>``,
                    ``<EventId>/coordinator/sent/<attempt>``,
@@ -16,9 +17,10 @@ Attributes:
                    ``<EventId>/coordinator/breach/<12 hex of SHA-256 of the sorted scopes>``,
                    ``<EventId>/coordinator/hold|release/<Sequence>``,
                    ``<EventId>/coordinator/approve/<attempt>/acknowledge``,
-                   ``coordinator/pause|resume/<scope>/<Sequence>``
+                   ``coordinator/pause|resume/<scope>/<Sequence>``,
+                   ``coordinator/confirm/<scope>/<16 hex of SHA-256 of the VMs and placements>``
 ``source``         the coordinator (one name for all its instances, given by the service)
-``subject``        the EventId; the scope for ``pause``/``resume``
+``subject``        the EventId; the scope for ``pause``/``resume``/``confirm``
 ``time``           when the decision was made (UTC); ``sent``: when the message was in the queue;
                    ``acknowledge``: when Azure answered (or the call ended unanswered)
 ``eventtype``      extension: the event's EventType, when there is an event
@@ -73,6 +75,9 @@ added or removed. trust.py lets a decision into the fold only when it verifies.
                    than the current one, at most 2^53 (switches.py)
 ``Overrides``      approve-now: the scopes (or kinds, or ``all``) whose budget the person chose to
                    exceed, kept by its retries ([] otherwise)
+``Confirmed``      confirm: [{``vm``: its key, ``placement``: [subscription, resource group,
+                   location, zone, scale set, fault domain, update domain, [[tag, value], ...]]}]
+                   each VM whose placement a person confirmed (fold/inventory.py); null otherwise
 =================  ================================================================================
 
 The service sends an approval message for each ``approve`` that is not ``Shadow`` and goes
@@ -103,7 +108,8 @@ from cloudevents.core.v1.event import CloudEvent
 
 from ....approvals import signing
 from ....timestamps import rfc3339
-from ..fold.state import DecisionRecord
+from ..fold import inventory
+from ..fold.state import DecisionRecord, Placement
 from ..schema import DECISION_PREFIX
 
 if TYPE_CHECKING:
@@ -177,6 +183,7 @@ class Decision:
     sequence: int | None = None
     overrides: tuple[str, ...] = field(default=())
     via: str | None = None  # approve: "arm" for an approval through acknowledge, else a queue message
+    confirmed: tuple[tuple[str, Placement], ...] | None = None  # confirm: (VM key, placement) each
 
     def data(self) -> dict[str, Any]:
         return {
@@ -198,6 +205,8 @@ class Decision:
             "Sequence": self.sequence,
             "Overrides": list(self.overrides),
             "Via": self.via or ("queue" if self.kind == "approve" else None),
+            "Confirmed": None if self.confirmed is None else
+            [{"vm": key, "placement": inventory.as_data(where)} for key, where in self.confirmed],
         }
 
 

@@ -7,6 +7,8 @@ index can be kept up to date from the VMs that changed rather than built again f
   Azure names; ``learned``: otherwise, the name of its co-reception set, after the member whose
   ``label`` sorts first;
 - ``scope_keys``: every scope a VM is in, each key one string shared by all its VMs;
+- ``placed_scopes``: where a VM whose claim is beyond its accepted placements counts in scope
+  sizes (scopes.py's inventory);
 - ``aliases``: which ``host:`` records of a name are the one complete VM of that name;
 - ``retired``: the VMs a completed ``Terminate`` deleted.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import sys
 
 from ..config.policy import Policy
+from ..fold import inventory
 from ..fold import topology as azure_topology
 from ..fold.state import CANCELED, STARTED, FleetState, Vm
 
@@ -73,6 +76,18 @@ def scope_keys(vm: Vm, group: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
             kinds.append(intern(f"tag:{name}"))
     shape = tuple(kinds)
     return tuple(scopes), _KINDS.setdefault(shape, shape)
+
+
+def placed_scopes(state: FleetState, policy: Policy, key: str, group: str) -> set[str] | None:
+    """The scopes a VM counts in for sizes when its claim is beyond its accepted placements (the
+    scopes of those placements); None when it counts wherever it claims."""
+    if not inventory.unplaced(state, key):
+        return None
+    vm, out = state.vms[key], set[str]()
+    for where in inventory.accepted(state, key):
+        there = inventory.as_vm(vm, where)
+        out.update(scope_keys(there, explicit_group(state, policy, there) or group)[0])
+    return out
 
 
 def aliases(state: FleetState, lowered: str) -> dict[str, str]:

@@ -9,7 +9,10 @@ For each event not yet approved (evaluate.py), in this order (the first that fai
 ``held``           a person held it
 ``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
 ``blackout``       now is inside a ``[[blackouts]]`` window
+``stale``          the fold is more than ``max_lag`` behind a hub, or how far is not known (the
+                   lag guard, input/lag.py): the picture the budgets are counted on is late
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
+``other-shard``    an affected VM is not of a subscription this shard owns (ownership.py)
 ``not-watched``    an affected VM is watched neither by its agent (a heartbeat within
                    heartbeat_timeout) nor by Azure (fold/topology.py)
 ``prepare-failed`` an affected VM reported ``preparefailed`` (and no ``prepared`` after it)
@@ -34,6 +37,7 @@ from typing import Protocol
 from ..config.policy import Policy
 from ..fold.state import EventRecord, FleetState
 from .events import BudgetUse, VmRef
+from .ownership import not_owned
 from .scopes import FLEET, Resolution, ScopeIndex, last_heartbeat
 from .wording import hhmm, not_watched, prepare_failed, span, who, why
 
@@ -47,6 +51,7 @@ class Pass(Protocol):
     idx: ScopeIndex
     down: dict[str, str]  # VM key -> why it is unavailable (before the pass)
     reserved: dict[str, str]  # scope -> EventId of the earlier event waiting for it
+    stale: str  # why the fold's picture is too late to approve on ("" when it is not)
 
     def watched(self, vm: str) -> bool: ...
 
@@ -77,10 +82,16 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
     blackout = policy.blackout_at(now)
     if blackout is not None:
         return ("blackout", f"inside the blackout window {blackout.name!r}", None)
+    if p.stale:
+        return ("stale", f"no early approval on a late picture: {p.stale}", None)
     if not record.has_resources or not res.vms or res.unresolved:
         names = ", ".join(res.unresolved) if res.unresolved else "its Resources"
         return ("unresolved", f"{names} match no VM that reported the event or shares its group",
                 None)
+    vm = not_owned(state, policy, res.vms)
+    if vm is not None:
+        return ("other-shard", f"{state.vms[vm].name} is not of a subscription this shard owns "
+                f"({state.vms[vm].subscription or 'subscription unknown'})", None)
     vm = next((v for v in res.vms if not p.watched(v)), None)
     if vm is not None:
         beat = last_heartbeat(p.state, p.idx, vm)

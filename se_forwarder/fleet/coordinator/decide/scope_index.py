@@ -4,8 +4,9 @@ they are and when the index changes). Pure.
 ``ScopeIndex.update`` places again the VMs the fold moved, with whatever their move may change:
 the ``host:`` records of their names (placement.aliases), the VMs a Terminate retired or gave back
 (placement.retired), and the VMs of their co-reception sets whose learned group is named anew.
-Each VM's place is taken out of the counts it was in and put into the new ones, so a scope's size,
-a group's names, the VMs sharing an approval queue or a resourceId (claims.py) stay exact.
+Each VM's place is taken out of the counts it was in and put into the new ones, so a scope's size
+and inventory, a group's names, the VMs sharing an approval queue or a resourceId (claims.py) stay
+exact.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class ScopeIndex:
     budget_scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the scopes with a budget
     kind_of: dict[str, str] = field(default_factory=dict)  # scope -> kind
     size: Counter[str] = field(default_factory=Counter)
+    inventory: Counter[str] = field(default_factory=Counter)  # scope -> VMs its percentage is taken of
+    outside: dict[str, tuple[str, ...]] = field(default_factory=dict)  # VM -> scopes claimed, not counted
     budget_of: dict[str, Budget] = field(default_factory=dict)  # scope -> its budget
     names: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # group -> lower-case name -> VMs
     shared_queue: dict[str, str] = field(default_factory=dict)  # VM -> its queue another VM shares
@@ -81,7 +84,7 @@ class ScopeIndex:
         return self._members
 
     def limit(self, scope: str) -> int:
-        return self.budget_of[scope].limit(self.size[scope])
+        return self.budget_of[scope].limit(self.inventory[scope])
 
     def key(self, vm_key: str) -> str:
         return self.alias.get(vm_key, vm_key)
@@ -196,7 +199,14 @@ class ScopeIndex:
         for key in again & self.fleet:
             self.fleet.discard(key)
             group = self.group_of.pop(key)
+            outside = self.outside.pop(key, ())
             for scope in self.scopes_of.pop(key):
+                if scope not in outside:
+                    counted = self.inventory[scope] - 1
+                    if counted:
+                        self.inventory[scope] = counted
+                    else:
+                        del self.inventory[scope]
                 left = self.size[scope] - 1
                 if left:
                     self.size[scope] = left
@@ -251,13 +261,19 @@ class ScopeIndex:
         members = {k for k in again if k in groups}
         template, sizes, kind_of, budget_of, by_kind = (policy.queue_template, self.size, self.kind_of,
                                                         self.budget_of, policy.by_kind)
+        inventory = self.inventory
         for key in members:
             vm, group = vms[key], sys.intern(groups[key])
             self.group_of[key] = group
             scopes, kinds = placement.scope_keys(vm, group)
             self.scopes_of[key] = scopes
+            placed = placement.placed_scopes(state, policy, key, group)
+            if placed is not None:
+                self.outside[key] = tuple(scope for scope in scopes if scope not in placed)
             budgeted = []
             for scope, kind in zip(scopes, kinds, strict=True):
+                if placed is None or scope in placed:
+                    inventory[scope] += 1
                 count = sizes.get(scope)
                 if count is None:
                     sizes[scope], kind_of[scope] = 1, kind

@@ -26,6 +26,12 @@ kind                 key                                                 holds
 
 A VM lacking an attribute (no zone, no scale set, no topology yet) is in no scope of that kind.
 
+Inventory. A VM is in the scopes it claims (it counts as unavailable there), but a percentage
+budget's limit is taken of the scope's *inventory*: the VMs whose accepted placement puts them there
+too (their first placement, one an operator confirmed, or Azure's: fold/inventory.py), so no claim
+grows a budget. ``outside`` lists the VMs whose claim is beyond their accepted placements, with the
+scopes they claim but do not count in.
+
 Deleted VMs. A VM named in the Resources of a completed ``Terminate`` (reported under that type
 alone) that itself reported it Started or completed, and was not heard from after that
 completion (its own, else the latest), was deleted (scale-in): it leaves the fleet at once rather

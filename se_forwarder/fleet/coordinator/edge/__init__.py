@@ -5,7 +5,8 @@ trusted key, registrations with an attested document, reports signed by their VM
 key) and on the snapshot; ``gate.Gate`` applies it to one event, holding reports until their VM's
 registration, and hands what passes to the fold with the sender it found. ``attestation`` verifies
 an IMDS attested document; ``azure_facts`` reads Azure's feed events and Resource Graph rows as
-facts. Each refusal has a reason code, a counter and a test; no I/O, no threads, no SDK here.
+facts; ``shard`` drops what claims another shard's subscription before any of that. Each refusal
+has a reason code, a counter and a test; no I/O, no threads, no SDK here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The fold's part for the coordinator's own decisions (``coordinator.<kind>``, as trust.py let them
 through): the decision log, each event's approvals (and the ``sent`` records of their messages,
 or the ``acknowledge`` records of what Azure answered an approval through ARM: fold/azure.py),
-defers and breaches, and the switches. Pure.
+defers and breaches, the switches, and the operators' inventory confirmations (fold/inventory.py). Pure.
 
 A decision id seen twice keeps one record (the earlier, then the smaller by content), so decisions
 published twice or by two instances are harmless. Pause/resume of a scope and hold/release of an
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..schema import DECISION_KINDS
 from . import azure as azure_fold
-from . import switches
+from . import inventory, switches
 from .caps import FOLDED, LATE, MALFORMED, event_id_ok
 from .state import DecisionRecord, FleetState, Switch
 
@@ -52,6 +52,8 @@ def decision(state: FleetState, record: DecisionRecord, chained: bool = True) ->
             return FOLDED  # the same decision again (or the other instance's twin: keep one)
     if record.kind in ("pause", "resume", "hold", "release"):
         return _switch(state, record, known is not None, chained)
+    if record.kind == "confirm":
+        return inventory.fold_confirm(state, record)
     event_id = record.data.get("EventId")
     if not event_id_ok(event_id):
         return MALFORMED

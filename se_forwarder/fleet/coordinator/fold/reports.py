@@ -13,7 +13,9 @@ VMs merges everyone's word so that no report makes another VM look more availabl
 - ``types``: every EventType reported; an event reported under two types is managed only when
   every one of them is (decide/evaluate.py), and only an all-``Terminate`` event retires its VMs (scopes.py);
 - NotBefore, description and duration come from the newest report (a VM can shift the NotBefore
-  others see, so the order in which events are approved, never a budget).
+  others see, so the order in which events are approved, never a budget); the earliest NotBefore
+  any report gave is kept too: from then on the event counts as down (availability.py's ``due``),
+  so no report can make it due later.
 
 Times. A report's ``time`` is the sender's word: it is clamped to the hub's enqueued time plus
 ``skew`` (trust settings), so a report dated 2099 neither wins every "newest" comparison nor keeps a
@@ -52,6 +54,7 @@ from ....model import Kind
 from ....printable import has_controls
 from ..config.limits import MAX_REJECTIONS, Limits
 from . import azure as azure_fold
+from . import inventory
 from . import topology as azure_topology
 from .caps import (
     FOLDED,
@@ -172,6 +175,8 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         vm.last_heard = stamp[0]
     state.note("vms", key)
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
+    if info and own and sender.verified:
+        inventory.observe(state, vm, info, (clock, stamp[1]), limits)  # where it was first, what it claimed
     if info and own and stamp > vm.topology_stamp:
         vm.topology_stamp = stamp
         seen = fingerprint(info)
@@ -285,6 +290,8 @@ def _info(record: EventRecord, event: Mapping[str, Any], data: dict[str, Any], s
     due = not_before(data)
     if due is not None and stamp > record.not_before_stamp:
         record.not_before, record.not_before_stamp = due, stamp
+    if due is not None and (record.earliest_not_before is None or due < record.earliest_not_before):
+        record.earliest_not_before = due  # no report can make an event due later (availability.due_at)
 
 
 def _union(kept: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,7 +13,8 @@ as both pruned at about the same time. It drops:
   with their decisions and holds. An event one of its VMs never reported over stays until then,
   whatever the others reported. Their EventIds are remembered for ``keep_gone`` (7 days) so a
   straggling report cannot bring one back; with Azure's record of them (azure_fold.forget);
-- pause/resume decisions older than ``keep_events`` that are not the current state of their scope.
+- pause/resume decisions older than ``keep_events`` that are not the current state of their scope,
+  and inventory confirmations older than that (what they confirmed stays: fold/inventory.py).
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     if old_vms:
         for key in old_vms:
             del state.vms[key]
+            state.confirmed.pop(key, None)
+            state.confirmed_at.pop(key, None)
         state.note("vms", *old_vms)
+        state.note("confirmed", *old_vms)
         forget(state, set(old_vms))
         state.touch(*old_vms, *state.groups.drop(set(old_vms)))
     old_events = []
@@ -71,7 +75,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     for ident, decision in state.decisions.items():
         event_id = decision.data.get("EventId")
         of_removed = isinstance(event_id, str) and event_id.lower() in removed
-        old_switch = decision.kind in ("pause", "resume") and ident not in current
+        old_switch = decision.kind in ("pause", "resume", "confirm") and ident not in current
         if of_removed or (old_switch and decision.time < now - keep_events):
             stale.append(ident)
     for ident in stale:

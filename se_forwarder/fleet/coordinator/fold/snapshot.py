@@ -5,8 +5,9 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (fold/identities.py), the key changes kept to be shown, and the reports waiting for
-their sender's registration (gate.py). ``restore`` raises ``StateError`` (one line) for anything
+identity keys (fold/identities.py), the key changes kept to be shown, the reports waiting for
+their sender's registration (gate.py), and the inventory (each VM's first placement and the
+placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 
 ``lines(state)`` is the same fold as lines of JSON, one record each (``["vm", {...}]``,
@@ -26,7 +27,7 @@ from itertools import islice
 from typing import Any
 
 from ....errors import StateError
-from . import azure_state
+from . import azure_state, inventory
 from .caps import FOLDED
 from .decisions import decision
 from .reports import track
@@ -73,7 +74,13 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
         "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
         "azure": azure_state.dump(state.azure),
+        "confirmed": {k: confirmed_data(state, k) for k in sorted(state.confirmed)},
     }
+
+
+def confirmed_data(state: FleetState, key: str) -> list[Any]:
+    """The placement an operator confirmed for a VM, and its decision's stamp."""
+    return [inventory.as_data(state.confirmed[key]), *state.confirmed_at[key]]
 
 
 def identity_data(i: Identity) -> dict[str, Any]:
@@ -83,7 +90,7 @@ def identity_data(i: Identity) -> dict[str, Any]:
 
 VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "resourceGroup", "location",
               "zone", "scaleSet", "faultDomain", "updateDomain", "placementGroup", "tags", "topologyStamp",
-              "lastHeartbeat", "lastHeard", "agentVersion", "listed", "polled")
+              "lastHeartbeat", "lastHeard", "agentVersion", "listed", "polled", "placed", "claims")
 
 
 def _vm(vm: Vm) -> dict[str, Any]:
@@ -95,7 +102,9 @@ def vm_row(vm: Vm) -> list[Any]:
     return [vm.key, vm.name, vm.vm_id, vm.complete, vm.resource_id, vm.subscription, vm.resource_group,
             vm.location, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain, vm.placement_group,
             dict(sorted(vm.tags.items())) if vm.tags else {}, _stamp(vm.topology_stamp), vm.last_heartbeat,
-            _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled]
+            _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled,
+            None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
+            sorted([name, rid, t] for (name, rid), t in vm.claims.items())]
 
 
 def event_data(e: EventRecord) -> dict[str, Any]:
@@ -103,7 +112,8 @@ def event_data(e: EventRecord) -> dict[str, Any]:
         "key": e.key, "eventId": e.event_id, "eventType": e.event_type, "eventSource": e.event_source,
         "description": e.description, "duration": e.duration, "resources": list(e.resources),
         "hasResources": e.has_resources, "infoStamp": _stamp(e.info_stamp), "notBefore": e.not_before,
-        "notBeforeStamp": _stamp(e.not_before_stamp), "reports": dict(sorted(e.reports.items())),
+        "notBeforeStamp": _stamp(e.not_before_stamp), "earliestNotBefore": e.earliest_not_before,
+        "reports": dict(sorted(e.reports.items())),
         "rank": e.rank, "startedAt": e.started_at, "completedAt": e.completed_at,
         "finished": dict(sorted(e.finished.items())), "endedAt": e.ended_at,
         "lastReport": _num(e.last_report), "scheduledAt": e.scheduled_at,
@@ -133,6 +143,8 @@ def restore(data: Any) -> FleetState:
         found.rekeyed(data.get("rekeyed", []))
         for key, items in data.get("waiting", {}).items():
             found.waiting([key, items])
+        for key, item in data.get("confirmed", {}).items():
+            found.confirmed([key, item])
         for item in data["decisions"]:
             found.decision(item)
         return found.done()
@@ -163,6 +175,7 @@ def lines(state: FleetState) -> Iterator[bytes]:
     yield _line(dumps, "rekeyed", [[r.vm, r.old, r.new, r.time] for r in state.rekeyed])
     yield from _batches(dumps, "waiting", ([k, [[t, e] for t, e in items]]
                                            for k, items in sorted(state.waiting.items()) if items))
+    yield from _batches(dumps, "confirmed", ([k, confirmed_data(state, k)] for k in sorted(state.confirmed)))
     yield from _batches(dumps, "decisions", ([d.id, d.kind, d.time, d.data]
                                              for _, d in sorted(state.decisions.items())))
 
@@ -182,7 +195,7 @@ def restore_lines(source: Iterable[bytes]) -> FleetState:
     each: dict[str, Callable[[Any], None]] = {
         "azure-vms": found.azure_vm, "azure-events": found.azure_event, "vms": found.vm_row,
         "events": found.event, "identities": found.identity, "waiting": found.waiting,
-        "decisions": found.decision}
+        "confirmed": found.confirmed, "decisions": found.decision}
     whole: dict[str, Callable[[Any], None]] = {
         "columns": found.columns, "azure": found.azure_rest, "groups": found.groups, "gone": found.gone,
         "rekeyed": found.rekeyed}
@@ -254,7 +267,13 @@ class Restorer:
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
             agent_version=text(item["agentVersion"]), listed=tuple(text(e) for e in item.get("listed", ())),
             polled=item.get("polled"),
+            claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
         )
+        if item.get("placed"):
+            where, moment, ident = item["placed"]
+            vm.placed, vm.placed_stamp = inventory.from_data(where), (float(moment), str(ident))
+        elif "placed" not in item and vm.topology_stamp != NO_STAMP:  # written before the inventory was kept
+            vm.placed, vm.placed_stamp = inventory.placement(vm), vm.topology_stamp
         self.state.vms[vm.key] = vm
 
     def event(self, item: dict[str, Any]) -> None:
@@ -266,6 +285,7 @@ class Restorer:
             info_stamp=_unstamp(item["infoStamp"]), not_before=item["notBefore"],
             not_before_stamp=_unstamp(item["notBeforeStamp"]),
             reports={key(k): int(v) for k, v in item["reports"].items()},
+            earliest_not_before=item.get("earliestNotBefore", item["notBefore"]),
             rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
             finished={key(k): v for k, v in item["finished"].items()}, ended_at=item["endedAt"],
             last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
@@ -300,6 +320,11 @@ class Restorer:
     def waiting(self, pair: list[Any]) -> None:
         key, items = pair
         self.state.waiting[self.key(key)] = [(float(t), dict(e)) for t, e in items]
+
+    def confirmed(self, pair: list[Any]) -> None:
+        key, (where, moment, ident) = pair
+        self.state.confirmed[self.key(key)] = inventory.from_data(where)
+        self.state.confirmed_at[self.key(key)] = (float(moment), str(ident))
 
     def decision(self, item: list[Any]) -> None:
         ident, kind, moment, payload = item

@@ -31,6 +31,9 @@ RANK_NAMES = {SCHEDULED: "scheduled", STARTED: "started", CANCELED: "canceled", 
 TERMINAL = CANCELED
 
 Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of equal time too
+# Where a VM is (fold/inventory.py): subscription, resource group, location, zone, scale set, fault
+# and update domain, tags.
+Placement = tuple[str, str, str, str, str, str, str, tuple[tuple[str, str], ...]]
 NO_STAMP: Stamp = (float("-inf"), "")
 # The tags of every VM without any: one dict shared by all (a VM's tags are replaced, never changed
 # in place), so 100,000 untagged VMs do not hold 100,000 empty dicts.
@@ -61,6 +64,10 @@ class Vm:
     agent_version: str = ""
     listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    placed: Placement | None = None  # where its first verified report placed it (fold/inventory.py)
+    placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
+    # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
+    claims: dict[tuple[str, str], float] = field(default_factory=dict)
     # A fingerprint of the data.Vm read last (fold/reports.py): the same again is not parsed again.
     seen: int | None = field(default=None, repr=False, compare=False)
 
@@ -130,6 +137,7 @@ class EventRecord:
     info_stamp: Stamp = NO_STAMP
     not_before: float | None = None
     not_before_stamp: Stamp = NO_STAMP
+    earliest_not_before: float | None = None  # the earliest NotBefore any report gave (availability.due_at)
     reports: dict[str, int] = field(default_factory=dict)  # VM key -> highest status rank
     rank: int = 0  # highest rank of any report
     scheduled_at: float | None = None  # earliest scheduled report (the timeline's Scheduled span)
@@ -285,6 +293,7 @@ class Journal:
     waiting: set[str] = field(default_factory=set)
     azure_vms: set[str] = field(default_factory=set)
     azure_events: set[str] = field(default_factory=set)
+    confirmed: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -309,6 +318,9 @@ class FleetState:
     # VM key -> [(enqueued time, CloudEvent)].
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
     azure: AzureView = field(default_factory=AzureView)  # Azure's own view (fold/azure_state.py)
+    # The placements an operator confirmed (fold/inventory.py): VM key -> placement, and its decision's stamp.
+    confirmed: dict[str, Placement] = field(default_factory=dict)
+    confirmed_at: dict[str, Stamp] = field(default_factory=dict)
     version: int = 0
     # What changed since decide/scopes.py's index last looked (it keeps itself up to date from it):
     # VMs that are new or whose topology changed (None until an index exists, or when anything may

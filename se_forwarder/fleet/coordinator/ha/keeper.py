@@ -19,6 +19,12 @@ the outcome when it comes by (``poll``):
   then the service knows nothing it could act on, and it cannot hold the lease anyway. A
   snapshot that is damaged, of another hub or not signed by a trusted key (trust.snapshot) is
   logged in one line and the hub read from the start.
+- Generations (snapshot_blob.py): each save is one more than the highest generation known (the
+  last loaded or saved, or recorded on the leader blob when this instance took the lease), and is
+  recorded on the leader blob once uploaded. A snapshot older than the generation recorded there
+  was put back (rolled back): it is refused, said as an error, and the load says so (``blocked``):
+  the service reads the hub from the start but does not act until it is restarted without that
+  snapshot (docs/coordinator.md).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 from ....backoff import Backoff
 from ....errors import SeForwarderError, StateError
@@ -48,13 +55,26 @@ class Loaded:
     positions: dict[str, Position]
     found: Snapshot | None  # None: no usable snapshot, the hub is read from the start
     refused: bool = False  # there was one, not usable (said in one line)
+    blocked: str = ""  # why the instance must not act on this fold (a rolled-back snapshot)
+
+
+class Generations(Protocol):
+    """Where the generation of the last snapshot saved is recorded (ha/lease.py's Lease)."""
+
+    generation: int  # the highest known recorded
+
+    def recorded_generation(self) -> int: ...
+
+    def record_generation(self, number: int) -> None: ...
 
 
 class Keeper:
     def __init__(self, snapshots: SnapshotBlob, storage: Reach, instance: str,
-                 prepare: Callable[[], None] | None = None) -> None:
+                 prepare: Callable[[], None] | None = None, generations: Generations | None = None) -> None:
         self.snapshots, self.storage, self.instance = snapshots, storage, instance
         self.prepare = prepare  # run once before the first load (creating the container)
+        self.generations = generations
+        self.generation = 0  # the highest snapshot generation loaded or saved
         self.last_snapshot: tuple[float, int] | None = None  # (wall time, bytes)
         self.save_failures = 0
         self._saving: Future[int] | None = None
@@ -81,7 +101,7 @@ class Keeper:
         recently; whether it started."""
         if not self.can_save():
             return False
-        self._saving = begin(lambda: self.snapshots.save(packed), "coordinator-snapshot")
+        self._saving = begin(lambda: self._upload(packed), "coordinator-snapshot")
         self._save_started, self._save_overdue = time.monotonic(), False
         return True
 
@@ -91,10 +111,24 @@ class Keeper:
             return
         self._saving = None
         try:
-            size = self.storage.call(lambda: self.snapshots.save(packed), timeout, "saving the snapshot")
+            size = self.storage.call(lambda: self._upload(packed), timeout, "saving the snapshot")
         except Exception:  # noqa: BLE001 - recorded by reach; the hub still has everything
             return
         self.last_snapshot = (time.time(), size)
+
+    def _upload(self, packed: Packed) -> int:
+        """Upload the next generation and record it on the leader blob; the size uploaded."""
+        known = self.generations.generation if self.generations is not None else 0
+        number = max(self.generation, known) + 1
+        size = self.snapshots.save(packed, number)
+        self.generation = number
+        if self.generations is not None:
+            try:
+                self.generations.record_generation(number)
+            except Exception as exc:  # noqa: BLE001 - the next save records a later one
+                log.warning("snapshot generation %d saved but not recorded on the leader blob: %s", number,
+                            describe_error(exc))
+        return size
 
     def _poll_save(self) -> None:
         future = self._saving
@@ -156,6 +190,15 @@ class Keeper:
             return Loaded(FleetState(), {}, None, refused=True)
         if found is None:
             return Loaded(FleetState(), {}, None)
+        recorded = self.generations.recorded_generation() if self.generations is not None else 0
+        if found.generation < recorded:
+            why = (f"the snapshot blob holds generation {found.generation}, older than generation {recorded} "
+                   "recorded on the leader blob: an older snapshot was put back, and is refused")
+            log.error("%s; reading the hub from the start of its retention, and not acting until this "
+                      "instance is restarted without that snapshot (docs/coordinator.md#a-gap-in-the-fold)",
+                      why)
+            return Loaded(FleetState(), {}, None, refused=True, blocked=why)
+        self.generation = max(self.generation, found.generation, recorded)
         return Loaded(found.state, dict(found.positions), found)
 
     def _fetch(self) -> Snapshot | StateError | None:

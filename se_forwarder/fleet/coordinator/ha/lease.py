@@ -10,6 +10,10 @@ last successful renewal, so a publish started in time (at most ``hub_publisher.P
 before any other instance can hold the lease. A standby tries to take the lease every
 ``lease_duration / 5``; it gets it at most ``lease_duration`` after the leader's last renewal.
 
+The metadata also carries the generation of the last snapshot saved (``generation``, snapshot_blob.py):
+it is written only under the lease, kept when another instance takes the lease, and read before a
+snapshot is loaded.
+
 Every call has short timeouts of its own and no SDK retry (``LEASE_CALL``): the
 callers retry on their own schedule, with a deadline (reach.py), off the service's loop. An instance
 proposes the same lease id every time it asks for the lease, so a request that took the lease but
@@ -62,6 +66,7 @@ class Lease:
         self.run = run
         self.lease_id = str(uuid.uuid4())  # proposed on every acquire (module docstring)
         self._lease: Any = None
+        self.generation = 0  # the highest snapshot generation known recorded on the blob
         self.valid_until = 0.0  # monotonic: act only before this
         self.renewed_at: float | None = None  # monotonic: the last renewal (or acquisition) sent
 
@@ -99,12 +104,40 @@ class Lease:
         self._lease = lease
         self.renewed_at, self.valid_until = sent, sent + self.duration - MARGIN
         try:
-            self.run(lambda: self.blob.set_blob_metadata({"instance": self.instance, "api": self.api},
-                                                         lease=lease, **LEASE_CALL),
+            self.recorded_generation()  # kept: the metadata is written whole
+            self.run(lambda: self.blob.set_blob_metadata(self._metadata(), lease=lease, **LEASE_CALL),
                      "recording this instance on the leader blob")
         except Exception as exc:  # noqa: BLE001 - only the standby's hint is lost
             log.warning("could not record this instance on the lease blob: %s", getattr(exc, "message", exc))
         return True
+
+    def _metadata(self) -> dict[str, str]:
+        return {"instance": self.instance, "api": self.api, "generation": str(self.generation)}
+
+    def recorded_generation(self) -> int:
+        """The snapshot generation recorded on the leader blob (0: none, or no blob yet); raises when
+        it cannot be read."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            props = self.run(lambda: self.blob.get_blob_properties(**LEASE_CALL),
+                             "reading the snapshot generation")
+        except ResourceNotFoundError:
+            return 0
+        text = (props.metadata or {}).get("generation", "0")
+        found = int(text) if text.isdigit() else 0
+        self.generation = max(self.generation, found)
+        return found
+
+    def record_generation(self, number: int) -> None:
+        """Record a snapshot generation saved, under the lease this instance holds (from the keeper's
+        thread); raises when it does not hold it or the blob cannot be written."""
+        lease = self._lease
+        if lease is None:
+            raise SeForwarderError("this instance does not hold the leader lease")
+        self.generation = max(self.generation, number)
+        self.run(lambda: self.blob.set_blob_metadata(self._metadata(), lease=lease, **LEASE_CALL),
+                 "recording the snapshot generation")
 
     def renew(self) -> bool:
         """Renew the held lease; False (and no longer held) when it was lost to another instance."""

@@ -7,10 +7,11 @@ one (or with one for another hub) it reads the hub from the start of its retenti
 Its text (format 2) is gzipped lines of JSON, made and read one line at a time, so that saving or
 loading 100,000 VMs never holds the fold twice:
 
-- the first line, the header: ``{"format": 2, "hub", "instance", "writtenAt", "positions"}``;
+- the first line, the header: ``{"format": 2, "hub", "coordinator", "instance", "writtenAt",
+  "positions"}``;
 - the fold's lines (``fold/snapshot.lines``: records in batches);
 - the last line, the seal: ``{"sha256": <hex of every byte before this line>, "lines": <their
-  number>}`` signed with the coordinator's key exactly as a decision is (``keyid`` and
+  number>, "generation"}`` signed with the coordinator's key exactly as a decision is (``keyid`` and
   ``signature`` members beside the others: approvals/signing.py).
 
 A snapshot whose seal does not verify with a trusted key (trust.snapshot), or whose lines are not
@@ -18,6 +19,13 @@ the ones the seal names, is not used: whoever can write the container cannot wri
 ``pack`` runs on the service's loop (the fold as it is, compressed as it is written: about a
 second for 100,000 VMs); ``save`` seals and uploads it off the loop. A format 1 snapshot (one JSON
 document signed whole, as earlier versions wrote it) still loads.
+
+The header carries the name of the coordinator it belongs to (``[coordinator] name``): another
+coordinator's snapshot copied here is refused, even signed with a shared key. And the seal a
+*generation*, one more at every save (numbered as it is uploaded): the leader records the
+generation it saved on the leader blob's metadata (ha/lease.py, under its lease) and a snapshot
+older than the generation recorded there is refused (ha/keeper.py): an older signed snapshot put
+back in the blob (rolled back) cannot make an instance forget what it folded since.
 
 Every call has short timeouts of its own and no SDK retry (``SNAPSHOT_CALL``): ha/keeper.py retries on
 its own schedule, with a deadline (reach.py), off the service's loop.
@@ -58,6 +66,7 @@ class Snapshot:
     positions: dict[str, Position]
     written_at: float
     instance: str
+    generation: int = 0  # 0: written before generations were kept
 
 
 @dataclass
@@ -110,9 +119,10 @@ def _json_line(value: Any) -> bytes:
     return (json.dumps(value, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
 
 
-def sealed(packed: Packed, key: Ed25519PrivateKey) -> bytes:
+def sealed(packed: Packed, key: Ed25519PrivateKey, generation: int = 0) -> bytes:
     """The gzipped text of ``packed`` with its signed seal as the last line."""
-    seal = signing.sign({"sha256": packed.digest.hexdigest(), "lines": packed.count}, key)
+    seal = {"sha256": packed.digest.hexdigest(), "lines": packed.count, "generation": generation}
+    seal = signing.sign(seal, key)
     return b"".join([*packed.parts, packed.compressor.compress(_json_line(seal)), packed.compressor.flush()])
 
 
@@ -123,17 +133,18 @@ class SnapshotBlob:
     def __init__(self, container: Any, name: str, hub: str, key: Callable[[], Ed25519PrivateKey],
                  trusted: Callable[[], signing.VerifyKeys]) -> None:
         self.blob = container.get_blob_client(f"{name}/snapshot.json.gz")
-        self.hub, self.key, self.trusted = hub, key, trusted
+        self.name, self.hub, self.key, self.trusted = name, hub, key, trusted
 
     def pack(self, state: FleetState, positions: dict[str, Position], instance: str) -> Packed:
         """The fold as it is now, compressed (on the service's loop: the fold must not change meanwhile)."""
-        header = {"format": FORMAT, "hub": self.hub, "instance": instance, "writtenAt": time.time(),
+        header = {"format": FORMAT, "hub": self.hub, "coordinator": self.name, "instance": instance,
+                  "writtenAt": time.time(),
                   "positions": {pid: pos.as_data() for pid, pos in sorted(positions.items())}}
         return pack(header, lines(state))
 
-    def save(self, packed: Packed) -> int:
-        """Seal and write the snapshot; its size in bytes (compressed)."""
-        body = sealed(packed, self.key())
+    def save(self, packed: Packed, generation: int = 0) -> int:
+        """Seal and write the snapshot as ``generation``; its size in bytes (compressed)."""
+        body = sealed(packed, self.key(), generation)
         self.blob.upload_blob(body, overwrite=True, **SNAPSHOT_CALL)
         return len(body)
 
@@ -172,19 +183,23 @@ class SnapshotBlob:
                 digest.update(last)
                 count += 1
             last = line
-        self._sealed(json.loads(last) if last is not None else None, digest.hexdigest(), count)
+        seal = self._sealed(json.loads(last) if last is not None else None, digest.hexdigest(), count)
         self._ours(header)
         state = restore_lines(islice(_text_lines(body), 1, count))
         positions = {str(pid): Position(int(p["sequence"]), str(p["offset"]))
                      for pid, p in header["positions"].items()}
-        return Snapshot(state, positions, float(header["writtenAt"]), str(header.get("instance")))
+        return Snapshot(state, positions, float(header["writtenAt"]), str(header.get("instance")),
+                        int(seal.get("generation", 0)))
 
     def _ours(self, header: dict[str, Any]) -> None:
         if header.get("hub") != self.hub:
             raise StateError(f"the snapshot is of Event Hub {header.get('hub')!r}, not {self.hub!r}")
+        if header.get("coordinator", self.name) != self.name:
+            owner = str(header.get("coordinator"))[:100]
+            raise StateError(f"the snapshot belongs to coordinator {owner!r}, not {self.name!r}")
 
-    def _sealed(self, seal: Any, digest: str, count: int) -> None:
-        """The seal verifies with a trusted key and names exactly the lines read."""
+    def _sealed(self, seal: Any, digest: str, count: int) -> dict[str, Any]:
+        """The seal, when it verifies with a trusted key and names exactly the lines read."""
         if not isinstance(seal, dict):
             raise StateError("the snapshot blob is not the coordinator's: it has no seal")
         verdict = trust.snapshot(seal, self.trusted())
@@ -193,6 +208,7 @@ class SnapshotBlob:
         if seal.get("sha256") != digest or seal.get("lines") != count:
             raise StateError("the snapshot blob is not the coordinator's: the snapshot does not verify "
                              "(its lines are not the ones its signature seals)")
+        return seal
 
     def _format_1(self, data: dict[str, Any], rest: Iterator[bytes]) -> Snapshot:
         if next(rest, None) is not None:
@@ -204,7 +220,7 @@ class SnapshotBlob:
         positions = {str(pid): Position(int(p["sequence"]), str(p["offset"]))
                      for pid, p in data["positions"].items()}
         return Snapshot(restore(data["state"]), positions, float(data["writtenAt"]),
-                        str(data.get("instance")))
+                        str(data.get("instance")), int(data.get("generation", 0)))
 
 
 def _text_lines(body: bytes) -> Iterator[bytes]:

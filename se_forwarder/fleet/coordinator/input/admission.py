@@ -14,6 +14,11 @@ feed hub (``readers.FEED`` partitions) is not the gate's: it goes to the
 feed's own check at the edge (``feed``: input/azure.py, with edge/azure_facts.py), since no VM can write
 to that hub and none of its events carries a VM's key.
 
+A shard (``[shard]``) first drops what plainly is another shard's: an event that claims a
+subscription the shard does not own (edge/shard.py, before any signature check), counted as
+``other-shard`` among the refusals and logged at debug level only (on a hub shared by several
+shards it is what most events are).
+
 ``BatchAdmission`` owns the gate (gate.py, pure) and the intermediates fetcher (input/intermediates.py, when
 ``[trust] fetch_intermediates``); it counts what is not a CloudEvent, keeps the newest enqueued time
 read (the hub time held reports expire by), logs each vmId that registers a new key, and logs
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from ....approvals import signing
 from ..config.limits import CAPS, Limits
 from ..config.trust import TrustSettings
-from ..edge import trust
+from ..edge import shard, trust
 from ..edge.gate import Edge, Gate
 from ..fold.state import FleetState
 from .hub_reader import Batch
@@ -63,7 +68,8 @@ class AdmissionCounts:
 
 class BatchAdmission:
     def __init__(self, source: str, keys: Callable[[], signing.VerifyKeys], settings: TrustSettings,
-                 limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None) -> None:
+                 limits: Limits, feed: Callable[[FleetState, Batch], None] | None = None,
+                 owned: frozenset[str] = frozenset()) -> None:
         self.feed = feed  # the Azure feed hub's batches (with [azure.feed]): checked there
         self.fetched_urls: queue.Queue[str] = queue.Queue()
         self.intermediates = Intermediates(settings.intermediate_hosts, self.fetched_urls.put) \
@@ -73,6 +79,8 @@ class BatchAdmission:
         self.gate = Gate(Edge(source, keys, attested, settings.require_signed_reports, settings.report_skew,
                               limits))
         self.not_cloudevents = 0
+        self.owned = owned  # [shard] subscriptions; empty: every subscription is this coordinator's
+        self.other_shard = 0  # events dropped as another shard's (edge/shard.py)
         self.hub_time: float | None = None  # the newest enqueued time read from the hub
         self._said: dict[str, float] = {}  # reason -> monotonic time it may be logged again
 
@@ -89,6 +97,10 @@ class BatchAdmission:
         for event, position in batch.events:
             if event is None:
                 self.not_cloudevents += 1
+            elif (claimed := shard.other_shard(event, self.owned)) is not None:
+                self.other_shard += 1
+                log.debug("dropped another shard's event %s: it claims subscription %s",
+                          str(event.get("id"))[:120], claimed[:60])
             else:
                 outcome = self.gate.admit(state, event, position.enqueued)
                 if outcome in trust.REASON_CODES and self.gate.last_refusal is not None:
@@ -110,7 +122,8 @@ class BatchAdmission:
             dict(fold.folded),
             {"not-cloudevent": self.not_cloudevents, "malformed": fold.malformed, "late": fold.late,
              "other-type": sum(fold.skipped.values()), "capped": fold.dropped},
-            {code: self.refused[code] for code in trust.REASON_CODES},
+            {**{code: self.refused[code] for code in trust.REASON_CODES},
+             shard.OTHER_SHARD: self.other_shard},
             {reason: fold.capped.get(reason, 0) for reason in CAPS},
             self.gate.held(state), self.gate.registered.get("rekeyed", 0))
 

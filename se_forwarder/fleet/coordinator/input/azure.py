@@ -13,7 +13,11 @@ Resource Graph cannot be reached:
   ``[CloudEvent]``; hub_reader.decode takes its one element) is checked by ``azure_facts.feed_event`` and
   folded as Azure's (fold/azure.py); a refusal is counted by reason, logged once per reason and
   ``REFUSAL_SAID`` seconds, and watched (input/feed_watch.py: a feed whose every event is refused
-  is as loud as one that does not answer). Conversely, Azure's types read from the agents' hub are
+  is as loud as one that does not answer). A shard skips, before any check, the events of
+  subscriptions another shard owns (edge/shard.py), counted as ``feed-other-shard`` and neither
+  refused nor watched: on a feed hub every subscription's topic delivers to, that is most of them.
+  Its catch-up reads only its own subscriptions (``[azure] subscriptions`` is within the shard's).
+  Conversely, Azure's types read from the agents' hub are
   refused by trust.py (``azure``).
 - **The catch-up.** At start and every ``arg_interval``, ``Graph.catch_up`` (azure/graph.py) on a
   thread of its own; the ``CatchUp`` is folded on the loop (``pump``, azure_fold.fold_catch_up).
@@ -50,7 +54,7 @@ from ..azure.reach import Reach, describe_error
 from ..config.azure import AzureSettings
 from ..decide import arm_path as azure_paths
 from ..decide.events import Decision, Recorded
-from ..edge import azure_facts
+from ..edge import azure_facts, shard
 from ..fold import azure as azure_fold
 from ..fold.azure_state import CatchUp
 from ..fold.caps import FOLDED
@@ -123,6 +127,9 @@ class AzureInput:
         for event, _ in batch.events:
             if event is None:
                 self._refused("not-cloudevent", "a message that is not a CloudEvent", None)
+                continue
+            if shard.other_shard(event, self.settings.shard) is not None:  # before any check: not a refusal
+                self.counts[f"feed-{shard.OTHER_SHARD}"] += 1
                 continue
             facts = azure_facts.feed_event(event, self.settings.subscriptions)
             if isinstance(facts, azure_facts.Refusal):

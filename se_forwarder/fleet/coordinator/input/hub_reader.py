@@ -31,6 +31,7 @@ from ...tail import cloud_event_of
 from ..azure.clients import consumer
 from ..azure.reach import Reach, begin, describe_error
 from ..config.service import EventHubSettings
+from .lag import PROBE_EVERY, End, Watch, end_of
 
 log = logging.getLogger("se_forwarder.coordinator.hub")
 
@@ -41,7 +42,6 @@ MAX_BATCH = 300  # events handed on at most per read
 PREFETCH = 50
 SOCKET_TIMEOUT = 0.05
 RECLAIM = 1.0  # s between the SDK's attempts to reopen a partition that failed
-PROBE_EVERY = 2.0  # s between questions to the hub while reading
 PROBE_LOST = 0.5  # s between questions while it does not answer
 PROBE_DEADLINE = 5.0
 PROBE_RETRY: dict[str, Any] = {"retry_total": 1, "retry_backoff_factor": 0.2, "retry_backoff_max": 0.5}
@@ -110,7 +110,8 @@ class HubReader:
     opens it again in a tight loop and tells nobody (azure-eventhub 5.15: ``on_error`` is not
     called; thousands of attempts a second per partition, more than a core between them), so the
     watcher is what notices an outage: it asks
-    the hub about itself every ``PROBE_EVERY`` seconds (one management request). When the hub
+    the hub about itself every ``PROBE_EVERY`` seconds (management requests: the hub, and where each
+    partition ends and begins, kept in ``watch`` for the lag guard, lag.py). When the hub
     does not answer (or not within ``PROBE_DEADLINE``), it closes the partitions' clients (no
     busy loop during an outage), and asks every ``PROBE_LOST`` seconds; when the hub answers
     again, it reads where each partition ends, says how far behind the fold is, and opens the
@@ -120,8 +121,10 @@ class HubReader:
 
     def __init__(self, settings: EventHubSettings, start: dict[str, Position],
                  deliver: Callable[[Batch], None], reach: Reach | None = None,
-                 label: str = "the Event Hub", connect: Callable[..., Any] = consumer) -> None:
+                 label: str = "the Event Hub", connect: Callable[..., Any] = consumer,
+                 watch: Watch | None = None) -> None:
         self.settings, self.label = settings, label
+        self.watch = watch or Watch(label)  # where its partitions end, at each question (lag.py)
         self.connect = connect  # makes the consumer clients (access.Clients)
         self.deliver = deliver
         self.reach = reach or Reach("hub-read")
@@ -150,14 +153,19 @@ class HubReader:
             if ids is not None and not reading:
                 was = dict(self.read_to)
                 self.reach.succeeded()
+                survey = self._survey(ids)  # before reading on: a gap retention left is found first
+                if survey is not None:
+                    self.watch.check_start(survey, was)
                 self._back(ids)
                 reading = True
-                self._measure(ids, was)
+                self._measure(survey, was)
             elif ids is None and reading:
                 self._lose()
                 reading = False
-            elif ids is not None and self.health.lost_at is None:
-                self.reach.succeeded()
+            elif ids is not None:
+                if self.health.lost_at is None:
+                    self.reach.succeeded()
+                self._survey(ids)
             self._wake.wait(PROBE_EVERY if reading else PROBE_LOST)
             self._wake.clear()
 
@@ -180,12 +188,18 @@ class HubReader:
             threading.Thread(target=_close_quietly, args=(mgmt,), daemon=True).start()
         return None
 
-    def _measure(self, ids: list[str], was: dict[str, int]) -> None:
+    def _survey(self, ids: list[str]) -> dict[str, End] | None:
+        """Where every partition ends and begins now, recorded in ``watch`` (None: no answer)."""
+        found = self._ask(lambda mgmt: {pid: end_of(mgmt.get_partition_properties(pid)) for pid in ids},
+                          f"asking {self.label} where it ends")
+        if found is not None:
+            self.watch.observe(found, time.time())
+        return found
+
+    def _measure(self, survey: dict[str, End] | None, was: dict[str, int]) -> None:
         """The hub answers (again): say how far behind the fold was then (``was``: read up to)."""
         health = self.health
-        ends = self._ask(lambda mgmt: {pid: int(mgmt.get_partition_properties(pid)
-                                                ["last_enqueued_sequence_number"]) for pid in ids},
-                         f"asking {self.label} where it ends")
+        ends = {pid: end.sequence for pid, end in survey.items()} if survey is not None else None
         behind = {pid: end - was.get(pid, -1) for pid, end in sorted((ends or {}).items())
                   if end > was.get(pid, -1)}
         health.catching_up = {pid: ends[pid] for pid in behind} if ends else {}

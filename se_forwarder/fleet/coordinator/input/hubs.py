@@ -8,6 +8,8 @@ in one map, and the loop knows which hub a batch came from.
 
 - ``start(positions)`` starts reading each hub from the positions of the fold it reads for (the
   fold the keeper loaded); ``close()`` stops both, before that fold is loaded again and at the stop.
+- ``watches``: where each hub's partitions end and begin, as its reader's watcher last asked: the
+  lag guard (lag.py) compares them with the folded positions.
 - ``ends()`` is where every partition of both hubs ends now, named as the positions are: a new
   leader acts once its fold has read that far (ha/election.py), so it knows everything Azure said too.
   The feed's ends are read beside the agents' hub's, within ``FEED_ENDS_DEADLINE``; when they
@@ -27,6 +29,7 @@ from typing import Any
 from ..azure.reach import Reach, begin, describe_error
 from ..config.service import EventHubSettings
 from .hub_reader import Batch, HubReader, Position, consumer, partition_ends
+from .lag import Watch
 
 log = logging.getLogger("se_forwarder.coordinator.hub")
 
@@ -43,19 +46,24 @@ class Hubs:
         self.hub, self.feed_reach = reach["hub-read"], reach.get(FEED_PART)
         self.prefix = f"{FEED}{feed.eventhub}/" if feed is not None else ""
         self._readers: list[HubReader] = []
+        # where each hub's partitions end, as its watcher last asked (lag.py): kept across restarts
+        self.watches = [Watch("the agents' hub")]
+        if feed is not None:
+            self.watches.append(Watch("the Azure feed hub", self.prefix, second=True))
 
     def start(self, positions: dict[str, Position]) -> None:
         """Read both hubs on from ``positions`` (module docstring)."""
         self.close()
         agents = {p: pos for p, pos in positions.items() if not p.startswith(FEED)}
-        self._readers = [HubReader(self.agents, agents, self.deliver, self.hub, connect=self.connect)]
+        self._readers = [HubReader(self.agents, agents, self.deliver, self.hub, connect=self.connect,
+                                   watch=self.watches[0])]
         if self.feed is not None:
             prefix = self.prefix
             start = {p[len(prefix):]: pos for p, pos in positions.items() if p.startswith(prefix)}
             deliver = partial(self._from_feed, prefix)
             label = "the Azure feed hub"
             self._readers.append(HubReader(self.feed, start, deliver, self.feed_reach, label=label,
-                                            connect=self.connect))
+                                            connect=self.connect, watch=self.watches[1]))
         for reader in self._readers:
             reader.start()
 

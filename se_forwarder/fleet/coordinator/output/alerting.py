@@ -11,7 +11,9 @@ output/alert_book.py), and the service's own, which this thread sees from outsid
   input/feed_watch.py).
 
 Only an instance that acts sends (a standby's fold may lag; the leader's words are the ones that
-count). When an instance starts acting, every alert is sent in its current state once: the open
+count), with one exception: an instance that holds the lease but does not act because its fold has
+a gap (``blocked``, input/lag.py) sends its ``fold-gap`` alert, since no other instance acts then.
+When an instance starts acting, every alert is sent in its current state once: the open
 ones triggered, the resolved ones the fold knows of and the fixed ones resolved (the pagers' dedup
 keys make the repeats harmless), so a takeover or a restart leaves nothing open that is not.
 """
@@ -43,8 +45,9 @@ class Alerting:
 
     def __init__(self, hooks: list[PagerHook], submit: Callable[[Callable[[], Any]], Future[Any]],
                  derive_now: Callable[[], Derived], acting: Callable[[], bool], book: AlertBook,
-                 reach: dict[str, Reach]) -> None:
+                 reach: dict[str, Reach], blocked: Callable[[], bool] = lambda: False) -> None:
         self.hooks, self._submit, self._derive, self._acting = hooks, submit, derive_now, acting
+        self._blocked = blocked
         self.book, self.reach = book, reach
         self._asked: tuple[float, Future[Any]] | None = None  # a look the loop has not answered yet
         self._last: Derived = NOTHING
@@ -57,13 +60,14 @@ class Alerting:
     def from_settings(cls, settings: Any, service: Any) -> Alerting:
         from ..config.notify import pager_key
 
-        hooks = [PagerHook(s, pager_key(s), settings.name) for s in settings.notify if s.pager]
+        hooks = [PagerHook(s, pager_key(s), settings.unit) for s in settings.notify if s.pager]
 
         def derive_now() -> Derived:  # on the service thread: the fold and its last pass are its own
             evaluation = service.evaluation
             return NOTHING if evaluation is None else derive(service.state, evaluation)
 
-        return cls(hooks, service.submit, derive_now, service.acting, service.alerts, service.reach)
+        return cls(hooks, service.submit, derive_now, service.acting, service.alerts, service.reach,
+                   service.blocked)
 
     def start(self) -> Alerting:
         for hook in self.hooks:
@@ -84,7 +88,7 @@ class Alerting:
         """One look: the alerts' state handed to every pager; None when this instance does not act."""
         if not self._acting():
             self._open, self._acted = set(), False
-            return None
+            return self._gap() if self._blocked() else None
         if not self._acted:  # a start or a takeover: every alert once in its current state
             self._acted = True
             for hook in self.hooks:
@@ -93,6 +97,13 @@ class Alerting:
         cleared = self._open - set(state.open)  # raised, then cleared from the book
         state = Derived(state.open, state.resolved | cleared)
         self._open = set(state.open)
+        for hook in self.hooks:
+            hook.offer(state)
+        return state
+
+    def _gap(self) -> Derived:
+        """The ``fold-gap`` alert of an instance that holds the lease and may not act (module docstring)."""
+        state = Derived({a.id: a for a in self.book.open() if a.kind == "fold-gap"}, frozenset())
         for hook in self.hooks:
             hook.offer(state)
         return state

@@ -16,6 +16,14 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
                           edge (input/feed_watch.py)
 ``fold-stalled``          the fold does not move: the service's loop has not answered for a minute,
                           or the agents' hub has not been read for five (output/alerting.py)
+``fold-gap``              this instance does not act: its fold misses events (a position older than
+                          its partition's retained beginning, or a rolled-back snapshot;
+                          input/lag.py); sent by the instance that holds the lease all the same
+``fold-late``             the lag guard has stopped early approvals for a minute on end: the fold
+                          is more than ``max_lag`` behind a hub (input/lag.py)
+``name-conflict``         VMs heard from lately claim one name in one group, or one resourceId: each
+                          counts as unavailable, and once the conflict outlasts heartbeat_timeout
+                          every one but the first claimant (decide/availability.py); one alert
 ``recovery-timeout``      (for later issues) a VM did not report recovered in time
 ``gate-closed``           (for later issues) an approval gate stayed closed for long
 ========================  ==========================================================================
@@ -43,8 +51,10 @@ from ..decide.evaluate import Evaluation
 from ..fold.state import FleetState
 
 SEVERITIES = ("critical", "error", "warning", "info")
-KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "recovery-timeout", "gate-closed")
-FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled")  # one alert each, not one per event
+KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
+         "name-conflict", "recovery-timeout", "gate-closed")
+FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
+         "name-conflict")  # one alert each, not one per event
 LISTED = 10  # events named in one alert's summary
 
 
@@ -111,8 +121,26 @@ def refused_acknowledges(_: FleetState, evaluation: Evaluation) -> tuple[list[Al
                   {"Events": named, "First": waiting[0].reason[:1000]})], set()
 
 
+def claimed_twice(state: FleetState, evaluation: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``name-conflict`` alert while VMs claim one name or resourceId (``evaluation.conflicts``)."""
+    if not evaluation.conflicts:
+        return [], {"name-conflict"}
+    vms = state.vms
+
+    def named(key: str) -> str:
+        return vms[key].name if key in vms else key
+
+    held = sorted(named(k) for k, c in evaluation.conflicts.items() if c.held)
+    first = sorted(named(k) for k, c in evaluation.conflicts.items() if c.first and not c.held)
+    listed = ", ".join(held[:LISTED]) + (" ..." if len(held) > LISTED else "")
+    summary = (f"{len(evaluation.conflicts)} VM(s) claim a name or resourceId another VM claims; "
+               f"counted as unavailable: {listed or 'none'}")
+    return [Alert("name-conflict", "name-conflict", summary, "warning",
+                  {"Held": listed, "First": ", ".join(first[:LISTED])})], set()
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:

@@ -2,7 +2,8 @@
 
 Two instances that folded the same events, in any order, hold equal states (fold/state.py); their
 digests say so without sending the fold. The digest is a SHA-256 over one sum per part of the fold
-(VMs, events, decisions, registered keys, held reports, co-reception sets, Azure's VMs and events)
+(VMs, events, decisions, registered keys, held reports, confirmed placements, co-reception sets,
+Azure's VMs and events)
 and the small rest (gone events, key changes, Azure's freshness). A part's sum is the sum, modulo
 2^128, of a BLAKE2b hash of each of its records as the snapshot writes it (fold/snapshot.py): it
 does not depend on the order in which the records came.
@@ -21,11 +22,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..fold import azure_state
-from ..fold.snapshot import event_data, identity_data, vm_row
+from ..fold.snapshot import confirmed_data, event_data, identity_data, vm_row
 from ..fold.state import FleetState, Journal
 
 MOD = 1 << 128
-PARTS = ("vms", "events", "decisions", "identities", "waiting", "azure_vms", "azure_events", "groups")
+PARTS = ("vms", "events", "decisions", "identities", "waiting", "azure_vms", "azure_events", "confirmed",
+         "groups")
 
 
 def _hash(text: str) -> int:
@@ -69,12 +71,16 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
         found = azure.events.get(key)
         return None if found is None else azure_state.event_data(found)
 
+    def confirmed(key: str) -> Any:
+        return [key, confirmed_data(state, key)] if key in state.confirmed else None
+
     def group(root: str) -> Any:
         members = state.groups.sets.get(root)
         return sorted(members) if members and state.groups.find(root) == root else None
 
     return {"vms": vm, "events": event, "decisions": decision, "identities": identity, "waiting": waiting,
-            "azure_vms": azure_vm, "azure_events": azure_event, "groups": group}
+            "azure_vms": azure_vm, "azure_events": azure_event, "confirmed": confirmed,
+            "groups": group}
 
 
 class Digest:
@@ -106,7 +112,7 @@ class Digest:
             "vms": state.vms, "events": state.events, "decisions": state.decisions,
             "identities": state.identities, "waiting": state.waiting,
             "azure_vms": set(state.azure.vms) | set(state.azure.claims), "azure_events": state.azure.events,
-            "groups": list(state.groups.sets)}
+            "confirmed": state.confirmed, "groups": list(state.groups.sets)}
         records = _records(state)
         for part in PARTS:
             self._again(part, list(keys[part]), records[part])

@@ -54,7 +54,7 @@ DECISIONS_LISTED = 100
 def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, Any] | None = None
               ) -> dict[str, Any]:
     """The page's document (module docstring); ``service`` is Service.describe() when there is one."""
-    ev = evaluate(state, policy, now)
+    ev = evaluate(state, policy, now, str((service or {}).get("stale") or ""))  # the lag guard's word
     assert ev.index is not None
     idx = ev.index
     st = status(state, policy, now, ev, decisions_limit=DECISIONS_LISTED)
@@ -82,7 +82,7 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
     events: list[dict[str, Any]] = []
     numbers: dict[tuple[str, str], int] = {}
     out_groups = []
-    line = TimelineLayout(state, policy, idx)
+    line = TimelineLayout(state, policy, idx, now)
     for g in groups(state, policy, now, ev, keys=True):
         scope = f"group:{g['group']}".lower()
         vms = []
@@ -117,11 +117,11 @@ def page_view(state: FleetState, policy: Policy, now: float, service: dict[str, 
 class TimelineLayout:
     """The timeline's spans laid out on the page's groups (module docstring)."""
 
-    def __init__(self, state: FleetState, policy: Policy, idx: ScopeIndex) -> None:
+    def __init__(self, state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> None:
         self.state = state
         self.by_vm: dict[str, list[Span]] = {}
         self.start: float | None = None
-        for span in spans(state, policy, idx):
+        for span in spans(state, policy, idx, now):
             self.by_vm.setdefault(span.vm, []).append(span)
             self.start = span.start if self.start is None else min(self.start, span.start)
         self.events: list[list[Any]] = []

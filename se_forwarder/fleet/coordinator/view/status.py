@@ -5,38 +5,46 @@
     {"time", "shadow", "blackout": name | null,
      "fleet": {"vms", "watched", "unavailable", "groups", "openEvents"},
      "paused": [{"scope", "since", "actor", "reason"}], "held": [{"eventId", "since", "actor", "reason"}],
-     "scopes": [{"scope", "kind", "size", "used", "max", "paused"}],
+     "scopes": [{"scope", "kind", "size", "inventory", "used", "max", "paused"}],
      "scopeTotals": {kind: {"scopes", "full"}},
      "pending": [{"eventId", "eventType", "eventSource", "notBeforeUtc", "resources", "affected",
                   "reasonCode", "reason", "scope", "budgets", "nextTryUtc",
                   "approvals": [{"by", "time", "attempt", "shadow", "vm", "echo"}]}],
-     "started": [{"eventId", "eventType", "startedUtc", "affected"}],
+     "started": [{"eventId", "eventType", "startedUtc", "due", "affected"}],
      "decisions": [{"id", "decision", "time", "eventId", "reasonCode", "reason", "actor", "shadow",
                     "attempt", "target", "scope"}],
      "unwatched": [{"name", "vmId", "group", "lastHeartbeatUtc", "heartbeatAgeSeconds"}],
      "queueConflicts": [{"queue", "vms": ["<name> (<vmId>)"]}],
-     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"]}],
+     "nameConflicts": [{"name", "vms": ["<name> (<vmId>)"], "first", "held": [...], "since"}],
+     "outsideInventory": [{"name", "vmId", "scopes": [...]}],
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
                       "findings": [...]}}   (view/azure.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
-every one), fullest first; ``scopeTotals`` counts every scope per kind. ``pending`` lists every
+every one), fullest first (``size``: the VMs that claim it; ``inventory``: those a percentage
+``max`` is taken of, fold/inventory.py); ``outsideInventory``: VMs whose claim moved beyond where they
+were placed, with the scopes they claim and do not count in (``coordinator confirm``);
+``scopeTotals`` counts every scope per kind. ``pending`` lists every
 Scheduled event, earliest NotBefore first, with the verdict of the pass (``reasonCode`` as in
 decide/evaluate.py, ``approved`` once approved); ``affected`` are VM names; ``nextTryUtc``: when
 an acknowledge ARM refused with a 403 is tried again (``acknowledge-refused``), else null.
-``decisions`` is the log, newest first (``decisions_limit``). ``queueConflicts``: approval queues
-more than one VM would use (queues.py); none of those VMs is sent an approval. ``nameConflicts``:
-VMs heard from lately that claim one name in one group, or one resourceId (availability.py; each
-counts as unavailable).
+``started``: the events Started, and those due (``due``: past the NotBefore at which Azure starts
+them, not yet reported Started: "started by Azure (due)", since their NotBefore). ``decisions`` is
+the log, newest first (``decisions_limit``). ``queueConflicts``: approval queues more than one VM
+would use (queues.py); none of those VMs is sent an approval. ``nameConflicts``: VMs heard from
+lately that claim one name in one group, or one resourceId (availability.py): each counts as
+unavailable at first; once the conflict is older than heartbeat_timeout only those ``held`` do,
+all but the ``first`` claimant.
 ``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
 first) and keys registered for several VMs (fold/identities.py).
 
 ``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
 "faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
-``started``, ``approved``, ``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
+``started``, ``due`` (started by Azure at its NotBefore, nobody reported it yet), ``approved``,
+``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
 ``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
 "notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
 and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
@@ -50,12 +58,21 @@ from typing import Any
 
 from ....timestamps import rfc3339_or_none
 from ..config.policy import Policy
-from ..decide.availability import conflicts, echoes, unwatched
+from ..decide.availability import conflicts, due_at, echoes, is_due, unwatched
 from ..decide.evaluate import Evaluation, evaluate
 from ..decide.queues import queue_conflicts
 from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
 from ..fold.identities import shared_keys
-from ..fold.state import COMPLETED, RANK_NAMES, STARTED, DecisionRecord, EventRecord, FleetState, Switch
+from ..fold.state import (
+    COMPLETED,
+    RANK_NAMES,
+    SCHEDULED,
+    STARTED,
+    DecisionRecord,
+    EventRecord,
+    FleetState,
+    Switch,
+)
 from . import azure as azure_view
 
 
@@ -107,16 +124,16 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     blackout = policy.blackout_at(now)
     scopes: list[dict[str, Any]] = []
     totals: dict[str, dict[str, int]] = {}
-    for scope, budget in idx.budget_of.items():
+    for scope in idx.budget_of:
         kind, size, used = idx.kind_of[scope], idx.size[scope], ev.used[scope]
-        limit = budget.limit(size)
+        limit = idx.limit(scope)
         total = totals.setdefault(kind, {"scopes": 0, "full": 0})
         total["scopes"] += 1
         total["full"] += used >= limit
         paused = state.paused(scope) is not None
         if all_scopes or used or paused:
-            scopes.append({"scope": scope, "kind": kind, "size": size, "used": used, "max": limit,
-                           "paused": paused})
+            scopes.append({"scope": scope, "kind": kind, "size": size, "inventory": idx.inventory[scope],
+                           "used": used, "max": limit, "paused": paused})
     scopes.sort(key=lambda s: (-s["used"] / max(s["max"], 1), s["scope"]))
     pending = []
     for key, verdict in ev.verdicts.items():
@@ -133,9 +150,11 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     started = []
     for key in sorted(state.open_events):
         record = state.events[key]
-        if record.rank == STARTED:
+        due = record.rank == SCHEDULED and not record.ran and is_due(state, record, now)
+        if record.rank == STARTED or due:
+            since = due_at(state, record) if due else record.started_at
             started.append({"eventId": record.event_id, "eventType": record.event_type,
-                            "startedUtc": rfc3339_or_none(record.started_at),
+                            "startedUtc": rfc3339_or_none(since), "due": due,
                             "affected": [state.vms[v].name for v in resolve(state, idx, record).vms]})
     log = sorted(state.decisions.values(), key=lambda d: (d.time, d.id), reverse=True)[:decisions_limit]
     not_watched: list[dict[str, Any]] = []
@@ -162,6 +181,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "queueConflicts": queue_conflicts(state, idx.shared_queue),
         "azure": azure_view.summary(state, idx, now),
         "nameConflicts": name_conflicts(state, policy, idx, now),
+        "outsideInventory": [{"name": state.vms[k].name, "vmId": state.vms[k].vm_id, "scopes": list(out)}
+                             for k, out in sorted(idx.outside.items()) if out],
         "identities": identities(state),
     }
 
@@ -172,14 +193,20 @@ def _named(state: FleetState, key: str) -> str:
 
 
 def name_conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> list[dict[str, Any]]:
-    """Sets of VMs that claim one name (or resourceId), each once, sorted."""
+    """Sets of VMs that claim one name (or resourceId), each once, sorted: who claimed it first and
+    who is held down for it (availability.conflicts)."""
     seen: set[tuple[str, ...]] = set()
     out: list[dict[str, Any]] = []
-    for key, others in sorted(conflicts(state, policy, idx, now).items()):
-        members = tuple(sorted({key, *others}))
+    found = conflicts(state, policy, idx, now)
+    for key, conflict in sorted(found.items()):
+        members = tuple(sorted({key, *conflict.others}))
         if members not in seen:
             seen.add(members)
-            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members]})
+            first = next((k for k in members if found[k].first), None)
+            out.append({"name": state.vms[key].name, "vms": [_named(state, k) for k in members],
+                        "first": _named(state, first) if first else None,
+                        "held": [_named(state, k) for k in members if found[k].held],
+                        "since": rfc3339_or_none(conflict.since if conflict.since != float("inf") else None)})
     return out
 
 
@@ -208,6 +235,8 @@ def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]
         record = state.events[key]
         if record.rank == STARTED or (record.ran and key in state.open_events):
             status, w = "started", 4  # started, or ended for some VMs but not for all of them
+        elif key in state.open_events and is_due(state, record, ev.now):
+            status, w = "due", 4  # Azure starts it at its NotBefore, whoever approved it or not
         elif record.rank == COMPLETED:
             status, w = "completed", 2
         elif ev.verdicts.get(key) is not None and ev.verdicts[key].code == "approved":

@@ -1,6 +1,6 @@
 """The rollout timeline: when each VM's maintenance was scheduled, approved, started and healthy again.
 
-``spans(state, policy, idx)`` gives, for every event the fold still keeps (open ones, and ended
+``spans(state, policy, idx, now)`` gives, for every event the fold still keeps (open ones, and ended
 ones until ``prune`` drops them), one span per VM it affects (its Resources resolved, scopes.py)
 and stage, from the fold's times (the agents' CloudEvent times and the decisions' times):
 
@@ -10,9 +10,9 @@ kind             from                                           to (``None``: st
 ``scheduled``    the event's first Scheduled report             approved, started or ended, the first
 ``approved``     its first counted approval (a decision that    started or ended
                  counts in this mode, or an agent's echo)
-``started``      its first Started report                       when the VM was done with it
-                                                                (availability.py); canceled: ended
-``min_healthy``  that completion                                completion + ``min_healthy``
+``started``      its first Started report, or when it was due   when the VM was done with it
+                 (availability.due_at: Azure starts it then)    (availability.py); canceled: ended
+``min_healthy``  that completion                                when it was back (availability.back_at)
 ===============  =============================================  =====================================
 
 A span that would end before it starts (clocks of the agents and of the coordinator disagree) is
@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..config.policy import Policy
-from ..decide.availability import completions, echoes
+from ..decide.availability import back_at, completions, due_at, echoes
 from ..decide.scopes import ScopeIndex, resolve
 from ..fold.state import EventRecord, FleetState
 
@@ -50,8 +50,9 @@ class Span:
     event: str  # event key
 
 
-def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
-    """Every stage of every kept event for each VM it affects (module docstring), by start."""
+def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> list[Span]:
+    """Every stage of every kept event for each VM it affects (module docstring), by start; with
+    ``now``, an event due by then is Started from when it was due."""
     out: list[Span] = []
     for key in sorted(state.events):
         record = state.events[key]
@@ -59,15 +60,18 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex) -> list[Span]:
             continue
         vms = resolve(state, idx, record).vms
         if vms:
+            due = due_at(state, record)
+            started = min((t for t in (record.started_at, due if now is not None and due is not None
+                                       and due <= now else None) if t is not None), default=None)
             out.extend(_event_spans(record, vms, policy, completions(state, idx, record, vms, policy),
-                                    approved_at(record, policy, idx, vms)))
+                                    approved_at(record, policy, idx, vms), started))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
     return out
 
 
 def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done: dict[str, float | None],
-                 approved: float | None) -> list[Span]:
-    started, ended = record.started_at, record.ended_at
+                 approved: float | None, started: float | None) -> list[Span]:
+    ended = record.ended_at
     waiting = min((t for t in (approved, started, ended) if t is not None), default=None)
     out: list[Span] = []
     for vm in vms:
@@ -76,8 +80,8 @@ def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done
                   ("approved", approved, started if started is not None else ended),
                   ("started", started, back)]
         came_back = done.get(vm)
-        if came_back is not None and policy.min_healthy > 0:
-            stages.append(("min_healthy", came_back, came_back + policy.min_healthy))
+        if came_back is not None:
+            stages.append(("min_healthy", came_back, back_at(policy, record, vm, came_back)))
         out.extend(Span(vm, kind, start, end, record.key) for kind, start, end in stages
                    if start is not None and (end is None or end > start))
     return out

@@ -210,9 +210,23 @@
     stats.lastTimelineMs = performance.now() - started;
   }
 
+  // A shard's page names its subscriptions and links to the other shards' pages ([shard] peers).
+  function renderShards(shard) {
+    const nav = $("shards");
+    nav.replaceChildren();
+    if (!shard) return;
+    nav.append(el("span", { class: "shard-self", "data-shard": shard.name, text: `shard ${shard.name}`,
+      title: `owns ${(shard.subscriptions || []).join(", ")}` }));
+    for (const [name, url] of Object.entries(shard.peers || {}).sort()) {
+      if (!/^https?:\/\/[^/\s]+$/.test(url)) continue;
+      nav.append(" · ", el("a", { href: `${url}/`, "data-shard": name, text: `shard ${name}` }));
+    }
+  }
+
   function renderHeader() {
     const s = doc.service;
     $("service").textContent = s ? `${s.name} · ${s.instance} · ${s.role}` : "";
+    renderShards(s && s.shard);
     const f = doc.fleet;
     const azure = doc.azure;
     $("fleet-counts").textContent = `${f.vms} VMs · ${f.watched} watched · ${f.unavailable} unavailable · ` +
@@ -228,6 +242,9 @@
       banner.append(el("span", { class: "paused", text: `${doc.paused.length} scope(s) paused` }));
     }
     if (doc.shadow) banner.append(el("span", { class: "shadow", text: "shadow mode: nothing is sent" }));
+    const svc = doc.service || {};
+    if (svc.gap) banner.append(el("span", { class: "conflict", id: "gap-banner", text: `the fold has a gap, not acting: ${svc.gap}` }));
+    else if (svc.stale && svc.acting) banner.append(el("span", { class: "paused", id: "stale-banner", text: `no early approval: ${svc.stale}` }));
     for (const c of doc.nameConflicts || []) {
       banner.append(el("span", { class: "conflict", "data-conflict": c.name,
         text: `name ${c.name} claimed by ${c.vms.length} VMs: ${c.vms.join(", ")}` }));
@@ -325,7 +342,8 @@
     for (const s of doc.started) {
       box.append(el("div", { class: "card" }, el("strong", { text: s.eventType || "event" }), " ",
         el("span", { text: s.affected.join(", ") }), " ",
-        el("span", { class: "muted", text: `started ${ago(s.startedUtc)}` })));
+        el("span", { class: "muted", text: s.due ? `started by Azure (due) ${ago(s.startedUtc)}`
+          : `started ${ago(s.startedUtc)}` })));
     }
   }
 
@@ -445,6 +463,8 @@
     return node;
   }
 
+  const STATE_WORDS = { due: "started by Azure (due)", "name-conflict": "name claimed twice" };
+
   function tile(v, gi, vi, named, match) {
     const state = v[4];
     const node = el("span", { class: `vm s-${state}${named ? " named" : " dot"}${match ? " match" : ""}` +
@@ -471,7 +491,8 @@
     const who = v[8] ? "agentless (Azure only)" : (v[7] ? "watched" : "not watched");
     const said = v[10] ? ` · ${v[10]}` : "";
     const finding = v[9] ? ` · Azure and its agent disagree: ${v[9]}` : "";
-    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${v[4]} · ${who} · ${v[8] ? "no agent" : age}${said}${finding}`;
+    const state = STATE_WORDS[v[4]] || v[4];
+    return `${v[0]} (${where || "no topology"}) · ${g.label} · ${state} · ${who} · ${v[8] ? "no agent" : age}${said}${finding}`;
   }
 
   function renderDetail() {
