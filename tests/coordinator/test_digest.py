@@ -14,8 +14,7 @@ from se_forwarder.fleet.coordinator.fold import Claim, Identity
 from se_forwarder.fleet.coordinator.fold.identities import bind
 from se_forwarder.fleet.coordinator.view.digest import Digest
 
-from . import test_fold_properties as folds
-from . import test_incremental_index as moves
+from . import folds, moves
 from .fleet import T0, AgentVm, heartbeat
 
 

@@ -1,0 +1,70 @@
+"""Fold steps for the scope index's and the digest's property tests: any mix of reports, new VMs,
+renames, moves, host: records, scale sets, Azure's topology, Terminates and prunes, and looks at
+the index in between."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import strategies as st
+
+from se_forwarder.fleet.coordinator import Budget, FleetState, Policy
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.fold import fold_catch_up
+from se_forwarder.fleet.coordinator.fold.retention import prune
+
+from .azure import catch_up, vm_row
+from .fleet import T0, AgentVm, heartbeat, report
+
+NAMES = ["web-0", "web-1", "web-2", "WEB-0", "db-0"]
+POLICY = Policy(budgets=(Budget("group", count=1), Budget("zone", percent=34),
+                         Budget("fault_domain", count=1)), group_tag="tier", azure_fresh_for=600)
+POLICY_ID = Policy(budgets=(Budget("fleet", percent=50),), queue_template="se-approvals-{vm_id}")
+
+
+@st.composite
+def a_vm(draw: st.DrawFn) -> AgentVm:
+    """A VM as its agent says it is now: its name, group, zone and domains may change."""
+    name = draw(st.sampled_from(NAMES))
+    return AgentVm(
+        name, rg=draw(st.sampled_from(["rg-a", "rg-b"])), fd=draw(st.sampled_from(["0", "1"])),
+        ud=draw(st.sampled_from(["0", "1", ""])), zone=draw(st.sampled_from(["", "1", "2"])),
+        scale_set=draw(st.sampled_from(["", "", "ss"])),
+        tags=draw(st.sampled_from([(), (("tier", "front"),), (("tier", "back"), ("team", "x"))])),
+        complete=draw(st.integers(0, 5)) > 0)
+
+
+@st.composite
+def step(draw: st.DrawFn) -> tuple:
+    kind = draw(st.sampled_from(["beat", "beat", "report", "report", "look", "look", "azure", "prune"]))
+    t = T0 + draw(st.integers(0, 900))
+    if kind == "beat":
+        return ("fold", heartbeat(draw(a_vm()), t))
+    if kind == "report":
+        event_id, event_type = draw(st.sampled_from([("E1", "Reboot"), ("E2", "Redeploy"),
+                                                     ("T3", "Terminate")]))
+        names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
+        what = draw(st.sampled_from(["scheduled", "scheduled", "started", "completed", "canceled"]))
+        return ("fold", report(what, draw(a_vm()), event_id, t, event_type=event_type, resources=names,
+                               not_before=T0 + 1200))
+    if kind == "azure":
+        listed = draw(st.lists(a_vm().filter(lambda v: v.complete), max_size=3))
+        return ("azure", catch_up(t, [vm_row(v, avset=draw(st.sampled_from(["", "av1"]))) for v in listed]))
+    if kind == "prune":
+        return ("prune", t)
+    return ("look", t)
+
+
+def fold_step(state: FleetState, what: str, arg: Any, policy: Policy) -> bool:
+    """Fold one step of the fold's kinds (an agent's report, Azure's catch-up, a prune); False for
+    a step of another kind."""
+    if what == "fold":
+        fold_event(state, copy.deepcopy(arg))
+    elif what == "azure":
+        fold_catch_up(state, arg)
+    elif what == "prune":
+        prune(state, policy, arg + 3000)
+    else:
+        return False
+    return True
