@@ -1,9 +1,10 @@
 """Fold steps for the scope index's and the digest's property tests: any mix of reports, new VMs,
-renames, moves, host: records, scale sets, Azure's topology, Terminates and prunes, and looks at
-the index in between."""
+renames, moves, host: records, scale sets, Azure's topology, Terminates, prunes and confirmed
+placements, and looks at the index in between."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -11,11 +12,14 @@ from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import Budget, FleetState, Policy
 from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.decide.control import ControlRefused, confirm
+from se_forwarder.fleet.coordinator.decide.events import to_dict
+from se_forwarder.fleet.coordinator.decide.scopes import FLEET
 from se_forwarder.fleet.coordinator.fold import fold_catch_up
 from se_forwarder.fleet.coordinator.fold.retention import prune
 
 from .azure import catch_up, vm_row
-from .fleet import T0, AgentVm, heartbeat, report
+from .fleet import SOURCE, T0, AgentVm, heartbeat, report
 
 NAMES = ["web-0", "web-1", "web-2", "WEB-0", "db-0"]
 POLICY = Policy(budgets=(Budget("group", count=1), Budget("zone", percent=34),
@@ -37,7 +41,8 @@ def a_vm(draw: st.DrawFn) -> AgentVm:
 
 @st.composite
 def step(draw: st.DrawFn) -> tuple:
-    kind = draw(st.sampled_from(["beat", "beat", "report", "report", "look", "look", "azure", "prune"]))
+    kind = draw(st.sampled_from(["beat", "beat", "report", "report", "look", "look", "azure", "prune",
+                                 "confirm"]))
     t = T0 + draw(st.integers(0, 900))
     if kind == "beat":
         return ("fold", heartbeat(draw(a_vm()), t))
@@ -51,20 +56,24 @@ def step(draw: st.DrawFn) -> tuple:
     if kind == "azure":
         listed = draw(st.lists(a_vm().filter(lambda v: v.complete), max_size=3))
         return ("azure", catch_up(t, [vm_row(v, avset=draw(st.sampled_from(["", "av1"]))) for v in listed]))
-    if kind == "prune":
-        return ("prune", t)
+    if kind in ("prune", "confirm"):
+        return (kind, t)
     return ("look", t)
 
 
 def fold_step(state: FleetState, what: str, arg: Any, policy: Policy) -> bool:
-    """Fold one step of the fold's kinds (an agent's report, Azure's catch-up, a prune); False for
-    a step of another kind."""
+    """Fold one step of the fold's kinds (an agent's report, Azure's catch-up, a prune, an operator's
+    confirmation of where every VM claims to be, when any is outside its inventory); False for a
+    step of another kind."""
     if what == "fold":
         fold_event(state, copy.deepcopy(arg))
     elif what == "azure":
         fold_catch_up(state, arg)
     elif what == "prune":
         prune(state, policy, arg + 3000)
+    elif what == "confirm":
+        with contextlib.suppress(ControlRefused):  # refused: every VM counts where it claims to be
+            fold_event(state, to_dict(confirm(state, policy, arg, FLEET, "person:ops", "checked"), SOURCE))
     else:
         return False
     return True

@@ -3,10 +3,10 @@
 decide/scopes.py places again only the VMs the fold moved (and their sets, names and Terminates);
 decide/availability.py keeps the VMs by heartbeat rather than looking at each every pass. These
 properties fold any mix of reports, new VMs, renames, moves, host: records, scale sets, Azure's
-topology, Terminates and prunes, look at the index at random points in between (so it is kept up
-to date by many small steps), and compare it with one made from the whole fold at once: every
-member, group, scope, size, inventory, name, alias, shared queue and shared claim, each event's
-resolution, and who is unavailable and why."""
+topology, Terminates, prunes and confirmed placements, look at the index at random points in
+between (so it is kept up to date by many small steps), and compare it with one made from the whole
+fold at once: every member, group, scope, size, inventory, name, alias, shared queue and shared
+claim, each event's resolution, and who is unavailable and why."""
 
 from __future__ import annotations
 

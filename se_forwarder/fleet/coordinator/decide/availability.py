@@ -260,7 +260,8 @@ def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
     cutoff = now - policy.heartbeat_timeout
     beats: Beats = idx.cache.setdefault("beats", Beats())
     for key in idx.joined:
-        beats.arm(key, last_heartbeat(state, idx, key))
+        if key in idx.fleet:  # placed, then gone again before this look (a prune, Azure's listing)
+            beats.arm(key, last_heartbeat(state, idx, key))
     idx.joined.clear()
     beats.sweep(cutoff, lambda key: last_heartbeat(state, idx, key) if key in idx.fleet else None,
                 idx.fleet)
