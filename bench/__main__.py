@@ -63,6 +63,8 @@ BENCHMARKS = (
               module="bench.fleet_fanin"),
     Benchmark("coordinator_fold", "coordinator core at 10,000 VMs: fold rate, decision pass, snapshot, RSS",
               commands=(("bench/coordinator_fold.py",),)),
+    Benchmark("coordinator_gates", "coordinator decision pass at 10,000 VMs with gates and maintenance "
+              "windows beside the same pass without", commands=(("bench/coordinator_gates.py",),)),
     Benchmark("coordinator_verified", "coordinator edge at 10,000 VMs: signed reports verified and "
               "folded per second beside the fold alone, and one registration's cost",
               commands=(("bench/coordinator_verified.py",),)),

@@ -223,6 +223,11 @@ def _decision(action: str, data: dict, now: datetime, footer: str) -> Notice:
         line, tone = f"Coordinator holds {what}{by}{because}", WARNING
     elif action == "release":
         line, tone = f"Coordinator released {what}{by}{because}", GOOD
+    elif action == "gate":  # a gate closed or opened (fleet/coordinator/output/chat_gates.py)
+        gate, opened = _text(data.get("Gate")), data.get("Open") is True
+        line = f"Gate {gate} is open again: early approval in {scope} goes on" if opened else \
+            f"Gate {gate} closed: no early approval in {scope}{because}"
+        tone = GOOD if opened else WARNING
     elif action == "acknowledge":
         answered = _text(data.get("ReasonCode"))
         line = f"Azure {'approved' if answered == 'approved' else 'refused'} {what}{because}"

@@ -1,31 +1,29 @@
 """The coordinator service: the fold kept warm from the hub, decisions made while leading.
 
-One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, carries out
-the API's requests, and, while this instance acts (it leads and has caught up, ha/election.py), runs a
-decision pass whenever new input arrived (at most every 50 ms) and at least once a second (the
-clock matters: echo timeouts, min_healthy, heartbeats going stale). Each decision is folded at once
-and handed to the output (output/publish.py), which publishes it; each pass also tells the output which
-approvals want their message (decide/evaluate.py's ``sends``), and every message that went out comes back
-as a ``sent`` record, folded and published like a decision. Every minute it prunes; while acting,
-every ``snapshot_interval`` it saves the fold with the positions it covers, when nothing is
-waiting to be published.
+One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, carries out the API's
+requests, and, while this instance acts (it leads and has caught up, ha/election.py), runs a decision pass
+whenever new input arrived (at most every 50 ms) and at least once a second (the clock matters: echo
+timeouts, min_healthy, heartbeats going stale). Each decision is folded at once and handed to the output
+(output/publish.py), which publishes it; each pass also tells the output which approvals want their message
+(decide/evaluate.py's ``sends``), and every message that went out comes back as a ``sent`` record, folded
+and published like a decision. Every minute it prunes; while acting, every ``snapshot_interval`` it saves
+the fold with the positions it covers, when nothing is waiting to be published.
 
-The loop never waits for the storage account, the queues or the hub: the lease, publishing,
-sending and the snapshot's upload and download all run on threads of their own with deadlines
-(ha/keeper.py, ha/election.py, output/publish.py, output/queue_sender.py, azure/reach.py), so the
-API, ``/healthz`` and ``/metrics`` answer during any outage. It says once when this instance stops
-acting and why, and once when it acts again.
+The loop never waits for the storage account, the queues or the hub: the lease, publishing, sending and the
+snapshot's upload and download all run on threads of their own with deadlines (ha/keeper.py, ha/election.py,
+output/publish.py, output/queue_sender.py, azure/reach.py), so the API, ``/healthz`` and ``/metrics`` answer
+during any outage. It says once when this instance stops acting and why, and once when it acts again.
 
 Every batch read, from the agents' hub or the Azure feed hub (input/hubs.py), goes through
-input/admission.py, the trust boundary. With ``[azure]`` (input/azure.py) the Resource Graph catch-ups
-come back from their own thread and are folded; an approval through ARM (``Via: "arm"``) gets no
-message: it is acknowledged once published, off the loop, and what Azure answered is published as
-an ``acknowledge`` record, the way a message that went out is a ``sent`` one (``_take_records``).
+input/admission.py, the trust boundary. With ``[azure]`` (input/azure.py) the Resource Graph catch-ups come
+back from their own thread and are folded; an approval through ARM (``Via: "arm"``) gets no message: it is
+acknowledged once published, off the loop, and what Azure answered is published as an ``acknowledge``
+record, the way a message that went out is a ``sent`` one (``_take_records``). Gates are asked off the loop
+(input/gates.py); their verdicts are folded on it (``pump``).
 
-A standby folds the same input and makes no decision. Control requests that change something are
-refused on a standby with the leader's address (``NotLeading``): a standby's fold may lag the
-leader's, and the sequence numbers of pause/hold decisions come from the fold, so only the leader
-can number them safely.
+A standby folds the same input and makes no decision. Control requests that change something are refused on
+a standby with the leader's address (``NotLeading``): a standby's fold may lag the leader's, and the
+sequence numbers of pause/hold decisions come from the fold, so only the leader can number them safely.
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ from .ha.lease import Lease, ensure_container
 from .ha.snapshot_blob import SnapshotBlob
 from .input.admission import BatchAdmission
 from .input.azure import AzureInput
+from .input.gates import GateWatch
 from .input.hub_reader import Batch, Position
 from .input.hubs import Hubs
 from .input.inbox import Inbox
@@ -100,10 +99,9 @@ class Service:
         self.records: queue.Queue[Recorded] = queue.Queue()  # what came of approvals (_take_records)
         self.evaluation: Evaluation | None = None
         self.last_input: float | None = None  # monotonic arrival of the newest folded batch
-        self.decisions_made = 0
+        self.decisions_made, self._dirty = 0, False
         self.reach: dict[str, Reach] = parts(*AzureInput.parts(settings.azure))
         self.azure = AzureInput(settings.azure, self.reach, self.records.put) if settings.azure else None
-        self._dirty = False
         self._ready = False  # the fold is loaded (and not being rebuilt)
         self._acting = False  # as last said in the log
         self._rebuild_term: int | None = None
@@ -135,6 +133,7 @@ class Service:
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
         self.digests = Digest()
+        self.gates = GateWatch(settings.gates, settings.azure, self.reach.get("arm"))
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -142,6 +141,7 @@ class Service:
         self.keeper.load()  # creates the container first, off the loop
         if self.azure is not None:
             self.azure.start()
+        self.gates.start()
         self.output.start()
         self.election.start()
         last_pass = last_prune = last_save = 0.0
@@ -150,9 +150,8 @@ class Service:
                 self._fold_available(0.05)
                 self.requests.serve()
                 self._take_records()
-                if self.azure is not None and self.azure.pump(self.state):  # Resource Graph's catch-ups
-                    self._dirty = True
-                if self.admission.fetched(self.state):
+                fed = self.azure is not None and self.azure.pump(self.state)  # Resource Graph's catch-ups
+                if fed | self.admission.fetched(self.state) | self.gates.pump(self.state):  # each called
                     self._dirty = True
                 loaded = self.keeper.poll()
                 if loaded is not None:
@@ -219,6 +218,7 @@ class Service:
         self.messages.queues.close()
         self.output.publisher.drop()
         self.admission.close()
+        self.gates.close()
         if self.azure is not None:
             self.azure.close()
 

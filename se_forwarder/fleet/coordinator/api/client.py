@@ -98,6 +98,7 @@ def render_status(status: dict[str, Any], every: bool = False) -> str:
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
     lines += _refusals(s, svc)
+    lines += gate_lines(s)
     lines += _scopes(s, every)
     lines += _events(s, every)
     lines += _azure(s, every)
@@ -132,6 +133,24 @@ def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
         lines.append(f"paused: {p['scope']} since {p['since']} by {p['actor']}: {p['reason']}")
     for h in s.get("held", []):
         lines.append(f"held: {h['eventId']} since {h['since']} by {h['actor']}: {h['reason']}")
+    return lines
+
+
+def gate_lines(s: dict[str, Any]) -> list[str]:
+    """Each gate (open or CLOSED, and why) and each scope's maintenance window (view/gates.py)."""
+    lines = [f"gate {g['name']} ({g['type']}, {g['scope']}): {'open' if g['open'] else 'CLOSED'}: "
+             f"{g['reason']}" for g in s.get("gates", [])]
+    for w in s.get("windows", []):
+        window, blackout = w.get("window"), w.get("blackout")
+        said = [f"windows of {w['scope']}: early approval {'open' if w['open'] else 'CLOSED'}"]
+        if window:
+            which = "window" if window["startUtc"] <= s.get("time", "") else "next window"
+            said.append(f"{which} {window['name']!r} {window['text']}")
+        elif any(not r["blackout"] for r in w.get("rules", [])):
+            said.append("no window opens again")
+        if blackout:
+            said.append(f"blackout {blackout['name']!r} {blackout['text']}")
+        lines.append("; ".join(said))
     return lines
 
 

@@ -22,6 +22,9 @@ event published, no message sent, nothing acknowledged.
 - with ``[azure]`` (azure.py): ``resource graph`` (the VMs and scheduled events the identity can
   read) and, with ``acknowledge = true``, ``acknowledge`` (a probe for the nil EventId);
 - with ``[[notify]]`` (notify.py): each hook's URL and pager's key read, each pager reached;
+- ``gate <name>`` for each ``[[gates]]`` entry: asked once as the service asks it (input/gates.py);
+  ``ok`` when it answers, open or closed (and why), ``FAIL`` when it cannot be asked (``warn`` with
+  ``unreachable = "open"``);
 - ``running coordinator``: its ``/healthz``.
 
 Every line is one line, whatever the credential's errors say (``one``).
@@ -32,12 +35,14 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from functools import partial
 
 from ....approvals import signing
 from ....errors import describe, one_line
 from ....sinks.azure_common import scrub
 from ....telemetry import redact
 from ..api.tokens import read_tokens
+from ..config.gates import GateSettings
 from ..config.service import ServiceSettings
 from .azure import AzureParts
 from .notify import notify
@@ -69,6 +74,8 @@ def run_checks(settings: ServiceSettings, echo: Callable[[str], None], imds_url:
             checks.append(("acknowledge", graph.acknowledge))
     if settings.notify:
         checks.append(("notify", lambda: notify(settings.notify)))
+    for gate in settings.gates:
+        checks.append((f"gate {gate.name}", partial(gate_result, gate, settings)))
     checks.append(("running coordinator", lambda: _running(settings)))
     failures = 0
     for label, check in checks:
@@ -114,6 +121,17 @@ def _private(path: str, text: str) -> Result:
     if mode & 0o044:
         return WARN, (f"{text}; it can be read by group or others (mode {mode:04o}): "
                       f"chmod 600 {path}")
+    return True, text
+
+
+def gate_result(gate: GateSettings, settings: ServiceSettings) -> Result:
+    """One gate asked once: ok when it answers, FAIL (warn when unreachable counts as open) when not."""
+    from ..input.gates import ask_once
+
+    said = ask_once(gate, settings.azure)
+    text = f"{gate.type} for {gate.scope}: {'open' if said.open else 'closed'}: {said.reason}"
+    if said.unreachable:
+        return (WARN if said.open else False), text
     return True, text
 
 

@@ -5,7 +5,7 @@
     url_env = "SE_TEAMS_WEBHOOK_URL"      # the hook's URL, from an environment variable ...
     # url_file = "/etc/se-forwarder/teams.url"   # ... or a file (the URL is the secret)
     decisions = ["approve", "defer", "breach", "pause", "resume", "hold", "release",
-                 "acknowledge"]                                                    # the default
+                 "acknowledge", "gate"]              # the default (gate: a [[gates]] gate closes or opens)
     events = ["scheduled", "started", "completed"]                                     # the default
 
     [[notify]]
@@ -40,7 +40,7 @@ from .... import notify
 from ....errors import ConfigError
 from ....validation import as_choice, as_http_url, as_str, is_loopback, no_unknown, public_url
 
-DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge")
+DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge", "gate")
 EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...] may name
 ALERTS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
           "name-conflict", "recovery-timeout", "gate-closed")  # view/alerts.py's KINDS

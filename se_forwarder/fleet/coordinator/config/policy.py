@@ -30,6 +30,9 @@ The sections this module reads (the service reads the others; ``POLICY_SECTIONS`
     start = "2026-12-24T00:00:00Z"    # RFC 3339 with an offset, or a TOML offset date-time
     end = "2027-01-02T00:00:00Z"
 
+    [[windows]]                       # per scope, in a time zone: maintenance windows and blackouts
+                                      # (config/windows.py)
+
 Defaults (the one place they are written down): the ``[policy]`` values shown above, one budget
 ``group = 1`` when ``[[budgets]]`` is absent, no blackouts. Durations are seconds (a number) or a
 string ``"30s"``, ``"10m"``, ``"2h"``, ``"1d"``.
@@ -51,20 +54,18 @@ from typing import Any
 
 from ....errors import ConfigError
 from ....validation import as_bool, as_str, no_unknown
+from .durations import DAY, moment, parse_duration
+from .windows import Window, load_windows
 
-POLICY_SECTIONS = ("policy", "budgets", "blackouts")
+POLICY_SECTIONS = ("policy", "budgets", "blackouts", "windows")
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 SCOPE_KINDS = ("group", "scale_set", "zone", "fault_domain", "update_domain", "resource_group", "fleet")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _DAY_INDEX = {**{d: i for i, d in enumerate(DAYS)}, **{d: i for i, d in enumerate(_FULL_DAYS)}}
 TAG_NAME = re.compile(r"^[^<>%&\\?/=\s][^<>%&\\?/=]{0,511}\Z")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*\Z")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _CLOCK = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)\Z")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*\Z")
-DAY = 86400.0
-WEEK = 7 * DAY
 
 _POLICY_KEYS = (
     "manage", "approve_within", "require_prepared", "min_healthy", "heartbeat_timeout",
@@ -140,6 +141,7 @@ class Policy:
     group_tag: str = ""  # lower case; "" = groups are scale sets and learned availability sets
     shadow: bool = False
     blackouts: tuple[Blackout, ...] = ()
+    windows: tuple[Window, ...] = ()  # [[windows]]: maintenance windows and blackouts per scope (windows.py)
     queue_template: str = "se-approvals-{vm_name}"  # not a [policy] key: [queues] queue (queues.py)
     acknowledge: bool = False  # not a [policy] key: [azure] acknowledge (decide/arm_path.py)
     azure_fresh_for: float = 0.0  # not a [policy] key: from [azure] arg_interval; 0: no Azure input
@@ -151,28 +153,6 @@ class Policy:
 
     def blackout_at(self, now: float) -> Blackout | None:
         return next((b for b in self.blackouts if b.active(now)), None)
-
-
-def parse_duration(value: Any, where: str, low: float = 0.0, high: float = 90 * DAY) -> float:
-    """Seconds (a number) or "30s" / "10m" / "2h" / "1d" -> seconds, within ``low..high``."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: must be a duration like 30s, 10m or 2h, not {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.match(value)):
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        raise ConfigError(f"{where}: {value!r} is not a duration like 30s, 10m or 2h")
-    if not math.isfinite(seconds) or not low <= seconds <= high:
-        raise ConfigError(f"{where}: {value!r} is out of range ({_human(low)}..{_human(high)})")
-    return seconds
-
-
-def _human(seconds: float) -> str:
-    for unit, size in (("d", DAY), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def load_policy(raw: Mapping[str, Any]) -> Policy:
@@ -199,6 +179,8 @@ def load_policy(raw: Mapping[str, Any]) -> Policy:
         values["budgets"] = _budgets(raw["budgets"])
     if "blackouts" in raw:
         values["blackouts"] = _blackouts(raw["blackouts"])
+    if "windows" in raw:
+        values["windows"] = load_windows(raw["windows"])
     policy = Policy(**values)
     if policy.heartbeat_timeout >= policy.forget_after:
         raise ConfigError("policy.forget_after: must be longer than policy.heartbeat_timeout")
@@ -322,20 +304,7 @@ def _absolute(item: dict[str, Any], where: str, name: str) -> Blackout:
     for key in ("start", "end"):
         if key not in item:
             raise ConfigError(f"{where}.{key}: missing (RFC 3339, e.g. 2026-12-24T00:00:00Z)")
-    start, end = _moment(item["start"], f"{where}.start"), _moment(item["end"], f"{where}.end")
+    start, end = moment(item["start"], f"{where}.start"), moment(item["end"], f"{where}.end")
     if end <= start:
         raise ConfigError(f"{where}.end: must be after start")
     return Blackout(name, start=start, end=end)
-
-
-def _moment(value: Any, where: str) -> float:
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ConfigError(f"{where}: {value!r} is not an RFC 3339 date-time") from None
-    if not isinstance(value, datetime):
-        raise ConfigError(f"{where}: {value!r} is not a date-time")
-    if value.tzinfo is None:
-        raise ConfigError(f"{where}: give the offset (Z for UTC), e.g. 2026-12-24T00:00:00Z")
-    return value.timestamp()

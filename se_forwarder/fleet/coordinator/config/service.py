@@ -1,7 +1,7 @@
 """``coordinator.toml`` for the service: where it reads, keeps its state, sends, listens. Validated once.
 
-The policy sections (``[policy]``, ``[[budgets]]``, ``[[blackouts]]``) are read by config/policy.py; this
-module reads the others and rejects any other top-level key::
+The policy sections (``[policy]``, ``[[budgets]]``, ``[[blackouts]]``, ``[[windows]]``) are read by
+config/policy.py; this module reads the others and rejects any other top-level key::
 
     [coordinator]
     name = "prod"                        # one name for every instance of this coordinator: its
@@ -55,6 +55,7 @@ module reads the others and rejects any other top-level key::
     [web]                                # optional: the fleet page's own listener (config/web.py)
     [[notify]]                           # optional, repeatable: Teams/Slack messages (output/chat.py)
     [shard]                              # optional: the subscriptions this coordinator owns (shard.py)
+    [[gates]]                            # optional, repeatable: what closes early approval (config/gates.py)
 
 Secrets come only from environment variables and files, never from this file.
 """
@@ -73,6 +74,7 @@ from ....approvals.queue import validate_account_url, validate_template
 from ....errors import ConfigError
 from ....validation import as_choice, as_str, no_unknown
 from .azure import AzureSettings, load_azure
+from .gates import GateSettings, load_gates
 from .hub import ACCESS_KEYS, Access, EventHubSettings, load_access, load_eventhub, path
 from .limits import DEFAULT_LIMITS, Limits, load_limits
 from .notify import NotifySettings, load_notify
@@ -85,7 +87,7 @@ from .web import WebSettings, load_web
 LOG_FORMATS = ("auto", "json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SECTIONS = ("coordinator", "eventhub", "storage", "queues", "signing", "trust", "api", "telemetry", "limits",
-            "web", "notify", "azure", "shard")
+            "web", "notify", "azure", "shard", "gates")
 DEFAULT_LISTEN = "127.0.0.1:8470"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _CONTAINER = re.compile(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]\Z")
@@ -141,6 +143,7 @@ class ServiceSettings:
     limits: Limits = DEFAULT_LIMITS
     azure: AzureSettings | None = None  # [azure]: Azure's own feed, Resource Graph, acknowledge
     key_vault: VaultSecret | None = None  # [signing] key_vault_secret (then key_file is "")
+    gates: tuple[GateSettings, ...] = ()  # [[gates]]: what closes early approval (config/gates.py)
     shard: ShardSettings | None = None  # [shard]: the subscriptions it owns; None: every one
 
     @property
@@ -210,6 +213,7 @@ def from_dict(raw: Mapping[str, Any], environ: Mapping[str, str] | None = None) 
         log_level=as_choice(telemetry.get("log_level", "info"), "telemetry.log_level", LOG_LEVELS),
         web=load_web(raw.get("web")), notify=load_notify(raw.get("notify")),
         trust=trust, limits=load_limits(raw.get("limits")), shard=shard,
+        gates=load_gates(raw.get("gates"), azure is not None),
     )
 
 

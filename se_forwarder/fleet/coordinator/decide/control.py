@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 
 from ....approvals.messages import EVENT_ID
 from ....errors import SeForwarderError
 from ....notify.describe import group_label
 from ..config.policy import SCOPE_KINDS, Policy, budget_kind
+from ..config.windows import SCOPE_KEY
 from ..fold import inventory, switches
 from ..fold.state import SCHEDULED, FleetState
 from .arm_path import VIA_ARM
@@ -53,10 +53,6 @@ from .evaluate import DecisionPass
 from .events import BudgetUse, Decision, overridden
 from .ownership import not_owned
 from .scopes import FLEET, index, resolve
-
-_SCOPE = re.compile(r"^(fleet|(group|scale_set|zone|fault_domain|update_domain|resource_group):\S.{0,400}"
-                    r"|tag:[^=\s]{1,512}=.{0,256})\Z")
-
 
 OVERRIDE = "approve-now-override"
 
@@ -74,7 +70,7 @@ def normalize_scope(scope: str | None) -> str:
     if scope is None or not scope.strip():
         return FLEET
     text = scope.strip().lower()
-    if not _SCOPE.match(text) or any(ord(c) < 32 for c in text):
+    if not SCOPE_KEY.match(text) or any(ord(c) < 32 for c in text):
         raise ControlRefused("bad-request", f"{scope[:100]!r} is not a scope (fleet, group:..., zone:..., "
                              "fault_domain:..., update_domain:..., scale_set:..., resource_group:..., "
                              "tag:<name>=<value>)")

@@ -47,6 +47,9 @@ neither held, paused nor in a blackout, and every budget still fits (``budget``/
 otherwise; its own VMs counted once, a person's overrides kept). When no VM is left: a ``defer``
 with ``no-target``. In shadow mode nothing was sent, so nothing is retried; shadow approvals count
 as approvals there (so a shadow run paces like a live one) and are ignored by a live run.
+
+Gates and maintenance windows (decide/gates.py) hold an approval's message and a retry back as a
+blackout does.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from ..fold.state import SCHEDULED, DecisionRecord, EventRecord, FleetState
 from . import arm_path as azure_paths
 from .availability import Conflict, conflicts, echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
+from .gates import held_back, holds_now
 from .ownership import owned
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
@@ -108,6 +112,7 @@ class DecisionPass:
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
         self._uses: tuple[tuple[str, ...], int, tuple[BudgetUse, ...]] | None = None
+        self.holds = holds_now(state, policy, now)  # gates and windows (decide/gates.py)
         self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
                               conflicts=conflicts(state, policy, self.idx, now))
         kinds = [b.kind for b in policy.budgets]
@@ -267,9 +272,10 @@ class DecisionPass:
             return approved
         if record.not_before is not None and record.not_before <= self.now:
             return approved
+        scopes = {s for vm in res.vms for s in self.idx.scopes_of.get(vm, ())} | {FLEET}
         if (self.state.held(record.key) or self.policy.blackout_at(self.now)
-                or any(self.state.paused(s) for vm in res.vms for s in self.idx.scopes_of.get(vm, ()))
-                or self.state.paused(FLEET)):
+                or any(self.state.paused(s) for s in scopes)
+                or held_back(self.holds, scopes) is not None):
             return approved
         if self.stale and last.code not in PERSONS:  # neither sent nor retried on a late picture
             return Verdict(record.key, record.event_id, "approved",

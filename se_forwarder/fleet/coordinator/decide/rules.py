@@ -9,6 +9,9 @@ For each event not yet approved (evaluate.py), in this order (the first that fai
 ``held``           a person held it
 ``paused``         a scope holding an affected VM is paused (``fleet``: everything is)
 ``blackout``       now is inside a ``[[blackouts]]`` window
+``gate-closed``    a gate of a scope holding an affected VM is closed (gates.py; ``[[gates]]``)
+``blackout``       now is inside a blackout of ``[[windows]]`` of such a scope (gates.py)
+``outside-window`` such a scope has maintenance windows (``[[windows]]``) and none is open now
 ``stale``          the fold is more than ``max_lag`` behind a hub, or how far is not known (the
                    lag guard, input/lag.py): the picture the budgets are counted on is late
 ``unresolved``     no Resources yet, or a name in Resources matches no VM (scopes.py)
@@ -37,6 +40,7 @@ from typing import Protocol
 from ..config.policy import Policy
 from ..fold.state import EventRecord, FleetState
 from .events import BudgetUse, VmRef
+from .gates import Hold, held_back
 from .ownership import not_owned
 from .scopes import FLEET, Resolution, ScopeIndex, last_heartbeat
 from .wording import hhmm, not_watched, prepare_failed, span, who, why
@@ -51,6 +55,7 @@ class Pass(Protocol):
     idx: ScopeIndex
     down: dict[str, str]  # VM key -> why it is unavailable (before the pass)
     reserved: dict[str, str]  # scope -> EventId of the earlier event waiting for it
+    holds: tuple[Hold, ...]  # closed gates, open blackouts, shut windows (gates.holds_now)
     stale: str  # why the fold's picture is too late to approve on ("" when it is not)
 
     def watched(self, vm: str) -> bool: ...
@@ -82,6 +87,9 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
     blackout = policy.blackout_at(now)
     if blackout is not None:
         return ("blackout", f"inside the blackout window {blackout.name!r}", None)
+    gated = held_back(p.holds, scopes)
+    if gated is not None:
+        return gated
     if p.stale:
         return ("stale", f"no early approval on a late picture: {p.stale}", None)
     if not record.has_resources or not res.vms or res.unresolved:

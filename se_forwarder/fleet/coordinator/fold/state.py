@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .azure_state import AzureView
+from .gates import GateVerdict
 
 # Status ranks of one VM's view of an event: a higher rank replaces a lower one.
 SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
@@ -334,6 +335,7 @@ class FleetState:
     names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    gates: dict[str, GateVerdict] = field(default_factory=dict, repr=False, compare=False)  # fold/gates.py
 
     def touch(self, *keys: str) -> None:
         """The scopes of these VMs may have changed (a new VM, its topology, a Terminate)."""

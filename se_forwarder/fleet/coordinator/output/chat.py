@@ -4,14 +4,14 @@ Configured by ``[[notify]]`` (config/notify.py).
 
 What is sent, once per fleet event and never once per VM: every ``approve`` (its first attempt; a
 retry to another VM of the same event is not a new message), the first ``defer`` of an event (not
-each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``, and
-what Azure answered each approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and
-per maintenance event (EventId), however many VMs report it, one message when it is first
-Scheduled, one when it first Started and one when it completed (``completed`` also selects the
-message of a canceled event), naming the VMs it affects (output/chat_stages.py). Either list may be empty,
-not both. Only what happens while this instance acts is sent (a standby sends nothing; decisions
-and events folded from the hub from before this process started are not sent). The text is
-se_forwarder.notify's.
+each change of its reason), every ``breach``, ``pause``, ``resume``, ``hold`` and ``release``, each
+gate that closes and opens again (``gate``, output/chat_gates.py), and what Azure answered each
+approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and per maintenance event
+(EventId), however many VMs report it, one message when it is first Scheduled, one when it first
+Started and one when it completed (``completed`` also selects the message of a canceled event),
+naming the VMs it affects (output/chat_stages.py). Either list may be empty, not both. Only what
+happens while this instance acts is sent (a standby sends nothing; decisions and events folded from
+the hub from before this process started are not sent). The text is se_forwarder.notify's.
 
 Never blocking decisions: ``NewDecisions`` and ``EventStages`` take what is new from the fold on the
 service thread (a look once a second, through ``Service.submit``); each hook has its own
@@ -41,6 +41,7 @@ from ..config.notify import NotifySettings, hook_url
 from ..config.policy import Policy
 from ..fold.state import DecisionRecord, FleetState
 from ..schema import DECISION_PREFIX
+from .chat_gates import GateChanges
 from .chat_stages import EventStages
 
 log = logging.getLogger("se_forwarder.coordinator.notify")
@@ -219,6 +220,7 @@ class Notifier:
         since = time.time() if since is None else since
         self.decisions = NewDecisions(since)
         self.events = EventStages(since, policy)
+        self.gates = GateChanges(since)
         self._submit, self._state, self._acting = submit, state, acting
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
@@ -255,6 +257,8 @@ class Notifier:
                 out += [(event, None) for event in self.decisions.take(state, acting)]
             if any(hook.settings.events for hook in self.hooks):
                 out += self.events.take(state, acting)
+            if any("gate" in hook.settings.decisions for hook in self.hooks):
+                out += [(event, None) for event in self.gates.take(state, acting)]
             return out
 
         messages = self._submit(take).result(timeout=30)

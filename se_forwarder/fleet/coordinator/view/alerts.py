@@ -25,7 +25,9 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
                           counts as unavailable, and once the conflict outlasts heartbeat_timeout
                           every one but the first claimant (decide/availability.py); one alert
 ``recovery-timeout``      (for later issues) a VM did not report recovered in time
-``gate-closed``           (for later issues) an approval gate stayed closed for long
+``gate-closed``           a gate of ``[[gates]]`` is closed (its alerts fire, or it cannot be asked;
+                          input/gates.py); id ``gate-closed/<name>``, open while it is closed,
+                          ``warning`` when it cannot be asked, ``info`` otherwise
 ========================  ==========================================================================
 
 Two ways in, both one call:
@@ -139,8 +141,23 @@ def claimed_twice(state: FleetState, evaluation: Evaluation) -> tuple[list[Alert
                   {"Held": listed, "First": ", ".join(first[:LISTED])})], set()
 
 
+def closed_gates(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
+    """A ``gate-closed`` alert per closed gate (fold/gates.py), resolved once it opens."""
+    opened, closed = [], set()
+    for gate in state.gates.values():
+        ident = f"gate-closed/{gate.name}"
+        if gate.open:
+            closed.add(ident)
+            continue
+        summary = f"gate {gate.name} ({gate.scope}) is closed: {gate.reason}"[:1000]
+        opened.append(Alert(ident, "gate-closed", summary, "warning" if gate.unreachable else "info",
+                            {"Gate": gate.name, "Scope": gate.scope, "Type": gate.kind,
+                             "Alerts": ", ".join(gate.alerts)[:1000]}))
+    return opened, closed
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, closed_gates]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:

@@ -11,6 +11,7 @@ kilobytes (about a tenth of that gzipped)::
                   "affectedCount", "held": bool, "scopeLabel"}],
      "started": [...], "decisions": [{... as view.status, "subject": a label for people}],
      "nameConflicts": [...], "identities": {...} (as view.status: the banner shows them),
+     "gates": [...], "windows": [...] (as view.status, view/gates.py: a closed gate in the banner),
      "events": [{"eventId", "eventType", "notBeforeUtc", "status"}],
      "timeline": {"kinds": timeline.KINDS, "events": [[eventId, eventType, notBefore | null]],
                   "start": <epoch s> | null, "minHealthy": <s>},

@@ -20,7 +20,8 @@
      "identities": {"registered", "rekeyed": [{"name", "vmId", "old", "new", "time"}],
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
-                      "findings": [...]}}   (view/azure.py)
+                      "findings": [...]},   (view/azure.py)
+     "gates": [...], "windows": [...]}   (view/gates.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
 every one), fullest first (``size``: the VMs that claim it; ``inventory``: those a percentage
@@ -74,6 +75,7 @@ from ..fold.state import (
     Switch,
 )
 from . import azure as azure_view
+from .gates import gates_and_windows
 
 
 def _age(now: float, moment: float | None) -> float | None:
@@ -184,6 +186,7 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "outsideInventory": [{"name": state.vms[k].name, "vmId": state.vms[k].vm_id, "scopes": list(out)}
                              for k, out in sorted(idx.outside.items()) if out],
         "identities": identities(state),
+        **gates_and_windows(state, policy, now),
     }
 
 

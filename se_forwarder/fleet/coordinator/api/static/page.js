@@ -187,6 +187,7 @@
     const started = performance.now();
     renderHeader();
     renderScopes();
+    renderGates();
     renderPending();
     renderStarted();
     renderDecisions();
@@ -257,6 +258,10 @@
           (rekeyed.length > 1 ? ` (${rekeyed.length} key changes in all)` : "") }));
     }
     if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
+    for (const g of doc.gates || []) {
+      if (g.open) continue;
+      banner.append(el("span", { class: "gate", "data-gate": g.name, text: `gate ${g.name} closed: ${g.reason}` }));
+    }
     for (const [part, r] of Object.entries((s && s.reachability) || {})) {
       if (r.reachable) continue; // an unreachable part, or the Azure feed's events all refused
       banner.append(el("span", { class: "down", "data-part": part,
@@ -296,6 +301,26 @@
       box.append(el("div", { class: "gauge", "data-scope": p.scope }, el("span", { text: `${p.label} (paused)` }),
         el("span"), el("span"), el("button", { class: "small", type: "button", text: "Resume",
           onclick: () => act("resume", { scope: p.scope }, `Resume ${p.label}`, "") })));
+    }
+  }
+
+  function renderGates() {
+    const box = $("gates");
+    box.replaceChildren();
+    const gates = doc.gates || [], windows = doc.windows || [];
+    $("gates-heading").hidden = !gates.length && !windows.length;
+    for (const g of gates) {
+      box.append(el("div", { class: `gate-row ${g.open ? "" : "closed"}`, "data-gate": g.name, title: g.scope },
+        el("span", { text: `${g.name} (${g.type}, ${g.scope})` }),
+        el("span", { text: `${g.open ? "open" : "CLOSED"}: ${g.reason}` })));
+    }
+    for (const w of windows) {
+      const said = [`early approval ${w.open ? "open" : "closed"}`];
+      if (w.window) said.push(`${w.window.startUtc <= doc.time ? "window" : "next window"} ` +
+        `${w.window.name}: ${w.window.text}`);
+      if (w.blackout) said.push(`blackout ${w.blackout.name}: ${w.blackout.text}`);
+      box.append(el("div", { class: `window-row ${w.open ? "" : "closed"}`, "data-scope": w.scope },
+        el("span", { text: w.scope }), el("span", { text: said.join(" · ") })));
     }
   }
 
