@@ -65,9 +65,13 @@ BENCHMARKS = (
               commands=(("bench/coordinator_fold.py",),)),
     Benchmark("coordinator_gates", "coordinator decision pass at 10,000 VMs with gates and maintenance "
               "windows beside the same pass without", commands=(("bench/coordinator_gates.py",),)),
-    Benchmark("coordinator_verified", "coordinator edge at 10,000 VMs: signed reports verified and "
-              "folded per second beside the fold alone, and one registration's cost",
+    Benchmark("coordinator_verified", "coordinator edge at 10,000 VMs: signed reports verified by the "
+              "verifier's workers and folded per second beside json.loads, a bare verification loop "
+              "(OpenSSL, libsodium) and the serial edge; one registration's cost",
               commands=(("bench/coordinator_verified.py",),)),
+    Benchmark("coordinator_forgery", "forged registrations (issue 31): each kind's cost beside an honest "
+              "one, the fold's lag under a chain-bomb flood, the held pool's memory at its caps",
+              commands=(("bench/coordinator_forgery.py",),)),
     Benchmark("coordinator_shards", "a shard on a hub it shares, 10,000 VMs in two subscriptions: another "
               "shard's report dropped and its own verified and folded, beside json.loads of the same texts",
               commands=(("bench/coordinator_shards.py",),)),

@@ -59,6 +59,10 @@ class ImdsError(SeForwarderError):
         self.retry_after = retry_after
 
 
+class NonceRefused(ImdsError):
+    """IMDS answered 400 to an attested-data request: the nonce is not one it accepts."""
+
+
 def throttled_delay(retry_after: float | None) -> float:
     """How long to wait after a 429: its Retry-After (at most ``MAX_RETRY_AFTER``), else ~1 s."""
     if retry_after is not None:
@@ -261,7 +265,10 @@ class ImdsClient:
     def get_attested(self, nonce: str) -> dict[str, Any]:
         """The attested document for ``nonce`` (``{"encoding": "pkcs7", "signature": ...}``)."""
         path = f"{ATTESTED_PATH}?api-version={ATTESTED_API_VERSION}&nonce={quote(nonce)}"
-        return _json_object(self._request("GET", path), "attested data")
+        reply = self._request("GET", path)
+        if reply.status == 400:
+            raise NonceRefused("client", f"IMDS refused the nonce {nonce!r} (400): {_snippet(reply.body)}")
+        return _json_object(reply, "attested data")
 
     def start_events(self, event_ids: Sequence[str]) -> None:
         """POST StartRequests for ``event_ids`` (approve them); raises ImdsError unless 200."""

@@ -95,7 +95,7 @@ def run(config: str | None) -> None:
 @click.option("--imds-url", help="This VM's IMDS, for the attestation chain (default http://169.254.169.254).")
 @friendly_errors
 def check(config: str | None, key_file: str | None, token_file: str | None, imds_url: str | None) -> None:
-    """Validate the configuration and reach every service it names."""
+    """Validate the configuration; reach every service it names."""
     import logging
     from dataclasses import replace
 
@@ -148,7 +148,7 @@ def _api_options(func: F) -> F:
 @friendly_errors
 def status(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
            as_json: bool, shards: bool) -> None:
-    """Budget use, pending events and why each waits, VMs not watched."""
+    """Budgets, pending events and why each waits."""
     from ..fleet.coordinator.api import render_status
 
     if shards:
@@ -221,7 +221,7 @@ def resume(config: str | None, url: str | None, token_file: str | None, scope: s
 @reason_option
 @friendly_errors
 def confirm(config: str | None, url: str | None, token_file: str | None, scope: str, reason: str) -> None:
-    """Let VMs that claim a new zone, domain or tag count in those scopes' sizes.
+    """Count VMs in the new zones, domains or tags they claim.
 
     Without [azure] a percentage budget is taken of where each VM was first seen; check the
     VMs status lists as outside their inventory, then confirm."""
@@ -249,6 +249,26 @@ def release(event_id: str, config: str | None, url: str | None, token_file: str 
             reason: str) -> None:
     """Undo a hold."""
     _act("release", config, url, token_file, {"eventId": event_id, "reason": reason})
+
+
+@coordinator.command("settle-identity")
+@click.argument("vm_id")
+@click.option("--key", "keyid", default=None,
+              help="The key id that speaks for VM_ID (one of those in dispute).")
+@click.option("--none", "no_key", is_flag=True, help="No key: VM_ID's next registration binds.")
+@_api_options
+@reason_option
+@friendly_errors
+def settle_identity(vm_id: str, keyid: str | None, no_key: bool, config: str | None, url: str | None,
+                    token_file: str | None, reason: str) -> None:
+    """Settle VM_ID's key conflict (one document, two keys).
+
+    One attested document came with two identity keys.
+
+    Until settled it counts as unavailable in every budget and nobody speaks for it."""
+    if (keyid is None) == (not no_key):
+        raise click.UsageError("give exactly one of --key KEYID or --none")
+    _act("settle", config, url, token_file, {"vmId": vm_id, "keyid": keyid, "reason": reason})
 
 
 @coordinator.command("approve")

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..sinks.pretty import WIDTH
 from ..telemetry import setup_logging
 from . import record
+from .application import BACK_AFTER, SLOW
 from .fleet_parts import MIN_HEALTHY, TIME_SCALE, FleetParts
 from .rollout import DB, FAILING, NOTICE, Rollout
 from .summary import summary
@@ -101,6 +102,8 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
         _wait(lambda: FAILING in parts.down(), time.monotonic() + COUNTED_WITHIN, stop)
         stop.wait(1.0 - time.time() % 1.0)  # on a whole second: NotBefore on the wire has no fraction
         announced = rollout.announce()
+        parts.app.event_id = announced.web[SLOW]  # its application goes down with its Reboot
+        # An alert that closes a gate for a while (the gates' part of the story) starts here too.
         finished = _wait(rollout.done, deadline, stop)
         if finished:
             _wait(lambda: False, time.monotonic() + SETTLE, stop)
@@ -110,7 +113,8 @@ def _run(parts: FleetParts, say: Callable[[str], None], keep: bool, began: float
     lives = rollout.lives_of_rollout()
     spans = record.spans(lives, time.time())
     say(summary(lives, spans, record.scopes(parts.topology), announced, rollout.failure, lines.decisions,
-                lines.defers, lines.echoes, verified, time.monotonic() - began, TIME_SCALE))
+                lines.defers, lines.echoes, verified, time.monotonic() - began, TIME_SCALE,
+                slow=(SLOW, parts.app.back_at)))
     if stop.is_set():
         say("Stopped (Ctrl-C) before the rollout ended.")
         return 0
@@ -137,10 +141,12 @@ def _header(parts: FleetParts) -> str:
              f"2, and a standalone VM {DB}), at {TIME_SCALE:g}x speed (1 min = 1 s). An agent on each VM "
              "forwards its Scheduled Events, signed, to an event hub; the fleet coordinator reads them "
              "and approves maintenance early, within budgets of 1 VM down per group and per zone, "
-             f"with min_healthy {MIN_HEALTHY:g} s. No Azure: the hub, the approval queues and the "
+             f"with min_healthy {MIN_HEALTHY:g} s, and frees a VM's slot only once its agent reports it "
+             f"recovered. No Azure: the hub, the approval queues and the "
              "coordinator's blobs are the demo's own, in this process; the rest is the real code.")
     second = (f"First a hardware failure of {FAILING}, with no notice; then the rollout: a platform Reboot "
               f"of every web VM and a Redeploy of every api VM, all due in {NOTICE // 60} min "
-              f"({NOTICE / TIME_SCALE:g} s), and a Freeze of {DB}, left to Azure. Then a summary (after "
-              "about 45 s).")
+              f"({NOTICE / TIME_SCALE:g} s), and a Freeze of {DB}, left to Azure. {SLOW}'s application "
+              f"comes back {BACK_AFTER:g} s after its Reboot: its probe fails until then. Then a summary "
+              "(after about 55 s).")
     return "\n".join([*textwrap.wrap(first, WIDTH), *textwrap.wrap(second, WIDTH)])

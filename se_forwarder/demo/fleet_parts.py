@@ -8,7 +8,10 @@ times (the simulator runs at ``TIME_SCALE``):
   registers it with the simulator's attested documents), sends a heartbeat a second, approves
   nothing by itself (no rules) and takes approvals from its queue, verified with the
   coordinator's public key;
+- the agent of ``application.SLOW`` also probes its application (``[health]``, an HTTP probe of
+  the demo's ``SlowApp``), so it reports ``recovered`` only once that answers again;
 - the coordinator has budgets of 1 per group and per zone, ``min_healthy`` of ``MIN_HEALTHY``,
+  ``free_slot = "recovered"`` (a slot frees once its VM's agent reports ``recovered``),
   groups named by the ``group`` tag, and signs every decision and message with its own Ed25519 key.
   Its ``[trust]`` is the default but for the anchors: it folds only reports signed with the key
   their VM registered, and the registrations' attested documents chain to the simulator's per-run
@@ -31,9 +34,11 @@ from ..approvals.settings import ApprovalsSettings
 from ..config import ImdsSettings, Settings, SinkSettings, StateSettings, VmSettings
 from ..fleet.coordinator.config import TrustSettings, load_policy
 from ..fleet.coordinator.config import service as sc
+from ..health import settings as health_settings
 from ..simulator import SimulatorServer
 from ..simulator.topology import Topology
 from ..sinks.eventhubs.config import EventHubsOptions
+from .application import SLOW, SlowApp
 from .summary import Verified
 from .transport import NAMESPACE, DemoTransport
 
@@ -51,7 +56,8 @@ FLEET = {
 }
 POLICY = {
     "policy": {"manage": ["Reboot", "Redeploy"], "approve_within": "3h", "min_healthy": MIN_HEALTHY,
-               "heartbeat_timeout": "15s", "echo_timeout": "10s", "group_tag": GROUP_TAG},
+               "heartbeat_timeout": "15s", "echo_timeout": "10s", "group_tag": GROUP_TAG,
+               "free_slot": "recovered", "recover_timeout": "2m"},
     "budgets": [{"scope": "group", "max_unavailable": 1}, {"scope": "zone", "max_unavailable": 1}],
 }
 ACTOR = "demo"
@@ -80,6 +86,7 @@ class FleetParts:
         self.service: Any = None
         self.api: Any = None
         self.agents: dict[str, Agent] = {}
+        self.app = SlowApp(self.sim.history.lives)
         self._threads: list[threading.Thread] = []
 
     @property
@@ -90,6 +97,7 @@ class FleetParts:
 
     def start_simulator(self) -> None:
         self.sim.start()
+        self.app.start()
 
     def start_coordinator(self) -> str:
         """The service, and its API with the page; the page's URL."""
@@ -130,6 +138,7 @@ class FleetParts:
             sinks=[SinkSettings("eventhubs", "eventhub", hub, heartbeat_interval=HEARTBEAT)],
             approvals=ApprovalsSettings(rules=(), queue=queue),
             vm=VmSettings(tags=[GROUP_TAG]),
+            health=health_settings.parse(self.app.probe_table()) if name == SLOW else None,
             source=f"se-forwarder demo --fleet ({name})",
         )
 
@@ -213,4 +222,5 @@ class FleetParts:
             thread.join(max(0.1, deadline - time.monotonic()))
         if self.api is not None:
             self.api.stop()
+        self.app.close()
         self.sim.stop()

@@ -70,10 +70,25 @@ def _failure(broken: EventLife, group: Sequence[EventLife], announced_at: float)
                    f", and {others} other VM(s) of the group went down meanwhile.")
 
 
+def _slow(vm: str, back: float, group: Sequence[EventLife]) -> str:
+    """The VM whose application came back late: the group waited for it (the simulator's record)."""
+    own = next((life for life in group if vm in life.resources), None)
+    if own is None or own.ended is None:
+        return ""
+    later = [life.started for life in group if life.started is not None and life.started > own.ended]
+    text = (f"{'':<6} {vm}'s application came back {_s(back - own.ended)} after its Reboot ended; the "
+            "coordinator held the group's only slot until its agent reported it recovered")
+    if later:
+        text += f": the next VM started {_s(min(later) - back)} after it was back"
+    return text + "."
+
+
 def summary(lives: Sequence[EventLife], spans: Sequence[Span], scopes_of: Mapping[str, Sequence[str]],
             announced: Announced, failure: str | None, decisions: Counter[str], defers: Counter[str],
-            echoes: int, verified: Verified | None, elapsed: float, time_scale: float) -> str:
-    """The summary's lines (module docstring)."""
+            echoes: int, verified: Verified | None, elapsed: float, time_scale: float,
+            slow: tuple[str, float | None] | None = None) -> str:
+    """The summary's lines (module docstring); ``slow``: the VM whose application came back late,
+    and when it did (application.py)."""
     by_id = {life.event_id: life for life in lives}
     web = [by_id[i] for i in announced.web.values() if i in by_id]
     api = [by_id[i] for i in announced.api.values() if i in by_id]
@@ -92,6 +107,8 @@ def summary(lives: Sequence[EventLife], spans: Sequence[Span], scopes_of: Mappin
     ]
     if broken is not None and broken.started is not None:
         paragraphs.append(_failure(broken, api, announced_at))
+    if slow is not None and slow[1] is not None:
+        paragraphs.append(_slow(slow[0], slow[1], web))
     if freeze is not None and freeze.started is not None:
         how = "at its NotBefore" if freeze.how == "not-before" else f"({freeze.how})"
         paragraphs.append(f"{'db':<6} Its Freeze was left to Azure: it started {how}, "

@@ -5,9 +5,10 @@ local hub): each agent's signed reports and each of the coordinator's signed dec
 for ``Tail``, the thread that reads. Shown, in the style of the one-VM demo (``sinks/pretty.py``:
 columns, the first line of each kind followed by a ``^`` line saying what it means):
 
-- a VM's own reports (``AffectsThisVm``): scheduled, approved, started, completed, canceled, and a
-  rejected approval message. Its neighbours' reports of the same event are left out (the page
-  shows who saw what), and so are heartbeats and identity announcements;
+- a VM's own reports (``AffectsThisVm``): scheduled, approved, started, completed, recovered,
+  canceled, and a rejected approval message. Its neighbours' reports of the same event are left out
+  (the page shows who saw what), and so are identity announcements and heartbeats, but for a change
+  of a VM's health verdict to or from ``unhealthy``;
 - the coordinator's decisions but ``sent`` (the record that a message is in its queue).
 
 Text from the hub is made inert for the terminal (printable.py); EventIds are cut to 8 characters.
@@ -38,7 +39,8 @@ LEGEND = (
     "WHAT the VM's new state, or the coordinator's decision; EVENT Azure's EventType; EVENT ID its "
     "first 8 characters. A line starting with ^ explains the line above."
 )
-SHOWN = (Kind.SCHEDULED, Kind.APPROVED, Kind.STARTED, Kind.COMPLETED, Kind.CANCELED, Kind.APPROVAL_REJECTED)
+SHOWN = (Kind.SCHEDULED, Kind.APPROVED, Kind.STARTED, Kind.COMPLETED, Kind.CANCELED, Kind.APPROVAL_REJECTED,
+         Kind.RECOVERED)
 
 
 def explanations(min_healthy: float) -> dict[str, str]:
@@ -60,6 +62,10 @@ def explanations(min_healthy: float) -> dict[str, str]:
                      f"min_healthy ({min_healthy:g} s) more",
         "canceled": "canceled: Azure withdrew it before it started",
         "approvalrejected": "approval rejected: the VM's agent refused a message; nothing was approved",
+        "recovered": "recovered: the VM's agent says it is back (its recover hook and its health probes, "
+                     "if any, passed); only now does the coordinator free its slot",
+        "unhealthy": "unhealthy: the VM's own health probe fails (its heartbeat says so); the "
+                     "coordinator counts it as down, whatever the events say",
     }
 
 
@@ -79,6 +85,7 @@ class FleetLines:
         self.decisions: Counter[str] = Counter()  # kind -> how many were shown
         self.defers: Counter[str] = Counter()  # ReasonCode -> how many
         self.echoes = 0  # VMs' reports that they approved on the coordinator's message
+        self._verdicts: dict[str, str] = {}  # VM -> its heartbeats' last health verdict
 
     def header(self) -> list[str]:
         return [*textwrap.wrap(LEGEND, WIDTH), "", _FORMAT.format(*COLUMNS)]
@@ -90,11 +97,28 @@ class FleetLines:
         if ce_type.startswith(DECISION):
             return self._decision(event, ce_type[len(DECISION):], data)
         state = ce_type[len(REPORT):] if ce_type.startswith(REPORT) else ""
+        if state == Kind.HEARTBEAT:
+            return self._verdict(event, data)
         if state not in SHOWN or data.get("AffectsThisVm") is not True:
             return []
         vm = data.get("Vm") if isinstance(data.get("Vm"), dict) else {}
         assert isinstance(vm, dict)
         return self._report(event, state, str(vm.get("name") or "?"), data)
+
+    def _verdict(self, event: dict[str, Any], data: dict[str, Any]) -> list[str]:
+        """A line when a VM's health verdict turns unhealthy or back (heartbeats are otherwise not shown)."""
+        health = data.get("Health") if isinstance(data.get("Health"), dict) else None
+        vm = data.get("Vm") if isinstance(data.get("Vm"), dict) else {}
+        if health is None or not isinstance(vm, dict):
+            return []
+        name, verdict = str(vm.get("name") or "?"), str(health.get("Verdict") or "")
+        before = self._verdicts.get(name, "")
+        self._verdicts[name] = verdict
+        if verdict == before or "unhealthy" not in (verdict, before) or verdict == "unknown":
+            return []
+        details = f"probe {health.get('Probe')}: {health.get('Reason')}" if verdict == "unhealthy" else \
+            "its probes pass again"
+        return self._line({**event, "subject": "-"}, name, verdict, "-", details, verdict)
 
     def _decision(self, event: dict[str, Any], kind: str, data: dict[str, Any]) -> list[str]:
         if kind == "sent":
@@ -130,6 +154,9 @@ class FleetLines:
                 kind, details = "started:not-before", "at NotBefore, left to Azure"
         elif state == Kind.APPROVAL_REJECTED:
             details = str(data.get("Reason") or "")
+        elif state == Kind.RECOVERED:
+            after = data.get("RecoveredAfterSeconds")
+            details = f"{after:.0f} s after it completed" if isinstance(after, int | float) else ""
         return self._line(event, vm, state, str(event.get("eventtype") or "-"), details, kind)
 
     def _line(self, event: dict[str, Any], who: str, what: str, event_type: str, details: str,

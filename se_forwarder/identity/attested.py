@@ -2,25 +2,28 @@
 
 The request (``docs/identity.md`` cites Azure's pages)::
 
-    GET /metadata/attested/document?api-version=2021-02-01&nonce=<10 digits>   (Metadata: true)
+    GET /metadata/attested/document?api-version=2021-02-01&nonce=<32 or 10 characters>   (Metadata: true)
     -> {"encoding": "pkcs7", "signature": "<base64 DER of a CMS SignedData>"}
 
 The SignedData's encapsulated content is the JSON document Azure signs: ``nonce``, ``vmId``,
 ``subscriptionId``, ``sku``, ``plan``, ``licenseType`` and ``timeStamp`` (``createdOn`` /
 ``expiresOn`` as ``MM/DD/YY hh:mm:ss -0000``, UTC).
 
-The nonce binds a document to an agent's key. Azure's page documents the nonce as "a 10-digit
-string" (the REST specification says up to 32 alphanumeric characters); ten digits are valid under
-both, so that is what the agent sends::
+The nonce binds a document to an agent's key. The REST specification (azure-rest-api-specs,
+``specification/imds``: "a string of up to 32 random alphanumeric characters") allows 32
+characters; Azure's page documents "a 10-digit string". The agent asks with the 32-character nonce
+(``long_nonce_for``) and falls back to the 10 digits (``nonce_for``) only where IMDS refuses it
+(``identity/registration.py``); the coordinator accepts either (``nonces_for``)::
 
-    digest = SHA-256(b"se-forwarder/attested-nonce/v1\\x00" + raw 32-byte Ed25519 public key)
-    nonce  = decimal of (first 8 bytes of digest, big-endian, unsigned) mod 10**10, 10 digits
-             with leading zeros
+    long  = hex of the first 16 bytes of SHA-256(b"se-forwarder/attested-nonce/v2\\x00" + raw key)
+            (32 lowercase hex characters: 128 bits)
+    short = decimal of (first 8 bytes of SHA-256(b"se-forwarder/attested-nonce/v1\\x00" + raw key),
+            big-endian, unsigned) mod 10**10, 10 digits with leading zeros
 
 Ten digits are about 33 bits: finding a second key with a given nonce takes about 2**33 key
-generations, hours of work, so the nonce alone does not stop a determined forger who holds a
-victim's fresh document. The coordinator's other checks (``docs/identity.md``, "What the
-coordinator checks") carry the rest.
+generations (a few core-days), so a holder of Listen on the hub who reads a victim's document
+could present it with a ground key; the coordinator then binds neither key
+(fold/identities.py, ``conflict``). No key can be ground to a 128-bit nonce.
 
 ``unpack`` reads a document without verifying it (the agent checks that IMDS answered for its
 own nonce, since IMDS may serve a cached document); ``fleet/coordinator/edge/attestation.py`` verifies.
@@ -33,11 +36,12 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 NONCE_CONTEXT = b"se-forwarder/attested-nonce/v1\x00"
+LONG_NONCE_CONTEXT = b"se-forwarder/attested-nonce/v2\x00"
 NONCE_DIGITS = 10
 TIME_FORMAT = "%m/%d/%y %H:%M:%S %z"  # "11/28/18 06:16:17 -0000"
 MAX_SIGNATURE_CHARS = 64 * 1024  # Azure's is about 4 kB; anything this big is not a document
@@ -48,9 +52,21 @@ class AttestedFormatError(ValueError):
 
 
 def nonce_for(public_key: bytes) -> str:
-    """The nonce an agent with the raw 32-byte Ed25519 ``public_key`` asks IMDS for."""
+    """The 10-digit nonce of the raw 32-byte Ed25519 ``public_key``: what an agent asks IMDS for
+    where IMDS refuses the 32-character one."""
     digest = hashlib.sha256(NONCE_CONTEXT + bytes(public_key)).digest()
     return str(int.from_bytes(digest[:8], "big") % 10**NONCE_DIGITS).zfill(NONCE_DIGITS)
+
+
+def long_nonce_for(public_key: bytes) -> str:
+    """The 32-character nonce of ``public_key`` (the REST specification's longest): what an agent
+    asks IMDS for first."""
+    return hashlib.sha256(LONG_NONCE_CONTEXT + bytes(public_key)).digest()[:16].hex()
+
+
+def nonces_for(public_key: bytes) -> tuple[str, str]:
+    """Both nonces a document for ``public_key`` may carry: (32 characters, 10 digits)."""
+    return long_nonce_for(public_key), nonce_for(public_key)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -70,6 +86,7 @@ class Unpacked:
     der: bytes
     content: bytes
     claims: dict[str, Any]
+    parsed: Any = field(default=None, compare=False, repr=False)  # asn1crypto's ContentInfo, read once
 
     @property
     def nonce(self) -> str | None:
@@ -125,4 +142,4 @@ def unpack(document: Any) -> Unpacked:
         raise AttestedFormatError("the signed content is not JSON") from None
     if not isinstance(claims, dict):
         raise AttestedFormatError("the signed content is not a JSON object")
-    return Unpacked(der, content, claims)
+    return Unpacked(der, content, claims, info)

@@ -1,7 +1,9 @@
 """Keeping this agent registered: attested documents fetched in the background, identity events.
 
-The registration thread asks IMDS for an attested document with this agent's nonce
-(``attested.nonce_for``), checks that the answer is for that nonce (IMDS may serve a cached
+The registration thread asks IMDS for an attested document with this agent's nonce: the
+32-character one (``attested.long_nonce_for``), or the 10 digits (``attested.nonce_for``) once
+IMDS refused the 32 characters with a 400 (said once in the log; asked again with 32 after a
+restart). It checks that the answer is for that nonce (IMDS may serve a cached
 document), and builds the ``identity`` CloudEvent (``cloudevents.identity``). ``current()`` is the
 latest one: each Event Hubs delivery worker announces it before its next batch and again whenever
 it changes (``delivery.py``), so it reaches the hub ahead of any backlog, and again after every
@@ -23,10 +25,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from .. import cloudevents as ce
-from ..imds import ClientThread, ImdsClient, ImdsError
+from ..imds import ClientThread, ImdsClient, ImdsError, NonceRefused
 from ..model import VmIdentity
 from ..sinks.base import StoredEvent
-from .attested import AttestedFormatError, nonce_for, unpack
+from .attested import AttestedFormatError, long_nonce_for, nonce_for, unpack
 from .key import AgentKey
 
 log = logging.getLogger("se_forwarder.identity")
@@ -47,7 +49,8 @@ class Registration:
                  identity: Callable[[], VmIdentity], *,
                  on_new: Callable[[], None] = lambda: None) -> None:
         self.key = key
-        self.nonce = nonce_for(key.public_raw)
+        self.nonce = long_nonce_for(key.public_raw)
+        self.short_nonce = nonce_for(key.public_raw)
         self.identity = identity
         self.on_new = on_new
         self._current: StoredEvent | None = None
@@ -62,7 +65,14 @@ class Registration:
     def attempt(self, client: ImdsClient) -> float:
         """One registration; the seconds until the next. Raises RegistrationFailed."""
         try:
-            document = client.get_attested(self.nonce)
+            try:
+                document = client.get_attested(self.nonce)
+            except NonceRefused as exc:
+                if self.nonce == self.short_nonce:
+                    raise
+                log.info("IMDS refuses the 32-character nonce (%s); asking with 10 digits from now on", exc)
+                self.nonce = self.short_nonce
+                document = client.get_attested(self.nonce)
             unpacked = unpack(document)
         except (ImdsError, AttestedFormatError) as exc:
             raise RegistrationFailed(str(exc)) from None

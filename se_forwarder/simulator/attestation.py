@@ -15,8 +15,10 @@
   signing certificate names as its "CA Issuers" (``issuer_url``, when given: Azure's name one).
 
 The nonce follows the REST specification: up to 32 letters and digits, else 400; without one,
-the document carries the time (``20201130-211924``), as IMDS does. Documents live ``lifetime``
-real seconds (6 hours by default, as in Azure's examples); the simulated clock does not apply.
+the document carries the time (``20201130-211924``), as IMDS does. ``nonce_rule="digits"`` plays
+an IMDS that keeps to Azure's page instead ("a 10-digit string"): anything else is a 400.
+Documents live ``lifetime`` real seconds (6 hours by default, as in Azure's examples); the
+simulated clock does not apply.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from se_forwarder.simulator.wire import INSTANCE_VERSIONS
 ATTESTED_VERSIONS = tuple(v for v in INSTANCE_VERSIONS if v >= "2018-10-01")
 DEFAULT_LIFETIME = 6 * 3600.0
 NONCE = re.compile(r"^[A-Za-z0-9]{1,32}\Z")
+DIGITS = re.compile(r"^[0-9]{10}\Z")
+NONCE_RULES = {"spec": (NONCE, "Bad request. The nonce must be 1 to 32 letters and digits."),
+               "digits": (DIGITS, "Bad request. The nonce must be a 10-digit string.")}
 TIME_FORMAT = "%m/%d/%y %H:%M:%S -0000"
 SIGNER_DOMAIN = "metadata.azure.com"
 CERT_DAYS = 30
@@ -66,10 +71,12 @@ class AttestationAuthority:
 
     def __init__(self, *, lifetime: float = DEFAULT_LIFETIME, directory: str | Path | None = None,
                  location: str = "westeurope", signer_names: Sequence[str] = (),
-                 issuer_url: str | None = None) -> None:
+                 issuer_url: str | None = None, nonce_rule: str = "spec") -> None:
         if lifetime <= 0:
             raise ValueError(f"attestation lifetime must be > 0 seconds, got {lifetime}")
-        self.lifetime = lifetime
+        if nonce_rule not in NONCE_RULES:
+            raise ValueError(f"nonce_rule must be one of {', '.join(NONCE_RULES)}, got {nonce_rule!r}")
+        self.lifetime, self.nonce_rule = lifetime, nonce_rule
         # The signing certificate's DNS names; Azure's: a regional name and metadata.azure.com.
         self.signer_names = tuple(signer_names) or (f"{location}.{SIGNER_DOMAIN}", SIGNER_DOMAIN)
         self.issuer_url = issuer_url  # the signing certificate's "CA Issuers" URL (the intermediate)
@@ -117,8 +124,9 @@ class AttestationAuthority:
     def document(self, compute: Mapping[str, Any], nonce: str | None,
                  now: float | None = None) -> dict[str, str]:
         """The attested document of the VM whose instance metadata is ``compute``."""
-        if nonce is not None and not NONCE.match(nonce):
-            raise NonceError("Bad request. The nonce must be 1 to 32 letters and digits.")
+        rule, refusal = NONCE_RULES[self.nonce_rule]
+        if nonce is not None and not rule.match(nonce):
+            raise NonceError(refusal)
         created = datetime.fromtimestamp(time.time() if now is None else now, UTC)
         expires = created + timedelta(seconds=self.lifetime)
         given = compute.get("plan")

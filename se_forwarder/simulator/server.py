@@ -71,6 +71,7 @@ class SimulatorServer:
         azure: AzureOptions | None = None,
         attestation_dir: str | Path | None = None,
         attestation_lifetime: float = DEFAULT_LIFETIME,
+        attestation_nonce: str = "spec",
     ) -> None:
         if not 0 <= port <= 65535:
             raise SettingError(f"port must be 0-65535, got {port}")
@@ -94,7 +95,7 @@ class SimulatorServer:
         self.instance_endpoint = instance_mode(instance_endpoint)
         self.etag = etag  # False: no ETag, If-None-Match ignored (IMDS as documented)
         # Signs attested documents; its CA files go to attestation_dir (default: a temporary one).
-        self.attestation = AttestationAuthority(lifetime=attestation_lifetime,
+        self.attestation = AttestationAuthority(lifetime=attestation_lifetime, nonce_rule=attestation_nonce,
                                                 directory=attestation_dir)
         self._first_call_delay = first_call_delay
         self._enabled_at: dict[str, float] = {}

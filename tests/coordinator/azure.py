@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -61,6 +62,16 @@ def feed(event_id: str, status: str, affected: list[AgentVm], t: float, *, not_b
                                                            not_before, event_type)},
                  "operationalInfo": {"resourceEventTime": iso(t)}, "apiVersion": "2024-07-01"},
     }
+
+
+def with_member(event: dict[str, Any], path: list[str], value: object) -> dict[str, Any]:
+    """A copy of ``event`` with the member at ``path`` set to ``value``."""
+    out = copy.deepcopy(event)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
 
 
 def facts(event: dict[str, Any]) -> azure_facts.EventFacts:

@@ -24,6 +24,12 @@ def _moved(vm: AgentVm, t: int) -> AgentVm:
     return AgentVm(vm.name, rg=vm.rg, zone=vm.zone, fd=str(t // 40 % 2), complete=vm.complete)
 
 
+HEALTH = st.none() | st.builds(
+    lambda verdict, probe, reason: {"Verdict": verdict, "Probe": probe, "Reason": reason, "Probes": 1},
+    st.sampled_from(["healthy", "unhealthy", "unknown", "sick"]), st.sampled_from([None, "web", "db"]),
+    st.sampled_from([None, "HTTP 503", "Connection refused"]))
+
+
 @st.composite
 def agent_event(draw: st.DrawFn) -> dict:
     vm = _moved(draw(st.sampled_from(VMS)), t := draw(st.integers(0, 120)))
@@ -31,12 +37,14 @@ def agent_event(draw: st.DrawFn) -> dict:
     kind, affected = EVENTS[event_id]
     names = [VMS[i].name for i in affected]
     what = draw(st.sampled_from(["scheduled", "started", "completed", "canceled", "approved", "prepared",
-                                 "preparefailed", "approvalrejected", "heartbeat"]))
+                                 "preparefailed", "approvalrejected", "heartbeat", "recovered"]))
     now = T0 + t
     if what == "heartbeat":
         status = st.sampled_from(["Scheduled", "Started"])
         listed = draw(st.lists(st.tuples(st.sampled_from(sorted(EVENTS)), status), max_size=2))
-        return heartbeat(vm, now, tuple((e, s, EVENTS[e][0]) for e, s in listed))
+        beat = heartbeat(vm, now, tuple((e, s, EVENTS[e][0]) for e, s in listed))
+        beat["data"]["Health"] = draw(HEALTH)
+        return beat
     if what == "approved":
         return approved(vm, event_id, now, resources=names, event_type=kind, not_before=T0 + 600)
     if what == "approvalrejected":

@@ -1,6 +1,6 @@
 """Fold steps for the scope index's and the digest's property tests: any mix of reports, new VMs,
-renames, moves, host: records, scale sets, Azure's topology, Terminates, prunes and confirmed
-placements, and looks at the index in between."""
+renames, moves, host: records, scale sets, Azure's topology, Terminates, prunes, confirmed
+placements, health verdicts in heartbeats and Resource Health's word, and looks at the index in between."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from se_forwarder.fleet.coordinator.decide.control import ControlRefused, confir
 from se_forwarder.fleet.coordinator.decide.events import to_dict
 from se_forwarder.fleet.coordinator.decide.scopes import FLEET
 from se_forwarder.fleet.coordinator.fold import fold_catch_up
+from se_forwarder.fleet.coordinator.fold.azure_state import AVAILABILITY_STATES, HealthFacts
+from se_forwarder.fleet.coordinator.fold.health import fold_azure_health
 from se_forwarder.fleet.coordinator.fold.retention import prune
 
 from .azure import catch_up, vm_row
@@ -42,10 +44,18 @@ def a_vm(draw: st.DrawFn) -> AgentVm:
 @st.composite
 def step(draw: st.DrawFn) -> tuple:
     kind = draw(st.sampled_from(["beat", "beat", "report", "report", "look", "look", "azure", "prune",
-                                 "confirm"]))
+                                 "confirm", "health"]))
     t = T0 + draw(st.integers(0, 900))
     if kind == "beat":
-        return ("fold", heartbeat(draw(a_vm()), t))
+        beat = heartbeat(draw(a_vm()), t)
+        beat["data"]["Health"] = draw(st.sampled_from([
+            None, {"Verdict": "healthy"}, {"Verdict": "unknown"},
+            {"Verdict": "unhealthy", "Probe": "web", "Reason": "503"}]))
+        return ("fold", beat)
+    if kind == "health":  # Resource Health's word on a VM (feed or graph)
+        said = draw(st.sampled_from(AVAILABILITY_STATES))
+        via = draw(st.sampled_from(["feed", "graph"]))
+        return ("health", HealthFacts(draw(a_vm()).resource_id.lower(), said, t, via))
     if kind == "report":
         event_id, event_type = draw(st.sampled_from([("E1", "Reboot"), ("E2", "Redeploy"),
                                                      ("T3", "Terminate")]))
@@ -69,6 +79,8 @@ def fold_step(state: FleetState, what: str, arg: Any, policy: Policy) -> bool:
         fold_event(state, copy.deepcopy(arg))
     elif what == "azure":
         fold_catch_up(state, arg)
+    elif what == "health":
+        fold_azure_health(state, arg)
     elif what == "prune":
         prune(state, policy, arg + 3000)
     elif what == "confirm":

@@ -118,3 +118,24 @@ def test_a_bad_token_file_is_one_line_naming_the_problem(tmp_path: Path, text: s
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         read_tokens(str(path))
+
+
+def test_settle_ends_a_key_conflict_over_http_with_the_tokens_name_as_actor(api: Any) -> None:
+    from se_forwarder.fleet.coordinator.fold.state import Conflict, Identity
+
+    url, coordinator = api
+    vm = next(iter(coordinator.state.vms))
+    one, two = (Identity(k * 44, k * 16, 100.0, 900.0, "doc", "") for k in ("a", "b"))
+    coordinator.state.identities.pop(vm, None)
+    coordinator.state.conflicts[vm] = Conflict("doc", 100.0, (one, two), 50.0)
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    wrong = HTTP.post(url + "/v1/settle", json={"vmId": vm, "keyid": "c" * 16, "reason": "checked"},
+                      headers=headers, timeout=10)
+    assert wrong.status_code in (400, 409) and "not one of the keys" in wrong.json()["error"]
+    body = {"vmId": vm, "keyid": one.keyid, "reason": "checked on the VM"}
+    reply = HTTP.post(url + "/v1/settle", json=body, headers=headers, timeout=10)
+    assert reply.status_code == 200 and reply.json()["decision"]["data"]["Actor"] == "alice"
+    assert coordinator.state.conflicts == {} and coordinator.state.identities[vm] == one
+    again = HTTP.post(url + "/v1/settle", json={"vmId": vm, "keyid": None, "reason": "twice"},
+                      headers=headers, timeout=10)
+    assert again.status_code == 409 and "not in key conflict" in again.json()["error"]

@@ -10,14 +10,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from asn1crypto import cms
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator.config import default_roots
 from se_forwarder.fleet.coordinator.config.anchors import AZURE_ROOTS, anchors
-from se_forwarder.fleet.coordinator.edge import Anchors, Attested, verify
+from se_forwarder.fleet.coordinator.edge import Anchors, Attested, attestation, verify
 from se_forwarder.fleet.coordinator.edge.attestation import Refusal
-from se_forwarder.identity.attested import nonce_for
+from se_forwarder.identity.attested import nonce_for, unpack
 from se_forwarder.simulator.attestation import AttestationAuthority
 from se_forwarder.simulator.wire import compute_metadata
 
@@ -152,12 +153,19 @@ def test_a_document_without_its_signers_certificate_is_refused(azure, trusted):
     assert _refusal(result) == "no-signer-cert"
 
 
-def test_azures_published_example_passes_the_signature_check_and_fails_only_on_its_test_chain():
+def test_azures_published_example_is_read_and_its_signature_verifies():
+    example = {"encoding": "pkcs7", "signature": AZURE_EXAMPLE}
+    signed = attestation._read_signed(unpack(example))
+    attestation._verify_with(signed)  # raises when the signature does not verify
+    assert signed.algorithm == "1.2.840.113549.1.1.1" and signed.hash_type is hashes.SHA256
+
+
+def test_azures_published_example_is_refused_for_its_claims_before_its_test_key_is_looked_at():
     cert = x509.load_der_x509_certificate(
         cms.ContentInfo.load(base64.b64decode(AZURE_EXAMPLE))["content"]["certificates"][0].chosen.dump())
     result = verify({"encoding": "pkcs7", "signature": AZURE_EXAMPLE}, anchors=Anchors((cert,)),
                     nonce="1234566766", now=datetime(2018, 11, 20, 22, 8, tzinfo=UTC))
-    assert _refusal(result) == "untrusted"
+    assert _refusal(result) == "claims"  # its vmId is empty; its key (RSA-1024) would be signer-key
 
 
 def test_the_default_anchors_are_azures_documented_roots():

@@ -13,7 +13,7 @@ from se_forwarder.fleet.coordinator.edge import azure_facts, domains, vm_row
 from se_forwarder.fleet.coordinator.edge.azure_facts import Refusal
 from se_forwarder.fleet.coordinator.fold import EventFacts, VmFacts
 
-from .azure import feed, row
+from .azure import feed, row, with_member
 from .azure import vm_row as graph_vm_row
 from .fleet import SET, SUB, T0
 
@@ -63,23 +63,18 @@ def test_without_a_resource_type_either_spelling_still_names_a_scheduled_event()
         assert isinstance(azure_facts.feed_event({**event, "type": spelling}, [SUB]), EventFacts)
 
 
-def test_a_health_event_on_the_feed_is_unread_not_a_wrong_scheduled_event():
-    """Resource Health's events share the feed; no box reads them yet (azure_facts.KINDS)."""
-    health = {"specversion": "1.0", "id": "h1", "source": f"/subscriptions/{SUB}", "time": EVENT["time"],
-              "type": "Microsoft.ResourceNotifications.HealthResources.AvailabilityStatusChanged",
-              "data": {"resourceInfo": {"id": "/subscriptions/x/providers/Microsoft.ResourceHealth/"
-                                        "availabilityStatuses/current",
-                                        "type": "Microsoft.ResourceHealth/availabilityStatuses"}}}
-    assert refusal(health) == "unread"
+def test_a_resource_annotation_on_the_feed_is_unread_not_a_wrong_scheduled_event():
+    """Resource Health's other events share the feed; no box reads annotations (azure_facts.KINDS)."""
+    annotation = {"specversion": "1.0", "id": "h1", "source": f"/subscriptions/{SUB}", "time": EVENT["time"],
+                  "type": "Microsoft.ResourceNotifications.HealthResources.ResourceAnnotated",
+                  "data": {"resourceInfo": {"id": "/subscriptions/x/providers/Microsoft.ResourceHealth/"
+                                            "resourceAnnotations/current",
+                                            "type": "Microsoft.ResourceHealth/resourceAnnotations"}}}
+    assert refusal(annotation) == "unread"
 
 
 def _with(path: list[str], value: object) -> dict:
-    event = copy.deepcopy(EVENT)
-    node = event
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return event
+    return with_member(EVENT, path, value)
 
 
 @pytest.mark.parametrize(("event", "code"), [

@@ -70,6 +70,21 @@ def test_the_guard_says_why_once_and_once_when_caught_up(caplog):
     assert len([line for line in lines if "caught up" in line]) == 1
 
 
+def test_a_backlog_waiting_for_verification_is_lag_though_the_hub_s_last_answer_was_folded():
+    """What the verifier's workers have not checked yet is not folded: past max_lag it stops early
+    approvals like a late fold, says so, and shows in the hub's lag."""
+    backlog: list[tuple[int, float | None]] = [(0, None)]
+    guard = LagGuard([watch({"0": [(10, NOW - 30)]})], 5.0, backlog=lambda: backlog[0])
+    folded = {"0": Position(10, "x")}
+    assert guard.stale(folded, NOW) == ""
+    backlog[0] = (300, NOW - 12)
+    assert guard.stale(folded, NOW) == ("verification is 12 s behind the agents' hub (300 event(s) waiting "
+                                        "for the verifier's workers), more than max_lag 5 s")
+    assert (guard.lags[0].seconds, guard.lags[0].events) == (12.0, 300)
+    backlog[0] = (40, NOW - 3)
+    assert guard.stale(folded, NOW) == ""
+
+
 def test_a_lag_within_max_lag_is_not_stale():
     guard = LagGuard([watch({"0": [(10, NOW - 4)]})], 5.0)
     assert guard.stale({"0": Position(3, "x")}, NOW) == ""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import restore, status
@@ -156,14 +158,73 @@ def test_a_new_key_with_an_older_document_is_refused_as_stale_in_any_order():
     assert coordinator.gate.refused["identity-stale"] == 1
 
 
-def test_one_document_binds_one_key_a_second_key_for_it_is_a_replay():
+def _ground_race() -> tuple[FleetState, Identity, Identity]:
     state = FleetState()
     bound = Identity("a" * 44, "1" * 16, 100.0, 200.0, "digest", SUB)
     assert registrations.bind(state, Claim("vm", bound)) == "bound"
     # only a key ground to the same nonce could verify with the same document
     ground = Identity("b" * 44, "2" * 16, 100.0, 200.0, "digest", SUB)
-    assert registrations.bind(state, Claim("vm", ground)) == "replayed"
-    assert state.identities["vm"] == bound
+    return state, bound, ground
+
+
+def test_one_document_presented_with_a_second_key_binds_neither_and_puts_the_vm_in_conflict():
+    state, bound, ground = _ground_race()
+    assert registrations.bind(state, Claim("vm", ground)) == "conflict"
+    assert "vm" not in state.identities and registrations.verifier(state, "vm") is None
+    assert [c.keyid for c in state.conflicts["vm"].candidates] == [bound.keyid, ground.keyid]
+
+
+@given(first=st.booleans())
+def test_a_ground_key_gains_nothing_in_either_order(first):
+    state = FleetState()
+    honest = Identity("a" * 44, "1" * 16, 100.0, 200.0, "digest", SUB)
+    ground = Identity("b" * 44, "2" * 16, 100.0, 200.0, "digest", SUB)
+    for identity in ((ground, honest) if first else (honest, ground)):
+        registrations.bind(state, Claim("vm", identity))
+    assert "vm" not in state.identities and "vm" in state.conflicts
+
+
+def test_a_conflict_stays_for_the_disputed_document_and_older_ones():
+    state, bound, ground = _ground_race()
+    registrations.bind(state, Claim("vm", ground))
+    assert registrations.bind(state, Claim("vm", bound)) == "conflict"
+    older = Identity("a" * 44, "1" * 16, 50.0, 200.0, "older", SUB)
+    assert registrations.bind(state, Claim("vm", older)) == "conflict" and "vm" not in state.identities
+
+
+def test_a_newer_document_settles_a_conflict():
+    state, bound, ground = _ground_race()
+    registrations.bind(state, Claim("vm", ground))
+    newer = Identity("a" * 44, "1" * 16, 160.0, 400.0, "newer", SUB)
+    assert registrations.bind(state, Claim("vm", newer)) == "settled"
+    assert state.identities["vm"] == newer and state.conflicts == {}
+
+
+def test_an_operator_settles_a_conflict_with_one_of_the_keys_in_dispute_or_none():
+    state, bound, ground = _ground_race()
+    registrations.bind(state, Claim("vm", ground))
+    with pytest.raises(ValueError):
+        registrations.settle(state, "vm", "f" * 16)
+    assert registrations.settle(state, "vm", bound.keyid) == bound and state.identities["vm"] == bound
+    registrations.bind(state, Claim("vm", ground))
+    assert registrations.settle(state, "vm", None) is None and "vm" not in state.identities
+    assert state.conflicts == {}
+
+
+def test_a_conflict_is_kept_in_the_snapshot():
+    state, _, ground = _ground_race()
+    registrations.bind(state, Claim("vm", ground))
+    assert restore(snapshot(state)).conflicts == state.conflicts
+
+
+def test_rekeys_are_kept_per_vm_not_in_one_list_for_the_fleet():
+    state = FleetState()
+    for vm in ("a", "b"):
+        for n in range(registrations.REKEYS_PER_VM + 3):
+            identity = Identity(str(n) * 44, f"{n:016x}", 100.0 + n, 900.0, f"d{n}", SUB)
+            registrations.bind(state, Claim(vm, identity))
+    assert {vm: len(h) for vm, h in state.rekeyed.items()} == {"a": registrations.REKEYS_PER_VM,
+                                                              "b": registrations.REKEYS_PER_VM}
 
 
 def test_a_key_registered_for_several_vms_is_listed_as_shared():

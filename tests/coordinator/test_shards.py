@@ -3,6 +3,7 @@ those. Its configuration, the cheap check at its edge, and the last line in its 
 
 from __future__ import annotations
 
+import queue
 import time
 
 import pytest
@@ -27,6 +28,7 @@ from se_forwarder.fleet.coordinator.input.hub_reader import Batch, Position
 from .azure import BASE_CONFIG as BASE
 from .azure import catch_up, facts, feed, policy, vm_row
 from .fleet import SUB, T0, AgentVm, Fleet, approvals, heartbeat, report
+from .signed import SignedVm
 
 OTHER = "99999999-8888-7777-6666-555555555555"
 SHARD = {"name": "eu", "subscriptions": [SUB]}
@@ -136,6 +138,28 @@ def test_another_shards_report_is_dropped_before_any_signature_is_checked():
     assert not state.vms
     admission.fold(state, batch(heartbeat(EU, T0)))  # its own: on to the trust check
     assert admission.counts(state).refused["unsigned"] == 1
+
+
+def test_another_shards_reports_and_registrations_never_reach_the_verifiers_workers():
+    """Marked as they are handed on, before the stage: no signature check, no registration quota."""
+    out: queue.Queue[Batch] = queue.Queue()
+    admission = BatchAdmission("urn:se-forwarder:coordinator:prod/eu", lambda: signing.VerifyKeys(()),
+                               TrustSettings(verify_workers=1), Limits(), deliver=out.put,
+                               owned=frozenset({SUB}))
+    try:
+        them, us = SignedVm(US), SignedVm(EU)
+        admission.put(batch(them.identity(), them.sign(heartbeat(US, T0)), us.identity(),
+                            us.sign(heartbeat(EU, T0 + 1))))
+        got = out.get(timeout=120)
+        verifier = admission.verifier
+        assert verifier is not None and (verifier.registrations, verifier.reports) == (1, 1)  # its own only
+        state = FleetState()
+        admission.fold(state, got)
+        counts = admission.counts(state)
+        assert counts.refused[OTHER_SHARD] == 2
+        assert US.vm_id not in state.vms and US.vm_id not in state.identities
+    finally:
+        admission.close()
 
 
 def test_another_shards_feed_events_are_skipped_not_refused():

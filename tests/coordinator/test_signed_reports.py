@@ -11,8 +11,9 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator import restore
+from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS
 from se_forwarder.fleet.coordinator.edge import trust
-from se_forwarder.fleet.coordinator.edge.gate import WAIT_PER_VM, WAIT_SECONDS
+from se_forwarder.fleet.coordinator.edge.gate import WAIT_SECONDS
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import AgentVm, heartbeat, report
@@ -97,11 +98,13 @@ def test_held_reports_are_dropped_and_counted_after_waiting_too_long_in_hub_time
     assert coordinator.gate.refused == {"unregistered": 1} and coordinator.state.waiting == {}
 
 
-def test_a_vm_that_never_registers_can_hold_only_so_much():
+def test_a_vm_that_never_registers_can_hold_only_so_many_bytes():
     coordinator, agent = Coordinator(), SignedVm(WEB0)
-    beats = [agent.sign(heartbeat(WEB0, NOW + i)) for i in range(WAIT_PER_VM + 5)]
+    beats = [agent.sign(heartbeat(WEB0, NOW + i)) for i in range(400)]
     outcomes = coordinator.admit(*beats, t=NOW)
-    assert outcomes.count("waiting") == WAIT_PER_VM and outcomes.count("unregistered") == 5
+    held = outcomes.count("waiting")
+    assert 0 < held < 400 and outcomes.count("unregistered") == 400 - held
+    assert coordinator.gate.held_bytes[WEB0.vm_id.lower()] <= DEFAULT_LIMITS.held_bytes_per_vm
 
 
 # -- require_signed_reports = false: a fleet mid-upgrade --------------------------------------------
@@ -133,3 +136,38 @@ def test_the_verdicts_are_the_same_on_a_copy_read_again(registered):
     verdicts = {trust.check(copy.deepcopy(event), source="s", keys=signing.VerifyKeys([]),
                             registered=lambda vm: None).code for _ in range(3)}
     assert verdicts == {"unregistered"}
+
+
+def test_the_snapshot_keeps_the_held_pool_up_to_its_cap_and_counts_what_it_leaves_out(monkeypatch):
+    from se_forwarder.fleet.coordinator.fold import identities
+
+    coordinator, agent = Coordinator(), SignedVm(WEB0)
+    coordinator.admit(*(agent.sign(heartbeat(WEB0, NOW + i)) for i in range(10)), t=NOW)
+    assert coordinator.gate.held(coordinator.state) == 10
+    monkeypatch.setattr(identities, "SNAPSHOT_HELD_BYTES", 4000)
+    restored = restore(snapshot(coordinator.state))
+    kept = sum(len(v) for v in restored.waiting.values())
+    assert 0 < kept < 10
+    again = Coordinator(state=restored)
+    again.gate.resume(restored)
+    assert again.gate.refused["unregistered"] == 10 - kept
+
+
+def test_a_recovered_report_signed_by_its_vm_is_folded_and_one_in_a_peers_name_is_refused(registered):
+    """The attack: web-1 tells the coordinator web-0 has recovered, to free the slot web-0 holds."""
+    coordinator, web0, web1 = registered
+    coordinator.admit(web0.sign(report("completed", WEB0, "E1", NOW)))
+    forged = report("recovered", WEB0, "E1", NOW + 1)
+    assert coordinator.admit(web1.sign(forged)) == ["bad-signature"]
+    assert coordinator.admit(forged) == ["unsigned"]
+    assert coordinator.state.events["e1"].recovered == {}
+    assert coordinator.admit(web0.sign(report("recovered", WEB0, "E1", NOW + 2))) == ["folded"]
+    assert coordinator.state.events["e1"].recovered == {WEB0.vm_id: NOW + 2}
+
+
+def test_a_peer_cannot_say_another_vm_is_healthy_or_unhealthy(registered):
+    coordinator, web0, web1 = registered
+    beat = heartbeat(WEB0, NOW)
+    beat["data"]["Health"] = {"Verdict": "unhealthy", "Probe": "web", "Reason": "forged", "Probes": 1}
+    assert coordinator.admit(web1.sign(beat)) == ["bad-signature"]
+    assert coordinator.state.vms.get(WEB0.vm_id) is None or coordinator.state.vms[WEB0.vm_id].health == ""

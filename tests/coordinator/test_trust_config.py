@@ -66,7 +66,10 @@ def settings_of(section: dict):
 def test_by_default_reports_must_be_signed_and_documents_chain_to_azures_documented_roots():
     ts = settings_of({})
     assert ts.require_signed_reports and ts.fetch_intermediates and ts.subscriptions is None
-    assert ts.intermediate_hosts == ("www.microsoft.com", "cacerts.digicert.com") and ts.report_skew == 60
+    assert "http://www.microsoft.com/pkiops/certs/" in ts.intermediate_paths and ts.report_skew == 60
+    hosts = ("www.microsoft.com/", "cacerts.digicert.com/")
+    assert all(p.endswith("/") and any(h in p for h in hosts) for p in ts.intermediate_paths)
+    assert ts.verify_workers >= 1
     names = {c.subject.rfc4514_string() for c in ts.anchors().roots}
     assert any("DigiCert Global Root G2" in n for n in names)
 
@@ -79,11 +82,12 @@ def test_the_attestation_settings_are_read(tmp_path: Path):
     ts = settings_of({"attestation_roots": [str(ca.ca_file)],
                       "attestation_intermediates": [str(ca.intermediate_file)], "fetch_intermediates": False,
                       "subscriptions": [sub.upper()], "require_signed_reports": False, "report_skew": "30s",
-                      "intermediate_hosts": ["PKI.example"]})
+                      "intermediate_paths": ["http://PKI.example/certs/"], "verify_workers": 0})
     anchors = ts.anchors()
     assert (len(anchors.roots), len(anchors.intermediates)) == (1, 1)
     assert (ts.fetch_intermediates, ts.require_signed_reports, ts.report_skew) == (False, False, 30)
-    assert ts.subscriptions == (sub,) and ts.intermediate_hosts == ("pki.example",)
+    assert ts.subscriptions == (sub,) and ts.intermediate_paths == ("http://pki.example/certs/",)
+    assert ts.verify_workers == 0
 
 
 @pytest.mark.parametrize(("section", "says"), [
@@ -91,7 +95,11 @@ def test_the_attestation_settings_are_read(tmp_path: Path):
      "trust.attestation_roots: /nonexistent/root.pem cannot be read"),
     ({"attestation_intermediates": "x.pem"}, "trust.attestation_intermediates: must be a list of strings"),
     ({"subscriptions": ["prod"]}, "trust.subscriptions: 'prod' is not a subscription id"),
-    ({"intermediate_hosts": ["http://x/"]}, "trust.intermediate_hosts: 'http://x/' is not a host name"),
+    ({"intermediate_paths": ["www.microsoft.com"]}, "trust.intermediate_paths: 'www.microsoft.com' is not an "
+                                                    "http(s) URL prefix"),
+    ({"intermediate_hosts": ["www.microsoft.com"]},
+     "trust.intermediate_hosts: replaced by intermediate_paths"),
+    ({"verify_workers": 100}, "trust.verify_workers"),
     ({"require_signed_reports": "no"}, "trust.require_signed_reports"),
     ({"report_skew": "2h"}, "trust.report_skew"),
 ])

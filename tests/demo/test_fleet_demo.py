@@ -30,6 +30,7 @@ WIDTH = 100
 WEB = [f"web-{i}" for i in range(6)]
 API = [f"api_{i}" for i in range(4)]
 VMS = [*WEB, *API, "db"]
+SLOW = "web-1"  # the VM whose application comes back late (demo/application.py)
 SUMMARY = r"^summary, from the simulator's record"
 KEPT = r"^Still running \(--keep\)"
 
@@ -115,9 +116,38 @@ def test_the_page_shows_every_vm_a_countdown_and_the_timeline_as_the_rollout_run
                         assert one["end"] is not None and one["end"] <= other["start"], (one, other)
                         # drawn in percent to 3 decimals: bars that touch may meet 0.01-0.05 px off
                         assert one["x"] + one["width"] <= other["x"] + 0.05, (one, other)
+        recovering = js(browser, """
+            return [...document.querySelectorAll('.tl-group rect.tl-bar.k-recovering')].map(r => ({
+              vm: r.dataset.vm, start: Number(r.dataset.start),
+              end: r.dataset.end === "" ? null : Number(r.dataset.end)}));""")
+        [slow] = [r for r in recovering if r["vm"] == SLOW]  # the slot held until its app was back
+        assert slow["end"] is not None and slow["end"] - slow["start"] >= 4
+        lives = history(demo)
+        later = [utc(life["started"]) for life in lives if life["Resources"][0] in WEB and life["started"]
+                 and utc(life["started"]) > slow["start"]]
+        assert min(later) >= slow["end"]  # the next web VM started only once it was recovered
         assert console_errors(browser) == []
     finally:
         browser.quit()
+
+
+def test_the_slow_application_holds_its_groups_slot_until_its_agent_reports_recovered(demo):
+    demo.wait_for(KEPT, 180)
+    rows = [line.split(None, 5) for line in demo.stdout.splitlines() if re.match(r"\d\d:\d\d:\d\d  ", line)]
+    slow = [r for r in rows if r[1] == SLOW]
+    states = [r[2] for r in slow if r[2] in ("started", "unhealthy", "completed", "healthy", "recovered")]
+    assert sorted(states) == sorted(["started", "unhealthy", "completed", "healthy", "recovered"]), states
+    at = states.index  # the probe may see the application down before or after the Reboot ended
+    assert at("started") < at("unhealthy") < at("healthy") < at("recovered")
+    assert at("completed") < at("recovered")
+    said = re.search(rf"{SLOW}'s application came back (\d+) s after its Reboot ended; the coordinator "
+                     r"held the group's only slot until its agent reported it recovered: the next VM "
+                     r"started (\d+) s after it was back", summary_text(demo))
+    assert said, summary_text(demo)
+    lives = [life for life in history(demo) if life["Resources"][0] in WEB and life["addedAs"] == "Scheduled"]
+    [own] = [life for life in lives if life["Resources"] == [SLOW]]
+    back = utc(own["ended"]) + int(said.group(1))
+    assert all(utc(life["started"]) > back - 1 for life in lives if utc(life["started"]) > utc(own["ended"]))
 
 
 def test_the_page_url_comes_first_then_a_line_per_decision_and_per_vm_in_columns(demo):

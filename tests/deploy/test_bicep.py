@@ -216,6 +216,23 @@ def test_event_grid_delivers_every_scheduled_event_emitted_as_a_cloudevent_with_
     assert expr(sends["params"]["topicPrincipalId"]) == "topic.identity.principalId"
 
 
+def test_event_grid_delivers_each_vms_availability_change_to_the_same_feed_hub_with_its_own_identity(
+    bicep_docs: dict[str, dict],
+) -> None:
+    feed = bicep_docs["modules/azure-feed-topic.bicep"]
+    topic = feed["resources"]["healthTopic"]["config"]
+    assert (topic["location"], topic["identity"]["type"]) == ("global", "SystemAssigned")
+    assert feed["variables"]["healthTopicType"]["value"] == "Microsoft.ResourceNotifications.HealthResources"
+    props = feed["resources"]["healthDelivery"]["config"]["properties"]
+    assert props["eventDeliverySchema"] == "CloudEventSchemaV1_0"
+    destination = props["deliveryWithResourceIdentity"]["destination"]
+    assert expr(destination["properties"]["resourceId"]) == "feedHubId"
+    assert props["filter"]["includedEventTypes"] == ["${healthTopicType}.AvailabilityStatusChanged"]
+    assert feed["resources"]["healthDelivery"]["config"]["dependsOn"] == ["healthSends"]
+    sends = module_body(feed["modules"]["healthSends"])
+    assert expr(sends["params"]["topicPrincipalId"]) == "healthTopic.identity.principalId"
+
+
 def test_vms_and_scale_sets_opt_in_with_the_api_version_that_has_the_properties(
         bicep_docs: dict[str, dict]) -> None:
     module = bicep_docs["modules/scheduled-events-policy.bicep"]

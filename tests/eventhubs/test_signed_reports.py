@@ -14,7 +14,7 @@ from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator.config.anchors import anchors
 from se_forwarder.fleet.coordinator.edge import Attested, verify
 from se_forwarder.fleet.coordinator.input import decode
-from se_forwarder.identity.attested import nonce_for
+from se_forwarder.identity.attested import long_nonce_for
 from se_forwarder.model import Kind
 from se_forwarder.simulator import SimulatorServer
 from se_forwarder.simulator.wire import vm_id_for
@@ -117,9 +117,9 @@ def test_the_identity_event_binds_the_vm_to_the_key_with_a_document_of_the_simul
     assert raw == signing.raw_public(key)
     assert signing.problem(identity, [Ed25519PublicKey.from_public_bytes(raw)]) is None, \
         "signed by the key it registers"
-    assert identity["data"]["Nonce"] == nonce_for(raw)
+    assert identity["data"]["Nonce"] == long_nonce_for(raw), "the specification's 32 characters"
     trusted = anchors([simulator.attestation_ca_file], [simulator.attestation_intermediate_file])
-    claims = verify(identity["data"]["AttestedDocument"], anchors=trusted, nonce=nonce_for(raw),
+    claims = verify(identity["data"]["AttestedDocument"], anchors=trusted, nonce=long_nonce_for(raw),
                     now=_now())
     assert isinstance(claims, Attested), claims
     assert claims.vm_id == identity["vmid"] == identity["subject"] == vm_id_for("vm0")
@@ -137,7 +137,7 @@ def test_the_agent_registers_again_before_its_document_expires(eventhubs_broker,
         trusted = anchors([imds.attestation_ca_file], [imds.attestation_intermediate_file])
 
     identities = _of(_events(eventhubs_broker, _stored_count(eventhubs_broker)), IDENTITY)
-    nonce = nonce_for(signing.raw_public(_public_key(tmp_path)))
+    nonce = long_nonce_for(signing.raw_public(_public_key(tmp_path)))
     documents = [verify(e["data"]["AttestedDocument"], anchors=trusted, nonce=nonce,
                         now=_parse(e["time"])) for e in identities]
     assert all(isinstance(d, Attested) for d in documents), documents

@@ -152,6 +152,7 @@ class Fleet:
         self.queue = Azurite("queue", workdir=base)
         self.server = SimulatorServer(topology=topology, time_scale=TIME_SCALE, azure=azure)
         self.agents: dict[str, AgentProcess] = {}
+        self.agent_extra: dict[str, str] = {}  # VM name -> TOML appended to its agent's config
         self.key_file = base / "signing.key"  # the coordinator's Ed25519 private key
         key = signing.generate_private_key()
         self.key_file.write_bytes(signing.private_key_pem(key))
@@ -195,7 +196,7 @@ class Fleet:
             "[[sinks]]", 'type = "eventhubs"', 'eventhub = "scheduled-events"',
             'credential = "connection-string"', 'connection_string_env = "EH_CONN"', "heartbeat_interval = 1",
             "[telemetry]", 'log_format = "json"',
-        ]) + "\n")
+        ]) + "\n" + self.agent_extra.get(name, ""))
         agent = AgentProcess(["--config", str(config)], env=self.agent_env(name),
                              log_path=folder / "agent.log")
         self.agents[name] = agent.start()

@@ -94,6 +94,25 @@ def test_vms_carry_azures_groups_zones_and_the_domains_of_their_instance_views(s
     assert all(vm.opted_in for vm in result.vms)  # through their sets' scheduledEventsPolicy
 
 
+def test_a_catch_up_reads_each_vms_resource_health_unavailable_while_its_reboot_runs(server, settings,
+                                                                                    credential):
+    assert server.azure is not None
+    server.azure.signals.health.set("db-5", "Degraded", "", server.sim.now())
+    event = server.sim.add_event({"EventType": "Reboot", "Resources": ["api_1"], "EventStatus": "Started"})
+    graph = Graph(settings, credential, page_size=4)
+    try:
+        result = graph.catch_up()
+    finally:
+        graph.close()
+    assert result.errors == [] and event["EventStatus"] == "Started"
+    ids = {vm.name: vm.resource_id.lower() for vm in result.vms}
+    health = {h.resource_id: h for h in result.health}
+    assert set(health) == set(ids.values())  # one row per VM, through every page
+    assert health[ids["db-5"]].state == "Degraded" and health[ids["api_1"]].state == "Unavailable"
+    assert {health[ids[vm]].state for vm in ids if vm not in ("db-5", "api_1")} == {"Available"}
+    assert {h.via for h in result.health} == {"graph"}
+
+
 def test_a_429_is_waited_out_for_its_retry_after_and_the_catch_up_completes(server, settings, credential):
     assert server.azure is not None
     server.azure.api.faults.add({"status": 429, "retry_after": "1", "count": 1, "route": "query"})

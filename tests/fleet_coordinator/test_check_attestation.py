@@ -51,25 +51,26 @@ def settings(root: Path, **trust: Any) -> Any:
 
 def test_the_intermediate_is_fetched_and_this_vms_document_verifies(imds, issuer):
     server, root = imds
-    ok, text = attestation(settings(root, intermediate_hosts=["127.0.0.1"]), server.vm_url("db-0"))
+    ok, text = attestation(settings(root, intermediate_paths=[issuer.url("/")]), server.vm_url("db-0"))
     assert ok is True and issuer.requests == 1
     assert "this VM's attested document verifies (CN=se-forwarder simulator TLS Issuing CA" in text
     assert f"fetched from {issuer.url()})" in text
 
 
-def test_an_intermediate_host_out_of_reach_fails_naming_the_egress_to_allow(imds, issuer):
+def test_an_intermediate_path_out_of_reach_fails_naming_the_egress_to_allow(imds, issuer):
     server, root = imds
     issuer.body = b""  # the host answers, but with no certificate
-    ok, text = attestation(settings(root, intermediate_hosts=["127.0.0.1"]), server.vm_url("db-0"))
+    ok, text = attestation(settings(root, intermediate_paths=[issuer.url("/")]), server.vm_url("db-0"))
     assert ok is False
     assert f"the intermediate of this VM's attested document cannot be fetched from {issuer.url()}" in text
-    assert "(allow egress to 127.0.0.1, or give [trust] attestation_intermediates)" in text
+    host = f"127.0.0.1:{issuer.server_address[1]}"
+    assert f"(allow egress to {host}, or give [trust] attestation_intermediates)" in text
 
 
-def test_a_host_not_allowed_is_not_fetched_from(imds, issuer):
+def test_a_path_not_allowed_is_not_fetched_from(imds, issuer):
     server, root = imds
     ok, text = attestation(settings(root), server.vm_url("db-0"))
-    assert ok is False and issuer.requests == 0 and "is not on an allowed host" in text
+    assert ok is False and issuer.requests == 0 and "is not on an allowed path" in text
 
 
 def test_intermediates_given_as_files_need_no_fetch(imds, issuer, tmp_path):

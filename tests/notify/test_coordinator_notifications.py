@@ -22,7 +22,7 @@ from se_forwarder.fleet.coordinator.output import ChatHook, Notifier
 from se_forwarder.fleet.coordinator.output import NewDecisions as DecisionFeed
 from se_forwarder.notify import describe
 from tests.coordinator.fleet import T0, AgentVm, Fleet
-from tests.support.chat_receiver import ChatReceiver
+from tests.support.chat_receiver import ChatReceiver, wait_messages
 from tests.support.receiver import Reply
 
 POLICY = load_policy({"policy": {"group_tag": "group"},
@@ -56,21 +56,6 @@ def notifier_for(fleet: Fleet, *receivers: ChatReceiver, acting: bool = True, **
     options.setdefault("events", ())  # decisions only here; the fleet events: test_fleet_event_notifications
     hooks = [ChatHook(NotifySettings(r.format, url_env="X", **options), r.url).start() for r in receivers]
     return Notifier(hooks, now_done, lambda: fleet.state, lambda: acting, since=T0 - 1)
-
-
-def titles(receiver: ChatReceiver) -> list[str]:
-    out = []
-    for body in receiver.messages():
-        out.append(body["text"] if receiver.format == "slack"
-                   else body["attachments"][0]["content"]["body"][0]["text"])
-    return out
-
-
-def wait_messages(receiver: ChatReceiver, count: int, timeout: float = 15) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and len(receiver.accepted()) < count:
-        time.sleep(0.05)
-    return titles(receiver)
 
 
 def test_the_core_decisions_read_as_the_issue_says() -> None:

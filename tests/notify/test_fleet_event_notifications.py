@@ -203,7 +203,8 @@ def test_the_events_key_is_validated_with_one_line() -> None:
         ({"events": "all"}, "notify[0].events: must be a list of scheduled, started, completed"),
         ({"events": ["scheduled", "begun"]}, "notify[0].events[1]: 'begun' is not one of scheduled, started, "
                                              "completed"),
-        ({"events": [], "decisions": []}, "notify[0]: decisions and events are both empty"),
+        ({"events": [], "decisions": [], "alerts": []},
+         "notify[0]: decisions, events and alerts are all empty"),
         ({"decisions": "approve"}, "notify[0].decisions: must be a list"),
     ]:
         with pytest.raises(ConfigError) as refused:

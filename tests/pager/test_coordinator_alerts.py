@@ -140,7 +140,8 @@ def test_breaches_of_the_fold_are_open_while_their_event_is_and_resolved_after()
     assert found.open["breach/E1"].summary.startswith("Reboot E1 breaches the budget: at NotBefore")
     fleet.transition("completed", "E1", SET[:2], t=T0 + 3)
     ended = derive(fleet.state, fleet.decide(T0 + 4))
-    assert ended == Derived({}, frozenset({"breach/E1", "acknowledge-refused", "name-conflict"}))
+    assert ended == Derived({}, frozenset({"breach/E1", "acknowledge-refused", "name-conflict",
+                                           "key-conflict", "recovery-timeout"}))
 
 
 def test_an_alert_of_an_unknown_kind_or_severity_cannot_be_raised():
@@ -212,14 +213,15 @@ def test_after_a_start_every_fixed_alert_is_resolved_once_closing_what_a_crash_l
     try:
         alerts.look()
         alerts.look()
-        wait_for(lambda: len(pagerduty.bodies()) >= 6, 10, "the resolves")
+        wait_for(lambda: len(pagerduty.bodies()) >= 7, 10, "the resolves")
         time.sleep(0.5)
     finally:
         alerts.stop()
     assert sorted(b["dedup_key"] for b in pagerduty.bodies()) == [
         "se-forwarder/prod/acknowledge-refused", "se-forwarder/prod/feed-refused",
         "se-forwarder/prod/fold-gap", "se-forwarder/prod/fold-late", "se-forwarder/prod/fold-stalled",
-        "se-forwarder/prod/name-conflict"]
+        "se-forwarder/prod/key-conflict", "se-forwarder/prod/name-conflict",
+        "se-forwarder/prod/recovery-timeout"]
     assert {b["event_action"] for b in pagerduty.bodies()} == {"resolve"}
 
 

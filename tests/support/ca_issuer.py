@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import http.server
 
+from se_forwarder.simulator.attestation import AttestationAuthority
+
 
 class Issuer(http.server.ThreadingHTTPServer):
-    """Serves one certificate at /ca.crt, a 404 elsewhere, a redirect at /moved; counts requests."""
+    """Serves one certificate at /ca.crt, a 404 elsewhere, a redirect at /moved.crt; counts requests."""
 
     def __init__(self) -> None:
         self.body, self.requests, self.location = b"", 0, ""
@@ -16,7 +18,7 @@ class Issuer(http.server.ThreadingHTTPServer):
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
                 outer.requests += 1
-                if self.path == "/moved":
+                if self.path == "/moved.crt":
                     self.send_response(302)
                     self.send_header("Location", outer.location)
                     self.end_headers()
@@ -34,3 +36,11 @@ class Issuer(http.server.ThreadingHTTPServer):
 
     def url(self, path: str = "/ca.crt") -> str:
         return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+def azure_like(issuer: Issuer, path: str = "/ca.crt") -> AttestationAuthority:
+    """A signing authority whose certificates name ``issuer``'s ``path`` as their "CA Issuers" URL,
+    as Azure's do, and the intermediate served there."""
+    authority = AttestationAuthority(issuer_url=issuer.url(path))
+    issuer.body = authority.intermediate_der
+    return authority

@@ -10,6 +10,7 @@ first, as with the CloudEvents receiver.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from tests.notify.shapes import slack_problems, teams_problems
@@ -66,3 +67,18 @@ class ChatReceiver(Receiver):
         if self.format == "slack":
             return Reply(200, {"Content-Type": "text/html"}, b"ok")
         return Reply(202)
+
+
+def titles(receiver: ChatReceiver) -> list[str]:
+    out = []
+    for body in receiver.messages():
+        out.append(body["text"] if receiver.format == "slack"
+                   else body["attachments"][0]["content"]["body"][0]["text"])
+    return out
+
+
+def wait_messages(receiver: ChatReceiver, count: int, timeout: float = 15) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(receiver.accepted()) < count:
+        time.sleep(0.05)
+    return titles(receiver)

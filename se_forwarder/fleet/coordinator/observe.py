@@ -33,6 +33,8 @@ def values(stats: Stats, fleet: FleetStats) -> dict[str, Any]:
         "vms": stats.vms, "open_events": stats.open_events, "queue_conflicts": fleet.queue_conflicts,
         "name_conflicts": fleet.name_conflicts, "outside_inventory": fleet.outside_inventory,
         "identities": stats.identities, "waiting": came.waiting, "rekeyed": came.rekeyed,
+        "held_bytes": came.held_bytes, "key_conflicts": came.key_conflicts,
+        "intermediates_missing": came.intermediates_missing, "verifier_restarts": came.verifier_restarts,
         "pending_sends": out.pending_sends, "latencies": list(out.latencies),
         "last_input_age": stats.last_input_age,
         "lags": [(lag.label, lag.seconds, lag.events) for lag in stats.lags], "gap": int(bool(stats.gap)),
@@ -95,8 +97,9 @@ def _service_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[An
         ("send_failures", "Attempts to send an approval message that failed (retried)."),
         ("dropped", "Decisions dropped unpublished because this instance stopped leading."),
         ("rekeyed", "vmIds that registered a new identity key with a newer document (reinstalls)."),
+        ("verifier_restarts", "Verification worker pools made again after a worker died."),
     ):
-        yield counter(PREFIX + name, help_text, value=v[name])
+        yield counter(PREFIX + name, help_text, value=v.get(name, 0))
     for name, help_text in (
         ("leader", "1 while this instance holds the leader lease."),
         ("acting", "1 while it leads and has read the hub up to its end (it decides)."),
@@ -109,8 +112,13 @@ def _service_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[An
         ("identities", "VMs with a registered identity key."),
         ("waiting", "Reports held until their VM's registration (or an intermediate) arrives."),
         ("pending_sends", "Approval messages waiting to be sent (the queues do not answer)."),
+        ("held_bytes", "Bytes of the reports held until their VM's registration."),
+        ("key_conflicts", "vmIds whose attested document came with two keys: counted down until settled "
+                          "(alert on > 0)."),
+        ("intermediates_missing", "CA Issuers URLs whose intermediate could not be fetched (alert on > 0: "
+                                  "give it as [trust] attestation_intermediates)."),
     ):
-        yield gauge(PREFIX + name, help_text, value=v[name])
+        yield gauge(PREFIX + name, help_text, value=v.get(name, 0))
 
 
 def _reach_metrics(v: dict[str, Any], counter: Any, gauge: Any) -> Iterator[Any]:

@@ -14,10 +14,10 @@ from ...model import TYPE_PREFIX, Kind
 PREFIX = TYPE_PREFIX  # every report and decision type starts so
 DECISION_PREFIX = PREFIX + "coordinator."
 DECISION_KINDS = ("approve", "sent", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge",
-                  "confirm")
+                  "confirm", "settle")
 TRANSITIONS = (Kind.SCHEDULED, Kind.STARTED, Kind.CANCELED, Kind.COMPLETED)  # what a VM saw of an event
 AGENT_TYPES = (*TRANSITIONS, Kind.APPROVED, Kind.PREPARED, Kind.PREPARE_FAILED, Kind.APPROVAL_REJECTED,
-               Kind.HEARTBEAT)  # the reports the fold reads (suffixes after PREFIX)
+               Kind.HEARTBEAT, Kind.RECOVERED)  # the reports the fold reads (suffixes after PREFIX)
 REPORT_TYPES = frozenset(PREFIX + t for t in AGENT_TYPES)
 IDENTITY_TYPE = Kind.IDENTITY.type  # an agent's registration
 COORDINATOR_SOURCE = "urn:se-forwarder:coordinator:"  # + the coordinator's name
@@ -28,5 +28,8 @@ FEED_EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.Schedule
 #: table's): the feed's edge tells a scheduled event by ``data.resourceInfo.type``, not by this.
 FEED_EVENT_TYPES = (FEED_EVENT_TYPE, "microsoft.maintenance/scheduledevents/write")
 SCHEDULED_EVENT_RESOURCE = "microsoft.maintenance/scheduledevents"  # data.resourceInfo.type (any case)
-#: The other Resource Notifications topic on the same feed: read by no box yet (azure_facts: ``unread``).
+#: The other Resource Notifications topic on the same feed: Resource Health. Its availability changes
+#: are read (edge/azure_facts.py); its other kinds (annotations) are ``unread``.
 HEALTH_TYPES = "microsoft.resourcenotifications.healthresources."
+AVAILABILITY_EVENT_TYPE = "Microsoft.ResourceNotifications.HealthResources.AvailabilityStatusChanged"
+AVAILABILITY_RESOURCE = "microsoft.resourcehealth/availabilitystatuses"  # data.resourceInfo.type (any case)

@@ -111,13 +111,15 @@ class Service:
         self.signer = Signer(access.signing_key(settings), self.source, trusted)
         self.signer.key()  # a key that cannot be read stops the start: nothing could be signed
         self.admission = BatchAdmission(self.source, self.signer.verify_keys, settings.trust, settings.limits,
-                                   self.azure.fold_feed if self.azure else None, self.policy.subscriptions)
+                                   self.azure.fold_feed if self.azure is not None else None, self.inbox.put,
+                                   self.policy.subscriptions)
         self.gate = self.admission.gate
         api = settings.api.advertise or settings.api.url
         feed = settings.azure.feed if settings.azure is not None else None
-        self.hubs = Hubs(settings.eventhub, feed, self.reach, self.inbox.put, clients.consumer)
+        self.hubs = Hubs(settings.eventhub, feed, self.reach, self.admission.put, clients.consumer)
         self.alerts = AlertBook()  # what parts raise (view/alerts.py); output/alerting.py pages it
-        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts)  # no approval on a late fold
+        self.lag = LagGuard(self.hubs.watches, self.policy.max_lag, self.alerts,  # no approval on a late fold
+                            self.admission.backlog)  # nor while verification is behind
         container = clients.container(settings.storage)
         lease = Lease(container, settings.unit, settings.instance, api, settings.storage.lease_duration)
         self.election = LeaderElection(  # a new leader reads both hubs up to their ends before it acts
@@ -189,7 +191,8 @@ class Service:
                      ", ".join(f"{p}:{pos.sequence}" for p, pos in sorted(loaded.positions.items())) or "-")
         elif not loaded.refused:  # a refused snapshot was said in one line already (ha/keeper.py)
             log.info("no snapshot: reading the hub from the start of its retention")
-        self.inbox.clear()  # what a reader that was closed still handed on
+        self.admission.clear()  # what a reader that was closed still handed on
+        self.inbox.clear()
         self.state, self.positions = loaded.state, loaded.positions
         self.lag.block(loaded.blocked)  # a rolled-back snapshot: no acting on what is read instead
         self.admission.gate.resume(self.state)  # what waited for a registration when it was saved

@@ -97,6 +97,7 @@ def render_status(status: dict[str, Any], every: bool = False) -> str:
     lines.append(f"fleet: {fleet.get('vms', 0)} VMs, {fleet.get('watched', 0)} watched, "
                  f"{fleet.get('unavailable', 0)} unavailable, {fleet.get('groups', 0)} groups, "
                  f"{fleet.get('openEvents', 0)} open events")
+    lines += _alerts(s)
     lines += _refusals(s, svc)
     lines += gate_lines(s)
     lines += _scopes(s, every)
@@ -104,6 +105,18 @@ def render_status(status: dict[str, Any], every: bool = False) -> str:
     lines += _azure(s, every)
     lines += _fleet_notes(s, every)
     return "\n".join(lines)
+
+
+def _alerts(s: dict[str, Any]) -> list[str]:
+    """The open alerts, and the VMs counted down for their health or their recovery."""
+    lines = [f"ALERT ({a['kind']}, {a['severity']}): {a['summary']}" for a in s.get("alerts") or []
+             if a["kind"] != "gate-closed"]  # each gate has its line (gate_lines)
+    unwell = s.get("health") or []
+    if unwell:
+        lines += ["", "HEALTH (each counts as unavailable in every budget it belongs to)"]
+        lines += [f"  {h['name']}  {h['reason']}: {h['detail']}"
+                  + (f" after {h['eventId']}" if h.get("eventId") else "") for h in unwell]
+    return lines
 
 
 def _refusals(s: dict[str, Any], svc: dict[str, Any]) -> list[str]:
@@ -218,8 +231,12 @@ def _fleet_notes(s: dict[str, Any], every: bool) -> list[str]:
                   "`coordinator confirm`)"]
         lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside] + more
     keys = s.get("identities") or {}
-    if keys.get("rekeyed") or keys.get("sharedKeys"):
+    if keys.get("rekeyed") or keys.get("sharedKeys") or keys.get("conflicts"):
         lines += ["", "IDENTITY KEYS"]
+        lines += [f"  {c['name'] or c['vmId']} ({c['vmId']}): one attested document came with keys "
+                  f"{', '.join(c['keys'])} since {c['since']}; counted as unavailable until a newer "
+                  "registration or 'coordinator settle-identity' settles it"
+                  for c in keys.get("conflicts", [])]
         lines += [f"  {r['name'] or r['vmId']} ({r['vmId']}) registered a new key {r['new']} at {r['time']}, "
                   f"replacing {r['old']}" for r in keys.get("rekeyed", [])[:10]]
         shared, more = _first(keys.get("sharedKeys", []), every)

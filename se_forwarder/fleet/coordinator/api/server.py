@@ -12,6 +12,8 @@ route                          what                                             
 ``POST /v1/pause|resume``      ``{"scope", "reason"}``                                       bearer
 ``POST /v1/hold|release``      ``{"eventId", "reason"}``                                     bearer
 ``POST /v1/approve``           ``{"eventId", "scopes": [...], "reason"}``                    bearer
+``POST /v1/confirm``           ``{"scope", "reason"}``: where its VMs claim to be            bearer
+``POST /v1/settle``            ``{"vmId", "keyid" (or null), "reason"}``: a key conflict     bearer
 =============================  ===========================================================  =======
 
 A control request answers 200 with the decision (its signed CloudEvent, ``"published": true``)
@@ -164,7 +166,7 @@ def make_app(service: Service, tokens: TokenTable | list[str]) -> Any:
         Route("/v1/status", guarded(status)), Route("/v1/groups", guarded(fleet_groups)),
         Route("/v1/state", guarded(state)),
         *[Route(f"/v1/{kind}", guarded(_action(kind, service, on_service)), methods=["POST"])
-          for kind in ("pause", "resume", "hold", "release", "approve", "confirm")],
+          for kind in ("pause", "resume", "hold", "release", "approve", "confirm", "settle")],
         *page_routes(service, table),
     ]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHosts, names=trusted)])
@@ -259,6 +261,11 @@ def _maker(kind: str, body: dict[str, Any], actor: str, reason: str, service: Se
             raise BadRequest("scope must be a string")
         switch = {"pause": control.pause, "resume": control.resume, "confirm": control.confirm}[kind]
         return lambda state, now: switch(state, policy, now, scope, actor, reason)
+    if kind == "settle":
+        vm_id, keyid = body.get("vmId"), body.get("keyid")
+        if not isinstance(vm_id, str) or not (keyid is None or isinstance(keyid, str)):
+            raise BadRequest("vmId is required, and keyid a key id or null")
+        return lambda state, now: control.settle(state, policy, now, vm_id, keyid, actor, reason)
     event_id = body.get("eventId")
     if not isinstance(event_id, str):
         raise BadRequest("eventId is required")

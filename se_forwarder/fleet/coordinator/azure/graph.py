@@ -3,8 +3,10 @@
 ``Graph.catch_up()`` runs on a thread of its own (input/azure.py), never on the service's loop, and
 returns a ``CatchUp``: every VM of the managed subscriptions (``resources`` for availability sets
 and flexible scale sets, ``computeresources`` for uniform scale sets) and every scheduled event
-(``maintenanceresources``, type ``microsoft.maintenance/scheduledevents``), each row read through
-edge/azure_facts.py. Queries go through ``azure-mgmt-resourcegraph``'s ``ResourceGraphClient``:
+(``maintenanceresources``, type ``microsoft.maintenance/scheduledevents``) and every VM's Resource
+Health (``healthresources``, fleet/health_queries.AVAILABILITY; a failure there costs only that
+part), each row read through edge/azure_facts.py. Queries go through
+``azure-mgmt-resourcegraph``'s ``ResourceGraphClient``:
 
 - at most ``CHUNK`` subscriptions per query, as Resource Graph asks;
 - every page, following ``$skipToken`` (a page holds at most ``page_size`` rows; the queries keep
@@ -35,6 +37,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
+from ...health_queries import AVAILABILITY
 from ..config.azure import AzureSettings
 from ..edge import azure_facts
 from ..fold.azure_state import CatchUp, VmFacts
@@ -191,9 +194,25 @@ class Graph:
                 else:
                     result.events.append(facts)
             covered += chunk
+            self._health(chunk, ends, result)
         result.topology, result.covered = tuple(topology), tuple(covered)
         result.vms = self._with_domains(result.vms, ends, result)
         return result
+
+    def _health(self, chunk: Sequence[str], ends: float, result: CatchUp) -> None:
+        """Each VM's Resource Health (``healthresources``): a failure costs only this part."""
+        try:
+            rows, pages = self.rows(AVAILABILITY, chunk, ends)
+        except Exception as exc:  # noqa: BLE001 - one line; read again at the next catch-up
+            result.errors.append(f"Resource Health: {describe_error(exc, ERROR_LIMIT)}")
+            return
+        result.queries += pages
+        for row in rows:
+            facts = azure_facts.health_row(row, self.settings.subscriptions, result.as_of)
+            if isinstance(facts, azure_facts.Refusal):
+                result.refused[facts.code] += 1
+            else:
+                result.health.append(facts)
 
     def _vms(self, chunk: Sequence[str], ends: float, result: CatchUp) -> tuple[list[VmFacts], int]:
         """The VMs, each opted in when it or its set carries the policy (edge/azure_facts.py)."""

@@ -3,7 +3,7 @@
 Azure's attested documents carry the signing certificate alone; the coordinator completes the
 chain with the intermediates of ``[trust] attestation_intermediates`` or, with
 ``fetch_intermediates``, with the one the certificate's "CA Issuers" URL names (on an
-``intermediate_hosts`` host), and verifies it against the roots. The coordinator's own VM is an
+``intermediate_paths`` URL prefix), and verifies it against the roots. The coordinator's own VM is an
 Azure VM too, so the check asks its IMDS for an attested document, fetches what it leaves out as a
 registration would make the service fetch it (input/intermediates.py), and verifies it against
 the configured anchors: the egress to the certificate hosts, the roots and the intermediates,
@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from ....imds import DEFAULT_URL, ImdsClient, ImdsError
 from ..config.service import ServiceSettings
@@ -41,8 +42,7 @@ def attestation(settings: ServiceSettings, imds_url: str | None = None) -> Resul
         document = ImdsClient(imds_url or DEFAULT_URL, timeout=IMDS_TIMEOUT, connect_timeout=IMDS_TIMEOUT,
                               first_call_timeout=IMDS_TIMEOUT).get_attested(nonce)
     except (ImdsError, OSError) as exc:
-        hosts = ", ".join(ts.intermediate_hosts)
-        fetching = f", fetched from {hosts} when missing" if ts.fetch_intermediates else ""
+        fetching = f", fetched from {_hosts(ts)} when missing" if ts.fetch_intermediates else ""
         return WARN, (f"{head}{fetching}{tail}; the chain was not tried: no attested document from this "
                       f"VM's IMDS ({str(exc)[:120]}; not an Azure VM?)")
     ok, said = _chain(document, ts, nonce)
@@ -52,12 +52,17 @@ def attestation(settings: ServiceSettings, imds_url: str | None = None) -> Resul
     return ok, f"{head}; {said}{tail}{signed}"
 
 
+def _hosts(ts: TrustSettings) -> str:
+    """The hosts of ``[trust] intermediate_paths``, once each (their paths alone are allowed)."""
+    return ", ".join(dict.fromkeys(urlsplit(p).netloc for p in ts.intermediate_paths))
+
+
 def _chain(document: dict[str, object], ts: TrustSettings, nonce: str) -> tuple[bool, str]:
     """Whether this VM's attested document verifies against ``ts``'s anchors, with its missing
     intermediate fetched as the service fetches it; what was done, in words."""
     anchors, fetched = ts.anchors(), []
     if ts.fetch_intermediates:
-        fetcher = Intermediates(ts.intermediate_hosts)
+        fetcher = Intermediates(ts.intermediate_paths)
         for url in issuer_urls(document):
             try:
                 certs = fetcher.fetch(url)
@@ -65,7 +70,7 @@ def _chain(document: dict[str, object], ts: TrustSettings, nonce: str) -> tuple[
                 if anchors.intermediates:
                     continue  # the ones given may do
                 return False, (f"the intermediate of this VM's attested document cannot be fetched from "
-                               f"{url}: {exc} (allow egress to {', '.join(ts.intermediate_hosts)}, or give "
+                               f"{url}: {exc} (allow egress to {_hosts(ts)}, or give "
                                "[trust] attestation_intermediates)")
             fetched.append(f"{', '.join(c.subject.rfc4514_string()[:80] for c in certs)} fetched from {url}")
             anchors = dataclasses.replace(anchors, intermediates=(*anchors.intermediates, *certs))

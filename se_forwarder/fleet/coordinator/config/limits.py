@@ -14,7 +14,14 @@ what each VM says, whatever it sends (fold/dispatch.py, through fold/caps.py), a
     events_per_vm = 50          # events one VM may have reported (in any state, until pruned); its
                                 # reports of more events are dropped
     new_vms_per_minute = 1000   # new VM keys per minute of the hub's own time (when Event Hubs
-                                # enqueued the report); reports from further new VMs are dropped
+                                # enqueued the report) that no verified registration backs;
+                                # reports from further such VMs are dropped
+    registrations_per_minute = 120000   # attested documents verified per minute of hub time; more
+                                        # are refused (identity-rate), documents known are not counted
+    registrations_per_vm = 10   # ... of them for one claimed vmId in a minute of hub time
+    held_event_bytes = 8192     # reports held until their VM registers: only ones this small, with a
+    held_bytes_per_vm = 65536   # GUID-shaped vmid, at most this much per vmId
+    held_bytes = 16777216       # ... and this much in all (16 MiB); more are dropped (unregistered)
 
 Defaults are the field defaults of ``Limits`` (the values above). They are far above what a
 healthy fleet sends: a VM lists a few events at a time, carries its own tags, and a fleet of
@@ -30,8 +37,10 @@ arrive in, so two instances may disagree until the flood's VMs are forgotten (``
 ``heartbeat-events``   EventIds a heartbeat lists beyond ``events_per_heartbeat`` (not read)
 ``unreported-event``   a heartbeat's listing, or an ``approvalrejected``, of an EventId that no VM
                        reported in full: a heartbeat alone never makes an event known
-``new-vm``             a report from a VM key not yet known, beyond ``new_vms_per_minute`` new keys
-                       in that minute of hub time (the whole report is dropped)
+``new-vm``             a report from a VM key not yet known and not registered, beyond
+                       ``new_vms_per_minute`` new keys in that minute of hub time (the whole report
+                       is dropped). A VM whose registration verified (Azure attested its vmId and
+                       subscription) is admitted at once and never counted here
 ``vm-events``          a VM's report of one more event than the ``events_per_vm`` it reported
                        already (the report is dropped; its topology and heartbeat are kept)
 ``tags``               a VM's tags: all of them when more than ``tags_per_vm``, else each tag too
@@ -69,6 +78,11 @@ _RANGES: dict[str, tuple[int, int]] = {
     "resources_per_event": (1, 100_000),
     "events_per_vm": (1, 10_000),
     "new_vms_per_minute": (1, 1_000_000),
+    "registrations_per_minute": (1, 10_000_000),
+    "registrations_per_vm": (1, 1_000),
+    "held_event_bytes": (512, 1 << 20),
+    "held_bytes_per_vm": (512, 1 << 24),
+    "held_bytes": (0, 1 << 30),
 }
 
 
@@ -80,6 +94,11 @@ class Limits:
     resources_per_event: int = 200
     events_per_vm: int = 50
     new_vms_per_minute: int = 1000
+    registrations_per_minute: int = 120_000
+    registrations_per_vm: int = 10
+    held_event_bytes: int = 8192
+    held_bytes_per_vm: int = 65536
+    held_bytes: int = 16 << 20
 
 
 DEFAULT_LIMITS = Limits()

@@ -7,12 +7,14 @@
     decisions = ["approve", "defer", "breach", "pause", "resume", "hold", "release",
                  "acknowledge", "gate"]              # the default (gate: a [[gates]] gate closes or opens)
     events = ["scheduled", "started", "completed"]                                     # the default
+    alerts = ["recovery-timeout"]          # the default: one message when each opens and closes
 
     [[notify]]
     format = "pagerduty"                  # PagerDuty Events API v2
     routing_key_env = "SE_PAGERDUTY_ROUTING_KEY"   # the integration key, or routing_key_file
     alerts = ["breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap",
-              "fold-late", "name-conflict", "recovery-timeout", "gate-closed"]  # the default
+              "fold-late", "name-conflict", "key-conflict", "recovery-timeout",
+              "gate-closed"]                                                   # the default
     # url = "https://events.pagerduty.com/v2/enqueue"   # the default
     # ca_file = ""                        # a PEM bundle to trust besides the system's (a proxy's CA)
 
@@ -24,7 +26,8 @@
 
 The hook's URL and the pagers' keys are secrets: each is read from its variable or file when the
 notifier starts (``hook_url``, ``pager_key``), never from this file. What is sent, and when:
-output/chat.py (chat), output/alerting.py and output/pager.py (pagers, alerts of view/alerts.py).
+output/chat.py (chat: decisions, events, and the alerts of view/alerts.py the fold derives, when each
+opens and when it is resolved), output/alerting.py and output/pager.py (pagers, alerts of view/alerts.py).
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ from ....validation import as_choice, as_http_url, as_str, is_loopback, no_unkno
 DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge", "gate")
 EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...] may name
 ALERTS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
-          "name-conflict", "recovery-timeout", "gate-closed")  # view/alerts.py's KINDS
+          "name-conflict", "key-conflict", "recovery-timeout", "gate-closed")  # view/alerts.py's KINDS
 PAGERS = ("pagerduty", "opsgenie")
 FORMATS = (*notify.FORMATS, *PAGERS)
 PAGER_URLS = {"pagerduty": "https://events.pagerduty.com/v2/enqueue", "us": "https://api.opsgenie.com",
               "eu": "https://api.eu.opsgenie.com"}
-CHAT_KEYS = ("format", "url_env", "url_file", "decisions", "events")
+CHAT_KEYS = ("format", "url_env", "url_file", "decisions", "events", "alerts")
+CHAT_ALERTS = ("recovery-timeout",)  # a chat hook's default alerts (a gate has its own messages: "gate")
 PAGER_KEYS = {"pagerduty": ("format", "routing_key_env", "routing_key_file", "url", "ca_file", "alerts"),
               "opsgenie": ("format", "api_key_env", "api_key_file", "region", "url", "ca_file", "alerts",
                            "tags")}
@@ -69,7 +73,7 @@ class NotifySettings:
     key_file: str = ""  # ... or its file
     url: str = ""  # a pager's endpoint (PagerDuty's enqueue URL, Opsgenie's API base)
     ca_file: str = ""
-    alerts: tuple[str, ...] = ALERTS
+    alerts: tuple[str, ...] = CHAT_ALERTS  # a pager's default is every kind (ALERTS: _pager)
     tags: tuple[str, ...] = ()
 
     @property
@@ -102,9 +106,10 @@ def _chat(t: dict[str, Any], where: str, fmt: str) -> NotifySettings:
     env, file = _secret_source(t, where, "url", "the hook's URL")
     decisions = _kinds(t.get("decisions", list(DECISIONS)), f"{where}.decisions", DECISIONS)
     events = _kinds(t.get("events", list(EVENTS)), f"{where}.events", EVENTS)
-    if not decisions and not events:
-        raise ConfigError(f"{where}: decisions and events are both empty: this hook would get nothing")
-    return NotifySettings(fmt, env, file, decisions, events)
+    alerts = _kinds(t.get("alerts", list(CHAT_ALERTS)), f"{where}.alerts", ALERTS)
+    if not decisions and not events and not alerts:
+        raise ConfigError(f"{where}: decisions, events and alerts are all empty: this hook would get nothing")
+    return NotifySettings(fmt, env, file, decisions, events, alerts=alerts)
 
 
 def _pager(t: dict[str, Any], where: str, fmt: str) -> NotifySettings:

@@ -7,6 +7,11 @@ The sections this module reads (the service reads the others; ``POLICY_SECTIONS`
     approve_within = "1h"             # approve only events whose NotBefore is at most this far ahead
     require_prepared = false          # every affected VM must have reported `prepared` first
     min_healthy = "5m"                # a VM stays unavailable this long after its event completed
+    free_slot = "min_healthy"         # when a VM's slot frees: "min_healthy" (the clock above) or
+                                      # "recovered" (its agent reported `recovered`, or Azure's
+                                      # health says Available for a VM without an agent)
+    recover_timeout = "30m"           # with "recovered": no recovery this long after the event
+                                      # ended raises a recovery-timeout alert (the VM stays down)
     heartbeat_timeout = "3m"          # a VM is watched while its last heartbeat is younger than this
     forget_after = "24h"              # a VM not heard from this long leaves the fleet (prune)
     echo_timeout = "2m"               # no `approved` echo this long after an approval: send it to
@@ -53,7 +58,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ....errors import ConfigError
-from ....validation import as_bool, as_str, no_unknown
+from ....validation import as_bool, as_choice, as_str, no_unknown
 from .durations import DAY, moment, parse_duration
 from .windows import Window, load_windows
 
@@ -69,8 +74,9 @@ _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*\Z")
 
 _POLICY_KEYS = (
     "manage", "approve_within", "require_prepared", "min_healthy", "heartbeat_timeout",
-    "forget_after", "echo_timeout", "group_tag", "shadow", "max_lag",
+    "forget_after", "echo_timeout", "group_tag", "shadow", "max_lag", "free_slot", "recover_timeout",
 )
+FREE_SLOT = ("min_healthy", "recovered")
 # key: (default seconds, low, high)
 _DURATIONS: dict[str, tuple[float, float, float]] = {
     "approve_within": (3600.0, 1.0, 30 * DAY),
@@ -79,6 +85,7 @@ _DURATIONS: dict[str, tuple[float, float, float]] = {
     "forget_after": (DAY, 60.0, 90 * DAY),
     "echo_timeout": (120.0, 5.0, DAY),
     "max_lag": (5.0, 1.0, 3600.0),
+    "recover_timeout": (1800.0, 1.0, DAY),
 }
 
 
@@ -140,6 +147,8 @@ class Policy:
     max_lag: float = _DURATIONS["max_lag"][0]
     group_tag: str = ""  # lower case; "" = groups are scale sets and learned availability sets
     shadow: bool = False
+    free_slot: str = "min_healthy"  # one of FREE_SLOT (decide/recovery.py)
+    recover_timeout: float = _DURATIONS["recover_timeout"][0]
     blackouts: tuple[Blackout, ...] = ()
     windows: tuple[Window, ...] = ()  # [[windows]]: maintenance windows and blackouts per scope (windows.py)
     queue_template: str = "se-approvals-{vm_name}"  # not a [policy] key: [queues] queue (queues.py)
@@ -170,6 +179,8 @@ def load_policy(raw: Mapping[str, Any]) -> Policy:
     for key in ("require_prepared", "shadow"):
         if key in table:
             values[key] = as_bool(table[key], f"policy.{key}")
+    if "free_slot" in table:
+        values["free_slot"] = as_choice(table["free_slot"], "policy.free_slot", FREE_SLOT)
     if "group_tag" in table:
         tag = as_str(table["group_tag"], "policy.group_tag").strip()
         if tag and not TAG_NAME.match(tag):

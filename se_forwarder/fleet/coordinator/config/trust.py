@@ -11,10 +11,14 @@
                                          # (default: the roots Azure documents, config/anchors.py)
     attestation_intermediates = []       # PEM files of intermediates Azure's documents leave out
     fetch_intermediates = true           # else fetch a missing one from its "CA Issuers" URL
-    intermediate_hosts = ["www.microsoft.com", "cacerts.digicert.com"]   # ... on these hosts only
+    intermediate_paths = [...]           # ... under these URL prefixes only (default: Azure's PKI
+                                         # paths, DEFAULT_PATHS)
     subscriptions = []                   # registrations only from these subscriptions (default: any)
     report_skew = "1m"                   # how far a report's time may be ahead of the hub's
                                          # enqueued time (later times are taken as this)
+    verify_workers = 2                   # processes verifying signatures and registrations off the
+                                         # fold thread (default: the machine's cores, at most 8);
+                                         # 0: the fold thread verifies everything itself
 
 Public keys and certificates are not secrets. Files named here are read now: a file that cannot be
 read or holds no certificate stops the start with one line naming the key.
@@ -22,26 +26,31 @@ read or holds no certificate stops the start with one line naming the key.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ....approvals import signing
 from ....errors import ConfigError
-from ....validation import as_bool, as_str, no_unknown
+from ....validation import as_bool, as_int, as_str, no_unknown
 from .anchors import Anchors, anchors, load_certificates
 from .policy import parse_duration
 
 DEFAULT_SKEW = 60.0  # s a report's time may be ahead of the hub's enqueued time
-DEFAULT_HOSTS = ("www.microsoft.com", "cacerts.digicert.com")  # where intermediates may be fetched
+#: Where Azure's subordinate CAs are published (the "Azure Certificate Authority details" page and
+#: the CA Issuers URLs of its certificates): intermediates are fetched under these prefixes only.
+DEFAULT_PATHS = tuple(f"{scheme}://{path}" for path in (
+    "www.microsoft.com/pkiops/certs/", "www.microsoft.com/pki/certs/", "www.microsoft.com/pki/mscorp/",
+    "cacerts.digicert.com/") for scheme in ("http", "https"))
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_HOST = re.compile(r"^(?=.{1,253}\Z)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*\Z")
+_PATH = re.compile(r"^https?://[A-Za-z0-9._-]{1,253}(:[0-9]{1,5})?/([A-Za-z0-9._~%-]+/)*\Z")
 KEYS = ("coordinator_keys", "coordinator_keys_file", "coordinator_keys_env", "require_signed_reports",
-        "attestation_roots", "attestation_intermediates", "fetch_intermediates", "intermediate_hosts",
-        "subscriptions", "report_skew")
+        "attestation_roots", "attestation_intermediates", "fetch_intermediates", "intermediate_paths",
+        "subscriptions", "report_skew", "verify_workers")
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,10 @@ class TrustSettings:
     attestation_roots: tuple[str, ...] = ()  # PEM files; none: Azure's documented roots
     attestation_intermediates: tuple[str, ...] = ()
     fetch_intermediates: bool = True
-    intermediate_hosts: tuple[str, ...] = DEFAULT_HOSTS
+    intermediate_paths: tuple[str, ...] = DEFAULT_PATHS
     subscriptions: tuple[str, ...] | None = None  # lower case; None: any
     report_skew: float = DEFAULT_SKEW
+    verify_workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, 8))
 
     def anchors(self) -> Anchors:
         """The attestation trust anchors (Azure's roots unless files are named); ConfigError."""
@@ -65,11 +75,15 @@ def load_trust(raw: Any, environ: Mapping[str, str]) -> TrustSettings:
     t = raw if raw is not None else {}
     if not isinstance(t, dict):
         raise ConfigError("trust: must be a table ([trust])")
+    if "intermediate_hosts" in t:
+        raise ConfigError("trust.intermediate_hosts: replaced by intermediate_paths, URL prefixes such as "
+                          "\"http://www.microsoft.com/pkiops/certs/\" (whole hosts are no longer allowed)")
     no_unknown(t, "trust", KEYS)
-    hosts = _list(t, "intermediate_hosts", list(DEFAULT_HOSTS))
-    for host in hosts:
-        if not _HOST.match(host.lower()):
-            raise ConfigError(f"trust.intermediate_hosts: {host[:80]!r} is not a host name")
+    paths = _list(t, "intermediate_paths", list(DEFAULT_PATHS))
+    for path in paths:
+        if not _PATH.match(path):
+            raise ConfigError(f"trust.intermediate_paths: {path[:80]!r} is not an http(s) URL prefix ending "
+                              "in / (e.g. \"http://www.microsoft.com/pkiops/certs/\")")
     subscriptions = _list(t, "subscriptions", [])
     for sub in subscriptions:
         try:
@@ -87,11 +101,19 @@ def load_trust(raw: Any, environ: Mapping[str, str]) -> TrustSettings:
         require_signed_reports=as_bool(t.get("require_signed_reports", True), "trust.require_signed_reports"),
         attestation_roots=roots, attestation_intermediates=intermediates,
         fetch_intermediates=as_bool(t.get("fetch_intermediates", True), "trust.fetch_intermediates"),
-        intermediate_hosts=tuple(dict.fromkeys(h.lower().rstrip(".") for h in hosts)),
+        intermediate_paths=tuple(dict.fromkeys(_lower_host(p) for p in paths)),
         subscriptions=tuple(s.lower() for s in subscriptions) or None,
         report_skew=parse_duration(t["report_skew"], "trust.report_skew", 0.0, 3600.0)
         if "report_skew" in t else DEFAULT_SKEW,
+        **({"verify_workers": as_int(t["verify_workers"], "trust.verify_workers", 0, 64)}
+           if "verify_workers" in t else {}),
     )
+
+
+def _lower_host(prefix: str) -> str:
+    scheme, rest = prefix.split("://", 1)
+    host, path = rest.split("/", 1)
+    return f"{scheme.lower()}://{host.lower()}/{path}"
 
 
 def _list(t: dict[str, Any], key: str, default: list[str]) -> list[str]:

@@ -33,12 +33,22 @@ reason              when (first that applies; the reasons of all events and VMs 
                     echo from a VM the event affects (only those can approve it on IMDS) or from
                     ARM (Azure answered the coordinator's ``acknowledge``)
 ``prepare-failed``  it reported ``preparefailed`` for the event, and no ``prepared`` after
+``unhealthy``       its newest heartbeat's ``[health]`` verdict is unhealthy: a failing probe counts
+                    as an unplanned outage, in every budget the VM belongs to
+``azure-unavailable`` Azure's Resource Health shows it Unavailable or Degraded, whatever its agent
+                    says (fold/health.py)
+``not-recovered``   with ``free_slot = "recovered"``: done, and not seen recovered ``recover_timeout``
+                    after (decide/recovery.py; the ``recovery-timeout`` alert)
+``recovering``      with ``free_slot = "recovered"``: done, ``min_healthy`` passed, not seen
+                    recovered yet
 ``completed``       done, and not back yet (``back_at``: ``min_healthy`` after its own completed
                     report, or after the silence that made it done)
 ``name-conflict``   two or more VMs heard from within heartbeat_timeout claim one name in one
                     group, or one resourceId: all of them at first, whatever they say; once the
                     conflict is older than heartbeat_timeout, all but the one that claimed it
                     first (``conflicts``)
+``key-conflict``    its vmId's attested document came with two keys (fold/identities.py): not
+                    settled yet, so nobody speaks for it
 ``not-watched``     no heartbeat for ``heartbeat_timeout``, and not watched by Azure either
                     (azure_topology.watched)
 ==================  ==================================================================================
@@ -57,11 +67,14 @@ from dataclasses import dataclass
 from ..config.policy import Policy
 from ..fold import topology as azure_topology
 from ..fold.azure import ARM
+from ..fold.health import azure_health
 from ..fold.inventory import claimed_at
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
+from .recovery import RECOVERED, Overdue, held
 from .scopes import ScopeIndex, last_heartbeat, resolve
 
-REASONS = ("started", "due", "approved", "prepare-failed", "completed", "name-conflict", "not-watched")
+REASONS = ("started", "due", "approved", "prepare-failed", "unhealthy", "azure-unavailable",
+           "not-recovered", "recovering", "completed", "name-conflict", "key-conflict", "not-watched")
 
 
 def echoes(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...]) -> dict[str, tuple[float, str]]:
@@ -148,32 +161,59 @@ def _silent(state: FleetState, idx: ScopeIndex, vm: str, record: EventRecord, af
     return False
 
 
-def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> dict[str, str]:
-    """VM key -> the first reason it is unavailable now (module docstring); others are absent."""
+def unavailable(state: FleetState, policy: Policy, idx: ScopeIndex, now: float,
+                overdue: list[Overdue] | None = None) -> dict[str, str]:
+    """VM key -> the first reason it is unavailable now (module docstring); others are absent.
+    ``overdue`` (when given) gets each VM not seen recovered in time (decide/recovery.py)."""
     found: dict[str, set[str]] = {}
+    late: list[Overdue] = [] if overdue is None else overdue
     for key in sorted(state.open_events):
         record = state.events.get(key)
         if record is not None:
-            _open_event(state, policy, idx, record, now, found)
+            _open_event(state, policy, idx, record, now, found, late)
+    clock = policy.free_slot != RECOVERED
     for key in sorted(state.settling - state.open_events):  # every VM of it is done with it
         record = state.events.get(key)
-        if record is None or record.completed_at is None \
-                or back_at(policy, record, None, record.completed_at) <= now:
+        if record is None or record.completed_at is None or \
+                (clock and back_at(policy, record, None, record.completed_at) <= now):
             continue
         for vm, moment in completions(state, idx, record, resolve(state, idx, record).vms, policy).items():
-            if moment is not None and back_at(policy, record, vm, moment) > now:
-                found.setdefault(vm, set()).add("completed")
+            if moment is not None:
+                _held(state, policy, idx, record, vm, moment, now, found, late)
+    health(state, idx, found)
     for vm, conflict in conflicts(state, policy, idx, now).items():
         if conflict.held:
             found.setdefault(vm, set()).add("name-conflict")
+    for vm in state.conflicts:
+        found.setdefault(vm, set()).add("key-conflict")
     for vm in unwatched(state, policy, idx, now):
         found.setdefault(vm, set()).add("not-watched")
     return {vm: next(r for r in REASONS if r in reasons) for vm, reasons in sorted(found.items())
             if vm in idx.group_of}
 
 
+def _held(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, vm: str, done: float,
+          now: float, found: dict[str, set[str]], late: list[Overdue]) -> None:
+    """A VM done with ``record`` at ``done``: its reason while not back (decide/recovery.py)."""
+    reason = held(state, policy, idx, record, vm, done, back_at(policy, record, vm, done), now)
+    if reason is not None:
+        found.setdefault(vm, set()).add(reason)
+    if reason == "not-recovered":
+        late.append(Overdue(vm, record.key, record.event_id, done))
+
+
+def health(state: FleetState, idx: ScopeIndex, found: dict[str, set[str]]) -> None:
+    """``unhealthy`` and ``azure-unavailable`` (module docstring), one pass over the VMs."""
+    vms, azure = state.vms, bool(state.azure.health)
+    for key in idx.members:
+        if vms[key].health == "unhealthy":
+            found.setdefault(key, set()).add("unhealthy")
+        if azure and (said := azure_health(state, key)) is not None and said.down:
+            found.setdefault(key, set()).add("azure-unavailable")
+
+
 def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, now: float,
-                found: dict[str, set[str]]) -> None:
+                found: dict[str, set[str]], late: list[Overdue]) -> None:
     """The reasons an event that some VM has not reported over gives its VMs (module docstring)."""
     resolution = resolve(state, idx, record)
     affected = resolution.vms
@@ -190,8 +230,8 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
     for vm in affected:
         if vm in done:
             back = done[vm]
-            if back is not None and back_at(policy, record, vm, back) > now:
-                found.setdefault(vm, set()).add("completed")
+            if back is not None:
+                _held(state, policy, idx, record, vm, back, now, found, late)
             continue
         if record.ran:
             found.setdefault(vm, set()).add("started")

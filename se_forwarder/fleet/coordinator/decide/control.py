@@ -13,6 +13,9 @@ exactly one more than the current switch of their scope or event (switches.py).
 ``resume``         undoes a pause of that scope
 ``hold``           no early approval for one EventId (known yet or not)
 ``release``        undoes a hold
+``settle``         a vmId in key conflict (one attested document came with two keys): the key
+                   that speaks for it, one of those in dispute, or none (its next registration
+                   binds); the decision on the hub is the audit trail
 ``confirm``        the VMs of ``scope`` whose topology claim moved beyond their placement count
                    in the sizes of the scopes they claim (fold/inventory.py): growth a person
                    checked, published with each VM and the placement confirmed
@@ -45,12 +48,12 @@ from ....errors import SeForwarderError
 from ....notify.describe import group_label
 from ..config.policy import SCOPE_KINDS, Policy, budget_kind
 from ..config.windows import SCOPE_KEY
-from ..fold import inventory, switches
+from ..fold import identities, inventory, switches
 from ..fold.state import SCHEDULED, FleetState
 from .arm_path import VIA_ARM
 from .availability import echoes
 from .evaluate import DecisionPass
-from .events import BudgetUse, Decision, overridden
+from .events import BudgetUse, Decision, VmRef, overridden
 from .ownership import not_owned
 from .scopes import FLEET, index, resolve
 
@@ -189,6 +192,26 @@ def confirm(state: FleetState, policy: Policy, now: float, scope: str | None, ac
     return Decision(kind="confirm", id=f"coordinator/confirm/{scope}/{digest[:16]}", subject=scope,
                     time=now, code="confirm", reason=reason, actor=actor, shadow=policy.shadow, scope=scope,
                     affected=tuple(run.ref(k) for k in moved), confirmed=placed)
+
+
+def settle(state: FleetState, policy: Policy, now: float, vm_id: str, keyid: str | None, actor: str,
+           reason: str) -> Decision:
+    """An operator's word on a vmId whose attested document came with two keys (fold/identities.py):
+    the key that speaks for it (one of those in dispute), or none (its next registration binds)."""
+    actor, reason = _text(actor, "actor", 200), _text(reason, "reason", 1000)
+    vm = vm_id.strip().lower() if isinstance(vm_id, str) else ""
+    conflict = state.conflicts.get(vm)
+    if conflict is None:
+        raise ControlRefused("no-change", f"{str(vm_id)[:100]} is not in key conflict")
+    keys = [c.keyid for c in conflict.candidates]
+    if keyid is not None and keyid not in keys:
+        raise ControlRefused("bad-request", f"{str(keyid)[:40]} is not one of the keys in dispute for {vm}: "
+                             f"{', '.join(keys)}")
+    known = state.vms.get(vm)
+    return Decision(kind="settle", id=f"coordinator/settle/{vm}/{int(now * 1000)}", subject=vm, time=now,
+                    code="settle", reason=reason, actor=actor, shadow=policy.shadow,
+                    scope=identities.SETTLE_SCOPE + vm, overrides=(f"key:{keyid}",) if keyid else (),
+                    target=VmRef(known.name, vm, "") if known else None)
 
 
 def _overrides(state: FleetState, policy: Policy, values: Sequence[str]) -> tuple[str, ...]:

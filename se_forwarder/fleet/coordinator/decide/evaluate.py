@@ -67,6 +67,7 @@ from .availability import Conflict, conflicts, echoes, unavailable, used
 from .events import BudgetUse, Decision, VmRef, inherited, overridden
 from .gates import held_back, holds_now
 from .ownership import owned
+from .recovery import Overdue
 from .rules import first_failing
 from .scopes import FLEET, Resolution, ScopeIndex, index, last_heartbeat, resolve
 from .wording import hhmm, span
@@ -98,6 +99,7 @@ class Evaluation:
     used: Counter[str] = field(default_factory=Counter)  # budgeted scope -> unavailable VMs
     index: ScopeIndex | None = None
     sends: list[str] = field(default_factory=list)  # approve ids whose message is to be sent now
+    overdue: list[Overdue] = field(default_factory=list)  # VMs not seen recovered in time (recovery.py)
     conflicts: dict[str, Conflict] = field(default_factory=dict)  # VM key -> its name conflict
 
 
@@ -107,14 +109,15 @@ class DecisionPass:
     def __init__(self, state: FleetState, policy: Policy, now: float, stale: str = "") -> None:
         self.state, self.policy, self.now, self.stale = state, policy, now, stale
         self.idx = index(state, policy)
-        self.down = unavailable(state, policy, self.idx, now)
+        overdue: list[Overdue] = []
+        self.down = unavailable(state, policy, self.idx, now, overdue)
         self.counts = used(self.idx, self.down)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
         self._uses: tuple[tuple[str, ...], int, tuple[BudgetUse, ...]] | None = None
         self.holds = holds_now(state, policy, now)  # gates and windows (decide/gates.py)
         self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
-                              conflicts=conflicts(state, policy, self.idx, now))
+                              overdue=overdue, conflicts=conflicts(state, policy, self.idx, now))
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
 

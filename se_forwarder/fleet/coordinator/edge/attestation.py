@@ -1,12 +1,17 @@
-"""Verifying an IMDS attested document: the coordinator's check of an agent's registration.
+"""Verifying an IMDS attested document: pure, nothing fetched, cheap checks first.
 
-Pure, like ``approvals/messages.validate``: the document (the JSON object IMDS answered), the trust
-anchors, the nonce the registering key implies (``identity/attested.nonce_for``), the allowed
+The document (``{"encoding": "pkcs7", "signature": <base64 DER>}``), the anchors (roots,
+intermediates, allowed signer domains), the nonce the registering key implies
+(``identity/attested.nonce_for``),
+the vmId the registration names, the key change it would make (the bound document's time), the allowed
 subscriptions and the time come in; the verified claims (``Attested``) or a ``Refusal`` with a
-reason code go out. Nothing is fetched: the intermediates Azure does not put in the SignedData come
-with the anchors (``config/anchors.py`` loads them). ``docs/identity.md`` has the research.
+reason code go out. ``docs/identity.md`` has the research.
 
-The checks, in order, and the reason of each refusal:
+The checks run cheapest first, so that a forgery is refused before any signature or chain work
+whenever its claims alone give it away: the parse, then the claims (unverified, so a forger
+controls them, but a copy of someone else's document or a stale one is stopped here), then the
+SignedData's shape and the signer's key, and only then the one signature check and the chain
+(chains.py, with its verdict cached per signing certificate). The reason of each refusal:
 
 ======================  ========================================================================
 reason                  the document ...
@@ -15,19 +20,25 @@ reason                  the document ...
                         SignedData (version 1, or 3 with a key-identifier signer; exactly one
                         signer; the digest algorithm list naming just the signer's; no CRLs, no
                         unsigned attributes) whose content is a JSON object
+``nonce``               carries another nonce than the registering key's (its 32 characters or,
+                        where IMDS refuses those, its 10 digits)
+``claims``              lacks ``vmId`` or a readable ``timeStamp.createdOn`` / ``expiresOn``
+``vm``                  names another vmId than the registration's
+``expired``             has an ``expiresOn`` before ``now``
+``future``              has a ``createdOn`` later than ``now`` plus the allowed skew
+``subscription``        names a ``subscriptionId`` outside the allowed ones (when some are given)
+``stale``               would change the vmId's key but is not created after the document bound
 ``no-signer-cert``      does not carry the certificate its signer names
+``certificates``        carries more than the signing certificate (Azure's carries it alone)
+``signer-key``          is signed with a key Azure does not use (chains.key_problem: RSA 2048 to
+                        4096 bits with e = 65537, or ECDSA on P-256 or P-384)
 ``bad-signature``       has a signature that does not verify with that certificate over the
                         content (or over the signed attributes, whose ``messageDigest`` must be
                         the content's digest and ``contentType`` data); an unsupported algorithm
 ``untrusted``           is signed by a certificate without a valid chain to a configured root at
-                        ``now`` (through configured intermediates and the SignedData's own)
+                        ``now`` through configured or fetched intermediates (chains.py)
 ``signer-name``         is signed by a certificate naming no DNS name (subject alternative names,
                         else the common name) equal to or under an allowed domain
-``nonce``               carries another nonce than the registering key's
-``claims``              lacks ``vmId`` or a readable ``timeStamp.createdOn`` / ``expiresOn``
-``expired``             has an ``expiresOn`` before ``now``
-``future``              has a ``createdOn`` later than ``now`` plus the allowed skew
-``subscription``        names a ``subscriptionId`` outside the allowed ones (when some are given)
 ======================  ========================================================================
 
 ``issuer_urls`` reads, without verifying anything, the "CA Issuers" URLs of the signing
@@ -38,8 +49,8 @@ chain is still checked against the roots, so what is fetched needs no trust.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -47,14 +58,16 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.x509 import verification
 
 from ....identity.attested import AttestedFormatError, Unpacked, unpack
 from ..config.anchors import Anchors
+from .chains import Chains, key_problem
 
 DEFAULT_SKEW = timedelta(minutes=5)
-REASONS = ("malformed", "no-signer-cert", "bad-signature", "untrusted", "signer-name", "nonce",
-           "claims", "expired", "future", "subscription")
+REASONS = ("malformed", "nonce", "claims", "vm", "expired", "future", "subscription", "stale",
+           "no-signer-cert", "certificates", "signer-key", "bad-signature", "untrusted", "signer-name")
+#: Reasons that depend on the document alone (and the anchors), never on who presents it or when.
+DOCUMENT_REASONS = ("malformed", "no-signer-cert", "certificates", "signer-key", "bad-signature")
 
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256, "2.16.840.1.101.3.4.2.2": hashes.SHA384,
@@ -97,18 +110,67 @@ class _Refused(Exception):
         self.refusal = Refusal(reason, detail[:300])
 
 
-def verify(document: Any, *, anchors: Anchors, nonce: str, now: datetime,
+@dataclass(frozen=True)
+class _Signed:
+    """A SignedData read, nothing verified: its signer's certificate and what the signature covers."""
+
+    cert: x509.Certificate
+    cert_der: bytes
+    algorithm: str
+    hash_type: type[hashes.HashAlgorithm]
+    signature: bytes
+    message: bytes
+
+
+def verify(document: Any, *, anchors: Anchors, nonce: str | tuple[str, ...], now: datetime,
+           subscriptions: Collection[str] | None = None, skew: timedelta = DEFAULT_SKEW,
+           vm_id: str | None = None, newer_than: datetime | None = None,
+           chains: Chains | None = None) -> Attested | Refusal:
+    """The verified claims of ``document``, or why it is refused (the module's table): ``claims``
+    then ``signed``.
+
+    ``vm_id``: the vmId the registration names (None: any); ``newer_than``: the creation time of
+    the document that bound another key to that vmId (a key change must be newer); ``chains``: the
+    chain verdicts to reuse (default: a fresh cache for ``anchors``)."""
+    found = claims(document, nonce=nonce, now=now, subscriptions=subscriptions, skew=skew, vm_id=vm_id,
+                   newer_than=newer_than)
+    if isinstance(found, Refusal):
+        return found
+    return signed(*found, chains=chains or Chains(anchors), now=now)
+
+
+def claims(document: Any, *, nonce: str | tuple[str, ...], now: datetime,
            subscriptions: Collection[str] | None = None,
-           skew: timedelta = DEFAULT_SKEW) -> Attested | Refusal:
-    """The verified claims of ``document``, or why it is refused (the module's table)."""
+           skew: timedelta = DEFAULT_SKEW, vm_id: str | None = None,
+           newer_than: datetime | None = None) -> tuple[Unpacked, Attested] | Refusal:
+    """The cheap checks: the document parsed and its claims read, nothing verified (the table's
+    rows from ``malformed`` to ``stale``)."""
     try:
         try:
             unpacked = unpack(document)
         except AttestedFormatError as exc:
             raise _Refused("malformed", str(exc)) from None
-        signer_cert, extra = _check_signature(unpacked)
-        signer = _check_chain(signer_cert, extra, anchors, now)
-        return _check_claims(unpacked, signer, nonce, now, subscriptions, skew)
+        return unpacked, _check_claims(unpacked, nonce, now, subscriptions, skew, vm_id, newer_than)
+    except _Refused as refused:
+        return refused.refusal
+    except Exception as exc:  # noqa: BLE001 - hostile input
+        return Refusal("malformed", f"a part of the document cannot be read ({type(exc).__name__}: "
+                       f"{exc})"[:300])
+
+
+def signed(unpacked: Unpacked, attested: Attested, *, chains: Chains, now: datetime) -> Attested | Refusal:
+    """The costly checks of a document whose claims passed: its shape, its signer's key, the one
+    signature check and the chain (the table's rows from ``no-signer-cert``)."""
+    try:
+        read = _read_signed(unpacked)
+        problem = key_problem(read.cert)
+        if problem is not None:
+            raise _Refused("signer-key", f"the document is signed with {problem}")
+        _verify_with(read)
+        chain = chains.verdict(read.cert, read.cert_der, now)
+        if chain.name is None:
+            raise _Refused(chain.reason, chain.detail)
+        return replace(attested, signer=chain.name)
     except _Refused as refused:
         return refused.refusal
     except Exception as exc:  # noqa: BLE001 - hostile input: cryptography and asn1crypto parse
@@ -120,19 +182,9 @@ def verify(document: Any, *, anchors: Anchors, nonce: str, now: datetime,
 def issuer_urls(document: Any) -> tuple[str, ...]:
     """The http(s) "CA Issuers" URLs of the document's signing certificate (unverified); () when
     there are none or the document cannot be read."""
-    from asn1crypto import cms, core
-
     try:
-        signed = cms.ContentInfo.load(unpack(document).der, strict=True)["content"]
-        sid = signed["signer_infos"][0]["sid"]
-        certificates = signed["certificates"]
-        carried = [] if isinstance(certificates, core.Void) else [
-            c.chosen for c in certificates if c.name == "certificate"]
-        cert = next((c for c in carried if _names(c, sid)), None)
-        if cert is None:
-            return ()
-        aia = x509.load_der_x509_certificate(cert.dump()).extensions.get_extension_for_class(
-            x509.AuthorityInformationAccess).value
+        cert = _read_signed(unpack(document)).cert
+        aia = cert.extensions.get_extension_for_class(x509.AuthorityInformationAccess).value
         urls = [d.access_location.value for d in aia if d.access_method == x509.AuthorityInformationAccessOID
                 .CA_ISSUERS and isinstance(d.access_location, x509.UniformResourceIdentifier)]
     except Exception:  # noqa: BLE001 - hostile input; nothing to fetch then
@@ -141,12 +193,14 @@ def issuer_urls(document: Any) -> tuple[str, ...]:
                  and len(u) <= 500)
 
 
-def _check_signature(unpacked: Unpacked) -> tuple[x509.Certificate, list[x509.Certificate]]:
-    """The signer's certificate (and the others carried) once the signature verified."""
+def _read_signed(unpacked: Unpacked) -> _Signed:
+    """The SignedData's shape checked and its parts read; nothing is verified here."""
     from asn1crypto import cms, core
 
     try:
-        signed = cms.ContentInfo.load(unpacked.der, strict=True)["content"]
+        info_of = unpacked.parsed if unpacked.parsed is not None else cms.ContentInfo.load(unpacked.der,
+                                                                                             strict=True)
+        signed = info_of["content"]
         infos = signed["signer_infos"]
         if len(infos) != 1:
             raise _Refused("malformed", f"{len(infos)} signers; an attested document has one")
@@ -156,8 +210,7 @@ def _check_signature(unpacked: Unpacked) -> tuple[x509.Certificate, list[x509.Ce
         sid = info["sid"]
         version = signed["version"].native
         certificates = signed["certificates"]
-        carried = [] if isinstance(certificates, core.Void) else [
-            c.chosen for c in certificates if c.name == "certificate"]
+        carried = [] if isinstance(certificates, core.Void) else list(certificates)
         if (version, sid.name) not in (("v1", "issuer_and_serial_number"),
                                        ("v3", "subject_key_identifier")):
             raise _Refused("malformed", f"SignedData {version} with a {sid.name} signer")
@@ -167,17 +220,21 @@ def _check_signature(unpacked: Unpacked) -> tuple[x509.Certificate, list[x509.Ce
                 a["parameters"].dump() in (b"", b"\x05\x00") for a in (
                     *signed["digest_algorithms"], info["digest_algorithm"], info["signature_algorithm"])):
             raise _Refused("malformed", "a signer version or algorithm parameters out of place")
-        cert = next((c for c in carried if _names(c, sid)), None)
+        certs = [c.chosen for c in carried if c.name == "certificate"]
+        cert = next((c for c in certs if _names(c, sid)), None)
         if cert is None:
             raise _Refused("no-signer-cert", "the SignedData lacks the signer's certificate")
+        if len(carried) != 1:
+            raise _Refused("certificates", f"the SignedData carries {len(carried)} certificates; Azure's "
+                           "carries the signing certificate alone")
         if cert["signature_value"].contents[:1] != b"\x00":
             raise _Refused("malformed", "the signer's certificate has a padded signature")
         signed_attrs = info["signed_attrs"]
         attrs = {a["type"].native: a["values"] for a in signed_attrs} if signed_attrs.native else None
         signature = info["signature"].native
         algorithm = info["signature_algorithm"]["algorithm"].dotted
-        chosen = x509.load_der_x509_certificate(cert.dump())
-        others = [x509.load_der_x509_certificate(c.dump()) for c in carried if c is not cert]
+        der = cert.dump()
+        chosen = _certificate(der)
     except _Refused:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
@@ -189,81 +246,66 @@ def _check_signature(unpacked: Unpacked) -> tuple[x509.Certificate, list[x509.Ce
     if attrs is not None:
         hasher = hashes.Hash(hash_type())
         hasher.update(unpacked.content)
-        digest = hasher.finalize()
-        if [v.native for v in attrs.get("message_digest", [])] != [digest]:
+        if [v.native for v in attrs.get("message_digest", [])] != [hasher.finalize()]:
             raise _Refused("bad-signature", "messageDigest is not the content's digest")
         if [v.native for v in attrs.get("content_type", [])] != ["data"]:
             raise _Refused("bad-signature", "the signed contentType is not data")
         message = b"\x31" + signed_attrs.dump()[1:]  # signed as a SET OF, not as [0]
-    _verify_with(chosen, algorithm, hash_type(), signature, message)
-    return chosen, others
+    return _Signed(chosen, der, algorithm, hash_type, signature, message)
+
+
+_LOADED: dict[bytes, x509.Certificate] = {}  # signing certificates by DER: the same few sign everything
+_LOADED_MAX = 256
+
+
+def _certificate(der: bytes) -> x509.Certificate:
+    found = _LOADED.get(der)
+    if found is None:
+        found = x509.load_der_x509_certificate(der)
+        if len(_LOADED) >= _LOADED_MAX:
+            _LOADED.clear()
+        _LOADED[der] = found
+    return found
 
 
 def _names(cert: Any, sid: Any) -> bool:
     """Whether the asn1crypto certificate ``cert`` is the one the signer identifier names."""
-    if sid.name == "issuer_and_serial_number":
-        return bool(cert.issuer == sid.chosen["issuer"]
+    if sid.name == "issuer_and_serial_number":  # the encoded names compared: a signer copies its
+        # certificate's issuer (asn1crypto's own comparison prepares each string, about 3 ms)
+        return bool(cert["tbs_certificate"]["issuer"].dump() == sid.chosen["issuer"].dump()
                     and cert.serial_number == sid.chosen["serial_number"].native)
     return bool(cert.key_identifier == sid.chosen.native)
 
 
-def _verify_with(cert: x509.Certificate, algorithm: str, hash_algo: hashes.HashAlgorithm,
-                 signature: bytes, message: bytes) -> None:
+def _verify_with(signed: _Signed) -> None:
+    """The one signature check of a document: its signer's key over what it signed."""
     try:
-        key = cert.public_key()
-        if algorithm in _RSA and isinstance(key, rsa.RSAPublicKey):
-            key.verify(signature, message, padding.PKCS1v15(), hash_algo)
-        elif algorithm in _ECDSA and isinstance(key, ec.EllipticCurvePublicKey):
-            key.verify(signature, message, ec.ECDSA(hash_algo))
+        key = signed.cert.public_key()
+        if signed.algorithm in _RSA and isinstance(key, rsa.RSAPublicKey):
+            key.verify(signed.signature, signed.message, padding.PKCS1v15(), signed.hash_type())
+        elif signed.algorithm in _ECDSA and isinstance(key, ec.EllipticCurvePublicKey):
+            key.verify(signed.signature, signed.message, ec.ECDSA(signed.hash_type()))
         else:
-            raise _Refused("bad-signature", f"unsupported signature algorithm {algorithm} for "
+            raise _Refused("bad-signature", f"unsupported signature algorithm {signed.algorithm} for "
                            f"a {type(key).__name__}")
     except (InvalidSignature, UnsupportedAlgorithm, ValueError):
         raise _Refused("bad-signature", "the signature does not verify over the content") from None
 
 
-def _check_chain(cert: x509.Certificate, carried: Sequence[x509.Certificate], anchors: Anchors,
-                 now: datetime) -> str:
-    """The allowed name ``cert`` carries, once it chains to a root at ``now``."""
-    if not anchors.roots:
-        raise _Refused("untrusted", "no trust anchor is configured")
-    ee_policy = verification.ExtensionPolicy.webpki_defaults_ee().may_be_present(
-        x509.ExtendedKeyUsage, verification.Criticality.AGNOSTIC, None)  # Azure's is a TLS cert
-    verifier = (verification.PolicyBuilder().store(verification.Store(list(anchors.roots)))
-                .time(now).extension_policies(
-                    ca_policy=verification.ExtensionPolicy.webpki_defaults_ca(), ee_policy=ee_policy)
-                .build_client_verifier())
-    try:
-        verifier.verify(cert, [*anchors.intermediates, *carried])
-    except (verification.VerificationError, ValueError) as exc:
-        raise _Refused("untrusted", f"the signing certificate {cert.subject.rfc4514_string()} "
-                       f"does not chain to a configured root: {exc}") from None
-    names = _dns_names(cert)
-    for name in names:
-        if any(name == d or name.endswith("." + d) for d in anchors.domains):
-            return name
-    raise _Refused("signer-name", f"the signing certificate is for {', '.join(names) or 'no name'}, "
-                   f"not under {', '.join(anchors.domains)}")
-
-
-def _dns_names(cert: x509.Certificate) -> list[str]:
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        names = san.get_values_for_type(x509.DNSName)
-    except x509.ExtensionNotFound:
-        names = [str(a.value) for a in cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)]
-    return [n.lower().rstrip(".") for n in names]
-
-
-def _check_claims(unpacked: Unpacked, signer: str, nonce: str, now: datetime,
-                  subscriptions: Collection[str] | None, skew: timedelta) -> Attested:
+def _check_claims(unpacked: Unpacked, nonce: str | tuple[str, ...], now: datetime,
+                  subscriptions: Collection[str] | None,
+                  skew: timedelta, vm_id: str | None, newer_than: datetime | None) -> Attested:
+    """The claims, unverified: what gives a forgery away before any signature work."""
     claims = unpacked.claims
-    if unpacked.nonce != nonce:
+    allowed = (nonce,) if isinstance(nonce, str) else nonce
+    if unpacked.nonce not in allowed:
         raise _Refused("nonce", f"the document's nonce {str(unpacked.nonce)[:40]!r} is not the "
-                       f"registering key's {nonce}")
+                       f"registering key's ({' or '.join(allowed)})")
     created, expires = unpacked.times()
     if unpacked.vm_id is None or created is None or expires is None:
         raise _Refused("claims", "vmId, timeStamp.createdOn or timeStamp.expiresOn is missing")
+    if vm_id is not None and unpacked.vm_id.lower() != vm_id.lower():
+        raise _Refused("vm", f"the attested document is {unpacked.vm_id[:60]}'s, not {vm_id[:60]}'s")
     if expires < now:
         raise _Refused("expired", f"the document expired at {expires.isoformat()}")
     if created > now + skew:
@@ -272,12 +314,14 @@ def _check_claims(unpacked: Unpacked, signer: str, nonce: str, now: datetime,
     subscription = _text(claims.get("subscriptionId"))
     if subscriptions is not None and subscription.lower() not in {s.lower() for s in subscriptions}:
         raise _Refused("subscription", f"subscription {subscription[:60]!r} is not allowed")
+    if newer_than is not None and created <= newer_than:
+        raise _Refused("stale", f"another key is bound to {unpacked.vm_id[:60]} by a document created at "
+                       f"{newer_than.isoformat()}; this one is not newer")
     plan = claims.get("plan")
     return Attested(
-        vm_id=unpacked.vm_id, subscription_id=subscription, nonce=nonce, created_on=created,
+        vm_id=unpacked.vm_id, subscription_id=subscription, nonce=str(unpacked.nonce), created_on=created,
         expires_on=expires, sku=_text(claims.get("sku")), license_type=_text(claims.get("licenseType")),
-        plan={str(k): _text(v) for k, v in plan.items()} if isinstance(plan, Mapping) else {},
-        signer=signer)
+        plan={str(k): _text(v) for k, v in plan.items()} if isinstance(plan, Mapping) else {})
 
 
 def _text(value: Any) -> str:

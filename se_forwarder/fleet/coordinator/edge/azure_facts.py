@@ -9,8 +9,8 @@ returns the facts or a ``Refusal`` whose ``code`` says why (counted by the servi
                    not ``microsoft.maintenance/scheduledEvents`` (any case), or it is but ``type`` is
                    neither documented spelling (``FEED_EVENT_TYPES``: ``...MaintenanceResources.
                    ScheduledEventEmitted``, ``microsoft.maintenance/scheduledevents/write``)
-``unread``         an event of a kind Azure's feed also carries that no box reads yet (Resource
-                   Health's ``...HealthResources.*``): counted, and not a sign that the feed is wrong
+``unread``         an event of a kind Azure's feed also carries that no box reads (Resource Health's
+                   ``...HealthResources.ResourceAnnotated``): counted, not a sign the feed is wrong
 ``schema``         a missing or mistyped member (``data.resourceInfo.properties``, ``Resources``...)
 ``subscription``   the event or VM is of a subscription ``[azure] subscriptions`` does not list
 ``resource-id``    the scheduled event's ARM id is not ``/subscriptions/<s>/resourceGroups/<rg>/
@@ -18,14 +18,15 @@ returns the facts or a ``Refusal`` whose ``code`` says why (counted by the servi
                    availabilitySets}/<name>/providers/Microsoft.Maintenance/scheduledevents/<EventId>``
                    (or another EventId than the one it carries): the coordinator acknowledges on
                    that id with its own identity, so nothing else is taken
-``status``         ``EventStatus`` is not Scheduled, Started, Completed or Canceled
+``status``         ``EventStatus`` is not Scheduled, Started, Completed or Canceled; or an
+                   ``availabilityState`` is not Available, Unavailable, Degraded or Unknown
 ``text``           a name, an id or a tag too long or with control characters
 =================  ================================================================================
 
 What an event is comes from ``data.resourceInfo.type`` (the event's ``type`` only when that is
 absent): Microsoft's page spells a scheduled event's ``type`` two ways (docs/azure-feed.md), so
-both are taken. ``KINDS`` maps each resource type read to its reader; a kind read later (health)
-is one more entry there, and its type prefix leaves ``UNREAD``.
+both are taken. ``KINDS`` maps each resource type read to its reader: scheduled events, and
+Resource Health's availability statuses (``...HealthResources.AvailabilityStatusChanged``).
 
 Facts:
 
@@ -41,6 +42,12 @@ Facts:
   enable`` on the VM, or on its set: ``set_row``). Only an opted-in VM's events reach the feed and
   ``maintenanceresources``; when neither the VM's nor its set's row shows the policy, it counts as
   not opted in.
+- ``HealthFacts``: one VM's ``availabilityState`` as Resource Health reported it, from the feed
+  (``health_event``) or a ``healthresources`` row (``health_row``): ``targetResourceId`` a VM's ARM
+  id in a managed subscription, the status's own id under it
+  (``<VM>/providers/Microsoft.ResourceHealth/availabilityStatuses/<name>``), the feed event's
+  ``source`` that subscription; ``occurredTime`` (Resource Health's API spells it ``occuredTime``:
+  both read; else the event's time, or when the query was answered) is when it took that state.
 """
 
 from __future__ import annotations
@@ -48,19 +55,35 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ....approvals.messages import EVENT_ID
 from ....model import MalformedDocument, parse_not_before
 from ....printable import has_controls
 from ....timestamps import seconds
-from ..fold.azure_state import _RG, _SUB, EVENT_ARM_ID, STATUS_RANKS, EventFacts, VmFacts
-from ..schema import FEED_EVENT_TYPE, FEED_EVENT_TYPES, HEALTH_TYPES, SCHEDULED_EVENT_RESOURCE
+from ..fold.azure_state import (
+    _RG,
+    _SUB,
+    AVAILABILITY_STATES,
+    EVENT_ARM_ID,
+    STATUS_RANKS,
+    EventFacts,
+    HealthFacts,
+    VmFacts,
+)
+from ..schema import (
+    AVAILABILITY_EVENT_TYPE,
+    AVAILABILITY_RESOURCE,
+    FEED_EVENT_TYPE,
+    FEED_EVENT_TYPES,
+    HEALTH_TYPES,
+    SCHEDULED_EVENT_RESOURCE,
+)
 
 EVENT_TYPE = FEED_EVENT_TYPE
 EVENT_TABLE_TYPE = SCHEDULED_EVENT_RESOURCE
 REASONS = ("type", "unread", "schema", "subscription", "resource-id", "status", "text")
-UNREAD = (HEALTH_TYPES,)  # type prefixes (lower case) of the kinds no box reads yet
+UNREAD = (HEALTH_TYPES,)  # type prefixes (lower case) of the kinds no box reads (once not in KINDS)
 _SPELLINGS = frozenset(t.lower() for t in FEED_EVENT_TYPES)
 MAX_NAME = 200
 MAX_RESOURCES = 1000
@@ -149,7 +172,7 @@ def _event(info: Any, managed: Sequence[str], as_of: float, via: str) -> EventFa
         resources=resources, not_before=parsed.timestamp() if parsed else None, as_of=as_of, via=via)
 
 
-def feed_event(event: Mapping[str, Any], managed: Sequence[str]) -> EventFacts | Refusal:
+def feed_event(event: Mapping[str, Any], managed: Sequence[str]) -> EventFacts | HealthFacts | Refusal:
     """The facts of one CloudEvent read from the feed hub (module docstring), or why not."""
     try:
         kind, data = str(event.get("type") or ""), event.get("data")
@@ -176,32 +199,93 @@ def _scheduled_event(event: Mapping[str, Any], managed: Sequence[str]) -> EventF
     data = event.get("data")
     if not isinstance(data, Mapping):
         raise _Refused("schema", "data is not an object")
-    operational = data.get("operationalInfo")
-    as_of = seconds(operational.get("resourceEventTime")) if isinstance(operational, Mapping) else None
-    as_of = as_of if as_of is not None else seconds(event.get("time"))
-    if as_of is None:
-        raise _Refused("schema", "neither resourceEventTime nor time is an RFC 3339 time")
-    facts = _event(data.get("resourceInfo"), managed, as_of, "feed")
+    facts = _event(data.get("resourceInfo"), managed, _event_time(event, data), "feed")
     source = event.get("source")
     if not isinstance(source, str) or source.lower() != f"/subscriptions/{facts.subscription}":
         raise _Refused("subscription", f"source {str(source)[:120]!r} is not the event's subscription")
     return facts
 
 
+def _event_time(event: Mapping[str, Any], data: Mapping[str, Any]) -> float:
+    """The feed event's ``resourceEventTime``, else its ``time``."""
+    operational = data.get("operationalInfo")
+    as_of = seconds(operational.get("resourceEventTime")) if isinstance(operational, Mapping) else None
+    as_of = as_of if as_of is not None else seconds(event.get("time"))
+    if as_of is None:
+        raise _Refused("schema", "neither resourceEventTime nor time is an RFC 3339 time")
+    return as_of
+
+
+def _health(info: Any, managed: Sequence[str], as_of: float, via: str) -> HealthFacts:
+    """An availability status (a feed event's ``resourceInfo``, or a row) read (module docstring)."""
+    if not isinstance(info, Mapping):
+        raise _Refused("schema", "resourceInfo is not an object")
+    props = _get(info, "properties")
+    if not isinstance(props, Mapping):
+        raise _Refused("schema", "properties is not an object")
+    target = _text(_get(props, "targetResourceId"), "targetResourceId", 600, required=True)
+    found = VM_ARM_ID.match(target)
+    if found is None:
+        raise _Refused("resource-id", f"targetResourceId {target[:200]!r} is not a VM's id")
+    _managed(found["sub"], managed)
+    rid = _text(_get(info, "id"), "the availability status's id", 800, required=True)
+    if not rid.lower().startswith(f"{target.lower()}/providers/{AVAILABILITY_RESOURCE}/"):
+        raise _Refused("resource-id", f"{rid[:200]!r} is not an availability status of {target[:200]!r}")
+    said = _text(_get(props, "availabilityState"), "availabilityState", 20, required=True)
+    state = next((s for s in AVAILABILITY_STATES if s.lower() == said.lower()), None)
+    if state is None:
+        raise _Refused("status", f"availabilityState {said!r} is not {', '.join(AVAILABILITY_STATES)}")
+    occurred_text = _get(props, "occurredTime") or _get(props, "occuredTime")
+    occurred = seconds(occurred_text) if occurred_text else as_of
+    if occurred is None:
+        raise _Refused("schema", f"occurredTime {str(occurred_text)[:60]!r} is not a time")
+    return HealthFacts(resource_id=target.lower(), state=state, occurred=occurred, via=via)
+
+
+def _availability_event(event: Mapping[str, Any], managed: Sequence[str]) -> HealthFacts:
+    """An ``AvailabilityStatusChanged`` CloudEvent."""
+    if str(event.get("type") or "").lower() != AVAILABILITY_EVENT_TYPE.lower():
+        raise _Refused("type", f"type {str(event.get('type'))[:120]!r} is not {AVAILABILITY_EVENT_TYPE}")
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        raise _Refused("schema", "data is not an object")
+    facts = _health(data.get("resourceInfo"), managed, _event_time(event, data), "feed")
+    source = event.get("source")
+    sub = facts.resource_id.split("/")[2]
+    if not isinstance(source, str) or source.lower() != f"/subscriptions/{sub}":
+        raise _Refused("subscription", f"source {str(source)[:120]!r} is not the VM's subscription")
+    return facts
+
+
 #: What the feed's edge reads, by ``data.resourceInfo.type`` (lower case): its reader.
-KINDS: dict[str, Callable[[Mapping[str, Any], Sequence[str]], EventFacts]] = {
+KINDS: dict[str, Callable[[Mapping[str, Any], Sequence[str]], EventFacts | HealthFacts]] = {
     SCHEDULED_EVENT_RESOURCE: _scheduled_event,
+    AVAILABILITY_RESOURCE: _availability_event,
 }
+
+
+T = TypeVar("T")
+
+
+def _row(row: Mapping[str, Any], table_type: str, read: Callable[[Any, Sequence[str], float, str], T],
+         managed: Sequence[str], as_of: float) -> T | Refusal:
+    """A Resource Graph row of ``table_type`` read by ``read``, or why not."""
+    try:
+        if str(row.get("type", "")).lower() != table_type:
+            raise _Refused("type", f"row type {str(row.get('type'))[:80]!r} is not {table_type}")
+        return read(row, managed, as_of, "graph")
+    except _Refused as refused:
+        return Refusal(refused.code, refused.detail)
+
+
+def health_row(row: Mapping[str, Any], managed: Sequence[str], as_of: float) -> HealthFacts | Refusal:
+    """The facts of one ``healthresources`` availability status row (answered at ``as_of``), or why not."""
+    return _row(row, AVAILABILITY_RESOURCE, _health, managed, as_of)
 
 
 def event_row(row: Mapping[str, Any], managed: Sequence[str], as_of: float) -> EventFacts | Refusal:
     """The facts of one ``maintenanceresources`` row (answered at ``as_of``), or why not."""
-    try:
-        if str(row.get("type", "")).lower() != EVENT_TABLE_TYPE:
-            raise _Refused("type", f"row type {str(row.get('type'))[:80]!r} is not {EVENT_TABLE_TYPE}")
-        return _event(row, managed, as_of, "graph")
-    except _Refused as refused:
-        return Refusal(refused.code, refused.detail)
+    return _row(row, EVENT_TABLE_TYPE, _event, managed, as_of)
 
 
 def _domain(value: Any) -> str:

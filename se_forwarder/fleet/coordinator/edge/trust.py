@@ -28,30 +28,40 @@ Decisions (``type`` starting ``com.azure.scheduledevents.coordinator.``):
 (trusted)                  in this coordinator's name, signed by a trusted key
 =========================  ========================================================================
 
-Registrations (``com.azure.scheduledevents.identity``, docs/identity.md):
+Registrations (``com.azure.scheduledevents.identity``, docs/identity.md), cheapest check first:
+nothing costly is done for a registration whose claims alone give it away:
 
 =========================  ========================================================================
+``identity-rate``          beyond ``[limits] registrations_per_vm`` or ``registrations_per_minute``
+                           in its minute of hub time (gate.py and input/verifier.py count them)
 ``identity-malformed``     ``data`` is not an object whose ``PublicKey`` is base64 of 32 bytes, or
                            ``vmid`` names no vmId
+``identity-<reason>``      its attested document was refused before (edge/verdicts.py: the same
+                           document text; only reasons that depend on the document alone)
+``identity-<reason>``      the document's claims, parsed only (attestation.claims): ``malformed``,
+                           ``nonce``: not the registering key's, ``claims``, ``vm``: another vmId
+                           than the event's, ``expired`` or ``future`` at the hub's enqueued time,
+                           ``subscription``: not in ``[trust] subscriptions``, ``stale``: a key
+                           change whose document is not newer than the bound one's
 ``identity-signature``     the event is not signed (``keyid``, ``signature``) by the key it carries:
                            the sender does not hold the key it registers
-``identity-<reason>``      the attested document is refused by attestation.py (``malformed``,
-                           ``no-signer-cert``, ``bad-signature``, ``untrusted``, ``signer-name``,
-                           ``nonce``: not the registering key's, ``claims``, ``expired`` or
-                           ``future`` at the hub's enqueued time, ``subscription``: not in
-                           ``[trust] subscriptions``)
-``identity-vm``            the document's ``vmId`` is not the event's ``vmid``
+``identity-<reason>``      the document's signature and chain (attestation.signed, chains.py):
+                           ``no-signer-cert``, ``certificates``, ``signer-key``, ``bad-signature``,
+                           ``untrusted``, ``signer-name``
 (waits)                    ``untrusted`` for want of an intermediate named by the signing
                            certificate's "CA Issuers" URL that has not been fetched yet: the verdict
                            names the URL (``fetch``) and gate.py asks again once it was fetched
 (trusted)                  otherwise: a ``Claim`` that the document's vmId holds this key, which
-                           fold/identities.py binds (``identity-replayed``, ``identity-stale`` there)
+                           fold/identities.py binds (``identity-stale``,
+                           ``identity-conflict`` there)
 =========================  ========================================================================
 
 Reports (an agent's CloudEvent of a type the fold reads: ``scheduled``, ..., ``heartbeat``; other
 types pass, the fold skips them):
 
 =========================  ========================================================================
+``bad-data``               its ``data`` is not a JSON object (checked first: a report whose data
+                           is a string would otherwise carry no ``Vm`` to check)
 ``unregistered``           signed, but its ``vmid`` names no VM with a registered key (gate.py holds
                            it a while: a registration may follow)
 ``bad-signature``          signed, and it does not verify with the key registered for its ``vmid``
@@ -80,29 +90,38 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from cryptography import x509
 
 from ....approvals import signing
-from ....identity.attested import nonce_for, unpack
+from ....identity.attested import nonces_for
 from ..fold.identities import REFUSALS, Claim, document_digest
 from ..fold.state import Identity
 from ..schema import AZURE_TYPES, COORDINATOR_SOURCE, DECISION_PREFIX, IDENTITY_TYPE, REPORT_TYPES
-from . import attestation
+from . import attestation, verdicts
+from .chains import Chains
+from .verdicts import Verdicts
 
 FOREIGN, FORGED, AZURE = "foreign", "forged", "azure"
 UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED = "unregistered", "bad-signature", "wrong-vm", "unsigned"
+BAD_DATA = "bad-data"
 IDENTITY_MALFORMED, IDENTITY_SIGNATURE = "identity-malformed", "identity-signature"
-IDENTITY_VM = "identity-vm"
-REASON_CODES = (FOREIGN, FORGED, AZURE, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED,
-                IDENTITY_MALFORMED, IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS),
-                IDENTITY_VM, *(f"identity-{r}" for r in REFUSALS))
+IDENTITY_VM, IDENTITY_RATE = "identity-vm", "identity-rate"
+REASON_CODES = tuple(dict.fromkeys((
+    FOREIGN, FORGED, AZURE, BAD_DATA, UNREGISTERED, BAD_SIGNATURE, WRONG_VM, UNSIGNED, IDENTITY_RATE,
+    IDENTITY_MALFORMED,
+    IDENTITY_SIGNATURE, *(f"identity-{r}" for r in attestation.REASONS), IDENTITY_VM,
+    *(f"identity-{r}" for r in REFUSALS))))
+#: Document refusals remembered by digest (verdicts.py): they depend on the document and anchors alone.
+REMEMBERED = (*attestation.DOCUMENT_REASONS, "untrusted", "signer-name")
 
 #: The VM key -> the key its reports must verify with (None: not registered); registrations.verifier.
 Registered = Callable[[str], signing.VerifyKeys | None]
+#: The VM key -> the identity bound to it (None: none); a key change is checked against its document.
+Bound = Callable[[str], Identity | None]
 #: A "CA Issuers" URL -> the certificates fetched there; None while not fetched (input/intermediates.py).
 Fetched = Callable[[str], tuple[x509.Certificate, ...] | None]
 
@@ -115,6 +134,12 @@ class Attestation:
     anchors: attestation.Anchors
     subscriptions: Collection[str] | None = None
     fetched: Fetched | None = None
+    chains: Chains = field(default=None)  # type: ignore[assignment]  # default: made for the anchors
+    verdicts: Verdicts[attestation.Refusal] = field(default_factory=Verdicts)
+
+    def __post_init__(self) -> None:
+        if self.chains is None:
+            object.__setattr__(self, "chains", Chains(self.anchors))
 
 
 @dataclass(frozen=True)
@@ -131,6 +156,16 @@ class Verdict:
     fetch: str | None = None  # a registration waiting for the intermediate at this URL
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What a worker found off the fold thread (edge/offload.py): for a report, the raw key its
+    signature verified with (None: none of ``tried``); for a registration, the verdict itself."""
+
+    key: bytes | None = None
+    tried: tuple[bytes, ...] = ()
+    verdict: Verdict | None = None
+
+
 PASS = Verdict(True, None, "not a type the fold reads")
 UNVERIFIED = Verdict(True, None, "an unsigned report of a VM without a registered key")
 
@@ -139,14 +174,20 @@ def _nobody(_vm: str) -> signing.VerifyKeys | None:
     return None
 
 
+def _unbound(_vm: str) -> Identity | None:
+    return None
+
+
 def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys,
           registered: Registered = _nobody, attested: Attestation | None = None, now: float | None = None,
-          require_signed: bool = True) -> Verdict:
+          require_signed: bool = True, bound: Bound = _unbound, checked: Checked | None = None) -> Verdict:
     """The verdict on one structured-mode CloudEvent read from the hub (module docstring).
 
     ``source``: this coordinator's (``urn:se-forwarder:coordinator:<name>``); ``keys``: the keys it
     trusts for decisions; ``registered``: the agents' keys; ``attested``: for registrations;
-    ``now``: the hub's enqueued time of the event (epoch seconds). Never raises on any input.
+    ``now``: the hub's enqueued time of the event (epoch seconds); ``bound``: the identities bound
+    (a registration's key change is checked against them); ``checked``: the costly part, done
+    off the fold thread (edge/offload.py). Never raises on any input.
     """
     kind = event.get("type")
     if not isinstance(kind, str):
@@ -157,9 +198,11 @@ def check(event: Mapping[str, Any], *, source: str, keys: signing.VerifyKeys,
     if kind.startswith(DECISION_PREFIX):
         return _decision(event, source, keys)
     if kind == IDENTITY_TYPE:
-        return registration(event, attested, now)
+        if checked is not None and checked.verdict is not None:
+            return checked.verdict
+        return registration(event, attested, now, bound)
     if kind in REPORT_TYPES:
-        return report(event, registered, require_signed)
+        return report(event, registered, require_signed, checked)
     return PASS
 
 
@@ -190,11 +233,15 @@ def _vm_id(event: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() else None
 
 
-def report(event: Mapping[str, Any], registered: Registered, require_signed: bool) -> Verdict:
-    """The verdict on an agent's report (module docstring, "Reports")."""
+def report(event: Mapping[str, Any], registered: Registered, require_signed: bool,
+           checked: Checked | None = None) -> Verdict:
+    """The verdict on an agent's report (module docstring, "Reports"); ``checked``: its signature
+    checked off the fold thread, taken only for the key registered now (edge/offload.py)."""
     vm_id = _vm_id(event)
     data = event.get("data")
-    info = data.get("Vm") if isinstance(data, Mapping) else None
+    if not isinstance(data, Mapping):
+        return Verdict(False, BAD_DATA, f"data is {type(data).__name__}, not a JSON object")
+    info = data.get("Vm")
     claimed = info.get("vmId") if isinstance(info, Mapping) else None
     if signing.SIGNATURE_ATTRIBUTE not in event:
         if require_signed:
@@ -210,7 +257,7 @@ def report(event: Mapping[str, Any], registered: Registered, require_signed: boo
     keys = registered(key)
     if keys is None:
         return Verdict(False, UNREGISTERED, f"no key is registered for vmId {vm_id}", sender=key)
-    problem = signing.problem(event, keys)
+    problem = _signature(event, keys, checked)
     if problem is not None:
         return Verdict(False, BAD_SIGNATURE, f"the report of {vm_id} does not verify ({problem})", sender=key)
     if claimed and str(claimed).lower() != key:
@@ -219,52 +266,89 @@ def report(event: Mapping[str, Any], registered: Registered, require_signed: boo
     return Verdict(True, None, "signed by its VM", keys.ids[0], sender=key, verified=True)
 
 
-def registration(event: Mapping[str, Any], attested: Attestation | None, now: float | None) -> Verdict:
-    """The verdict on an identity (registration) event (module docstring, "Registrations")."""
+def registration(event: Mapping[str, Any], attested: Attestation | None, now: float | None,
+                 bound: Bound = _unbound) -> Verdict:
+    """The verdict on an identity (registration) event (module docstring, "Registrations"): the
+    cheap checks (the event's shape, a document refused before, the document's claims), then the
+    event's own signature, then the document's signature and chain."""
     data = event.get("data")
     vm_id = _vm_id(event)
     raw = _public_key(data.get("PublicKey") if isinstance(data, Mapping) else None)
     if raw is None or vm_id is None or not isinstance(data, Mapping):
         return Verdict(False, IDENTITY_MALFORMED, "not an identity event with a vmid and a PublicKey "
                        "of 32 bytes (base64)")
+    if attested is None or now is None:
+        return Verdict(False, "identity-untrusted", "no attestation anchors or hub time to judge it by")
+    document = data.get("AttestedDocument")
+    key = verdicts.digest(document)
+    remembered = attested.verdicts.get(key, attested.chains.generation) if key is not None else None
+    if remembered is not None:
+        return _refused_document(vm_id, remembered)
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    own = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(raw)])
+    public = Ed25519PublicKey.from_public_bytes(raw)
+    kid = signing.keyid(public)
+    current = bound(vm_id.lower())
+    newer_than = (datetime.fromtimestamp(current.created_on, UTC)  # a key change needs a newer document,
+                  if current is not None and current.keyid != kid  # unless it is the very one bound:
+                  and current.document != _der_digest(document) else None)  # a conflict (identities.py)
+    when = datetime.fromtimestamp(now, UTC)
+    found = attestation.claims(document, nonce=nonces_for(raw), now=when,
+                               subscriptions=attested.subscriptions,
+                               vm_id=vm_id, newer_than=newer_than)
+    if isinstance(found, attestation.Refusal):
+        return _refused_document(vm_id, found)
+    own = signing.VerifyKeys([public])
     problem = signing.problem(event, own)
     if problem is not None:
         return Verdict(False, IDENTITY_SIGNATURE, f"the registration of {vm_id} is not signed by the key "
                        f"it registers ({problem})")
-    if attested is None or now is None:
-        return Verdict(False, "identity-untrusted", "no attestation anchors or hub time to judge it by")
-    document = data.get("AttestedDocument")
-    nonce = nonce_for(raw)
-    when = datetime.fromtimestamp(now, UTC)
-    result = attestation.verify(document, anchors=attested.anchors, nonce=nonce, now=when,
-                                subscriptions=attested.subscriptions)
+    result = attestation.signed(*found, chains=attested.chains, now=when)
     if isinstance(result, attestation.Refusal) and result.reason == "untrusted" and attested.fetched:
-        extra: list[x509.Certificate] = []
         for url in attestation.issuer_urls(document):
             got = attested.fetched(url)
             if got is None:
                 return Verdict(False, None, f"waiting for the intermediate at {url}", sender=vm_id.lower(),
                                fetch=url)
-            extra.extend(got)
-        if extra:
-            anchors = replace(attested.anchors, intermediates=(*attested.anchors.intermediates, *extra))
-            result = attestation.verify(document, anchors=anchors, nonce=nonce, now=when,
-                                        subscriptions=attested.subscriptions)
+            attested.chains.add(got)
+        result = attestation.signed(*found, chains=attested.chains, now=when)
     if isinstance(result, attestation.Refusal):
-        return Verdict(False, f"identity-{result.reason}",
-                       f"the attested document of {vm_id}: {result.detail}")
-    if result.vm_id.lower() != vm_id.lower():
-        return Verdict(False, IDENTITY_VM, f"the attested document is {result.vm_id}'s, not {vm_id}'s")
+        if key is not None and result.reason in REMEMBERED:
+            attested.verdicts.put(key, result, attested.chains.generation)
+        return _refused_document(vm_id, result)
     identity = Identity(
-        public_key=base64.b64encode(raw).decode("ascii"), keyid=own.ids[0],
+        public_key=base64.b64encode(raw).decode("ascii"), keyid=kid,
         created_on=result.created_on.timestamp(), expires_on=result.expires_on.timestamp(),
-        document=document_digest(unpack(document).der), subscription=result.subscription_id.lower(),
+        document=document_digest(found[0].der), subscription=result.subscription_id.lower(),
         registered_at=now)
-    return Verdict(True, None, f"{vm_id} registers key {own.ids[0]}", own.ids[0], sender=vm_id.lower(),
+    return Verdict(True, None, f"{vm_id} registers key {kid}", kid, sender=vm_id.lower(),
                    verified=True, claim=Claim(vm_id.lower(), identity))
+
+
+def _der_digest(document: Any) -> str:
+    """The digest fold/identities.py knows a document by, from its text alone ("" if unreadable)."""
+    text = document.get("signature") if isinstance(document, Mapping) else None
+    if not isinstance(text, str) or len(text) > 64 * 1024:
+        return ""
+    try:
+        return document_digest(base64.b64decode("".join(text.split()), validate=True))
+    except (binascii.Error, ValueError):
+        return ""
+
+
+def _refused_document(vm_id: str, refusal: attestation.Refusal) -> Verdict:
+    return Verdict(False, f"identity-{refusal.reason}", f"the attested document of {vm_id}: {refusal.detail}")
+
+
+def _signature(event: Mapping[str, Any], keys: signing.VerifyKeys, checked: Checked | None) -> str | None:
+    """signing.problem, or what a worker found for the key registered now."""
+    if checked is not None and len(keys) == 1:
+        raw = getattr(keys, "raw", None) or signing.raw_public(next(iter(keys.by_id.values())))
+        if checked.key == raw:
+            return None
+        if checked.key is None and raw in checked.tried:
+            return "its signature does not verify with the key registered for it"
+    return signing.problem(event, keys)
 
 
 def _public_key(value: Any) -> bytes | None:

@@ -32,6 +32,8 @@ from collections.abc import Iterable
 from . import topology as azure_topology
 from .azure_state import AzureEvent, CatchUp, EventFacts
 from .caps import FOLDED, LATE, SKIPPED
+from .health import fold_azure_health
+from .health import forget as forget_health
 from .state import COMPLETED, STARTED, TERMINAL, DecisionRecord, EventRecord, FleetState
 
 ARM = "arm"  # the echo and rejection key of approvals through acknowledge (never a VM key)
@@ -157,11 +159,13 @@ def fold_acknowledged(state: FleetState, decision: DecisionRecord) -> None:
 
 
 def fold_catch_up(state: FleetState, result: CatchUp) -> None:
-    """A Resource Graph catch-up (azure/graph.py): its topology, its events, and the subscriptions
-    it read completely, whose view is then fresh as of its start."""
+    """A Resource Graph catch-up (azure/graph.py): its topology, its events, its VMs' health, and
+    the subscriptions it read completely, whose view is then fresh as of its start."""
     azure_topology.fold_topology(state, result.topology, result.vms, result.as_of)
     for facts in result.events:
         fold_event(state, facts)
+    for health in result.health:
+        fold_azure_health(state, health)
     for sub in result.covered:
         state.azure.synced[sub] = max(state.azure.synced.get(sub, result.as_of), result.as_of)
 
@@ -171,3 +175,4 @@ def forget(state: FleetState) -> None:
     for key in [k for k in state.azure.events if k not in state.events]:
         state.note("azure_events", key)
         del state.azure.events[key]
+    forget_health(state)

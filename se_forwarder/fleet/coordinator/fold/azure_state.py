@@ -13,6 +13,8 @@ EventId and a ``vmId`` in lower case.
   per subscription.
 - ``claims``: what each agent said of its own topology, kept when Azure's replaced it in the VM's
   record (fold/topology.py); a difference is a finding (view/azure.py).
+- ``health``: Resource Health's word on each VM (``AzureHealth``), keyed by the VM's ARM id in lower
+  case: the newest ``availabilityState`` by ``occurredTime`` (fold/health.py).
 - ``synced``: per subscription, when the last complete catch-up of its scheduled events
   (``maintenanceresources``, every page) was answered: how fresh Azure's view is.
 
@@ -78,6 +80,31 @@ class VmFacts:
     opted_in: bool = False  # its events reach Azure's feed and Resource Graph (module docstring)
 
 
+AVAILABILITY_STATES = ("Available", "Unavailable", "Degraded", "Unknown")
+DOWN_STATES = ("Unavailable", "Degraded")  # a VM Azure shows so counts as down (decide/availability.py)
+
+
+@dataclass(frozen=True)
+class HealthFacts:
+    """One observation of a VM's availability by Resource Health (edge/azure_facts.py)."""
+
+    resource_id: str  # the VM's ARM id, lower case
+    state: str  # one of AVAILABILITY_STATES
+    occurred: float  # when it took this state (occurredTime)
+    via: str  # feed | graph
+
+
+@dataclass(frozen=True, slots=True)
+class AzureHealth:
+    state: str
+    occurred: float
+    via: str
+
+    @property
+    def down(self) -> bool:
+        return self.state in DOWN_STATES
+
+
 @dataclass
 class CatchUp:
     """What one Resource Graph catch-up read (azure/graph.py)."""
@@ -87,6 +114,7 @@ class CatchUp:
     topology: tuple[str, ...] = ()  # subscriptions whose VMs were all listed
     vms: list[VmFacts] = field(default_factory=list)
     events: list[EventFacts] = field(default_factory=list)
+    health: list[HealthFacts] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)  # reason -> rows
     errors: list[str] = field(default_factory=list)
     queries: int = 0
@@ -127,6 +155,7 @@ class AzureView:
     claims: dict[str, Claim] = field(default_factory=dict)
     synced: dict[str, float] = field(default_factory=dict)
     generation: int = field(default=0, repr=False, compare=False)  # one more at every topology refresh
+    health: dict[str, AzureHealth] = field(default_factory=dict)  # VM ARM id (lower case) -> its health
     # Derived, not in snapshots: (subscription, resource group, lower-case name) -> VM key.
     by_name: dict[tuple[str, str, str], str] | None = field(default=None, repr=False, compare=False)
 
@@ -154,7 +183,12 @@ def dump(view: AzureView) -> dict[str, Any]:
 def dump_rest(view: AzureView) -> dict[str, Any]:
     """The view but its events and VMs (snapshot.lines writes those one a line)."""
     return {**freshness(view),
-            "claims": {k: [*c[:6], [list(t) for t in c[6]]] for k, c in sorted(view.claims.items())}}
+            "claims": {k: [*c[:6], [list(t) for t in c[6]]] for k, c in sorted(view.claims.items())},
+            "health": {k: health_data(h) for k, h in sorted(view.health.items())}}
+
+
+def health_data(h: AzureHealth) -> list[Any]:
+    return [h.state, h.occurred, h.via]
 
 
 def freshness(view: AzureView) -> dict[str, Any]:
@@ -195,6 +229,8 @@ def load_rest(view: AzureView, data: dict[str, Any]) -> None:
     view.claims = {str(k): (*[str(x) for x in c[:6]], tuple((str(a), str(b)) for a, b in c[6]))  # type: ignore[misc]
                    for k, c in data["claims"].items()}
     view.synced = {str(k): float(v) for k, v in data["synced"].items()}
+    view.health = {str(k): AzureHealth(str(h[0]), float(h[1]), str(h[2]))  # absent from older snapshots
+                   for k, h in (data.get("health") or {}).items()}
 
 
 def load_event(view: AzureView, item: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..schema import DECISION_KINDS
 from . import azure as azure_fold
-from . import inventory, switches
+from . import identities, inventory, switches
 from .caps import FOLDED, LATE, MALFORMED, event_id_ok
 from .state import DecisionRecord, FleetState, Switch
 
@@ -52,6 +52,8 @@ def decision(state: FleetState, record: DecisionRecord, chained: bool = True) ->
             return FOLDED  # the same decision again (or the other instance's twin: keep one)
     if record.kind in ("pause", "resume", "hold", "release"):
         return _switch(state, record, known is not None, chained)
+    if record.kind == "settle":  # an operator's word on a vmId in key conflict (fold/identities.py)
+        return identities.fold_settle(state, record)
     if record.kind == "confirm":
         return inventory.fold_confirm(state, record)
     event_id = record.data.get("EventId")

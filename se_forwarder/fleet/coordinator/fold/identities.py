@@ -8,31 +8,38 @@ the first that applies deciding:
 ==============  ===========================================================================
 outcome         when
 ==============  ===========================================================================
+``conflict``    refused: the vmId is in conflict (below) and this claim is not newer than
+                the document in dispute, or carries that very document: it stays in conflict
+``settled``     the vmId was in conflict and this claim's document is newer: it binds, and
+                the conflict is over
 ``bound``       the VM has no key yet: this one is its key
 ``same``        the VM has this key, from this document or a newer one: nothing changes
 ``refreshed``   the VM has this key and the document is newer: its times are kept
-``replayed``    refused: the VM's current document (the same SignedData) came with another
-                key. One document binds one key: a second key for it is someone else's
-                (its nonce would have to have been ground to match, see below)
+``conflict``    the VM's current document (the same SignedData) comes with another key.
+                One document binds one key, and two keys for it means one of them was
+                ground to its nonce: which one is not for the coordinator to guess, so
+                neither binds. The vmId is put in conflict (``state.conflicts``): its reports
+                are not folded, ``decide`` counts it as unavailable in every budget, the
+                service alerts and ``status`` shows it, until a newer document with one key
+                or an operator (``settle``) ends it
 ``stale``       refused: another key, with a document not created after the one bound (an
                 old document of the VM's, or a copy of the current one made by someone else)
 ``rekeyed``     another key with a newer document: a reinstall (or a state directory moved
-                away). The new key replaces the old one, and the change is kept in
-                ``state.rekeyed`` (the last ``REKEYS_KEPT``) for ``status`` and the page, and
-                logged by the service
+                away). The new key replaces the old one, and the change is kept in the VM's
+                re-key history (``state.rekeyed[vm]``, its last ``REKEYS_PER_VM``) for
+                ``status`` and the page, and logged by the service
 ==============  ===========================================================================
 
 So whichever order the identity events are read in, a VM ends with the key of its newest
 document (equal ``createdOn`` with two keys: the first read stays; documents are made seconds apart
-only by one agent asking twice with one key).
+only by one agent asking twice with one key), or in conflict when one document came with two keys.
 
-What the nonce leaves open (docs/identity.md): it has about 33 bits, so a forger who holds a
-victim's fresh document and the hours to grind a key with the same nonce could register that key
-for the victim's vmId. It cannot get the document: IMDS answers only on the victim itself, and the
-agents' send right on the hub does not let them read it. If it had one anyway, the document would
-have to be the victim's newest (``stale`` otherwise) and not yet announced by the victim
-(``replayed`` otherwise); the victim's next registration (hourly) then brings a newer document and
-takes its vmId back, and each change is shown (``rekeyed``).
+What the nonce leaves open (docs/identity.md): an agent that asks IMDS for the 10-digit nonce
+(where IMDS refuses the specification's 32 characters) has about 33 bits, so a holder of Listen
+on the hub who reads a victim's identity event could grind a key with the same nonce, offline, and
+present the victim's document with it. Before, whichever copy folded first won; now the second
+copy puts the vmId in conflict, so the grinder gains no vmId, only a VM counted down until it is
+settled. With the 32-character nonce (about 190 bits) no key can be ground.
 
 A key registered for several vmIds (an image captured with the agent's state directory, so every
 clone has the same key) is allowed: each clone registers its own document. Such clones can speak
@@ -46,15 +53,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ....approvals import signing
-from .state import FleetState, Identity, Rekey
+from .state import Conflict, DecisionRecord, FleetState, Identity, Rekey
 
-REKEYS_KEPT = 50
-BOUND, SAME, REFRESHED, REKEYED = "bound", "same", "refreshed", "rekeyed"
-REPLAYED, STALE = "replayed", "stale"
-REFUSALS = (REPLAYED, STALE)
+REKEYS_PER_VM = 10
+SNAPSHOT_HELD_BYTES = 4 << 20  # the held pool in a snapshot at most (its JSON)
+HELD_LEFT_OUT = "held-left-out"  # state.cache: held reports a restored snapshot left out
+BOUND, SAME, REFRESHED, REKEYED, SETTLED = "bound", "same", "refreshed", "rekeyed", "settled"
+CONFLICT, STALE = "conflict", "stale"
+REFUSALS = (CONFLICT, STALE)
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,16 @@ def bind(state: FleetState, claim: Claim) -> str:
     """Fold a verified registration by the module's rules; the outcome (one of its table)."""
     new, current = claim.identity, state.identities.get(claim.vm)
     state.note("identities", claim.vm)
+    disputed = state.conflicts.get(claim.vm)
+    if disputed is not None:
+        if new.document == disputed.document or new.created_on <= disputed.created_on:
+            if new.document == disputed.document and all(c.keyid != new.keyid for c in disputed.candidates):
+                state.conflicts[claim.vm] = replace(disputed, candidates=(*disputed.candidates, new)[:4])
+            return CONFLICT
+        del state.conflicts[claim.vm]
+        state.identities[claim.vm] = new
+        state.version += 1
+        return SETTLED
     if current is None:
         state.identities[claim.vm] = new
         return BOUND
@@ -82,13 +103,82 @@ def bind(state: FleetState, claim: Claim) -> str:
         state.identities[claim.vm] = new
         return REFRESHED
     if new.document == current.document:
-        return REPLAYED
+        del state.identities[claim.vm]
+        state.conflicts[claim.vm] = Conflict(current.document, current.created_on, (current, new),
+                                             new.registered_at)
+        state.version += 1
+        return CONFLICT
     if new.created_on <= current.created_on:
         return STALE
     state.identities[claim.vm] = new
-    state.rekeyed.append(Rekey(claim.vm, current.keyid, new.keyid, new.registered_at))
-    del state.rekeyed[:-REKEYS_KEPT]
+    history = state.rekeyed.setdefault(claim.vm, [])
+    history.append(Rekey(claim.vm, current.keyid, new.keyid, new.registered_at))
+    del history[:-REKEYS_PER_VM]
     return REKEYED
+
+
+def settle(state: FleetState, vm: str, keyid: str | None) -> Identity | None:
+    """An operator's word on a vmId in conflict: bind the candidate with ``keyid``, or none (the
+    next registration binds); the identity bound. KeyError: not in conflict; ValueError: no such
+    candidate."""
+    disputed = state.conflicts[vm]
+    chosen = next((c for c in disputed.candidates if c.keyid == keyid), None)
+    if keyid is not None and chosen is None:
+        raise ValueError(f"{keyid} is not one of the keys in dispute for {vm} "
+                         f"({', '.join(c.keyid for c in disputed.candidates)})")
+    del state.conflicts[vm]
+    state.note("identities", vm)
+    if chosen is not None:
+        state.identities[vm] = chosen
+    state.version += 1
+    return chosen
+
+
+def held_for_snapshot(state: FleetState, budget: int | None = None) -> tuple[dict[str, list[Any]], int]:
+    """The held pool as a snapshot keeps it: events in hub order until ``budget`` bytes of compact
+    JSON (default SNAPSHOT_HELD_BYTES); and how many were left out (counted as ``unregistered`` when
+    the snapshot is restored: gate.resume)."""
+    budget = SNAPSHOT_HELD_BYTES if budget is None else budget
+    every = sorted(((t, vm, i, e) for vm, held in state.waiting.items() for i, (t, e) in enumerate(held)),
+                   key=lambda item: (item[0], item[1], item[2]))
+    kept: dict[str, list[Any]] = {}
+    used = left = 0
+    for t, vm, _, event in every:
+        size = len(json.dumps(event, separators=(",", ":"), default=str))
+        if used + size > budget:
+            left += 1
+            continue
+        used += size
+        kept.setdefault(vm, []).append([t, event])
+    return dict(sorted(kept.items())), left
+
+
+SETTLE_SCOPE = "vm:"  # a settle decision's Scope: vm:<VM key>; its Overrides: ["key:<keyid>"] or []
+
+
+def fold_settle(state: FleetState, record: DecisionRecord) -> str:
+    """Fold an operator's ``settle`` decision (decide/control.settle): the vmId in conflict since
+    before the decision gets the key it names, or none; kept in the decision log (the audit trail).
+    A decision older than the conflict (a snapshot's log replayed) changes nothing."""
+    scope, chosen = record.data.get("Scope"), record.data.get("Overrides")
+    if not isinstance(scope, str) or not scope.startswith(SETTLE_SCOPE) or not isinstance(chosen, list) \
+            or len(chosen) > 1 or not all(isinstance(k, str) and k.startswith("key:") for k in chosen):
+        return "malformed"
+    vm, keyid = scope[len(SETTLE_SCOPE):], chosen[0][4:] if chosen else None
+    conflict = state.conflicts.get(vm)
+    if conflict is not None and conflict.since <= record.time:
+        try:
+            settle(state, vm, keyid)
+        except ValueError:
+            return "malformed"
+    state.decisions[record.id] = record
+    return "folded"
+
+
+def recent_rekeys(state: FleetState, count: int = 50) -> list[Rekey]:
+    """The newest ``count`` key changes of any VM, newest last."""
+    every = [r for history in state.rekeyed.values() for r in history]
+    return sorted(every, key=lambda r: r.time)[-count:]
 
 
 def verifier(state: FleetState, vm: str) -> signing.VerifyKeys | None:
@@ -102,7 +192,9 @@ def verifier(state: FleetState, vm: str) -> signing.VerifyKeys | None:
         return known[1]
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    keys = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(base64.b64decode(identity.public_key))])
+    raw = base64.b64decode(identity.public_key)
+    keys = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(raw)])
+    keys.raw = raw  # type: ignore[attr-defined]  # what a worker's check is compared with (trust.py)
     cache[vm] = (identity.public_key, keys)
     return keys
 
@@ -120,6 +212,8 @@ def forget(state: FleetState, vms: set[str]) -> None:
     for vm in vms:
         state.identities.pop(vm, None)
         state.waiting.pop(vm, None)
+        state.conflicts.pop(vm, None)
+        state.rekeyed.pop(vm, None)
     state.note("identities", *vms)
     state.note("waiting", *vms)
     state.cache.pop("verifiers", None)

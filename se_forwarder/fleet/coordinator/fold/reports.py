@@ -54,7 +54,7 @@ from ....model import Kind
 from ....printable import has_controls
 from ..config.limits import MAX_REJECTIONS, Limits
 from . import azure as azure_fold
-from . import inventory
+from . import health, inventory
 from . import topology as azure_topology
 from .caps import (
     FOLDED,
@@ -136,6 +136,8 @@ def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident:
             record.echoes[vm.key] = echo
     elif suffix == Kind.PREPARED:
         record.prepared[vm.key] = max(when, record.prepared.get(vm.key, when))
+    elif suffix == Kind.RECOVERED:
+        record.recovered[vm.key] = min(when, record.recovered.get(vm.key, when))
     elif suffix == Kind.PREPARE_FAILED:
         failure = (when, free_text(data.get("Reason"), 300, stats.capped))
         old_failure = record.prepare_failed.get(vm.key)
@@ -146,8 +148,8 @@ def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident:
 
 def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp: Stamp, limits: Limits,
         capped: Counter[str], clock: float, sender: Sender) -> Vm | None:
-    """The sending VM's record, created (within ``new_vms_per_minute`` of ``clock``) or updated
-    from ``data.Vm``."""
+    """The sending VM's record, created (within ``new_vms_per_minute`` of ``clock`` unless its
+    registration verified: then at once, with the registered vmId) or updated from ``data.Vm``."""
     info = data.get("Vm")
     info = info if isinstance(info, dict) else {}
     chars = limits.text_chars
@@ -163,9 +165,13 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
     if sender.key is None and not complete and not name:
         return None
     key = sender.key or (_lower(vm_id) if complete else "host:" + name.lower())
+    registered = sender.verified and sender.key is not None  # Azure attested this vmId (trust.py)
+    if registered:
+        vm_id = str(sender.key)  # the registration's, never the report's
     vm = state.vms.get(key)
     if vm is None:
-        admit(state, limits, clock)
+        if not registered:  # new_vms_per_minute is for claims nothing backs
+            admit(state, limits, clock)
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id if complete else "")
         state.rename(key, None, name)
         state.touch(key)
@@ -222,8 +228,11 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
         if vm.last_heartbeat is None or when > vm.last_heartbeat:
             vm.last_heartbeat, vm.polled, vm.listed = when, polled, seen
             vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
-        elif (polled, seen) > (vm.polled or float("-inf"), vm.listed):  # two of one time: in any order
-            vm.polled, vm.listed = polled, seen
+            health.verdict(vm, data, capped)
+        else:  # two of one time: in any order
+            if (polled, seen) > (vm.polled or float("-inf"), vm.listed):
+                vm.polled, vm.listed = polled, seen
+            health.verdict(vm, data, capped, tie=True)
     for event_id, status, item in items:
         rank = _HEARTBEAT_STATUS.get(status) if isinstance(status, str) else None
         if not event_id_ok(event_id) or rank is None or event_id.lower() in state.gone:
@@ -247,8 +256,7 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
 
 def _lower(text: str) -> str:
     """``text`` in lower case, the same string when it is already (a vmId usually is)."""
-    low = text.lower()
-    return text if low == text else low
+    return text if (low := text.lower()) == text else low
 
 
 def _doubt(state: FleetState, record: EventRecord, when: float) -> None:

@@ -11,10 +11,13 @@ as both pruned at about the same time. It drops:
   ``closed``; for an event Azure reported, that Azure showed ended) more than ``keep_events``
   (default: 24 h, at least ``min_healthy``) ago, and events nobody reported for ``forget_after``;
   with their decisions and holds. An event one of its VMs never reported over stays until then,
-  whatever the others reported. Their EventIds are remembered for ``keep_gone`` (7 days) so a
-  straggling report cannot bring one back; with Azure's record of them (azure_fold.forget);
+  whatever the others reported; with ``free_slot = "recovered"``, one a VM still in the fleet
+  reported completed and not yet ``recovered`` stays too (decide/recovery.py). Their EventIds
+  are remembered for ``keep_gone`` (7 days) so a straggling report cannot bring one back; with
+  Azure's record of them (azure_fold.forget);
 - pause/resume decisions older than ``keep_events`` that are not the current state of their scope,
-  and inventory confirmations older than that (what they confirmed stays: fold/inventory.py).
+  and inventory confirmations and key settlements older than that (what they confirmed or settled
+  stays: fold/inventory.py, fold/identities.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from ..config.policy import DAY, Policy
 from . import azure as azure_fold
+from .health import awaiting_recovery
 from .identities import forget
 from .reports import closed
 from .state import COMPLETED, FleetState
@@ -39,6 +43,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
           keep_gone: float = 7 * DAY) -> Pruned:
     """Drop what the module docstring says; how many of each were dropped."""
     keep_events = max(keep_events, policy.min_healthy)
+    recovering = policy.free_slot == "recovered"
     old_vms = [k for k, vm in state.vms.items() if vm.last_heard < now - policy.forget_after]
     if old_vms:
         for key in old_vms:
@@ -52,7 +57,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
     old_events = []
     for key, record in state.events.items():
         if record.terminal and record.ended_at is not None and closed(state, record):
-            if record.ended_at < now - keep_events:
+            if record.ended_at < now - keep_events and not (recovering and awaiting_recovery(state, record)):
                 old_events.append((key, record.ended_at))
         elif max(record.last_report, max((d.time for d in record.approvals.values()), default=0.0),
                  max((d.time for d in record.defers.values()), default=0.0)) < now - policy.forget_after:
@@ -69,13 +74,14 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
         state.gone[key] = ended
     state.settling = {k for k in state.settling
                       if (r := state.events.get(k)) is not None and r.rank == COMPLETED
-                      and r.completed_at is not None and r.completed_at + policy.min_healthy > now}
+                      and r.completed_at is not None
+                      and (recovering or r.completed_at + policy.min_healthy > now)}
     current = {s.record.id for s in state.pauses.values()}
     stale = []
     for ident, decision in state.decisions.items():
         event_id = decision.data.get("EventId")
         of_removed = isinstance(event_id, str) and event_id.lower() in removed
-        old_switch = decision.kind in ("pause", "resume", "confirm") and ident not in current
+        old_switch = decision.kind in ("pause", "resume", "settle", "confirm") and ident not in current
         if of_removed or (old_switch and decision.time < now - keep_events):
             stale.append(ident)
     for ident in stale:

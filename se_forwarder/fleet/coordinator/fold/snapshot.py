@@ -5,8 +5,9 @@ snapshots, so ``snapshot(a) == snapshot(b)`` is how states are compared). ``rest
 a state that folds on exactly as the original would: restoring a snapshot and folding the events
 after it gives the same state as folding everything. Derived data (indexes, caches) is not stored;
 decisions are stored as their CloudEvent data and folded again on restore. So are the registered
-identity keys (fold/identities.py), the key changes kept to be shown, the reports waiting for
-their sender's registration (gate.py), and the inventory (each VM's first placement and the
+identity keys (fold/identities.py), the key changes kept to be shown, the vmIds in key conflict, the
+reports waiting for their sender's registration (gate.py), up to 4 MiB of them (how many were left
+out is kept, and counted when restored), and the inventory (each VM's first placement and the
 placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 
@@ -30,11 +31,13 @@ from ....errors import StateError
 from . import azure_state, inventory
 from .caps import FOLDED
 from .decisions import decision
+from .identities import HELD_LEFT_OUT, held_for_snapshot
 from .reports import track
 from .state import (
     COMPLETED,
     NO_STAMP,
     NO_TAGS,
+    Conflict,
     DecisionRecord,
     EventRecord,
     FleetState,
@@ -71,8 +74,9 @@ def snapshot(state: FleetState) -> dict[str, Any]:
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
         "identities": {k: identity_data(i) for k, i in sorted(state.identities.items())},
-        "rekeyed": [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
-        "waiting": {k: [[t, e] for t, e in v] for k, v in sorted(state.waiting.items()) if v},
+        "rekeyed": rekeyed_data(state),
+        "conflicts": conflicts_data(state),
+        **dict(zip(("waiting", "waitingLeftOut"), held_for_snapshot(state), strict=True)),
         "azure": azure_state.dump(state.azure),
         "confirmed": {k: confirmed_data(state, k) for k in sorted(state.confirmed)},
     }
@@ -83,6 +87,23 @@ def confirmed_data(state: FleetState, key: str) -> list[Any]:
     return [inventory.as_data(state.confirmed[key]), *state.confirmed_at[key]]
 
 
+def rekeyed_data(state: FleetState) -> list[list[Any]]:
+    """The key changes kept, by VM, oldest first."""
+    return [[r.vm, r.old, r.new, r.time] for _, v in sorted(state.rekeyed.items()) for r in v]
+
+
+def conflicts_data(state: FleetState) -> dict[str, Any]:
+    """The vmIds in key conflict (fold/identities.py), each with the keys in dispute."""
+    return {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
+                "candidates": [identity_data(i) for i in c.candidates]}
+            for k, c in sorted(state.conflicts.items())}
+
+
+def _identity_of(i: dict[str, Any]) -> Identity:
+    return Identity(str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
+                    str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
+
+
 def identity_data(i: Identity) -> dict[str, Any]:
     return {"publicKey": i.public_key, "keyid": i.keyid, "createdOn": i.created_on, "expiresOn": i.expires_on,
             "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}
@@ -90,7 +111,8 @@ def identity_data(i: Identity) -> dict[str, Any]:
 
 VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "resourceGroup", "location",
               "zone", "scaleSet", "faultDomain", "updateDomain", "placementGroup", "tags", "topologyStamp",
-              "lastHeartbeat", "lastHeard", "agentVersion", "listed", "polled", "placed", "claims")
+              "lastHeartbeat", "lastHeard", "agentVersion", "listed", "polled", "health", "healthReason",
+              "placed", "claims")
 
 
 def _vm(vm: Vm) -> dict[str, Any]:
@@ -102,7 +124,7 @@ def vm_row(vm: Vm) -> list[Any]:
     return [vm.key, vm.name, vm.vm_id, vm.complete, vm.resource_id, vm.subscription, vm.resource_group,
             vm.location, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain, vm.placement_group,
             dict(sorted(vm.tags.items())) if vm.tags else {}, _stamp(vm.topology_stamp), vm.last_heartbeat,
-            _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled,
+            _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled, vm.health, vm.health_reason,
             None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
             sorted([name, rid, t] for (name, rid), t in vm.claims.items())]
 
@@ -121,7 +143,7 @@ def event_data(e: EventRecord) -> dict[str, Any]:
         "prepared": dict(sorted(e.prepared.items())),
         "prepareFailed": {k: list(v) for k, v in sorted(e.prepare_failed.items())},
         "rejections": {k: list(v) for k, v in sorted(e.rejections.items())},
-        "types": list(e.types), "doubted": e.doubted,
+        "types": list(e.types), "doubted": e.doubted, "recovered": dict(sorted(e.recovered.items())),
     }
 
 
@@ -141,6 +163,8 @@ def restore(data: Any) -> FleetState:
         for key, item in data.get("identities", {}).items():
             found.identity([key, item])
         found.rekeyed(data.get("rekeyed", []))
+        found.conflicts(data.get("conflicts", {}))
+        found.left_out(data.get("waitingLeftOut", 0))
         for key, items in data.get("waiting", {}).items():
             found.waiting([key, items])
         for key, item in data.get("confirmed", {}).items():
@@ -172,9 +196,11 @@ def lines(state: FleetState) -> Iterator[bytes]:
     yield _line(dumps, "gone", dict(sorted(state.gone.items())))
     yield from _batches(dumps, "identities", ([k, identity_data(i)]
                                               for k, i in sorted(state.identities.items())))
-    yield _line(dumps, "rekeyed", [[r.vm, r.old, r.new, r.time] for r in state.rekeyed])
-    yield from _batches(dumps, "waiting", ([k, [[t, e] for t, e in items]]
-                                           for k, items in sorted(state.waiting.items()) if items))
+    yield _line(dumps, "rekeyed", rekeyed_data(state))
+    yield _line(dumps, "conflicts", conflicts_data(state))
+    held, left_out = held_for_snapshot(state)
+    yield from _batches(dumps, "waiting", iter(held.items()))
+    yield _line(dumps, "waitingLeftOut", left_out)
     yield from _batches(dumps, "confirmed", ([k, confirmed_data(state, k)] for k in sorted(state.confirmed)))
     yield from _batches(dumps, "decisions", ([d.id, d.kind, d.time, d.data]
                                              for _, d in sorted(state.decisions.items())))
@@ -198,7 +224,7 @@ def restore_lines(source: Iterable[bytes]) -> FleetState:
         "confirmed": found.confirmed, "decisions": found.decision}
     whole: dict[str, Callable[[Any], None]] = {
         "columns": found.columns, "azure": found.azure_rest, "groups": found.groups, "gone": found.gone,
-        "rekeyed": found.rekeyed}
+        "rekeyed": found.rekeyed, "conflicts": found.conflicts, "waitingLeftOut": found.left_out}
     first = True
     try:
         for raw in source:
@@ -266,7 +292,8 @@ class Restorer:
             topology_stamp=_unstamp(item["topologyStamp"]), last_heartbeat=item["lastHeartbeat"],
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
             agent_version=text(item["agentVersion"]), listed=tuple(text(e) for e in item.get("listed", ())),
-            polled=item.get("polled"),
+            polled=item.get("polled"), health=text(str(item.get("health") or "")),
+            health_reason=str(item.get("healthReason") or ""),
             claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
         )
         if item.get("placed"):
@@ -296,6 +323,7 @@ class Restorer:
             rejections={k: (str(v[0]), str(v[1])) for k, v in item["rejections"].items()},
             types=tuple(item.get("types") or ((item["eventType"],) if item["eventType"] else ())),
             doubted=item.get("doubted"),
+            recovered={str(k): float(v) for k, v in (item.get("recovered") or {}).items()},
         )
         self.state.events[record.key] = record
 
@@ -310,12 +338,21 @@ class Restorer:
 
     def identity(self, pair: list[Any]) -> None:
         key, i = pair
-        self.state.identities[self.key(key)] = Identity(
-            str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
-            str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
+        self.state.identities[self.key(key)] = _identity_of(i)
 
     def rekeyed(self, items: list[list[Any]]) -> None:
-        self.state.rekeyed = [Rekey(str(v), str(o), str(n), float(t)) for v, o, n, t in items]
+        for v, o, n, t in items:
+            vm = self.key(v)
+            self.state.rekeyed.setdefault(vm, []).append(Rekey(vm, str(o), str(n), float(t)))
+
+    def conflicts(self, data: dict[str, Any]) -> None:
+        for key, c in data.items():
+            candidates = tuple(_identity_of(i) for i in c["candidates"])
+            self.state.conflicts[self.key(key)] = Conflict(str(c["document"]), float(c["createdOn"]),
+                                                           candidates, float(c["since"]))
+
+    def left_out(self, count: Any) -> None:
+        self.state.cache[HELD_LEFT_OUT] = int(count)  # gate.resume counts them
 
     def waiting(self, pair: list[Any]) -> None:
         key, items = pair

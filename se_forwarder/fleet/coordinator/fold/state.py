@@ -25,6 +25,7 @@ from typing import Any
 
 from .azure_state import AzureView
 from .gates import GateVerdict
+from .groups import Groups
 
 # Status ranks of one VM's view of an event: a higher rank replaces a lower one.
 SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
@@ -65,6 +66,8 @@ class Vm:
     agent_version: str = ""
     listed: tuple[str, ...] = ()  # event keys its newest heartbeat listed
     polled: float | None = None  # its newest heartbeat's LastPollUtc (else its time)
+    health: str = ""  # its newest heartbeat's data.Health verdict: healthy | unhealthy | unknown | ""
+    health_reason: str = ""  # "<probe>: <reason>" while unhealthy (fold/health.py)
     placed: Placement | None = None  # where its first verified report placed it (fold/inventory.py)
     placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
     # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
@@ -150,6 +153,7 @@ class EventRecord:
     echoes: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, ApprovedBy)
     prepared: dict[str, float] = field(default_factory=dict)  # VM -> time
     prepare_failed: dict[str, tuple[float, str]] = field(default_factory=dict)  # VM -> (time, reason)
+    recovered: dict[str, float] = field(default_factory=dict)  # VM -> its earliest `recovered` report
     rejections: dict[str, tuple[str, str]] = field(default_factory=dict)  # message id -> (VM, code)
     approvals: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> decision
     sends: dict[int, DecisionRecord] = field(default_factory=dict)  # attempt -> its message was queued
@@ -199,6 +203,16 @@ class Identity:
 
 
 @dataclass(frozen=True, slots=True)
+class Conflict:
+    """A vmId whose document came with two keys: neither speaks for it (fold/identities.py)."""
+
+    document: str  # the SignedData in dispute (SHA-256 hex)
+    created_on: float  # its timeStamp.createdOn: only a newer document settles it
+    candidates: tuple[Identity, ...]  # the keys it came with, first read first
+    since: float  # hub time of the registration that made the conflict
+
+
+@dataclass(frozen=True, slots=True)
 class Rekey:
     """A vmId that registered a new key with a newer document (a reinstall): kept to be shown."""
 
@@ -219,73 +233,11 @@ class Switch:
         return (self.record.sequence, self.record.time, self.record.id)
 
 
-class Groups:
-    """VMs that reported the same EventIds, as disjoint sets (union by size, path halving), with
-    each set's members (``members``: what decide/scopes.py looks at when one of them changed), and
-    the roots of the sets joined or split since view/digest.py last looked (``dirty``)."""
-
-    __slots__ = ("dirty", "parent", "sets")
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-        self.sets: dict[str, list[str]] = {}  # root -> its members (sets of two or more)
-        self.dirty: set[str] | None = None  # None: nobody looks
-
-    def find(self, key: str) -> str:
-        parent = self.parent
-        if key not in parent:
-            return key
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
-    def union(self, a: str, b: str) -> bool:
-        """Join the sets of ``a`` and ``b``; True when they were apart."""
-        for key in (a, b):
-            if key not in self.parent:
-                self.parent[key] = key
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return False
-        na, nb = len(self.sets.get(ra, ())) or 1, len(self.sets.get(rb, ())) or 1
-        if na < nb or (na == nb and rb < ra):
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        self.sets.setdefault(ra, [ra]).extend(self.sets.pop(rb, [rb]))
-        if self.dirty is not None:
-            self.dirty.update((ra, rb))
-        return True
-
-    def drop(self, gone: set[str]) -> list[str]:
-        """Forget the VMs of ``gone`` (retention.py); the others of their sets, which are rejoined."""
-        rest: list[str] = []
-        for root in {self.find(key) for key in gone if key in self.parent}:
-            if self.dirty is not None:
-                self.dirty.add(root)
-            members = self.sets.pop(root, None) or [root]
-            for member in members:
-                del self.parent[member]
-            alive = [m for m in members if m not in gone]
-            for other in alive[1:]:
-                self.union(alive[0], other)
-            rest += alive
-        return rest
-
-    def members(self, key: str) -> list[str]:
-        """Every VM of ``key``'s set (``key`` alone when it shares none)."""
-        return self.sets.get(self.find(key)) or [key]
-
-    def components(self) -> list[list[str]]:
-        """The sets of two or more VMs, each sorted, in sorted order (a canonical form)."""
-        return sorted(sorted(members) for members in self.sets.values())
-
-
 @dataclass
 class Journal:
     """What the fold changed since view/digest.py last looked, by part (the keys of the records
     that changed), so the fold's digest is brought up to date with what changed alone; the small
-    rest (gone events, key changes, Azure's freshness) it reads whole each time."""
+    rest (gone events, key changes, keys in conflict, Azure's freshness) it reads whole each time."""
 
     vms: set[str] = field(default_factory=set)
     events: set[str] = field(default_factory=set)
@@ -295,6 +247,7 @@ class Journal:
     azure_vms: set[str] = field(default_factory=set)
     azure_events: set[str] = field(default_factory=set)
     confirmed: set[str] = field(default_factory=set)
+    azure_health: set[str] = field(default_factory=set)  # VM ARM ids (lower case)
 
 
 @dataclass
@@ -314,7 +267,8 @@ class FleetState:
     terminated: dict[str, tuple[float | None, tuple[str, ...]]] = field(default_factory=dict)
     retired: set[str] = field(default_factory=set)  # VMs a completed Terminate deleted (scopes.py)
     identities: dict[str, Identity] = field(default_factory=dict)  # VM key -> its registered key
-    rekeyed: list[Rekey] = field(default_factory=list)  # newest last, at most registrations.REKEYS_KEPT
+    rekeyed: dict[str, list[Rekey]] = field(default_factory=dict)  # VM key -> its key changes, newest last
+    conflicts: dict[str, Conflict] = field(default_factory=dict)  # VM key -> its key in dispute
     # Reports (and identity events) held until their sender's registration folds (gate.py):
     # VM key -> [(enqueued time, CloudEvent)].
     waiting: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)

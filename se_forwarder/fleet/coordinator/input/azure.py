@@ -11,13 +11,14 @@ Resource Graph cannot be reached:
   (``azure-feed``: its reachability). Only Event Grid's identity may send to that hub (the Bicep
   grants nothing else), so no VM can write to this input. Each event (Event Grid delivers
   ``[CloudEvent]``; hub_reader.decode takes its one element) is checked by ``azure_facts.feed_event`` and
-  folded as Azure's (fold/azure.py); a refusal is counted by reason, logged once per reason and
-  ``REFUSAL_SAID`` seconds, and watched (input/feed_watch.py: a feed whose every event is refused
-  is as loud as one that does not answer). A shard skips, before any check, the events of
-  subscriptions another shard owns (edge/shard.py), counted as ``feed-other-shard`` and neither
-  refused nor watched: on a feed hub every subscription's topic delivers to, that is most of them.
-  Its catch-up reads only its own subscriptions (``[azure] subscriptions`` is within the shard's).
-  Conversely, Azure's types read from the agents' hub are
+  folded as Azure's (a scheduled event: fold/azure.py; a VM's availability: fold/health.py); a
+  refusal is counted by reason, logged once per reason and ``REFUSAL_SAID`` seconds, and watched
+  (input/feed_watch.py: a feed whose every event is refused is as loud as one that does not
+  answer). A shard skips, before any check, the events of subscriptions another shard owns
+  (edge/shard.py), counted as ``feed-other-shard`` and neither refused nor watched: on a feed hub
+  every subscription's topic delivers to, that is most of them. Its catch-up reads only its own
+  subscriptions (``[azure] subscriptions`` is within the shard's). Conversely, Azure's types read
+  from the agents' hub are
   refused by trust.py (``azure``).
 - **The catch-up.** At start and every ``arg_interval``, ``Graph.catch_up`` (azure/graph.py) on a
   thread of its own; the ``CatchUp`` is folded on the loop (``pump``, azure_fold.fold_catch_up).
@@ -56,8 +57,9 @@ from ..decide import arm_path as azure_paths
 from ..decide.events import Decision, Recorded
 from ..edge import azure_facts, shard
 from ..fold import azure as azure_fold
-from ..fold.azure_state import CatchUp
+from ..fold.azure_state import CatchUp, HealthFacts
 from ..fold.caps import FOLDED
+from ..fold.health import fold_azure_health
 from ..fold.state import FleetState
 from .feed_watch import PART as FEED_EVENTS
 from .feed_watch import FeedWatch
@@ -135,7 +137,10 @@ class AzureInput:
             if isinstance(facts, azure_facts.Refusal):
                 self._refused(facts.code, facts.detail, event.get("id"))
                 continue
-            outcome = azure_fold.fold_event(state, facts)
+            if isinstance(facts, HealthFacts):
+                outcome = fold_azure_health(state, facts)
+            else:
+                outcome = azure_fold.fold_event(state, facts)
             self.counts["feed-folded" if outcome == FOLDED else f"feed-{outcome}"] += 1
             if self.feed_watch is not None:
                 self.feed_watch.folded()
@@ -247,6 +252,7 @@ class AzureInput:
             "catchUps": self.catch_ups,
             "lastCatchUp": None if last is None else {
                 "time": rfc3339(last.as_of), "covered": list(last.covered), "vms": len(last.vms),
-                "events": len(last.events), "queries": last.queries, "errors": last.errors[:5]},
+                "events": len(last.events), "health": len(last.health), "queries": last.queries,
+                "errors": last.errors[:5]},
             "counts": dict(sorted(self.counts.items())),
         }

@@ -62,11 +62,22 @@ class Position:
 
 @dataclass
 class Batch:
-    """Events of one partition, in order, as received (``arrived``: monotonic time of receipt)."""
+    """Events of one partition, in order, as received (``arrived``: monotonic time of receipt).
+
+    ``texts``: each event's JSON body as read (None: not read from one), for the verifier's
+    workers (input/verifier.py); ``checked``: what they found for each event (edge/offload.py)."""
 
     partition: str
     events: list[tuple[dict[str, Any] | None, Position]]
     arrived: float
+    texts: list[bytes | None] | None = None
+    checked: list[Any] | None = None
+
+    def part(self, start: int, stop: int | None = None) -> Batch:
+        """Events ``start`` to ``stop`` of this batch, with their texts and checks."""
+        return Batch(self.partition, self.events[start:stop], self.arrived,
+                     self.texts[start:stop] if self.texts is not None else None,
+                     self.checked[start:stop] if self.checked is not None else None)
 
 
 @dataclass
@@ -83,6 +94,11 @@ class ReaderHealth:
 def decode(event_data: Any) -> dict[str, Any] | None:
     """The structured CloudEvent in ``event_data`` (a JSON object, or an array of one as Event Grid
     delivers); the fast path parses the JSON body directly."""
+    return decode_text(event_data)[0]
+
+
+def decode_text(event_data: Any) -> tuple[dict[str, Any] | None, bytes | None]:
+    """``decode``, and the JSON text of a structured CloudEvent object (None otherwise)."""
     props = event_data.properties or {}
     if not any((k.decode() if isinstance(k, bytes) else k) == "cloudEvents_id" for k in props):
         try:
@@ -90,13 +106,14 @@ def decode(event_data: Any) -> dict[str, Any] | None:
             text = body if isinstance(body, bytes | bytearray) else b"".join(body)
             if text[:1] in (b"{", b"["):
                 parsed = json.loads(text)
+                whole = not isinstance(parsed, list)
                 if isinstance(parsed, list) and len(parsed) == 1:  # Event Grid's delivery: [CloudEvent]
                     parsed = parsed[0]
                 if isinstance(parsed, dict) and "specversion" in parsed:
-                    return parsed
+                    return parsed, bytes(text) if whole else None
         except (ValueError, TypeError):
-            return None
-    return cloud_event_of(event_data)
+            return None, None
+    return cloud_event_of(event_data), None
 
 
 class HubReader:
@@ -257,9 +274,10 @@ class HubReader:
         if not events:
             return
         arrived = time.monotonic()
+        decoded = [decode_text(e) for e in events]
         batch = Batch(context.partition_id,
-                      [(decode(e), Position(e.sequence_number, str(e.offset), _enqueued(e))) for e in events],
-                      arrived)
+                      [(d[0], Position(e.sequence_number, str(e.offset), _enqueued(e)))
+                       for d, e in zip(decoded, events, strict=True)], arrived, [d[1] for d in decoded])
         self.health.last_batch = arrived
         while True:
             try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 from .hub_reader import Batch
 
@@ -49,10 +48,10 @@ class Inbox:
         began, taken = time.monotonic(), 0
         while self._rest is not None:
             batch = self._rest
-            chunk, left = batch.events[:CHUNK], batch.events[CHUNK:]
-            self._rest = replace(batch, events=left) if left else self._next()
-            yield replace(batch, events=chunk)
-            taken += len(chunk)
+            chunk = batch.part(0, CHUNK)
+            self._rest = batch.part(CHUNK) if len(batch.events) > CHUNK else self._next()
+            yield chunk
+            taken += len(chunk.events)
             if taken >= TURN_EVENTS or time.monotonic() - began >= TURN_SECONDS:
                 return
 

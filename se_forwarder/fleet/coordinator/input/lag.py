@@ -12,6 +12,11 @@ went through the edge into the fold, so a backlog waiting for verification is la
   after the question before); the events behind are counted too. A hub's lag is its worst
   partition's. The hub's clock (enqueued times) and the coordinator's are both UTC; keep them in
   sync (NTP), as Azure's are.
+- **Verification**: the events read from the agents' hub and waiting in the verifier's stage
+  (input/verifier.py: ``backlog``, the number and the oldest's enqueued time). They are behind
+  the folded positions too, so the hub's lag counts them; the stage's own count says so at once
+  (between two questions, and while the hub does not answer) and names the cause: a verifier more
+  than ``max_lag`` behind stops early approvals like a late fold.
 - **Not known**: the agents' hub has not answered a question for ``max_lag`` plus two questions'
   time; its lag cannot be told, and it counts as stale. The Azure feed hub not answering is said
   by its reachability (``azure-feed``) and does not stop approvals: it is the second input.
@@ -36,7 +41,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ....timestamps import rfc3339
@@ -164,12 +170,18 @@ def _gap_line(label: str, pid: str, read: int, begins: int) -> str:
             f"on: {begins - read - 1} event(s) were lost to retention")
 
 
+def _no_backlog() -> tuple[int, float | None]:
+    return 0, None
+
+
 class LagGuard:
     """What the service does with the lag of its hubs (module docstring)."""
 
-    def __init__(self, watches: list[Watch], max_lag: float, alerts: Alerts | None = None) -> None:
+    def __init__(self, watches: list[Watch], max_lag: float, alerts: Alerts | None = None,
+                 backlog: Callable[[], tuple[int, float | None]] | None = None) -> None:
         self.watches, self.max_lag = watches, max_lag
         self.alerts = alerts if alerts is not None else NoAlerts()
+        self.backlog = backlog or _no_backlog  # what waits for the verifier's workers (module docstring)
         self.lags: list[Lag] = []  # as measured at the last ``stale``
         self.reason = ""  # as said last
         self.late_since: float | None = None  # since when ``reason`` has not been ""
@@ -177,9 +189,17 @@ class LagGuard:
 
     def stale(self, positions: dict[str, Any], now: float) -> str:
         """Why the fold is too late to approve on ("" when it is not); said once per change."""
-        self.lags = [measure(w, positions, now, self.max_lag) for w in self.watches]
-        reason = "; ".join(r for r in (self._why(lag, w) for lag, w in zip(self.lags, self.watches,
-                                                                          strict=True)) if r)
+        lags = [measure(w, positions, now, self.max_lag) for w in self.watches]
+        why = [self._why(lag, w) for lag, w in zip(lags, self.watches, strict=True)]
+        waiting, oldest = self.backlog()
+        verifying = max(0.0, now - oldest) if waiting and oldest is not None else 0.0
+        if verifying > self.max_lag:
+            why.append(f"verification is {verifying:.0f} s behind the agents' hub ({waiting} event(s) "
+                       f"waiting for the verifier's workers), more than max_lag {self.max_lag:g} s")
+        self.lags = [replace(lag, seconds=verifying, events=max(lag.events, waiting))  # the stage's, if worse
+                     if not w.second and lag.silent is None and verifying > lag.seconds else lag
+                     for lag, w in zip(lags, self.watches, strict=True)]
+        reason = "; ".join(r for r in why if r)
         if reason and not self.reason:
             log.warning("no early approval while the fold is late: %s", reason)
         elif self.reason and not reason:

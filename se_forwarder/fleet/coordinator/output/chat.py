@@ -9,9 +9,12 @@ gate that closes and opens again (``gate``, output/chat_gates.py), and what Azur
 approval through ``acknowledge`` (``acknowledge``, with ``[azure]``); and per maintenance event
 (EventId), however many VMs report it, one message when it is first Scheduled, one when it first
 Started and one when it completed (``completed`` also selects the message of a canceled event),
-naming the VMs it affects (output/chat_stages.py). Either list may be empty, not both. Only what
-happens while this instance acts is sent (a standby sends nothing; decisions and events folded from
-the hub from before this process started are not sent). The text is se_forwarder.notify's.
+naming the VMs it affects (output/chat_stages.py); and the alerts the fold derives or a running part
+raised (view/alerts.py: ``recovery-timeout``, ...) named in ``alerts``, one message when each opens
+and one when it is resolved (``NewAlerts``; after a start, or a takeover, those open are said once
+more). The lists may not all be empty. Only what happens while this instance acts is sent (a
+standby sends nothing; decisions and events folded from the hub from before this process started
+are not sent). The text is se_forwarder.notify's.
 
 Never blocking decisions: ``NewDecisions`` and ``EventStages`` take what is new from the fold on the
 service thread (a look once a second, through ``Service.submit``); each hook has its own
@@ -36,11 +39,13 @@ from typing import Any
 
 from .... import notify
 from ....backoff import Backoff
+from ....notify.describe import ATTENTION, GOOD
 from ....validation import public_url
 from ..config.notify import NotifySettings, hook_url
 from ..config.policy import Policy
 from ..fold.state import DecisionRecord, FleetState
 from ..schema import DECISION_PREFIX
+from ..view.alerts import Alert, Derived, as_data, derive, merged
 from .chat_gates import GateChanges
 from .chat_stages import EventStages
 
@@ -69,8 +74,12 @@ def wanted(event: Mapping[str, Any], kinds: Iterable[str]) -> bool:
 
 def wants(settings: NotifySettings, event: Mapping[str, Any]) -> bool:
     """Whether a hook with ``settings`` takes ``event``: a decision as ``wanted`` says, a fleet
-    event's stage when ``events`` names it (``completed`` also takes ``canceled``)."""
+    event's stage when ``events`` names it (``completed`` also takes ``canceled``), an alert when
+    ``alerts`` names its kind."""
     kind = str(event.get("type", ""))
+    if kind == ALERT_TYPE:
+        data = event.get("data")
+        return isinstance(data, dict) and data.get("Kind") in settings.alerts
     if kind.startswith(DECISION_PREFIX):
         return wanted(event, settings.decisions)
     stage = kind.rsplit(".", 1)[-1]
@@ -102,6 +111,46 @@ class NewDecisions:
         if not acting:
             return []
         return [as_event(r) for r in sorted(fresh, key=lambda r: (r.time, r.id)) if r.time >= self.since]
+
+
+ALERT_TYPE = DECISION_PREFIX + "alert"  # chat only: never published, never folded (schema.DECISION_KINDS)
+
+
+class NewAlerts:
+    """The fold's alerts that opened or were resolved since the last look, as chat events."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, Alert] = {}
+        self.acted = False
+
+    def take(self, derived: Derived, acting: bool, now: float) -> list[dict[str, Any]]:
+        if not acting:
+            self.open, self.acted = {}, False
+            return []
+        before = self.open if self.acted else {}
+        self.open, self.acted = dict(derived.open), True
+        out = [_alert_event(a, "open", now) for ident, a in sorted(self.open.items()) if ident not in before]
+        out += [_alert_event(a, "resolved", now) for ident, a in sorted(before.items())
+                if ident not in self.open]
+        return out
+
+
+def alert_body(fmt: str, event: Mapping[str, Any]) -> dict[str, Any]:
+    """The webhook body of an alert's chat event: ``Alert (<kind>): <summary>`` or ``Resolved ...``."""
+    data = event["data"]
+    done = data["State"] == "resolved"
+    facts = [(str(k)[:60], str(v)[:500]) for k, v in list(data["details"].items())[:6]]
+    title = f"{'Resolved' if done else 'Alert'} ({data['Kind']}): {data['summary']}"[:300]
+    notice = notify.Notice(title=title, facts=facts, footer=f"se-forwarder · {str(event['id'])[:200]}",
+                           tone=GOOD if done else ATTENTION)
+    return notify.teams.payload(notice) if fmt == "teams" else notify.slack.payload(notice)
+
+
+def _alert_event(alert: Alert, state: str, now: float) -> dict[str, Any]:
+    stamp = datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z")
+    return {"specversion": "1.0", "type": ALERT_TYPE, "id": f"{alert.id}/{state}/{stamp}",
+            "subject": alert.id, "time": stamp, "datacontenttype": "application/json",
+            "data": {**as_data(alert), "Kind": alert.kind, "State": state}}
 
 
 class ChatHook:
@@ -168,7 +217,8 @@ class ChatHook:
                 wait = self._last_post + SLACK_INTERVAL - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-            body = notify.render(self.settings.format, event, datetime.now(UTC), started_at)
+            body = alert_body(self.settings.format, event) if event.get("type") == ALERT_TYPE else \
+                notify.render(self.settings.format, event, datetime.now(UTC), started_at)
             if body is None:
                 return
             self._last_post = time.monotonic()
@@ -220,16 +270,25 @@ class Notifier:
         since = time.time() if since is None else since
         self.decisions = NewDecisions(since)
         self.events = EventStages(since, policy)
+        self.alerts = NewAlerts()
         self.gates = GateChanges(since)
         self._submit, self._state, self._acting = submit, state, acting
+        self._derived: Callable[[], Derived] = lambda: Derived({}, frozenset())
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="notify-feed", daemon=True)
 
     @classmethod
     def from_settings(cls, settings: Iterable[NotifySettings], service: Any) -> Notifier:
         hooks = [ChatHook(s, hook_url(s)) for s in settings]
-        return cls(hooks, service.submit, lambda: service.state, service.acting,
-                   policy=service.policy)
+        notifier = cls(hooks, service.submit, lambda: service.state, service.acting, policy=service.policy)
+
+        def derived() -> Derived:  # on the service thread: the fold and its last pass are its own
+            evaluation = service.evaluation
+            fold = Derived({}, frozenset()) if evaluation is None else derive(service.state, evaluation)
+            return merged(fold, service.alerts.open(), ())  # and those a running part raised (a gate's)
+
+        notifier._derived = derived
+        return notifier
 
     def start(self) -> Notifier:
         for hook in self.hooks:
@@ -257,6 +316,8 @@ class Notifier:
                 out += [(event, None) for event in self.decisions.take(state, acting)]
             if any(hook.settings.events for hook in self.hooks):
                 out += self.events.take(state, acting)
+            if any(hook.settings.alerts for hook in self.hooks):
+                out += [(event, None) for event in self.alerts.take(self._derived(), acting, time.time())]
             if any("gate" in hook.settings.decisions for hook in self.hooks):
                 out += [(event, None) for event in self.gates.take(state, acting)]
             return out

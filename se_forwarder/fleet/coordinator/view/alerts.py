@@ -24,7 +24,12 @@ is made from it, so a trigger sent twice opens one alert and its resolve closes 
 ``name-conflict``         VMs heard from lately claim one name in one group, or one resourceId: each
                           counts as unavailable, and once the conflict outlasts heartbeat_timeout
                           every one but the first claimant (decide/availability.py); one alert
-``recovery-timeout``      (for later issues) a VM did not report recovered in time
+``key-conflict``          a vmId's attested document came with two keys (fold/identities.py): neither
+                          speaks for it and it counts down in every budget; one alert for every such
+                          vmId, open until an operator or a newer document settles each
+``recovery-timeout``      with ``free_slot = "recovered"``: a VM was not seen recovered
+                          ``recover_timeout`` after its event ended (decide/recovery.py); it stays
+                          counted down. One alert naming every such VM, open while one is
 ``gate-closed``           a gate of ``[[gates]]`` is closed (its alerts fire, or it cannot be asked;
                           input/gates.py); id ``gate-closed/<name>``, open while it is closed,
                           ``warning`` when it cannot be asked, ``info`` otherwise
@@ -54,9 +59,9 @@ from ..fold.state import FleetState
 
 SEVERITIES = ("critical", "error", "warning", "info")
 KINDS = ("breach", "acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
-         "name-conflict", "recovery-timeout", "gate-closed")
+         "name-conflict", "key-conflict", "recovery-timeout", "gate-closed")
 FIXED = ("acknowledge-refused", "feed-refused", "fold-stalled", "fold-gap", "fold-late",
-         "name-conflict")  # one alert each, not one per event
+         "name-conflict", "key-conflict", "recovery-timeout")  # one alert each, not one per event
 LISTED = 10  # events named in one alert's summary
 
 
@@ -141,6 +146,20 @@ def claimed_twice(state: FleetState, evaluation: Evaluation) -> tuple[list[Alert
                   {"Held": listed, "First": ", ".join(first[:LISTED])})], set()
 
 
+def recovery_timeouts(state: FleetState, evaluation: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``recovery-timeout`` alert while any VM is not seen recovered in time (recovery.py)."""
+    late = sorted(evaluation.overdue, key=lambda o: (o.done, o.event_id, o.vm))
+    if not late:
+        return [], {"recovery-timeout"}
+    vms = [f"{state.vms[o.vm].name if o.vm in state.vms else o.vm} ({o.event_id})" for o in late]
+    named = ", ".join(vms[:LISTED]) + (" ..." if len(vms) > LISTED else "")
+    minutes = max(0.0, evaluation.now - late[0].done) / 60
+    summary = (f"{len(late)} VM(s) not recovered after their maintenance ended, each still counted "
+               f"unavailable: {named}; the longest for {minutes:.0f} min")
+    return [Alert("recovery-timeout", "recovery-timeout", summary, "error",
+                  {"VMs": named, "Events": ", ".join(sorted({o.event_id for o in late})[:LISTED])})], set()
+
+
 def closed_gates(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
     """A ``gate-closed`` alert per closed gate (fold/gates.py), resolved once it opens."""
     opened, closed = [], set()
@@ -156,8 +175,20 @@ def closed_gates(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str
     return opened, closed
 
 
+def key_conflicts(state: FleetState, _: Evaluation) -> tuple[list[Alert], set[str]]:
+    """One ``key-conflict`` alert while any vmId's document is in dispute between two keys."""
+    if not state.conflicts:
+        return [], {"key-conflict"}
+    vms = sorted(state.conflicts, key=lambda vm: (state.conflicts[vm].since, vm))
+    named = ", ".join(vms[:LISTED]) + (" ..." if len(vms) > LISTED else "")
+    summary = (f"{len(vms)} vmId(s) registered with two keys for one attested document, counted down in "
+               f"every budget until settled (coordinator settle-identity): {named}")
+    return [Alert("key-conflict", "key-conflict", summary, "error", {"VMs": named})], set()
+
+
 Derive = Callable[[FleetState, Evaluation], tuple[list[Alert], set[str]]]  # (open, resolved ids)
-DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, closed_gates]
+DERIVED: list[Derive] = [breaches, refused_acknowledges, claimed_twice, closed_gates, key_conflicts,
+                         recovery_timeouts]
 
 
 def derive(state: FleetState, evaluation: Evaluation) -> Derived:

@@ -11,6 +11,10 @@ A finding is ``{"name", "vmId", "field", "agent", "azure", "eventId"}``:
   ``update domain`` or ``tag:<name>``: what the agent said of its own VM (its claim,
   fold/topology.py) is not what Azure says; Azure's is used. A VM that lies about its group is a
   finding.
+- ``field`` ``health``: the agent's ``[health]`` verdict (its newest heartbeat, sent after Resource
+  Health's last change) and Azure's availability disagree: the agent says ``healthy`` while Azure
+  says Unavailable or Degraded, or ``unhealthy`` while Azure says Available. Either way the VM
+  counts as down (decide/availability.py); the finding says which side to look at.
 
 ``said(state, vm, event)``: what the VM's agent and what Azure last said of one event, for the
 page and ``status`` (``{"agent": "completed" | ... | None, "azure": "Started" | ... | None}``).
@@ -21,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decide.scopes import ScopeIndex
+from ..fold.health import azure_health
 from ..fold.state import CANCELED, COMPLETED, RANK_NAMES, TERMINAL, FleetState
 from ..fold.topology import agent_reported, claim
 
@@ -61,7 +66,25 @@ def findings(state: FleetState, idx: ScopeIndex) -> list[dict[str, Any]]:
             if rank in (COMPLETED, CANCELED) and vm is not None:
                 out.append(_finding(vm.name, vm.vm_id, "status", RANK_NAMES[rank],
                                     AZURE_STATUS.get(event.rank, ""), record.event_id))
+    out += health_findings(state, idx)
     return sorted(out, key=lambda f: (f["name"].lower(), f["field"], f["eventId"] or ""))
+
+
+def health_findings(state: FleetState, idx: ScopeIndex) -> list[dict[str, Any]]:
+    """Where a VM's agent and Resource Health disagree on its health (module docstring)."""
+    out: list[dict[str, Any]] = []
+    if not state.azure.health:
+        return out
+    for key in idx.members:
+        vm = state.vms[key]
+        azure = azure_health(state, key) if vm.health in ("healthy", "unhealthy") else None
+        if azure is None or vm.last_heartbeat is None or vm.last_heartbeat < azure.occurred:
+            continue
+        healthy = vm.health == "healthy"
+        if (healthy and azure.down) or (not healthy and azure.state == "Available"):
+            agent = vm.health if vm.health == "healthy" else f"unhealthy ({vm.health_reason})"
+            out.append(_finding(vm.name, vm.vm_id, "health", agent, azure.state))
+    return out
 
 
 def _finding(name: str, vm_id: str, field: str, agent: str, azure: str,

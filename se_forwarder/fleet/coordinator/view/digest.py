@@ -2,11 +2,11 @@
 
 Two instances that folded the same events, in any order, hold equal states (fold/state.py); their
 digests say so without sending the fold. The digest is a SHA-256 over one sum per part of the fold
-(VMs, events, decisions, registered keys, held reports, confirmed placements, co-reception sets,
-Azure's VMs and events)
-and the small rest (gone events, key changes, Azure's freshness). A part's sum is the sum, modulo
-2^128, of a BLAKE2b hash of each of its records as the snapshot writes it (fold/snapshot.py): it
-does not depend on the order in which the records came.
+(VMs with their health verdicts, events with their ``recovered`` reports, decisions, registered keys,
+held reports, confirmed placements, co-reception sets, Azure's VMs, events and Resource Health)
+and the small rest (gone events, key changes, keys in conflict, Azure's freshness). A part's sum is
+the sum, modulo 2^128, of a BLAKE2b hash of each of its records as the snapshot writes it
+(fold/snapshot.py): it does not depend on the order in which the records came.
 
 So it is kept, not made: the fold notes each record it changes (``FleetState.journal``), and
 ``Digest.of`` hashes again only those, adding the new hash and taking away the old. The first look
@@ -22,16 +22,20 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..fold import azure_state
-from ..fold.snapshot import confirmed_data, event_data, identity_data, vm_row
+from ..fold.snapshot import confirmed_data, conflicts_data, event_data, identity_data, rekeyed_data, vm_row
 from ..fold.state import FleetState, Journal
 
 MOD = 1 << 128
 PARTS = ("vms", "events", "decisions", "identities", "waiting", "azure_vms", "azure_events", "confirmed",
-         "groups")
+         "azure_health", "groups")
 
 
 def _hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest(), "big")
+
+
+def _first(pair: tuple[float, Any]) -> float:
+    return pair[0]
 
 
 def _canonical(value: Any) -> str:
@@ -60,7 +64,7 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
 
     def waiting(key: str) -> Any:
         held = state.waiting.get(key)
-        return [key, [[t, e] for t, e in held]] if held else None
+        return [key, [[t, e] for t, e in sorted(held, key=_first)]] if held else None  # hub order, as saved
 
     def azure_vm(key: str) -> Any:
         facts, claim = azure.vms.get(key), azure.claims.get(key)
@@ -74,13 +78,17 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
     def confirmed(key: str) -> Any:
         return [key, confirmed_data(state, key)] if key in state.confirmed else None
 
+    def health(rid: str) -> Any:
+        found = azure.health.get(rid)
+        return None if found is None else [rid, azure_state.health_data(found)]
+
     def group(root: str) -> Any:
         members = state.groups.sets.get(root)
         return sorted(members) if members and state.groups.find(root) == root else None
 
     return {"vms": vm, "events": event, "decisions": decision, "identities": identity, "waiting": waiting,
             "azure_vms": azure_vm, "azure_events": azure_event, "confirmed": confirmed,
-            "groups": group}
+            "azure_health": health, "groups": group}
 
 
 class Digest:
@@ -97,7 +105,7 @@ class Digest:
             self._everything(state)
         else:
             self._changed(state)
-        rest = _canonical([sorted(state.gone.items()), [[r.vm, r.old, r.new, r.time] for r in state.rekeyed],
+        rest = _canonical([sorted(state.gone.items()), rekeyed_data(state), conflicts_data(state),
                            azure_state.freshness(state.azure)])
         top = hashlib.sha256(rest.encode("utf-8"))
         for part in PARTS:
@@ -112,7 +120,8 @@ class Digest:
             "vms": state.vms, "events": state.events, "decisions": state.decisions,
             "identities": state.identities, "waiting": state.waiting,
             "azure_vms": set(state.azure.vms) | set(state.azure.claims), "azure_events": state.azure.events,
-            "confirmed": state.confirmed, "groups": list(state.groups.sets)}
+            "confirmed": state.confirmed, "azure_health": state.azure.health,
+            "groups": list(state.groups.sets)}
         records = _records(state)
         for part in PARTS:
             self._again(part, list(keys[part]), records[part])

@@ -20,14 +20,14 @@ kilobytes (about a tenth of that gzipped)::
                           agentless, findings, said]],
                  "spans": [[vm, kind, start, end | null, event]], "down": [[time, VMs]], "peak"}]}
 
-``state`` is view.groups' (``ok``, ``pending``, ``approved``, ``started``, ``completed``,
-``prepare-failed``, ``name-conflict``, ``not-watched``); ``heartbeatAge`` whole seconds or -1 (never
-heard); ``event`` an index into ``events`` or -1; ``watched`` 1 or 0; ``agentless`` 1 when Azure lists
-the VM and no agent reports it; ``findings`` where its agent and Azure disagree, ``"; "``-joined (""
-when none); ``said`` what its agent and Azure said of that event (``"agent completed, Azure
-Started"``, "" when neither; view/azure.py). ``max`` is the group's budget, or
-null when groups have none. Labels come from se_forwarder.notify.describe, as the chat messages
-say them.
+``state`` is view.groups' (``ok``, ``pending``, ``approved``, ``started``, ``due``, ``completed``,
+``prepare-failed``, ``name-conflict``, ``key-conflict``, ``not-watched``); ``heartbeatAge`` whole
+seconds or -1 (never heard); ``event`` an index into ``events`` or -1; ``watched`` 1 or 0;
+``agentless`` 1 when Azure lists the VM and no agent reports it; ``findings`` where its agent and
+Azure disagree, ``"; "``-joined ("" when none); ``said`` what its agent and Azure said of that
+event (``"agent completed, Azure Started"``, "" when neither; view/azure.py). ``max`` is the
+group's budget, or null when groups have none. Labels come from se_forwarder.notify.describe, as
+the chat messages say them.
 
 The timeline (timeline.py) rides on the groups: a group's ``spans`` are its VMs' stages (``vm`` an
 index into its ``vms``, ``kind`` into ``timeline.kinds``, ``event`` into ``timeline.events``; times in

@@ -21,6 +21,8 @@
                     "sharedKeys": [{"keyid", "vms": ["<name> (<vmId>)"]}]},
      "azure": null | {"vms", "events", "agentless": [names], "syncedAgeSeconds": {sub: s},
                       "findings": [...]},   (view/azure.py)
+     "health": [{"name", "vmId", "reason", "detail", "eventId", "sinceUtc"}],
+     "alerts": [{"id", "kind", "summary", "severity", "details"}],   (view/health.py)
      "gates": [...], "windows": [...]}   (view/gates.py)
 
 ``scopes`` lists the budgeted scopes with a VM unavailable, full or paused (``all_scopes=True``:
@@ -45,7 +47,8 @@ first) and keys registered for several VMs (fold/identities.py).
 "unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
 "faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
 ``started``, ``due`` (started by Azure at its NotBefore, nobody reported it yet), ``approved``,
-``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``,
+``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``, ``recovering``,
+``not-recovered``, ``unhealthy``, ``azure-unavailable`` (decide/availability.py),
 ``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
 "notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
 and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
@@ -63,7 +66,7 @@ from ..decide.availability import conflicts, due_at, echoes, is_due, unwatched
 from ..decide.evaluate import Evaluation, evaluate
 from ..decide.queues import queue_conflicts
 from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
-from ..fold.identities import shared_keys
+from ..fold.identities import recent_rekeys, shared_keys
 from ..fold.state import (
     COMPLETED,
     RANK_NAMES,
@@ -75,6 +78,7 @@ from ..fold.state import (
     Switch,
 )
 from . import azure as azure_view
+from . import health as health_view
 from .gates import gates_and_windows
 
 
@@ -186,6 +190,8 @@ def status(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
         "outsideInventory": [{"name": state.vms[k].name, "vmId": state.vms[k].vm_id, "scopes": list(out)}
                              for k, out in sorted(idx.outside.items()) if out],
         "identities": identities(state),
+        "health": health_view.health(state, ev),
+        "alerts": health_view.alerts(state, ev),
         **gates_and_windows(state, policy, now),
     }
 
@@ -217,10 +223,18 @@ def identities(state: FleetState) -> dict[str, Any]:
     return {
         "registered": len(state.identities),
         "rekeyed": [{"name": state.vms[r.vm].name if r.vm in state.vms else "", "vmId": r.vm, "old": r.old,
-                     "new": r.new, "time": rfc3339_or_none(r.time)} for r in reversed(state.rekeyed)],
+                     "new": r.new, "time": rfc3339_or_none(r.time)} for r in reversed(recent_rekeys(state))],
+        "conflicts": key_conflicts(state),
         "sharedKeys": [{"keyid": kid, "vms": [_named(state, k) for k in vms]}
                        for kid, vms in shared_keys(state)],
     }
+
+
+def key_conflicts(state: FleetState) -> list[dict[str, Any]]:
+    """vmIds whose document came with two keys: counted down until settled (fold/identities.py)."""
+    return [{"name": state.vms[vm].name if vm in state.vms else "", "vmId": vm,
+             "keys": [c.keyid for c in conflict.candidates], "since": rfc3339_or_none(conflict.since)}
+            for vm, conflict in sorted(state.conflicts.items())]
 
 
 def _event_ref(record: EventRecord, status: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ kind             from                                           to (``None``: st
 ``started``      its first Started report, or when it was due   when the VM was done with it
                  (availability.due_at: Azure starts it then)    (availability.py); canceled: ended
 ``min_healthy``  that completion                                when it was back (availability.back_at)
+``recovering``   with ``free_slot = "recovered"``: when it was  when it was seen recovered
+                 back (availability.back_at)                    (decide/recovery.py)
 ===============  =============================================  =====================================
 
 A span that would end before it starts (clocks of the agents and of the coordinator disagree) is
@@ -20,10 +22,11 @@ left out. Azure starts an event for all its Resources at once, so a VM's Started
 event's first Started report.
 
 ``down(spans)`` is a group's budget line: step points ``(time, VMs down from then on)``, where a VM
-is down while it is in an ``approved``, ``started`` or ``min_healthy`` span: what the coordinator
-counts against a budget (scopes.py), without ``not-watched`` and ``prepare-failed``, whose history
-the fold does not keep. Spans are half-open, so one VM coming back as the next goes down is one down,
-not two; a VM in two spans at once counts once.
+is down while it is in an ``approved``, ``started``, ``min_healthy`` or ``recovering`` span: what
+the coordinator counts against a budget (scopes.py), without ``not-watched``, ``prepare-failed``,
+``unhealthy`` and ``azure-unavailable``, whose history the fold does not keep. Spans are half-open,
+so one VM coming back as the next goes down is one down, not two; a VM in two spans at once counts
+once.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from dataclasses import dataclass
 
 from ..config.policy import Policy
 from ..decide.availability import back_at, completions, due_at, echoes
+from ..decide.recovery import RECOVERED, recovered_at
 from ..decide.scopes import ScopeIndex, resolve
 from ..fold.state import EventRecord, FleetState
 
-KINDS = ("scheduled", "approved", "started", "min_healthy")
+KINDS = ("scheduled", "approved", "started", "min_healthy", "recovering")
 DOWN_KINDS = frozenset(KINDS[1:])
 
 
@@ -52,7 +56,8 @@ class Span:
 
 def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None = None) -> list[Span]:
     """Every stage of every kept event for each VM it affects (module docstring), by start; with
-    ``now``, an event due by then is Started from when it was due."""
+    ``now``, an event due by then is Started from when it was due, and a ``recovering`` span still
+    going on is there only once it began."""
     out: list[Span] = []
     for key in sorted(state.events):
         record = state.events[key]
@@ -63,8 +68,11 @@ def spans(state: FleetState, policy: Policy, idx: ScopeIndex, now: float | None 
             due = due_at(state, record)
             started = min((t for t in (record.started_at, due if now is not None and due is not None
                                        and due <= now else None) if t is not None), default=None)
-            out.extend(_event_spans(record, vms, policy, completions(state, idx, record, vms, policy),
-                                    approved_at(record, policy, idx, vms), started))
+            done = completions(state, idx, record, vms, policy)
+            approved = approved_at(record, policy, idx, vms)
+            out.extend(_event_spans(record, vms, policy, done, approved, started))
+            if policy.free_slot == RECOVERED:
+                out.extend(_recovering(state, idx, record, policy, done, now))
     out.sort(key=lambda s: (s.start, s.vm, KINDS.index(s.kind), s.event))
     return out
 
@@ -84,6 +92,20 @@ def _event_spans(record: EventRecord, vms: tuple[str, ...], policy: Policy, done
             stages.append(("min_healthy", came_back, back_at(policy, record, vm, came_back)))
         out.extend(Span(vm, kind, start, end, record.key) for kind, start, end in stages
                    if start is not None and (end is None or end > start))
+    return out
+
+
+def _recovering(state: FleetState, idx: ScopeIndex, record: EventRecord, policy: Policy,
+                done: dict[str, float | None], now: float | None) -> list[Span]:
+    """Each VM's wait for its recovery after ``min_healthy`` (module docstring)."""
+    out = []
+    for vm, came_back in done.items():
+        if came_back is None:
+            continue
+        start = back_at(policy, record, vm, came_back)
+        end = recovered_at(state, idx, record, vm, came_back)
+        if (end is None and (now is None or now > start)) or (end is not None and end > start):
+            out.append(Span(vm, "recovering", start, end, record.key))
     return out
 
 

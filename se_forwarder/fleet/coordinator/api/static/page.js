@@ -258,6 +258,14 @@
           (rekeyed.length > 1 ? ` (${rekeyed.length} key changes in all)` : "") }));
     }
     if (doc.blackout) banner.append(el("span", { class: "blackout", text: `blackout ${doc.blackout}` }));
+    for (const a of doc.alerts || []) {
+      if (a.kind === "gate-closed") continue; // each closed gate has its own banner (below)
+      banner.append(el("span", { class: `alert sev-${a.severity}`, "data-alert": a.kind, text: a.summary }));
+    }
+    for (const h of doc.health || []) {
+      banner.append(el("span", { class: "unwell", "data-vm": h.name, "data-reason": h.reason,
+        text: `${h.name} held: ${h.reason}, ${h.detail}` + (h.eventId ? ` after ${h.eventId}` : "") }));
+    }
     for (const g of doc.gates || []) {
       if (g.open) continue;
       banner.append(el("span", { class: "gate", "data-gate": g.name, text: `gate ${g.name} closed: ${g.reason}` }));
@@ -488,7 +496,8 @@
     return node;
   }
 
-  const STATE_WORDS = { due: "started by Azure (due)", "name-conflict": "name claimed twice" };
+  const STATE_WORDS = { due: "started by Azure (due)", "name-conflict": "name claimed twice",
+    "key-conflict": "registered with two keys" };
 
   function tile(v, gi, vi, named, match) {
     const state = v[4];

@@ -1,6 +1,6 @@
 // The fleet page's rollout timeline: one row per VM, grouped, with each maintenance event's stages
-// (Scheduled, approved, Started, min_healthy) as bars on one time axis, and under each group's header
-// its budget line: VMs down at each moment against the group's max_unavailable. SVG with percentage
+// (Scheduled, approved, Started, min_healthy, recovering) as bars on one time axis, and under each
+// group's header its budget line: VMs down at each moment against the group's max_unavailable. SVG with percentage
 // coordinates, so nothing is measured; text from the coordinator is only ever set as textContent.
 // page.js calls window.seTimeline.render(box, doc, options) after each poll.
 "use strict";
@@ -11,7 +11,7 @@
   const DOWN = 24; // px of a budget line
   const MIN_SPAN = 60; // s: the axis covers at least this much
   const STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
-  const BAR = { scheduled: [5, 6], approved: [3, 10], started: [1, 14], min_healthy: [4, 8] }; // [y, height]
+  const BAR = { scheduled: [5, 6], approved: [3, 10], started: [1, 14], min_healthy: [4, 8], recovering: [4, 8] }; // [y, height]
   const opened = new Map(); // group -> open or not, once the user chose
   // group -> its header, kept across redraws (a poll redraws every 2 s): a click that began on it
   // ends on the same element, whatever was redrawn in between

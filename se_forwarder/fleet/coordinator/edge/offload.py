@@ -1,0 +1,192 @@
+"""The costly part of trust.py's verdicts, as pure functions a worker process runs off the fold thread.
+
+input/verifier.py hands each worker chunks of work; what comes back is a ``trust.Checked`` per
+event, which gate.py passes to trust.check so that the fold thread does only the cheap part:
+
+- a report: ``reports`` checks its signature with the keys it is given (the key bound to its
+  vmid when it was read, and the keys the last identity events for that vmid carried), exactly
+  as ``signing.problem`` does (a ``keyid`` of 16 hex characters naming the key, a signature of 64
+  bytes in base64, over the canonical form), and says which raw key it verified with, if any, and
+  which were tried. trust.report takes that only when the key that verified is the one bound
+  when the report folds, and a failure only when that key was among those tried; anything else is
+  verified again on the fold thread, so a change of binding in between never lets a report through;
+- a registration: ``registration`` is trust.registration itself, with the anchors, the allowed
+  subscriptions and the intermediates fetched so far (``Job``), and the identity bound to the
+  vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
+  again when it folds).
+
+Ed25519 is verified with libsodium (PyNaCl) where it is installed: about twice as fast here as
+OpenSSL through ``cryptography`` (docs/performance.md); else with ``cryptography``. Both give the
+same answers: RFC 8032 signatures over the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ....approvals import signing
+from ..config.anchors import AZURE_SIGNER_DOMAINS, Anchors
+from ..fold.state import Identity
+from . import trust
+
+Verify = Callable[[bytes, bytes], bool]  # (signature, message) -> verified
+_KEYS: dict[bytes, Verify] = {}
+_KEYS_MAX = 200_000
+_ATTESTED: dict[bytes, trust.Attestation] = {}
+
+
+def ed25519(raw: bytes) -> Verify:
+    """A verifier for the raw 32-byte Ed25519 key ``raw``, made once per key (libsodium, else OpenSSL)."""
+    found = _KEYS.get(raw)
+    if found is not None:
+        return found
+    try:
+        from nacl.exceptions import BadSignatureError
+        from nacl.signing import VerifyKey
+
+        key = VerifyKey(raw)
+
+        def verify(signature: bytes, message: bytes) -> bool:
+            try:
+                key.verify(message, signature)
+            except (BadSignatureError, ValueError, TypeError):
+                return False
+            return True
+    except ImportError:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        public = Ed25519PublicKey.from_public_bytes(raw)
+
+        def verify(signature: bytes, message: bytes) -> bool:
+            try:
+                public.verify(signature, message)
+            except InvalidSignature:
+                return False
+            return True
+    if len(_KEYS) >= _KEYS_MAX:
+        _KEYS.clear()
+    _KEYS[raw] = verify
+    return verify
+
+
+def keyid(raw: bytes) -> str:
+    """``signing.keyid`` of a raw public key."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
+    """Which of ``keys`` the report's signature verifies with (signing.problem's rules)."""
+    tried = tuple(keys)
+    claimed, kid = event.get(signing.SIGNATURE_ATTRIBUTE), event.get(signing.KEYID_ATTRIBUTE)
+    if not isinstance(kid, str) or not signing.KEYID.match(kid) or not isinstance(claimed, str) \
+            or len(claimed) > 100:
+        return trust.Checked(None, tried)
+    try:
+        signature = base64.b64decode(claimed, validate=True)
+        body = signing.canonical(event)
+    except (binascii.Error, ValueError, TypeError, RecursionError):
+        return trust.Checked(None, tried)
+    if len(signature) != signing.SIGNATURE_BYTES:
+        return trust.Checked(None, tried)
+    for raw in tried:
+        if keyid(raw) == kid and ed25519(raw)(signature, body):
+            return trust.Checked(raw, tried)
+    return trust.Checked(None, tried)
+
+
+NOT_READ, NONE = -2, -1  # ``reports``' answers besides the index of the key that verified
+
+
+def reports(items: Sequence[tuple[bytes | str | Mapping[str, Any], Sequence[bytes]]]) -> list[int]:
+    """``report`` for each (event as its JSON text or parsed, keys), as small as it crosses back to
+    the service: the index in its keys of the one it verified with, NONE, or NOT_READ (not a JSON
+    object: the fold thread judges it itself). ``checked`` makes the ``trust.Checked`` of each."""
+    out: list[int] = []
+    for text, keys in items:
+        try:
+            event = json.loads(text) if isinstance(text, bytes | str) else text
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            out.append(NOT_READ)
+            continue
+        if not isinstance(event, Mapping):
+            out.append(NOT_READ)
+            continue
+        found = report(event, keys).key
+        out.append(NONE if found is None else list(keys).index(found))
+    return out
+
+
+def checked(answer: int, keys: tuple[bytes, ...]) -> trust.Checked | None:
+    """The ``trust.Checked`` of one of ``reports``' answers for a report tried with ``keys``."""
+    if answer == NOT_READ:
+        return None
+    return trust.Checked(keys[answer] if answer >= 0 else None, keys)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker judges registrations by: the anchors as PEM (certificates do not pickle), the
+    allowed subscriptions, the intermediates fetched so far by URL (as DER)."""
+
+    roots: tuple[bytes, ...]
+    intermediates: tuple[bytes, ...] = ()
+    domains: tuple[str, ...] = AZURE_SIGNER_DOMAINS
+    subscriptions: tuple[str, ...] | None = None
+    fetched: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
+
+    @staticmethod
+    def of(anchors: Anchors, subscriptions: Sequence[str] | None,
+           fetched: Mapping[str, tuple[bytes, ...]] | None = None) -> Job:
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        return Job(tuple(c.public_bytes(Encoding.DER) for c in anchors.roots),
+                   tuple(c.public_bytes(Encoding.DER) for c in anchors.intermediates), anchors.domains,
+                   tuple(subscriptions) if subscriptions is not None else None, dict(fetched or {}))
+
+    def attestation(self) -> trust.Attestation:
+        """The Attestation these stand for, kept per worker (its chain and document caches with it)."""
+        from cryptography import x509
+
+        digest = hashlib.sha256(repr((self.roots, self.intermediates, self.domains, self.subscriptions))
+                                .encode()).digest()
+        known = _ATTESTED.get(digest)
+        if known is None:
+            load = x509.load_der_x509_certificate
+            anchors = Anchors(tuple(load(d) for d in self.roots), tuple(load(d) for d in self.intermediates),
+                              self.domains)
+            known = _ATTESTED[digest] = trust.Attestation(anchors, self.subscriptions, _FetchedSoFar())
+        fetched = known.fetched
+        assert isinstance(fetched, _FetchedSoFar)
+        fetched.update(self.fetched)
+        return known
+
+
+class _FetchedSoFar:
+    """The intermediates the service fetched, by URL: None (to fetch, on the service's side) otherwise."""
+
+    def __init__(self) -> None:
+        self._certs: dict[str, Any] = {}
+
+    def update(self, given: Mapping[str, tuple[bytes, ...]]) -> None:
+        from cryptography import x509
+
+        for url, ders in given.items():
+            if url not in self._certs:
+                self._certs[url] = tuple(x509.load_der_x509_certificate(d) for d in ders)
+
+    def __call__(self, url: str) -> Any:
+        return self._certs.get(url)
+
+
+def registration(job: Job, event: Mapping[str, Any], now: float | None,
+                 bound: Identity | None) -> trust.Checked:
+    """trust.registration's verdict, reached in a worker."""
+    verdict = trust.registration(event, job.attestation(), now, lambda _vm: bound)
+    return trust.Checked(verdict=verdict)
