@@ -10,6 +10,8 @@ has four spans or so per VM that went through it.
 The page is served by the real Starlette app over uvicorn on loopback, from an in-process fold
 (tests/fleet_page/local.py), and loaded in headless Chromium. Figures are printed; nothing is
 asserted. Baseline: the view.status + view.groups documents the control API serves for the same fold.
+``/v1/state`` is asked over HTTP as ``coordinator`` tools ask it: its digest kept as the fold goes
+(view/digest.py), beside the whole fold's JSON hashed as every call did before.
 
     .venv/bin/python bench/fleet_page.py [--vms 1000 10000] [--learned | --rollout]
 """
@@ -18,20 +20,24 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import sys
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from se_forwarder.fleet.coordinator import evaluate  # noqa: E402
+from se_forwarder.fleet.coordinator import FleetState, evaluate  # noqa: E402
 from se_forwarder.fleet.coordinator.api import ApiServer  # noqa: E402
+from se_forwarder.fleet.coordinator.fold.snapshot import snapshot  # noqa: E402
 from se_forwarder.fleet.coordinator.view import (
     groups,  # noqa: E402
     page_view,  # noqa: E402
 )
+from se_forwarder.fleet.coordinator.view.digest import Digest  # noqa: E402
 from se_forwarder.fleet.coordinator.view.status import status  # noqa: E402
 from tests.fleet_page.browser import chrome  # noqa: E402
 from tests.fleet_page.local import POLICY, LocalCoordinator, fleet_state, rollout_state, tagged  # noqa: E402
@@ -45,6 +51,28 @@ def best_of(runs: int, func) -> tuple[float, object]:
         value = func()
         best = min(best, time.perf_counter() - began)
     return best, value
+
+
+TOKEN = "bench-token-0123456789abcdef"
+
+
+def state_calls(state: FleetState, port: int) -> list[tuple[str, str]]:
+    """/v1/state over HTTP: the first call, then the next ones."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/state",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+
+    def call() -> bytes:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return bytes(reply.read())
+
+    first, _ = best_of(1, call)
+    later, _ = best_of(5, call)
+    whole, _ = best_of(1, lambda: Digest().of(state))
+    old, _ = best_of(1, lambda: hashlib.sha256(json.dumps(snapshot(state), sort_keys=True,
+                                                          separators=(",", ":")).encode()).hexdigest())
+    return [("/v1/state over HTTP (best of 5)", f"{later * 1000:.1f} ms, first call {first * 1000:.0f} ms "
+                                                f"(made whole at a start: {whole * 1000:.0f} ms)"),
+            ("  baseline: the whole fold hashed per call", f"{old * 1000:.0f} ms")]
 
 
 def measure(vms: int, learned: bool, rollout: bool = False) -> list[tuple[str, str]]:
@@ -75,8 +103,9 @@ def measure(vms: int, learned: bool, rollout: bool = False) -> list[tuple[str, s
                           f"{len(gzip.compress(base, 5)) / 1024:.0f} KB gzipped)"),
     ]
     coordinator = LocalCoordinator(state, policy).start()
-    server = ApiServer(coordinator, "127.0.0.1", 0, ["bench-token-0123456789abcdef"])
+    server = ApiServer(coordinator, "127.0.0.1", 0, [TOKEN])
     server.start()
+    rows += state_calls(state, server.port)
     browser = chrome()
     try:
         began = time.perf_counter()

@@ -139,7 +139,9 @@ def _api_options(func: F) -> F:
 
 @coordinator.command("status")
 @_api_options
-@click.option("--all", "all_scopes", is_flag=True, help="List every scope, not only those in use.")
+@click.option("--all", "all_scopes", is_flag=True,
+              help="List every scope, not only those in use, and every event and VM of each list, not "
+                   "only the first 20.")
 @click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
 @click.option("--shards", "shards", is_flag=True,
               help="Every shard: this one and each of the config's [shard] peers.")
@@ -153,7 +155,7 @@ def status(config: str | None, url: str | None, token_file: str | None, all_scop
         _every_shard(config, url, token_file, all_scopes, as_json)
         return
     result = _client(config, url, token_file).status(all_scopes)
-    click.echo(json.dumps(result, indent=2) if as_json else render_status(result))
+    click.echo(json.dumps(result, indent=2) if as_json else render_status(result, every=all_scopes))
 
 
 def _every_shard(config: str | None, url: str | None, token_file: str | None, all_scopes: bool,
@@ -166,7 +168,7 @@ def _every_shard(config: str | None, url: str | None, token_file: str | None, al
                           "not a shard)")
     results = every_shard(url or settings.api.advertise or settings.api.url, dict(settings.shard.peers),
                           token_file or settings.api.token_file, all_scopes)
-    click.echo(json.dumps({"shards": results}, indent=2) if as_json else render_shards(results))
+    click.echo(json.dumps({"shards": results}, indent=2) if as_json else render_shards(results, all_scopes))
     silent = [r["url"] for r in results if "error" in r]
     if silent:
         raise SeForwarderError(f"{len(silent)} of {len(results)} shard(s) did not answer: "

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import copy
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from se_forwarder import cloudevents as ce
-from se_forwarder.fleet.coordinator import evaluate, fold_json, hold, pause, restore, to_cloudevent, to_json
+from se_forwarder.fleet.coordinator import (
+    evaluate,
+    fold_json,
+    hold,
+    pause,
+    restore,
+    to_cloudevent,
+    to_dict,
+    to_json,
+)
+from se_forwarder.fleet.coordinator.decide.events import BudgetUse, Decision, VmRef
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
+from se_forwarder.fleet.coordinator.schema import DECISION_KINDS
 from se_forwarder.timestamps import rfc3339
 
 from .fleet import SET, SOURCE, T0, avset, iso
@@ -83,3 +98,24 @@ def test_a_decision_read_back_from_the_hub_is_folded():
     fleet, decision = approve_decision()
     assert fold_json(fleet.state, to_json(decision, SOURCE)) == "folded"
     assert fleet.state.events["e1"].approvals[1].id == decision.id
+
+
+texts = st.text(max_size=12)
+names = st.text(min_size=1, max_size=12)  # an id and a subject are never empty
+refs = st.builds(VmRef, texts, texts, texts)
+uses = st.builds(BudgetUse, texts, texts, st.integers(0, 99), st.integers(0, 99), st.integers(0, 99),
+                 st.integers(0, 99))
+moments = st.floats(0, 4e9, allow_nan=False).map(lambda t: round(t, 6))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.builds(Decision, kind=st.sampled_from(sorted(DECISION_KINDS)), id=names, subject=names,
+                 time=moments, code=texts, reason=texts, actor=texts, shadow=st.booleans(),
+                 event_id=st.none() | texts, event_type=st.none() | texts, event_source=st.none() | texts,
+                 not_before=st.none() | moments,
+                 resources=st.tuples(texts), affected=st.tuples(refs), target=st.none() | refs,
+                 budgets=st.tuples(uses), attempt=st.none() | st.integers(1, 9), scope=st.none() | texts,
+                 sequence=st.none() | st.integers(1, 9), overrides=st.tuples(texts),
+                 via=st.none() | st.just("arm")))
+def test_the_dict_the_service_folds_is_the_json_it_publishes_read_back(decision):
+    assert to_dict(decision, SOURCE) == json.loads(to_json(decision, SOURCE))

@@ -3,7 +3,11 @@ would be the other's to take), says so in status and in the log, and counts them
 
 from __future__ import annotations
 
-from se_forwarder.approvals.queue.names import names_the_vm, sharing_peers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from se_forwarder.approvals.queue.names import names_the_vm, queue_name, sharing_peers
+from se_forwarder.errors import ConfigError
 from se_forwarder.fleet.coordinator import Budget, Policy, approve_now
 from se_forwarder.fleet.coordinator.decide import ControlRefused, QueueConflictLog, index, queue_of
 from se_forwarder.fleet.coordinator.view.status import status
@@ -11,6 +15,19 @@ from se_forwarder.fleet.coordinator.view.status import status
 from .fleet import T0, AgentVm, Fleet, kinds
 
 TEMPLATE = "se-approvals-{vm_name}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([TEMPLATE, "{vm_name}", "q-{vm_id}", "{vm_name}-{vm_id}", "Se-{vm_name}", "x{vm_name}",
+                        "{vm_name}-", "shared", "{vm_name}{other}"]),
+       st.text(st.sampled_from("abcXYZ019-_. "), max_size=70),
+       st.sampled_from(["", "4ad5b1f0-2e36-4a9b-9a51-3b3b3f3b3b3b", "ID-1"]))
+def test_the_queue_the_coordinator_finds_for_a_vm_is_the_one_the_agent_reads(template, name, vm_id) -> None:
+    try:
+        expected: str | None = queue_name(template, name, vm_id)
+    except ConfigError:
+        expected = None
+    assert queue_of(template, name, vm_id) == expected
 
 
 def test_web_1_and_web_dash_1_have_queues_of_their_own() -> None:

@@ -162,3 +162,20 @@ def test_a_snapshot_written_before_events_kept_their_scheduled_time_restores_wit
 def test_restoring_something_that_is_not_a_snapshot_is_a_one_line_state_error(data):
     with pytest.raises(StateError, match=r"^coordinator snapshot: [^\n]+$"):
         restore(data)
+
+
+def test_status_prints_the_first_twenty_of_each_list_and_how_many_more_unless_asked_for_all():
+    service = {"name": "c", "instance": "i", "role": "leader"}
+    pending = [{"eventId": f"E{n}", "eventType": "Reboot", "notBeforeUtc": None, "reasonCode": "budget",
+                "reason": "full", "affected": [f"web-{n}-{k}" for k in range(30)]} for n in range(25)]
+    unwatched = [{"name": f"vm-{n}", "group": "g", "heartbeatAgeSeconds": 600.0} for n in range(30_000)]
+    doc = {"service": service, "fleet": {"vms": 100_000}, "pending": pending, "unwatched": unwatched}
+    short = render_status(doc).splitlines()
+    names = ", ".join(f"web-19-{k}" for k in range(20))
+    assert f"  E19  Reboot    NotBefore -  {names} and 10 more" in short
+    assert not any(line.startswith("  E20 ") for line in short)
+    assert short.count("  ... and 5 more (coordinator status --all lists them)") == 1
+    assert "  ... and 29980 more (coordinator status --all lists them)" in short
+    assert len(short) < 100
+    every = render_status(doc, every=True).splitlines()
+    assert sum(line.startswith("  vm-") for line in every) == 30_000 and not any("more (" in x for x in every)

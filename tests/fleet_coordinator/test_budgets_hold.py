@@ -304,7 +304,8 @@ def generation(blob: Any) -> int:
 
 
 def generation_of(saved: bytes) -> int:
-    return int(json.loads(gzip.decompress(saved)).get("generation", 0))
+    """The generation a snapshot blob's seal (its last line) numbers."""
+    return int(json.loads(gzip.decompress(saved).splitlines()[-1]).get("generation", 0))
 
 
 def start_refused(scene: dict[str, Any]) -> tuple[Coordinator, str]:
@@ -349,7 +350,7 @@ def test_a_position_older_than_the_partition_s_retained_beginning_stops_the_inst
     fleet, blob = scene["fleet"], snapshot_blob(scene)
     wait_for(lambda: blob.exists(), 30, "a snapshot")
     assert scene["live"].stop() == 0  # a clean stop saves the snapshot with the positions it covers
-    saved = json.loads(gzip.decompress(blob.download_blob().readall()))["positions"]
+    saved = json.loads(gzip.decompress(blob.download_blob().readall()).splitlines()[0])["positions"]
     partition, position = next((p, v["sequence"]) for p, v in saved.items() if not p.startswith("feed:"))
     wait_for(lambda: len(fleet.broker.messages(partition)) > position + 3, 30, "the agents to send on")
     fleet.broker.expire(partition, len(fleet.broker.messages(partition)) - 1)  # retention took the rest

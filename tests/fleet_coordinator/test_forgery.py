@@ -15,6 +15,7 @@ it: the simulator's record of StartRequests, the decisions the coordinator folde
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import time
 import uuid
@@ -217,11 +218,14 @@ def test_a_forged_snapshot_is_ignored_with_one_log_line_and_the_fold_is_rebuilt_
 
     blob = BlobClient.from_connection_string(fleet.blob.connection_string, "coordinator",
                                              "live/snapshot.json.gz")
-    document = json.loads(gzip.decompress(blob.download_blob().readall()))
-    assert signing.verify(document, [signing.load_signing_key(file=fleet.key_file).public_key()])
-    state = document["state"]
-    state["decisions"] = [d for d in state["decisions"] if held not in d[0]]  # the hold is gone
-    blob.upload_blob(gzip.compress(text(signing.sign(document, ATTACKER_KEY)).encode()), overwrite=True)
+    lines = [json.loads(line) for line in gzip.decompress(blob.download_blob().readall()).splitlines()]
+    assert signing.verify(lines[-1], [signing.load_signing_key(file=fleet.key_file).public_key()])
+    for line in lines[1:-1]:  # the hold is gone
+        if line[0] == "decisions":
+            line[1] = [d for d in line[1] if held not in d[0]]
+    body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines[:-1]).encode()
+    seal = signing.sign({"sha256": hashlib.sha256(body).hexdigest(), "lines": len(lines) - 1}, ATTACKER_KEY)
+    blob.upload_blob(gzip.compress(body + text(seal).encode() + b"\n"), overwrite=True)
     start = len(live.logged())
 
     live.start()

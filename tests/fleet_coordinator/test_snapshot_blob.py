@@ -1,13 +1,14 @@
-"""The snapshot blob is signed with the coordinator's key and taken only when it verifies (blobs.py,
-trust.snapshot), on a real blob container (Azurite), also as the service saves and loads it off
-its loop (keeper.py). Whoever can write the container (the account key, a role on it) cannot write
-the fold."""
+"""The snapshot blob is sealed with the coordinator's key and taken only when it verifies
+(snapshot_blob.py, trust.snapshot), on a real blob container (Azurite), also as the service saves and
+loads it off its loop (keeper.py). Whoever can write the container (the account key, a role on it)
+cannot write the fold: not a line of it, nor the seal, nor an older format."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,34 @@ import pytest
 from se_forwarder.approvals import signing
 from se_forwarder.errors import ConfigError, StateError
 from se_forwarder.fleet.coordinator import FleetState
+from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.azure import Reach
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.ha import Keeper, Loaded
 from se_forwarder.fleet.coordinator.ha import SnapshotBlob as Snapshots
 from se_forwarder.fleet.coordinator.ha.lease import Lease
 from se_forwarder.fleet.coordinator.input import Position
-from se_forwarder.fleet.coordinator.signer import Signer
+from se_forwarder.fleet.coordinator.signer import Signer, signed_json
 from tests.azurite import Azurite, find_binary
+from tests.coordinator.fleet import T0, AgentVm, heartbeat, report
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(find_binary("blob") is None, reason="Azurite is not installed")
 
 KEY, STANDBY, OTHER = (signing.generate_private_key() for _ in range(3))
 HUB = "ns/scheduled-events/coordinator"
-STATE = {"format": 1, "vms": [], "events": [], "groups": [], "decisions": [], "gone": {}}
+
+
+def fold() -> FleetState:
+    state = FleetState()
+    a, b = AgentVm("web-0"), AgentVm("web-1")
+    for event in (heartbeat(a, T0), heartbeat(b, T0), report("scheduled", a, "E1", T0, resources=["web-0"]),
+                  report("scheduled", b, "E1", T0, resources=["web-0"])):
+        fold_event(state, event)
+    return state
+
+
+STATE = fold()
 
 
 @pytest.fixture(scope="module")
@@ -49,44 +63,106 @@ def snapshots(container: object, name: str, key: object = KEY, trusted: tuple = 
     return Snapshots(container, name, HUB, lambda: key, lambda: keys)
 
 
+def save(store: Snapshots, state: FleetState = STATE, positions: dict | None = None, instance: str = "a",
+         ) -> None:
+    store.save(store.pack(state, positions if positions is not None else {"0": Position(1, "1")}, instance))
+
+
+def stored_lines(store: Snapshots) -> list[dict | list]:
+    return [json.loads(line) for line in gzip.decompress(store.blob.download_blob().readall()).splitlines()]
+
+
 def rewrite(store: Snapshots, change) -> None:
-    """Change the stored document the way someone with write access to the blob could."""
-    document = json.loads(gzip.decompress(store.blob.download_blob().readall()))
-    document = change(document)
-    store.blob.upload_blob(gzip.compress(json.dumps(document).encode()), overwrite=True)
+    """Change the stored lines the way someone with write access to the blob could."""
+    changed = change(stored_lines(store))
+    text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in changed)
+    store.blob.upload_blob(gzip.compress(text.encode()), overwrite=True)
 
 
-def test_a_saved_snapshot_is_signed_and_loads(container):
+def resealed(lines: list, key) -> list:
+    """The lines with a new seal over them, made with ``key``."""
+    import hashlib
+
+    body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines[:-1]).encode()
+    seal = {"sha256": hashlib.sha256(body).hexdigest(), "lines": len(lines) - 1}
+    return [*lines[:-1], signing.sign(seal, key)]
+
+
+def test_a_saved_snapshot_is_sealed_and_loads(container):
     store = snapshots(container, "saved")
-    store.save(STATE, {"0": Position(41, "4096")}, "a")
-    document = json.loads(gzip.decompress(store.blob.download_blob().readall()))
-    assert document["keyid"] == signing.keyid(KEY) and signing.verify(document, [KEY.public_key()])
+    save(store, positions={"0": Position(41, "4096")})
+    lines = stored_lines(store)
+    header, seal = lines[0], lines[-1]
+    assert header["format"] == 2 and header["hub"] == HUB and header["positions"] == {"0": {"sequence": 41,
+                                                                                           "offset": "4096"}}
+    assert seal["keyid"] == signing.keyid(KEY) and signing.verify(seal, [KEY.public_key()])
+    assert header["coordinator"] == "saved" and (seal["lines"], seal["generation"]) == (len(lines) - 1, 0)
     found = store.load()
-    assert found is not None and found.state == STATE and found.positions == {"0": Position(41, "4096")}
+    assert found is not None and found.positions == {"0": Position(41, "4096")}
+    assert snapshot(found.state) == snapshot(STATE)
 
 
 def test_a_snapshot_signed_with_a_configured_coordinator_key_loads(container):
-    snapshots(container, "standby", key=STANDBY).save(STATE, {}, "b")
+    save(snapshots(container, "standby", key=STANDBY), instance="b")
     assert snapshots(container, "standby").load() is not None
 
 
+def test_a_snapshot_of_the_format_earlier_versions_wrote_still_loads(container):
+    store = snapshots(container, "format-1")
+    document = {"format": 1, "hub": HUB, "instance": "a", "writtenAt": T0,
+                "positions": {"0": {"sequence": 5, "offset": "50"}}, "state": snapshot(STATE)}
+    store.blob.upload_blob(gzip.compress(signed_json(document, KEY), compresslevel=5), overwrite=True)
+    found = store.load()
+    assert found is not None and snapshot(found.state) == snapshot(STATE)
+    assert found.positions == {"0": Position(5, "50")}
+
+
+def test_a_snapshot_of_the_earlier_format_that_does_not_verify_is_refused(container):
+    store = snapshots(container, "format-1-forged")
+    document = {"format": 1, "hub": HUB, "instance": "a", "writtenAt": T0, "positions": {},
+                "state": snapshot(STATE)}
+    store.blob.upload_blob(gzip.compress(signed_json(document, OTHER)), overwrite=True)
+    with pytest.raises(StateError, match="^the snapshot blob is not the coordinator's: the snapshot does "):
+        store.load()
+
+
 @pytest.mark.parametrize(("name", "change", "why"), [
-    ("unsigned", lambda d: {k: v for k, v in d.items() if k not in ("keyid", "signature")},
+    ("unsigned", lambda ls: [*ls[:-1], {k: v for k, v in ls[-1].items() if k not in ("keyid", "signature")}],
      "message has no signature"),
-    ("another key", lambda d: signing.sign({**d, "state": {**d["state"], "gone": {"x": 1.0}}}, OTHER),
+    ("another key", lambda ls: resealed([ls[0], ["gone", {"x": 1.0}], *ls[1:]], OTHER),
      f"keyid {signing.keyid(OTHER)} is not a configured verify key"),
-    ("changed", lambda d: {**d, "positions": {"0": {"sequence": 10**6, "offset": "1"}}},
-     "signature does not verify"),
-], ids=["unsigned", "another key", "changed"])
+    ("changed", lambda ls: [{**ls[0], "positions": {"0": {"sequence": 10**6, "offset": "1"}}}, *ls[1:]],
+     "its lines are not the ones its signature seals"),
+    ("line added", lambda ls: [*ls[:-1], ["gone", {"x": 1.0}], ls[-1]],
+     "its lines are not the ones its signature seals"),
+    ("line dropped", lambda ls: [ls[0], *ls[2:]], "its lines are not the ones its signature seals"),
+    ("seal changed", lambda ls: [*ls[:-1], {**ls[-1], "lines": 3}], "signature does not verify"),
+], ids=["unsigned", "another key", "changed", "line added", "line dropped", "seal changed"])
 def test_a_snapshot_that_does_not_verify_is_refused_in_one_line(container, name, change, why):
     store = snapshots(container, name.replace(" ", "-"))
-    store.save(STATE, {"0": Position(1, "1")}, "a")
+    save(store)
     rewrite(store, change)
     with pytest.raises(StateError) as refused:
         store.load()
     text = str(refused.value)
     assert text.startswith("the snapshot blob is not the coordinator's: the snapshot does not verify (")
     assert why in text and "\n" not in text
+
+
+def test_a_snapshot_without_a_seal_or_not_gzip_or_a_bomb_is_refused_in_one_line(container):
+    store = snapshots(container, "damaged")
+    save(store)
+    rewrite(store, lambda ls: ls[:1])
+    with pytest.raises(StateError, match="^the snapshot blob is not the coordinator's: it has no seal$"):
+        store.load()
+    store.blob.upload_blob(b"{}", overwrite=True)
+    with pytest.raises(StateError, match=r"^the snapshot blob is damaged \(ValueError: not gzip\)$"):
+        store.load()
+    bomb = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = b"".join([bomb.compress(b"x" * (1 << 20)) for _ in range(80)] + [bomb.flush()])  # one 80 MB line
+    store.blob.upload_blob(body, overwrite=True)
+    with pytest.raises(StateError, match=r"^the snapshot blob is damaged \(ValueError: a line is too long"):
+        store.load()
 
 
 def test_the_trusted_keys_are_every_key_the_signing_file_held_and_the_configured_ones(tmp_path: Path):
@@ -112,18 +188,18 @@ def loaded(keeper: Keeper) -> Loaded:
 def test_the_keeper_saves_the_signed_snapshot_off_the_loop_and_loads_it(container):
     store = snapshots(container, "kept")
     keeper = keeper_for(store)
-    assert keeper.save(snapshot(FleetState()), {"0": Position(7, "70")})
+    assert keeper.save(keeper.pack(STATE, {"0": Position(7, "70")}))
     wait_for(lambda: keeper.poll() is None and keeper.last_snapshot is not None, 30, "the save to end")
-    document = json.loads(gzip.decompress(store.blob.download_blob().readall()))
-    assert signing.verify(document, [KEY.public_key()])
+    assert signing.verify(stored_lines(store)[-1], [KEY.public_key()])
     got = loaded(keeper)
     assert got.found is not None and got.positions == {"0": Position(7, "70")} and not got.refused
+    assert snapshot(got.state) == snapshot(STATE)
 
 
 def test_the_keeper_reads_the_hub_from_the_start_after_a_snapshot_that_does_not_verify(container, caplog):
     store = snapshots(container, "refused-by-keeper")
-    store.save(STATE, {"0": Position(1, "1")}, "a")
-    rewrite(store, lambda d: {k: v for k, v in d.items() if k != "signature"})
+    save(store)
+    rewrite(store, lambda ls: [*ls[:-1], {k: v for k, v in ls[-1].items() if k != "signature"}])
     got = loaded(keeper_for(store))
     assert (got.found, got.positions, got.refused) == (None, {}, True)
     said = [r.getMessage() for r in caplog.records if "snapshot" in r.getMessage()]
@@ -136,7 +212,7 @@ def test_a_snapshot_not_saved_for_an_unreadable_key_is_no_storage_outage(contain
 
     store = Snapshots(container, "no-key", HUB, no_key, lambda: signing.VerifyKeys([KEY.public_key()]))
     keeper = keeper_for(store)
-    assert keeper.save(snapshot(FleetState()), {})
+    assert keeper.save(keeper.pack(FleetState(), {}))
     wait_for(lambda: keeper.poll() is None and any("snapshot not saved: signing.key_file /k cannot be read"
                                                     in r.getMessage() for r in caplog.records), 30,
              "the keeper to say why the snapshot was not saved")
@@ -145,7 +221,7 @@ def test_a_snapshot_not_saved_for_an_unreadable_key_is_no_storage_outage(contain
 
 def test_another_coordinator_s_snapshot_is_refused_even_signed_with_a_shared_key(container):
     theirs = snapshots(container, "theirs")
-    theirs.save(STATE, {"0": Position(1, "1")}, "a")
+    save(theirs)
     ours = snapshots(container, "ours")
     ours.blob.upload_blob(theirs.blob.download_blob().readall(), overwrite=True)  # copied across
     with pytest.raises(StateError, match="^the snapshot belongs to coordinator 'theirs', not 'ours'$"):
@@ -159,7 +235,7 @@ def leader(container: object, name: str) -> Lease:
 
 
 def saved(keeper: Keeper) -> None:
-    assert keeper.save(snapshot(FleetState()), {"0": Position(7, "70")})
+    assert keeper.save(keeper.pack(FleetState(), {"0": Position(7, "70")}))
     wait_for(lambda: keeper.poll() is None and keeper._saving is None, 30, "the save to end")
 
 

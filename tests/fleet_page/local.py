@@ -19,6 +19,7 @@ from typing import Any
 from bench.coordinator_fold import LIMITS, fleet, heartbeat, iso, transition
 from se_forwarder.fleet.coordinator import FleetState, evaluate, fold_json, load_policy, to_dict
 from se_forwarder.fleet.coordinator.fold import claimed as fold_event
+from se_forwarder.fleet.coordinator.view.digest import Digest
 
 SOURCE = "urn:se-forwarder:coordinator:local"
 POLICY = load_policy({
@@ -107,6 +108,7 @@ def rollout_state(now: float, rolling: tuple[str, ...] = ("web0", "ss0"), vms: i
 class LocalCoordinator:
     def __init__(self, state: FleetState, policy: Any = POLICY) -> None:
         self.state, self.policy, self.source = state, policy, SOURCE
+        self.digests = Digest()
         self.settings = None
         self.requests: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.stopping = threading.Event()
@@ -136,6 +138,7 @@ class LocalCoordinator:
                 last = time.time()
                 for decision in evaluate(self.state, self.policy, last).decisions:
                     fold_event(self.state, to_dict(decision, SOURCE))
+                self.digests.of(self.state)  # as the service keeps it after each pass
 
     def submit(self, func: Callable[[], Any]) -> Future[Any]:
         future: Future[Any] = Future()
@@ -151,6 +154,9 @@ class LocalCoordinator:
         published: Future[Any] = Future()
         published.set_result(to_dict(decision, SOURCE))  # as published (the service's is also signed)
         return decision, published
+
+    def digest(self) -> str:
+        return self.digests.of(self.state)
 
     def describe(self) -> dict[str, Any]:
         return {"name": "local", "instance": "here", "role": "leader", "acting": True, "source": SOURCE,

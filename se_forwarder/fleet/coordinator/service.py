@@ -48,7 +48,6 @@ from .decide.events import Decision, Recorded, sent, to_dict
 from .decide.queues import QueueConflictLog
 from .fold.dispatch import FOLDED, OWN, fold_event
 from .fold.retention import prune
-from .fold.snapshot import digest, snapshot
 from .fold.state import FleetState
 from .ha.election import LeaderElection
 from .ha.keeper import Keeper, Loaded
@@ -68,6 +67,7 @@ from .output.messages import ApprovalMessages
 from .output.publish import Outgoing, Output
 from .signer import Approval, Signer
 from .stats import FleetStats, Health, Reachability, Stats, fleet_stats
+from .view.digest import Digest
 from .view.status import status
 
 log = logging.getLogger("se_forwarder.coordinator")
@@ -134,6 +134,7 @@ class Service:
                              self.source, self.election.may_act, self._lost, self._on_sent,
                              self.reach["hub-publish"], self.reach["queues"])
         self.queue_conflicts = QueueConflictLog()
+        self.digests = Digest()
         self.gates = GateWatch(settings.gates, settings.azure, self.reach.get("arm"))
 
     # -- life -----------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ class Service:
                     last_prune = now
                 interval = self.settings.storage.snapshot_interval
                 if acting and now - last_save >= interval and self.output.idle() and self.keeper.can_save():
-                    self.keeper.save(snapshot(self.state), self.positions)
+                    self.keeper.save(self.keeper.pack(self.state, self.positions))
                     last_save = now
         finally:
             self._shutdown()
@@ -214,7 +215,7 @@ class Service:
         leading = self.election.term is not None
         self.output.close(15)
         if leading and self.output.idle() and not self.output.gave_up and self.acting():
-            self.keeper.save_now(snapshot(self.state), self.positions, 20)
+            self.keeper.save_now(self.keeper.pack(self.state, self.positions), 20)
         self.election.stop(release=True)
         self.hubs.close()
         self.messages.queues.close()
@@ -276,6 +277,7 @@ class Service:
         trigger = self.last_input if self._dirty else None
         self._dirty = False
         self.evaluation = result = evaluate(self.state, self.policy, now, self.lag.stale(self.positions, now))
+        self.digests.of(self.state)  # kept as it folds: /v1/state then costs what changed since
         for line in self.queue_conflicts.news(self.state, result.index):
             log.warning("%s", line)
         for decision in result.decisions:
@@ -391,4 +393,5 @@ class Service:
         return fleet_stats(self.state, self.policy, counts, time.time())
 
     def digest(self) -> str:
-        return digest(self.state)
+        """The fold's digest (view/digest.py), on the service thread: what changed since the last pass."""
+        return self.digests.of(self.state)

@@ -60,9 +60,26 @@ class Client:
         return result
 
 
-def render_status(status: dict[str, Any]) -> str:
+LISTED = 20  # lines of one list (scopes, events, VMs) that status prints unless asked for every one
+
+
+def _first(items: list[Any], every: bool) -> tuple[list[Any], list[str]]:
+    """The items a list of ``status`` prints, and the line that says how many it left out."""
+    if every or len(items) <= LISTED:
+        return items, []
+    return items[:LISTED], [f"  ... and {len(items) - LISTED} more (coordinator status --all lists them)"]
+
+
+def _names(names: list[str], every: bool) -> str:
+    shown = names if every or len(names) <= LISTED else names[:LISTED]
+    return ", ".join(shown) + (f" and {len(names) - len(shown)} more" if len(shown) < len(names) else "")
+
+
+def render_status(status: dict[str, Any], every: bool = False) -> str:
     """``coordinator status`` for people: who leads, scopes with budget use, what waits and why, and
-    the VMs not watched. Names and reasons come from VMs: their control characters are stripped."""
+    the VMs not watched; each list its first ``LISTED`` lines unless ``every``, so a fleet of
+    100,000 VMs stays a screenful. Names and reasons come from VMs: their control characters are
+    stripped."""
     s: dict[str, Any] = strip_tree(status)
     svc = s.get("service", {})
     leader = svc.get("leader") or {}
@@ -83,10 +100,10 @@ def render_status(status: dict[str, Any]) -> str:
     lines += _alerts(s)
     lines += _refusals(s, svc)
     lines += gate_lines(s)
-    lines += _scopes(s)
-    lines += _events(s)
-    lines += _azure(s)
-    lines += _fleet_notes(s)
+    lines += _scopes(s, every)
+    lines += _events(s, every)
+    lines += _azure(s, every)
+    lines += _fleet_notes(s, every)
     return "\n".join(lines)
 
 
@@ -150,11 +167,11 @@ def gate_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _scopes(s: dict[str, Any]) -> list[str]:
-    """Each scope in use with its budget use, and the totals by kind."""
+def _scopes(s: dict[str, Any], every: bool) -> list[str]:
+    """Each scope in use with its budget use (the fullest first), and the totals by kind."""
     lines: list[str] = []
     lines += ["", "SCOPES (budget use)"]
-    scopes = s.get("scopes", [])
+    scopes, more = _first(s.get("scopes", []), every)
     if scopes:
         width = max(len(x["scope"]) for x in scopes)
         lines.append(f"  {'SCOPE':<{width}}  USED/MAX  SIZE  PAUSED")
@@ -163,6 +180,7 @@ def _scopes(s: dict[str, Any]) -> list[str]:
             size = x["size"] if counted == x["size"] else f"{x['size']} ({counted})"
             lines.append(f"  {x['scope']:<{width}}  {x['used']:>4}/{x['max']:<3}  {size:>4}  "
                          f"{'yes' if x['paused'] else ''}")
+        lines += more
     else:
         lines.append("  none in use")
     totals = s.get("scopeTotals", {})
@@ -172,44 +190,46 @@ def _scopes(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _events(s: dict[str, Any]) -> list[str]:
+def _events(s: dict[str, Any], every: bool) -> list[str]:
     """The pending events with what each waits for, the started ones, shared queues."""
     lines: list[str] = []
     lines += ["", "PENDING EVENTS (earliest NotBefore first)"]
-    pending = s.get("pending", [])
+    pending, more = _first(s.get("pending", []), every)
     for p in pending:
-        affected = ", ".join(p.get("affected") or p.get("resources") or []) or "-"
+        affected = _names(p.get("affected") or p.get("resources") or [], every) or "-"
         lines.append(f"  {p['eventId']}  {p.get('eventType') or '?':<8}  NotBefore "
                      f"{p.get('notBeforeUtc') or '-'}  {affected}")
         lines.append(f"      {p['reasonCode']}: {p['reason']}")
+    lines += more
     if not pending:
         lines.append("  none")
-    started = s.get("started", [])
+    started, more = _first(s.get("started", []), every)
     if started:
         lines += ["", "STARTED"]
         lines += [f"  {x['eventId']}  {x.get('eventType') or '?'}  "
                   f"{'started by Azure (due) ' if x.get('due') else ''}since {x.get('startedUtc')}  "
-                  f"{', '.join(x.get('affected') or [])}" for x in started]
-    conflicts = s.get("queueConflicts") or []
+                  f"{_names(x.get('affected') or [], every)}" for x in started]
+        lines += more
+    conflicts, more = _first(s.get("queueConflicts") or [], every)
     if conflicts:
         lines += ["", "APPROVAL QUEUES SHARED BY SEVERAL VMS (none of them is sent an approval)"]
-        lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts]
+        lines += [f"  {c['queue']}: {', '.join(c['vms'])}" for c in conflicts] + more
     return lines
 
 
-def _fleet_notes(s: dict[str, Any]) -> list[str]:
+def _fleet_notes(s: dict[str, Any], every: bool) -> list[str]:
     """VMs that claim one name, identity keys that changed or are shared, VMs not watched."""
     lines: list[str] = []
-    named = s.get("nameConflicts") or []
+    named, more = _first(s.get("nameConflicts") or [], every)
     if named:
         lines += ["", "VMS THAT CLAIM ONE NAME (all count as unavailable, then all but the first claimant)"]
         lines += [f"  {c['name']}: {', '.join(c['vms'])}; first {c.get('first') or '-'}, held down: "
-                  f"{', '.join(c.get('held') or []) or 'none'}" for c in named]
-    outside = s.get("outsideInventory") or []
+                  f"{', '.join(c.get('held') or []) or 'none'}" for c in named] + more
+    outside, more = _first(s.get("outsideInventory") or [], every)
     if outside:
         lines += ["", "VMS OUTSIDE THEIR INVENTORY (not counted in these scopes' sizes; see them, then "
                   "`coordinator confirm`)"]
-        lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside]
+        lines += [f"  {o['name']} ({o['vmId']}): {', '.join(o['scopes'])}" for o in outside] + more
     keys = s.get("identities") or {}
     if keys.get("rekeyed") or keys.get("sharedKeys") or keys.get("conflicts"):
         lines += ["", "IDENTITY KEYS"]
@@ -219,14 +239,16 @@ def _fleet_notes(s: dict[str, Any]) -> list[str]:
                   for c in keys.get("conflicts", [])]
         lines += [f"  {r['name'] or r['vmId']} ({r['vmId']}) registered a new key {r['new']} at {r['time']}, "
                   f"replacing {r['old']}" for r in keys.get("rekeyed", [])[:10]]
+        shared, more = _first(keys.get("sharedKeys", []), every)
         lines += [f"  key {k['keyid']} is registered for several VMs (a copied state directory?): "
-                  f"{', '.join(k['vms'])}" for k in keys.get("sharedKeys", [])]
+                  f"{', '.join(k['vms'])}" for k in shared] + more
     lines += ["", "VMS NOT WATCHED (no heartbeat within heartbeat_timeout)"]
-    unwatched = s.get("unwatched", [])
+    unwatched, more = _first(s.get("unwatched", []), every)
     for u in unwatched:
         age = u.get("heartbeatAgeSeconds")
         last = f"last heartbeat {age:.0f} s ago" if age is not None else "no heartbeat yet"
         lines.append(f"  {u['name']}  {u.get('group') or '-'}  {last}")
+    lines += more
     if not unwatched:
         lines.append("  none")
     return lines
@@ -247,7 +269,7 @@ def _reachability(parts: dict[str, Any], pending: int) -> list[str]:
     return ["reachability:", *lines] if lines else []
 
 
-def _azure(s: dict[str, Any]) -> list[str]:
+def _azure(s: dict[str, Any], every: bool) -> list[str]:
     """The AZURE part of ``status``: freshness of Azure's view, agentless VMs, disagreements."""
     azure = s.get("azure")
     if not azure:
@@ -255,16 +277,18 @@ def _azure(s: dict[str, Any]) -> list[str]:
     ages = ", ".join(f"{sub} {age:.0f} s ago" for sub, age in (azure.get("syncedAgeSeconds") or {}).items())
     lines = ["", f"AZURE: {azure.get('vms', 0)} VMs, {azure.get('events', 0)} events; last complete "
              f"catch-up: {ages or 'none yet'}"]
-    agentless = azure.get("agentless") or []
+    agentless, more = _first(azure.get("agentless") or [], every)
     lines.append(f"  agentless (Azure lists them, no agent reports): {', '.join(agentless) or 'none'}")
+    lines += more
     findings = azure.get("findings") or []
     lines.append(f"  Azure and an agent disagree ({len(findings)}; Azure's is used):" if findings
                  else "  Azure and the agents agree")
+    findings, more = _first(findings, every)
     for f in findings:
         where = f" for {f['eventId']}" if f.get("eventId") else ""
         lines.append(f"    {f['name']}: {f['field']}{where}: agent says {f['agent'] or '-'}, "
                      f"Azure says {f['azure'] or '-'}")
-    return lines
+    return lines + more
 
 
 def every_shard(own: str, peers: dict[str, str], token_file: str, all_scopes: bool = False,
@@ -281,7 +305,7 @@ def every_shard(own: str, peers: dict[str, str], token_file: str, all_scopes: bo
     return out
 
 
-def render_shards(results: list[dict[str, Any]]) -> str:
+def render_shards(results: list[dict[str, Any]], every: bool = False) -> str:
     """``coordinator status --shards`` for people: a line per shard, then each shard's status."""
     lines = [f"{len(results)} shard(s):"]
     for r in results:
@@ -296,5 +320,5 @@ def render_shards(results: list[dict[str, Any]]) -> str:
         lines.append(f"  {r['url']}  {strip_tree(said)}")
     for r in results:
         if "status" in r:
-            lines += ["", render_status(r["status"])]
+            lines += ["", render_status(r["status"], every)]
     return "\n".join(lines)

@@ -59,7 +59,9 @@ VMs for heartbeat ages and names.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -271,18 +273,7 @@ def conflicts(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) ->
     claimed more names than the fold keeps. A VM that copies a peer's name or resourceId thus holds
     down itself, not the peer. The claims shared by several VMs are
     found once per index; each pass only looks at those."""
-    shared = idx.cache.get("shared-claims")
-    if shared is None:
-        by_name: dict[tuple[str, str], list[str]] = {}
-        by_id: dict[str, list[str]] = {}
-        vms, group_of = state.vms, idx.group_of
-        for key in idx.members:
-            vm = vms[key]
-            by_name.setdefault((group_of[key], vm.name.lower()), []).append(key)
-            if vm.resource_id:
-                by_id.setdefault(vm.resource_id.lower(), []).append(key)
-        shared = idx.cache["shared-claims"] = [keys for claims in (by_name, by_id) for keys in claims.values()
-                                               if len(keys) > 1]
+    shared = idx.shared_claims(state)
     recent = now - policy.heartbeat_timeout
     out: dict[str, Conflict] = {}
     for keys in shared:
@@ -308,19 +299,56 @@ def _registered(state: FleetState, key: str) -> float:
 
 
 def unwatched(state: FleetState, policy: Policy, idx: ScopeIndex, now: float) -> set[str]:
-    """VMs of the fleet without a heartbeat for ``heartbeat_timeout`` (cached per index and time)."""
-    if idx.unwatched_at is not None and idx.unwatched_at[0] == (now, policy.heartbeat_timeout):
-        return idx.unwatched_at[1]
-    stale = now - policy.heartbeat_timeout
-    vms, out = state.vms, set[str]()
-    for key in idx.members:
-        beat = vms[key].last_heartbeat
-        if key in idx.extra_heartbeats:
-            beat = last_heartbeat(state, idx, key)
-        if (beat is None or beat < stale) and not azure_topology.watched(state, policy, key, now):
-            out.add(key)
-    idx.unwatched_at = ((now, policy.heartbeat_timeout), out)
-    return out
+    """VMs of the fleet without a heartbeat for ``heartbeat_timeout`` and not watched by Azure.
+    Kept, not found: VMs wait in a heap by the heartbeat they had when last looked at, and only
+    those whose heartbeat is older than the cutoff are looked at again (``stale``, then every
+    pass while they stay so); a pass costs what went stale, not the fleet."""
+    cutoff = now - policy.heartbeat_timeout
+    beats: Beats = idx.cache.setdefault("beats", Beats())
+    for key in idx.joined:
+        if key in idx.fleet:  # placed, then gone again before this look (a prune, Azure's listing)
+            beats.arm(key, last_heartbeat(state, idx, key))
+    idx.joined.clear()
+    beats.sweep(cutoff, lambda key: last_heartbeat(state, idx, key) if key in idx.fleet else None,
+                idx.fleet)
+    return {key for key in beats.stale if not azure_topology.watched(state, policy, key, now)}
+
+
+class Beats:
+    """The fleet's VMs by heartbeat: a heap of (heartbeat when last looked at, VM), and the VMs
+    whose heartbeat is older than the last cutoff (``stale``)."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, str]] = []
+        self.armed: dict[str, float] = {}  # VM -> its entry in the heap
+        self.stale: set[str] = set()
+
+    def arm(self, key: str, beat: float | None) -> None:
+        moment = float("-inf") if beat is None else beat
+        self.armed[key] = moment
+        heapq.heappush(self.heap, (moment, key))
+
+    def sweep(self, cutoff: float, beat: Callable[[str], float | None], fleet: set[str]) -> None:
+        for key in list(self.stale):  # heard from again, or gone, or an earlier cutoff than before
+            moment = beat(key)
+            if key not in fleet:
+                self.stale.discard(key)
+            elif moment is not None and moment >= cutoff:
+                self.stale.discard(key)
+                self.arm(key, moment)
+        heap = self.heap
+        while heap and heap[0][0] < cutoff:
+            moment, key = heapq.heappop(heap)
+            if self.armed.get(key) != moment:
+                continue  # an entry replaced by a later one
+            del self.armed[key]
+            if key not in fleet:
+                continue
+            now_beat = beat(key)
+            if now_beat is not None and now_beat >= cutoff:
+                self.arm(key, now_beat)
+            else:
+                self.stale.add(key)
 
 
 def used(idx: ScopeIndex, down: dict[str, str], recovering: AbstractSet[str] = frozenset(),

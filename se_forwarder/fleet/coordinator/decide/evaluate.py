@@ -116,6 +116,7 @@ class DecisionPass:
         self.counts = used(self.idx, self.down, self.recovering, self.on_clock)
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
+        self._uses: tuple[tuple[str, ...], int, tuple[BudgetUse, ...]] | None = None
         self.holds = holds_now(state, policy, now)  # gates and windows (decide/gates.py)
         self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
                               overdue=overdue, conflicts=conflicts(state, policy, self.idx, now))
@@ -141,17 +142,22 @@ class DecisionPass:
         return VmRef(record.name, record.vm_id, self.idx.group_of.get(vm, ""))
 
     def uses(self, vms: tuple[str, ...]) -> tuple[BudgetUse, ...]:
-        """Budget use of every budgeted scope holding one of ``vms``, in policy order."""
+        """Budget use of every budgeted scope holding one of ``vms``, in policy order (the last
+        answer again while nothing was taken since: the rules and the decision both ask)."""
+        if self._uses is not None and self._uses[0] is vms and self._uses[1] == len(self.taken):
+            return self._uses[2]
         extra: Counter[str] = Counter()
         for vm in vms:
             for scope in self.idx.budget_scopes_of.get(vm, ()):
                 extra[scope] += 1 if self._free_in(vm, scope) else 0
         scopes = sorted(extra, key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
-        return tuple(
+        found = tuple(
             BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.taken_counts[s],
                       self.taken_counts[s] + extra[s], self.idx.limit(s))
             for s in scopes
         )
+        self._uses = (vms, len(self.taken), found)
+        return found
 
     def _free_in(self, vm: str, scope: str) -> bool:
         """``vm`` does not count against ``scope`` yet: not down, or down only until it is seen

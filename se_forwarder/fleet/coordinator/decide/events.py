@@ -98,7 +98,6 @@ approval without one is sent (again, under the same message id) by whichever ins
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -235,9 +234,7 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def to_cloudevent(decision: Decision, source: str) -> CloudEvent:
-    """The decision as a CloudEvent from ``source`` (the coordinator's name, the same on every
-    instance, e.g. ``urn:se-forwarder:coordinator:prod``)."""
+def _attributes(decision: Decision, source: str) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         "specversion": "1.0",
         "type": DECISION_PREFIX + decision.kind,
@@ -249,7 +246,13 @@ def to_cloudevent(decision: Decision, source: str) -> CloudEvent:
     }
     if decision.event_type:
         attributes["eventtype"] = decision.event_type
-    return CloudEvent(attributes, decision.data())
+    return attributes
+
+
+def to_cloudevent(decision: Decision, source: str) -> CloudEvent:
+    """The decision as a CloudEvent from ``source`` (the coordinator's name, the same on every
+    instance, e.g. ``urn:se-forwarder:coordinator:prod``)."""
+    return CloudEvent(_attributes(decision, source), decision.data())
 
 
 def to_json(decision: Decision, source: str) -> str:
@@ -258,9 +261,12 @@ def to_json(decision: Decision, source: str) -> str:
 
 
 def to_dict(decision: Decision, source: str) -> dict[str, Any]:
-    """The structured-mode dict the fold reads (what comes back from the hub, less the signature)."""
-    parsed: dict[str, Any] = json.loads(to_json(decision, source))
-    return parsed
+    """The structured-mode dict the fold reads (what comes back from the hub, less the signature):
+    ``json.loads(to_json(...))`` made without the text (the SDK writes ``time`` with ``Z`` for
+    +00:00; ``data`` holds JSON's own types only), as the service folds every decision it makes."""
+    attributes = _attributes(decision, source)
+    attributes["time"] = attributes["time"].isoformat().removesuffix("+00:00") + "Z"
+    return {**attributes, "data": decision.data()}
 
 
 def signed(decision: Decision, source: str, key: Ed25519PrivateKey) -> dict[str, Any]:

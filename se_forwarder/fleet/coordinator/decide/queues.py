@@ -11,11 +11,12 @@ other VM's agent, so the decision pass never targets a VM whose queue another VM
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, Protocol
 
-from ....approvals.queue.names import queue_name
+from ....approvals.queue.names import MAX_QUEUE_NAME, PLACEHOLDER, queue_name
 from ....errors import ConfigError
 from ..fold.state import FleetState
 
@@ -27,29 +28,39 @@ class Shared(Protocol):
     def shared_queue(self) -> Mapping[str, str]: ...
 
 
-@lru_cache(maxsize=65_536)
+LEGAL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
 def queue_of(template: str, name: str, vm_id: str) -> str | None:
-    """The VM's approval queue, or None when the template cannot name it (no ``vm_id`` yet)."""
+    """The VM's approval queue, or None when the template cannot name it (no ``vm_id`` yet).
+    ``queue_name``'s rules; a name they leave as it is (lower case letters, digits and single
+    hyphens, short enough: nearly every VM's) is filled in without them."""
+    if _plain(template):
+        lowered = name.lower()
+        text = template.replace("{vm_id}", vm_id).replace("{vm_name}", lowered)
+        if (3 <= len(text) <= MAX_QUEUE_NAME and LEGAL.fullmatch(lowered) and LEGAL.fullmatch(text)
+                and (vm_id or "{vm_id}" not in template)):
+            return text
+    return _queue_of(template, name, vm_id)
+
+
+@lru_cache(maxsize=64)
+def _plain(template: str) -> bool:
+    """Whether ``template`` has no placeholder but ``{vm_name}`` and ``{vm_id}``."""
+    return all(name in ("vm_name", "vm_id") for name in PLACEHOLDER.findall(template))
+
+
+@lru_cache(maxsize=4_096)
+def _queue_of(template: str, name: str, vm_id: str) -> str | None:
     try:
         return queue_name(template, name, vm_id)
     except ConfigError:
         return None
 
 
-def shared_queues(state: FleetState, members: list[str], template: str) -> dict[str, str]:
-    """VM key -> its queue, for every VM of ``members`` whose queue another member's is too."""
-    by_queue: dict[str, list[str]] = {}
-    for key in members:
-        vm = state.vms[key]
-        queue = queue_of(template, vm.name, vm.vm_id) if vm.name else None
-        if queue is not None:
-            by_queue.setdefault(queue, []).append(key)
-    return {key: queue for queue, keys in by_queue.items() if len(keys) > 1 for key in keys}
-
-
 def queue_conflicts(state: FleetState, shared: Mapping[str, str]) -> list[dict[str, Any]]:
     """``[{"queue", "vms": [names]}]``: each queue more than one VM of the fleet would use
-    (``shared``: VM key -> its queue, as ``shared_queues`` found)."""
+    (``shared``: VM key -> its queue, as the scope index keeps it: scopes.py)."""
     by_queue: dict[str, list[str]] = {}
     for key, queue in shared.items():
         by_queue.setdefault(queue, []).append(key)

@@ -171,6 +171,7 @@ class Gate:
         if size > limits.held_event_bytes or self.held_bytes.get(vm, 0) + size > limits.held_bytes_per_vm \
                 or total + size > limits.held_bytes:
             return False
+        state.note("waiting", vm)
         state.waiting.setdefault(vm, []).append((enqueued if enqueued is not None else 0.0, dict(event)))
         self.held_bytes[vm] = self.held_bytes.get(vm, 0) + size
         return True
@@ -201,6 +202,7 @@ class Gate:
         return REGISTERED
 
     def _release(self, state: FleetState, vm: str) -> None:
+        state.note("waiting", vm)
         self.held_bytes.pop(vm, None)
         for enqueued, event in state.waiting.pop(vm, []):
             self.admit(state, event, enqueued)
@@ -223,6 +225,7 @@ class Gate:
         """Drop what waited longer than WAIT_SECONDS of hub time before ``now``; how many."""
         dropped = 0
         for vm in list(state.waiting):
+            state.note("waiting", vm)
             kept = [(t, e) for t, e in state.waiting[vm] if t >= now - WAIT_SECONDS]
             for _ in range(len(state.waiting[vm]) - len(kept)):
                 self.refused[trust.UNREGISTERED] += 1

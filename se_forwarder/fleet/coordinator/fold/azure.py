@@ -50,6 +50,8 @@ def fold_event(state: FleetState, facts: EventFacts) -> str:
         return LATE
     if facts.rank >= TERMINAL and key not in state.azure.events and key not in state.events:
         return SKIPPED
+    state.note("azure_events", key)
+    state.note("events", key)
     event = state.azure.events.get(key)
     if event is None:
         event = state.azure.events[key] = AzureEvent(key=key, event_id=facts.event_id)
@@ -147,6 +149,7 @@ def fold_acknowledged(state: FleetState, decision: DecisionRecord) -> None:
     record = state.events.get(event_id.lower()) if isinstance(event_id, str) else None
     if record is None:
         return
+    state.note("events", record.key)
     if decision.code == "approved":
         old = record.echoes.get(ARM)
         if old is None or decision.time < old[0]:
@@ -170,5 +173,6 @@ def fold_catch_up(state: FleetState, result: CatchUp) -> None:
 def forget(state: FleetState) -> None:
     """Drop Azure's record of the events the fold no longer keeps (retention.py pruned them)."""
     for key in [k for k in state.azure.events if k not in state.events]:
+        state.note("azure_events", key)
         del state.azure.events[key]
     forget_health(state)

@@ -154,6 +154,7 @@ class AzureView:
     topology_at: dict[str, float] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
     synced: dict[str, float] = field(default_factory=dict)
+    generation: int = field(default=0, repr=False, compare=False)  # one more at every topology refresh
     health: dict[str, AzureHealth] = field(default_factory=dict)  # VM ARM id (lower case) -> its health
     # Derived, not in snapshots: (subscription, resource group, lower-case name) -> VM key.
     by_name: dict[tuple[str, str, str], str] | None = field(default=None, repr=False, compare=False)
@@ -175,22 +176,39 @@ def _back(value: Any) -> float:
 
 def dump(view: AzureView) -> dict[str, Any]:
     """The view as JSON (canonical order)."""
+    return {**dump_rest(view), "events": [event_data(e) for _, e in sorted(view.events.items())],
+            "vms": [vm_data(v) for _, v in sorted(view.vms.items())]}
+
+
+def dump_rest(view: AzureView) -> dict[str, Any]:
+    """The view but its events and VMs (snapshot.lines writes those one a line)."""
+    return {**freshness(view),
+            "claims": {k: [*c[:6], [list(t) for t in c[6]]] for k, c in sorted(view.claims.items())},
+            "health": {k: health_data(h) for k, h in sorted(view.health.items())}}
+
+
+def health_data(h: AzureHealth) -> list[Any]:
+    return [h.state, h.occurred, h.via]
+
+
+def freshness(view: AzureView) -> dict[str, Any]:
+    """When Azure's lists were last read, by subscription."""
+    return {"topologyAt": dict(sorted(view.topology_at.items())), "synced": dict(sorted(view.synced.items()))}
+
+
+def event_data(e: AzureEvent) -> dict[str, Any]:
     return {
-        "events": [{
-            "key": e.key, "eventId": e.event_id, "resourceId": e.resource_id, "subscription": e.subscription,
-            "resourceGroup": e.resource_group, "rank": e.rank, "eventType": e.event_type,
-            "eventSource": e.event_source, "description": e.description, "duration": e.duration,
-            "resources": list(e.resources), "infoAsOf": _num(e.info_as_of), "notBefore": e.not_before,
-            "notBeforeAsOf": _num(e.not_before_as_of), "scheduledAt": e.scheduled_at,
-            "startedAt": e.started_at, "endedAt": e.ended_at, "asOf": _num(e.as_of), "via": sorted(e.via),
-        } for _, e in sorted(view.events.items())],
-        "vms": [{**{k: getattr(v, k) for k in VmFacts.__dataclass_fields__},
-                 "tags": dict(sorted(v.tags.items()))} for _, v in sorted(view.vms.items())],
-        "topologyAt": dict(sorted(view.topology_at.items())),
-        "claims": {k: [*c[:6], [list(t) for t in c[6]]] for k, c in sorted(view.claims.items())},
-        "synced": dict(sorted(view.synced.items())),
-        "health": {k: [h.state, h.occurred, h.via] for k, h in sorted(view.health.items())},
+        "key": e.key, "eventId": e.event_id, "resourceId": e.resource_id, "subscription": e.subscription,
+        "resourceGroup": e.resource_group, "rank": e.rank, "eventType": e.event_type,
+        "eventSource": e.event_source, "description": e.description, "duration": e.duration,
+        "resources": list(e.resources), "infoAsOf": _num(e.info_as_of), "notBefore": e.not_before,
+        "notBeforeAsOf": _num(e.not_before_as_of), "scheduledAt": e.scheduled_at,
+        "startedAt": e.started_at, "endedAt": e.ended_at, "asOf": _num(e.as_of), "via": sorted(e.via),
     }
+
+
+def vm_data(v: VmFacts) -> dict[str, Any]:
+    return {**{k: getattr(v, k) for k in VmFacts.__dataclass_fields__}, "tags": dict(sorted(v.tags.items()))}
 
 
 def load(data: Any) -> AzureView:
@@ -198,23 +216,35 @@ def load(data: Any) -> AzureView:
     view = AzureView()
     if not data:
         return view
-    for item in data["events"]:
-        event = AzureEvent(
-            key=str(item["key"]), event_id=str(item["eventId"]), resource_id=item["resourceId"],
-            subscription=item["subscription"], resource_group=item["resourceGroup"], rank=int(item["rank"]),
-            event_type=item["eventType"], event_source=item["eventSource"], description=item["description"],
-            duration=item["duration"], resources=tuple(item["resources"]), info_as_of=_back(item["infoAsOf"]),
-            not_before=item["notBefore"], not_before_as_of=_back(item["notBeforeAsOf"]),
-            scheduled_at=item["scheduledAt"], started_at=item["startedAt"], ended_at=item["endedAt"],
-            as_of=_back(item["asOf"]), via=set(item["via"]))
-        view.events[event.key] = event
-    for item in data["vms"]:
-        vm = VmFacts(**{**item, "tags": dict(item["tags"])})
-        view.vms[vm.key] = vm
+    load_rest(view, data)
+    for item in data.get("events", ()):
+        load_event(view, item)
+    for item in data.get("vms", ()):
+        load_vm(view, item)
+    return view
+
+
+def load_rest(view: AzureView, data: dict[str, Any]) -> None:
     view.topology_at = {str(k): float(v) for k, v in data["topologyAt"].items()}
     view.claims = {str(k): (*[str(x) for x in c[:6]], tuple((str(a), str(b)) for a, b in c[6]))  # type: ignore[misc]
                    for k, c in data["claims"].items()}
     view.synced = {str(k): float(v) for k, v in data["synced"].items()}
     view.health = {str(k): AzureHealth(str(h[0]), float(h[1]), str(h[2]))  # absent from older snapshots
                    for k, h in (data.get("health") or {}).items()}
-    return view
+
+
+def load_event(view: AzureView, item: dict[str, Any]) -> None:
+    event = AzureEvent(
+        key=str(item["key"]), event_id=str(item["eventId"]), resource_id=item["resourceId"],
+        subscription=item["subscription"], resource_group=item["resourceGroup"], rank=int(item["rank"]),
+        event_type=item["eventType"], event_source=item["eventSource"], description=item["description"],
+        duration=item["duration"], resources=tuple(item["resources"]), info_as_of=_back(item["infoAsOf"]),
+        not_before=item["notBefore"], not_before_as_of=_back(item["notBeforeAsOf"]),
+        scheduled_at=item["scheduledAt"], started_at=item["startedAt"], ended_at=item["endedAt"],
+        as_of=_back(item["asOf"]), via=set(item["via"]))
+    view.events[event.key] = event
+
+
+def load_vm(view: AzureView, item: dict[str, Any]) -> None:
+    vm = VmFacts(**{**item, "tags": dict(item["tags"])})
+    view.vms[vm.key] = vm

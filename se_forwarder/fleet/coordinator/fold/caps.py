@@ -19,12 +19,13 @@ from ....model import MalformedDocument, parse_not_before
 from ....printable import has_controls, strip_controls
 from ....timestamps import seconds as moment
 from ..config.limits import Limits
-from .state import FleetState, Vm
+from .state import NO_TAGS, FleetState, Vm
 
 NEW_VM_MINUTES = 60  # minutes of hub time the new-VM counts are kept for (reports arrive out of order)
 FOLDED, SKIPPED, MALFORMED, LATE, CAPPED = "folded", "skipped", "malformed", "late", "capped"
 SKIPPED_TYPES = 100  # CloudEvent types counted by name in FoldStats.skipped
 OTHER_TYPES = "(other types)"
+SMALL = 8  # events a VM's count keeps in a tuple (may_report)
 
 
 @dataclass
@@ -81,6 +82,12 @@ def identifier(value: Any, limit: int, capped: Counter[str]) -> str:
     return sys.intern(value)
 
 
+def lowered(value: str) -> str:
+    """``value`` in lower case, one string shared by every VM that says it (a subscription, a
+    resource group, a region is said by thousands)."""
+    return sys.intern(value.lower())
+
+
 def free_text(value: Any, limit: int, capped: Counter[str]) -> str:
     """Free text (a description, a reason): control characters as spaces (counted), cut at ``limit``."""
     if not isinstance(value, str):
@@ -102,11 +109,11 @@ def scalar(value: Any) -> str:
 def tags(value: Any, limits: Limits, capped: Counter[str]) -> dict[str, str]:
     """A VM's tags (names in lower case): none when there are more than ``tags_per_vm`` (Azure
     allows 50 on a resource), else each whose name and value are kept texts."""
-    if not isinstance(value, dict):
-        return {}
+    if not isinstance(value, dict) or not value:
+        return NO_TAGS
     if len(value) > limits.tags_per_vm:
         capped["tags"] += len(value)
-        return {}
+        return NO_TAGS
     out: dict[str, str] = {}
     chars = limits.text_chars
     for raw_name, raw_value in value.items():
@@ -117,7 +124,7 @@ def tags(value: Any, limits: Limits, capped: Counter[str]) -> dict[str, str]:
             capped["tags"] += 1
             continue
         out[sys.intern(raw_name.lower())] = sys.intern(shown)
-    return out
+    return out or NO_TAGS
 
 
 def admit(state: FleetState, limits: Limits, clock: float) -> None:
@@ -136,22 +143,34 @@ def admit(state: FleetState, limits: Limits, clock: float) -> None:
 def may_report(state: FleetState, vm_key: str, event_key: str, limits: Limits) -> bool:
     """Whether the VM may report this event: one it reported already, or one more while it reported
     fewer than ``events_per_vm`` (events pruned since no longer count)."""
-    if state.vm_events is None:  # after a restore or a prune: rebuilt from the events
-        state.vm_events = {}
+    counts = state.vm_events
+    if counts is None:  # after a restore or a prune: rebuilt from the events
+        counts = state.vm_events = {}
         for key, record in state.events.items():
             for reporter in record.reports:
-                state.vm_events.setdefault(reporter, set()).add(key)
-    held = state.vm_events.get(vm_key)
-    if held is None:
-        held = state.vm_events[vm_key] = set()
-    elif event_key in held:
+                _add(counts, reporter, counts.get(reporter, ()), key)
+    held = counts.get(vm_key, ())
+    if event_key in held:
         return True
     if len(held) >= limits.events_per_vm:
-        held.intersection_update(state.events)
+        held = tuple(k for k in held if k in state.events)
+        counts[vm_key] = held
         if len(held) >= limits.events_per_vm:
             return False
-    held.add(event_key)
+    _add(counts, vm_key, held, event_key)
     return True
+
+
+def _add(counts: dict[str, tuple[str, ...] | set[str]], vm_key: str, held: tuple[str, ...] | set[str],
+         event_key: str) -> None:
+    """One more event of the VM: a tuple while it reported a few (a quarter of a set's size), a set
+    beyond ``SMALL``."""
+    if isinstance(held, set):
+        held.add(event_key)
+    elif len(held) < SMALL:
+        counts[vm_key] = (*held, event_key)
+    else:
+        counts[vm_key] = {*held, event_key}
 
 
 def resources(value: list[Any], limits: Limits, capped: Counter[str]) -> tuple[str, ...] | None:
@@ -170,11 +189,11 @@ def topology(vm: Vm, info: dict[str, Any], limits: Limits, capped: Counter[str])
     """The VM's topology from ``data.Vm`` (a newer report than the one it has)."""
     chars = limits.text_chars
     vm.resource_id = identifier(info.get("resourceId"), chars, capped)
-    vm.subscription = identifier(info.get("subscriptionId"), chars, capped).lower()
-    vm.resource_group = identifier(info.get("resourceGroupName"), chars, capped).lower()
-    vm.location = identifier(info.get("location"), chars, capped).lower()
+    vm.subscription = lowered(identifier(info.get("subscriptionId"), chars, capped))
+    vm.resource_group = lowered(identifier(info.get("resourceGroupName"), chars, capped))
+    vm.location = lowered(identifier(info.get("location"), chars, capped))
     vm.zone = identifier(scalar(info.get("zone")), chars, capped)
-    vm.scale_set = identifier(info.get("vmScaleSetName"), chars, capped).lower()
+    vm.scale_set = lowered(identifier(info.get("vmScaleSetName"), chars, capped))
     vm.fault_domain = identifier(scalar(info.get("platformFaultDomain")), chars, capped)
     vm.update_domain = identifier(scalar(info.get("platformUpdateDomain")), chars, capped)
     vm.placement_group = identifier(info.get("placementGroupId"), chars, capped)

@@ -43,6 +43,7 @@ def _canonical(record: DecisionRecord) -> tuple[float, str]:
 
 def decision(state: FleetState, record: DecisionRecord, chained: bool = True) -> str:
     """Fold one decision; ``chained=False`` for a snapshot's (switches.py)."""
+    state.note("decisions", record.id)
     known = state.decisions.get(record.id)
     if known is not None:
         if known.kind != record.kind:

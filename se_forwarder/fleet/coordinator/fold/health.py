@@ -57,6 +57,7 @@ def fold_azure_health(state: FleetState, facts: HealthFacts) -> str:
     old = state.azure.health.get(facts.resource_id)
     if old is None or _order(new) > _order(old):
         state.azure.health[facts.resource_id] = new
+        state.note("azure_health", facts.resource_id)
     return FOLDED
 
 
@@ -88,3 +89,4 @@ def forget(state: FleetState) -> None:
         {v.resource_id.lower() for v in state.vms.values() if v.resource_id}
     for rid in [r for r in view.health if r not in known]:
         del view.health[rid]
+        state.note("azure_health", rid)

@@ -83,6 +83,7 @@ def document_digest(der: bytes) -> str:
 def bind(state: FleetState, claim: Claim) -> str:
     """Fold a verified registration by the module's rules; the outcome (one of its table)."""
     new, current = claim.identity, state.identities.get(claim.vm)
+    state.note("identities", claim.vm)
     disputed = state.conflicts.get(claim.vm)
     if disputed is not None:
         if new.document == disputed.document or new.created_on <= disputed.created_on:
@@ -126,6 +127,7 @@ def settle(state: FleetState, vm: str, keyid: str | None) -> Identity | None:
         raise ValueError(f"{keyid} is not one of the keys in dispute for {vm} "
                          f"({', '.join(c.keyid for c in disputed.candidates)})")
     del state.conflicts[vm]
+    state.note("identities", vm)
     if chosen is not None:
         state.identities[vm] = chosen
     state.version += 1
@@ -212,4 +214,6 @@ def forget(state: FleetState, vms: set[str]) -> None:
         state.waiting.pop(vm, None)
         state.conflicts.pop(vm, None)
         state.rekeyed.pop(vm, None)
+    state.note("identities", *vms)
+    state.note("waiting", *vms)
     state.cache.pop("verifiers", None)

@@ -46,7 +46,7 @@ def placement(vm: Vm) -> Placement:
             vm.update_domain, tuple(sorted(vm.tags.items())))
 
 
-def observe(vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits) -> None:
+def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits) -> None:
     """A verified report of ``vm`` about itself (``stamp``: the hub's enqueued time and the report's
     id): the earliest such report places it, and each name and resourceId it claims is noted with the
     earliest time it claimed them (at most ``CLAIMS_KEPT``: the earliest). Both are minima, so the
@@ -54,7 +54,10 @@ def observe(vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits) -> None:
     if stamp < vm.placed_stamp:
         there = Vm(key=vm.key)
         caps.topology(there, info, limits, Counter())  # counted once already, as the VM's record
-        vm.placed, vm.placed_stamp = placement(there), stamp
+        placed, vm.placed_stamp = placement(there), stamp
+        if placed != vm.placed:
+            vm.placed = placed
+            state.touch(vm.key)  # where it counts in scope sizes (decide/scopes.py's inventory)
     chars = limits.text_chars
     claim = (caps.identifier(info.get("name"), chars, Counter()).lower(),
              caps.identifier(info.get("resourceId"), chars, Counter()).lower())
@@ -128,5 +131,6 @@ def fold_confirm(state: FleetState, record: DecisionRecord) -> str:
         stamp = (record.time, record.id)
         if stamp >= state.confirmed_at.get(key, (float("-inf"), "")):
             state.confirmed[key], state.confirmed_at[key] = where, stamp
-    state.version += 1  # scope sizes change
+            state.note("confirmed", key)
+            state.touch(key)  # where it counts in scope sizes (decide/scopes.py's inventory)
     return FOLDED

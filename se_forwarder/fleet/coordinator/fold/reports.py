@@ -121,6 +121,7 @@ def fold_report(state: FleetState, event: Mapping[str, Any], suffix: str, ident:
         known = state.events.get(key)
         if known is None or not known.reports:
             raise Dropped("unreported-event")
+        state.note("events", key)
         return _rejection(known, vm.key, data, stats.capped)
     if not may_report(state, vm.key, key, limits):
         raise Dropped("vm-events")
@@ -163,7 +164,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         complete = complete and bool(vm_id)
     if sender.key is None and not complete and not name:
         return None
-    key = sender.key or (vm_id.lower() if complete else "host:" + name.lower())
+    key = sender.key or (_lower(vm_id) if complete else "host:" + name.lower())
     registered = sender.verified and sender.key is not None  # Azure attested this vmId (trust.py)
     if registered:
         vm_id = str(sender.key)  # the registration's, never the report's
@@ -173,19 +174,21 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
             admit(state, limits, clock)
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id if complete else "")
         state.rename(key, None, name)
-        state.version += 1
+        state.touch(key)
     if stamp[0] > vm.last_heard:
         if key in state.retired:
-            state.version += 1  # heard from after its Terminate completed: not deleted after all
+            state.touch(key)  # heard from after its Terminate completed: not deleted after all
         vm.last_heard = stamp[0]
+    state.note("vms", key)
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
     if info and own and sender.verified:
-        inventory.observe(vm, info, (clock, stamp[1]), limits)  # where it was first, what it claimed
+        inventory.observe(state, vm, info, (clock, stamp[1]), limits)  # where it was first, what it claimed
     if info and own and stamp > vm.topology_stamp:
         vm.topology_stamp = stamp
-        if info == vm.info:
+        seen = fingerprint(info)
+        if seen is not None and seen == vm.seen:
             return vm  # as read before: nothing to parse again
-        vm.info = info
+        vm.seen = seen
         before = vm.topology()
         if name and name != vm.name:
             state.rename(key, vm.name, name)
@@ -193,8 +196,20 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         topology(vm, info, limits, capped)
         azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
         if vm.topology() != before:
-            state.version += 1
+            state.touch(key)
     return vm
+
+
+def fingerprint(info: dict[str, Any]) -> int | None:
+    """A hash of ``data.Vm`` as sent (None when it holds lists or objects within objects): an agent
+    repeats its data.Vm in every report, and keeping a hash rather than the dict is 2 KB less per VM.
+    Values other than text carry their type, so ``1``, ``1.0`` and ``true`` differ."""
+    try:
+        return hash(tuple((k, v) if type(v) is str else
+                          (k, "dict", tuple(v.items())) if type(v) is dict else (k, type(v).__name__, v)
+                          for k, v in info.items()))
+    except TypeError:
+        return None
 
 
 def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, limits: Limits,
@@ -239,8 +254,14 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
     return FOLDED
 
 
+def _lower(text: str) -> str:
+    """``text`` in lower case, the same string when it is already (a vmId usually is)."""
+    return text if (low := text.lower()) == text else low
+
+
 def _doubt(state: FleetState, record: EventRecord, when: float) -> None:
     """An unverified Started claim: the event counts as started for its VMs (module docstring)."""
+    state.note("events", record.key)
     if record.doubted is None or when < record.doubted:
         record.doubted = when
         record.revision += 1
@@ -301,10 +322,13 @@ def _natural(name: str) -> tuple[tuple[tuple[int, str], ...], str]:
 
 def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when: float) -> None:
     """The VM's own status for the event (the highest it reported), and the event's merged times."""
+    state.note("events", record.key)
     old = record.reports.get(vm_key, 0)
     if rank > old:
-        if old == 0 and record.reports and state.groups.union(vm_key, next(iter(record.reports))):
-            state.version += 1
+        if old == 0 and record.reports:
+            other = next(iter(record.reports))
+            if state.groups.union(vm_key, other):
+                state.joined(vm_key, other)
         record.reports[vm_key] = rank
         record.revision += 1
         record.rank = max(record.rank, rank)
@@ -357,7 +381,7 @@ def _terminated(state: FleetState, record: EventRecord) -> None:
         mark = (record.completed_at, record.resources)
         if state.terminated.get(record.key) != mark:
             state.terminated[record.key] = mark
-            state.version += 1
+            state.touch(*record.reports)  # the VMs it may have deleted (scopes.py)
 
 
 def _rejection(record: EventRecord, vm_key: str, data: dict[str, Any], capped: Counter[str]) -> str:

@@ -29,7 +29,7 @@ from . import azure as azure_fold
 from .health import awaiting_recovery
 from .identities import forget
 from .reports import closed
-from .state import COMPLETED, FleetState, Groups
+from .state import COMPLETED, FleetState
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,10 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
             del state.vms[key]
             state.confirmed.pop(key, None)
             state.confirmed_at.pop(key, None)
+        state.note("vms", *old_vms)
+        state.note("confirmed", *old_vms)
         forget(state, set(old_vms))
-        groups = Groups()
-        for members in state.groups.components():
-            alive = [m for m in members if m in state.vms]
-            for other in alive[1:]:
-                groups.union(alive[0], other)
-        state.groups = groups
-        state.version += 1
+        state.touch(*old_vms, *state.groups.drop(set(old_vms)))
     old_events = []
     for key, record in state.events.items():
         if record.terminal and record.ended_at is not None and closed(state, record):
@@ -68,12 +64,13 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
             old_events.append((key, now))
     removed = {key for key, _ in old_events}
     for key, ended in old_events:
-        del state.events[key]
+        state.note("events", key)
+        record = state.events.pop(key)
         state.open_events.discard(key)
         state.settling.discard(key)
         state.holds.pop(key, None)
         if state.terminated.pop(key, None) is not None:
-            state.version += 1
+            state.touch(*record.reports)  # the VMs it deleted are no longer (scopes.py)
         state.gone[key] = ended
     state.settling = {k for k in state.settling
                       if (r := state.events.get(k)) is not None and r.rank == COMPLETED
@@ -89,6 +86,7 @@ def prune(state: FleetState, policy: Policy, now: float, *, keep_events: float =
             stale.append(ident)
     for ident in stale:
         del state.decisions[ident]
+    state.note("decisions", *stale)
     state.gone = {k: t for k, t in state.gone.items() if t >= now - keep_gone}
     azure_fold.forget(state)
     if old_vms:

@@ -10,13 +10,21 @@ reports waiting for their sender's registration (gate.py), up to 4 MiB of them (
 out is kept, and counted when restored), and the inventory (each VM's first placement and the
 placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
+
+``lines(state)`` is the same fold as lines of JSON, one record each (``["vm", {...}]``,
+``["event", {...}]``, ``["decision", [...]]``, ...), made one at a time, and ``restore_lines`` reads
+them back one at a time: how the snapshot blob holds it (ha/snapshot_blob.py), so neither the saving
+nor the loading of 100,000 VMs holds the fold twice, nor a dict of it. Both forms restore through
+one ``Restorer``: equal folds from either.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 from ....errors import StateError
@@ -28,6 +36,7 @@ from .reports import track
 from .state import (
     COMPLETED,
     NO_STAMP,
+    NO_TAGS,
     Conflict,
     DecisionRecord,
     EventRecord,
@@ -60,26 +69,34 @@ def snapshot(state: FleetState) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "vms": [_vm(state.vms[k]) for k in sorted(state.vms)],
-        "events": [_event(state.events[k]) for k in sorted(state.events)],
+        "events": [event_data(state.events[k]) for k in sorted(state.events)],
         "groups": state.groups.components(),
         "decisions": [[d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())],
         "gone": dict(sorted(state.gone.items())),
-        "identities": {k: _identity(i) for k, i in sorted(state.identities.items())},
-        "rekeyed": [[r.vm, r.old, r.new, r.time] for _, v in sorted(state.rekeyed.items()) for r in v],
-        "conflicts": {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
-                          "candidates": [_identity(i) for i in c.candidates]}
-                      for k, c in sorted(state.conflicts.items())},
+        "identities": {k: identity_data(i) for k, i in sorted(state.identities.items())},
+        "rekeyed": rekeyed_data(state),
+        "conflicts": conflicts_data(state),
         **dict(zip(("waiting", "waitingLeftOut"), held_for_snapshot(state), strict=True)),
         "azure": azure_state.dump(state.azure),
-        "confirmed": {k: [inventory.as_data(p), *state.confirmed_at[k]]
-                      for k, p in sorted(state.confirmed.items())},
+        "confirmed": {k: confirmed_data(state, k) for k in sorted(state.confirmed)},
     }
 
 
-def digest(state: FleetState) -> str:
-    """The SHA-256 of the snapshot's canonical JSON: equal on instances whose folds are equal."""
-    text = json.dumps(snapshot(state), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def confirmed_data(state: FleetState, key: str) -> list[Any]:
+    """The placement an operator confirmed for a VM, and its decision's stamp."""
+    return [inventory.as_data(state.confirmed[key]), *state.confirmed_at[key]]
+
+
+def rekeyed_data(state: FleetState) -> list[list[Any]]:
+    """The key changes kept, by VM, oldest first."""
+    return [[r.vm, r.old, r.new, r.time] for _, v in sorted(state.rekeyed.items()) for r in v]
+
+
+def conflicts_data(state: FleetState) -> dict[str, Any]:
+    """The vmIds in key conflict (fold/identities.py), each with the keys in dispute."""
+    return {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
+                "candidates": [identity_data(i) for i in c.candidates]}
+            for k, c in sorted(state.conflicts.items())}
 
 
 def _identity_of(i: dict[str, Any]) -> Identity:
@@ -87,28 +104,32 @@ def _identity_of(i: dict[str, Any]) -> Identity:
                     str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
 
 
-def _identity(i: Identity) -> dict[str, Any]:
+def identity_data(i: Identity) -> dict[str, Any]:
     return {"publicKey": i.public_key, "keyid": i.keyid, "createdOn": i.created_on, "expiresOn": i.expires_on,
             "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}
 
 
+VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "resourceGroup", "location",
+              "zone", "scaleSet", "faultDomain", "updateDomain", "placementGroup", "tags", "topologyStamp",
+              "lastHeartbeat", "lastHeard", "agentVersion", "listed", "polled", "health", "healthReason",
+              "placed", "claims")
+
+
 def _vm(vm: Vm) -> dict[str, Any]:
-    return {
-        "key": vm.key, "name": vm.name, "vmId": vm.vm_id, "complete": vm.complete,
-        "resourceId": vm.resource_id, "subscription": vm.subscription, "resourceGroup": vm.resource_group,
-        "location": vm.location, "zone": vm.zone, "scaleSet": vm.scale_set, "faultDomain": vm.fault_domain,
-        "updateDomain": vm.update_domain, "placementGroup": vm.placement_group,
-        "tags": dict(sorted(vm.tags.items())),
-        "topologyStamp": _stamp(vm.topology_stamp), "lastHeartbeat": vm.last_heartbeat,
-        "lastHeard": _num(vm.last_heard), "agentVersion": vm.agent_version,
-        "listed": list(vm.listed), "polled": vm.polled, "health": vm.health,
-        "healthReason": vm.health_reason,
-        "placed": None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
-        "claims": sorted([name, rid, t] for (name, rid), t in vm.claims.items()),
-    }
+    return dict(zip(VM_COLUMNS, vm_row(vm), strict=True))
 
 
-def _event(e: EventRecord) -> dict[str, Any]:
+def vm_row(vm: Vm) -> list[Any]:
+    """A VM's values in the order of ``VM_COLUMNS`` (``lines`` writes them so: no names repeated)."""
+    return [vm.key, vm.name, vm.vm_id, vm.complete, vm.resource_id, vm.subscription, vm.resource_group,
+            vm.location, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain, vm.placement_group,
+            dict(sorted(vm.tags.items())) if vm.tags else {}, _stamp(vm.topology_stamp), vm.last_heartbeat,
+            _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled, vm.health, vm.health_reason,
+            None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
+            sorted([name, rid, t] for (name, rid), t in vm.claims.items())]
+
+
+def event_data(e: EventRecord) -> dict[str, Any]:
     return {
         "key": e.key, "eventId": e.event_id, "eventType": e.event_type, "eventSource": e.event_source,
         "description": e.description, "duration": e.duration, "resources": list(e.resources),
@@ -131,25 +152,147 @@ def restore(data: Any) -> FleetState:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
     try:
-        return _restore(data)
+        found = Restorer()
+        found.azure(data.get("azure"))  # absent from snapshots written before it was kept
+        for item in data["vms"]:
+            found.vm(item)
+        for item in data["events"]:
+            found.event(item)
+        found.groups(data["groups"])
+        found.gone(data["gone"])
+        for key, item in data.get("identities", {}).items():
+            found.identity([key, item])
+        found.rekeyed(data.get("rekeyed", []))
+        found.conflicts(data.get("conflicts", {}))
+        found.left_out(data.get("waitingLeftOut", 0))
+        for key, items in data.get("waiting", {}).items():
+            found.waiting([key, items])
+        for key, item in data.get("confirmed", {}).items():
+            found.confirmed([key, item])
+        for item in data["decisions"]:
+            found.decision(item)
+        return found.done()
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
-def _restore(data: dict[str, Any]) -> FleetState:
-    state = FleetState()
-    state.azure = azure_state.load(data.get("azure"))  # absent from snapshots written before it was kept
-    for item in data["vms"]:
+BATCH = 1000  # records a line holds: lines of a few hundred kilobytes, encoded and parsed in one call
+
+
+def lines(state: FleetState) -> Iterator[bytes]:
+    """The fold as lines of JSON (module docstring), each ending in a newline, in a canonical order:
+    records in batches of ``BATCH``, a VM's values in the order of the ``columns`` record."""
+    dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    azure = state.azure
+    yield _line(dumps, "format", FORMAT)
+    yield _line(dumps, "columns", {"vm": VM_COLUMNS})
+    yield _line(dumps, "azure", azure_state.dump_rest(azure))
+    yield from _batches(dumps, "azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms)))
+    yield from _batches(dumps, "azure-events", (azure_state.event_data(azure.events[k])
+                                                  for k in sorted(azure.events)))
+    yield from _batches(dumps, "vms", (vm_row(state.vms[k]) for k in sorted(state.vms)))
+    yield from _batches(dumps, "events", (event_data(state.events[k]) for k in sorted(state.events)))
+    yield from _batches(dumps, "groups", iter(state.groups.components()))
+    yield _line(dumps, "gone", dict(sorted(state.gone.items())))
+    yield from _batches(dumps, "identities", ([k, identity_data(i)]
+                                              for k, i in sorted(state.identities.items())))
+    yield _line(dumps, "rekeyed", rekeyed_data(state))
+    yield _line(dumps, "conflicts", conflicts_data(state))
+    held, left_out = held_for_snapshot(state)
+    yield from _batches(dumps, "waiting", iter(held.items()))
+    yield _line(dumps, "waitingLeftOut", left_out)
+    yield from _batches(dumps, "confirmed", ([k, confirmed_data(state, k)] for k in sorted(state.confirmed)))
+    yield from _batches(dumps, "decisions", ([d.id, d.kind, d.time, d.data]
+                                             for _, d in sorted(state.decisions.items())))
+
+
+def _batches(dumps: Callable[[Any], str], tag: str, records: Iterator[Any]) -> Iterator[bytes]:
+    while batch := list(islice(records, BATCH)):
+        yield _line(dumps, tag, batch)
+
+
+def _line(dumps: Callable[[Any], str], tag: str, value: Any) -> bytes:
+    return (dumps([tag, value]) + "\n").encode("utf-8")
+
+
+def restore_lines(source: Iterable[bytes]) -> FleetState:
+    """The state ``lines`` wrote; StateError when they are not such lines."""
+    found = Restorer()
+    each: dict[str, Callable[[Any], None]] = {
+        "azure-vms": found.azure_vm, "azure-events": found.azure_event, "vms": found.vm_row,
+        "events": found.event, "identities": found.identity, "waiting": found.waiting,
+        "confirmed": found.confirmed, "decisions": found.decision}
+    whole: dict[str, Callable[[Any], None]] = {
+        "columns": found.columns, "azure": found.azure_rest, "groups": found.groups, "gone": found.gone,
+        "rekeyed": found.rekeyed, "conflicts": found.conflicts, "waitingLeftOut": found.left_out}
+    first = True
+    try:
+        for raw in source:
+            tag, value = json.loads(raw)
+            if first:
+                if tag != "format" or value != FORMAT:
+                    raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+                first = False
+            elif tag in each:
+                for item in value:
+                    each[tag](item)
+            elif tag in whole:
+                whole[tag](value)
+            else:
+                raise ValueError(f"unknown record {str(tag)[:40]!r}")
+        if first:
+            raise ValueError("no records")
+        return found.done()
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+class Restorer:
+    """A fold made again from a snapshot's records, one at a time (either form). Strings many
+    records repeat (a region, a resource group, a VM's key in every event it reported) are kept once."""
+
+    def __init__(self) -> None:
+        self.state = FleetState()
+        self.keys: dict[str, str] = {}  # every VM key once (events name their reporters by key)
+        self.made: list[DecisionRecord] = []
+        self.vm_columns: tuple[str, ...] = VM_COLUMNS
+
+    def key(self, value: Any) -> str:
+        text = str(value)
+        return self.keys.setdefault(text, text)
+
+    def azure(self, data: Any) -> None:
+        self.state.azure = azure_state.load(data)
+
+    def columns(self, data: dict[str, Any]) -> None:
+        self.vm_columns = tuple(str(c) for c in data["vm"])
+
+    def azure_rest(self, data: dict[str, Any]) -> None:
+        azure_state.load_rest(self.state.azure, data)
+
+    def azure_vm(self, item: dict[str, Any]) -> None:
+        azure_state.load_vm(self.state.azure, item)
+
+    def azure_event(self, item: dict[str, Any]) -> None:
+        azure_state.load_event(self.state.azure, item)
+
+    def vm_row(self, row: list[Any]) -> None:
+        self.vm(dict(zip(self.vm_columns, row, strict=True)))
+
+    def vm(self, item: dict[str, Any]) -> None:
+        text = sys.intern
         vm = Vm(
-            key=str(item["key"]), name=item["name"], vm_id=item["vmId"], complete=bool(item["complete"]),
-            resource_id=item["resourceId"], subscription=item["subscription"],
-            resource_group=item["resourceGroup"], location=item["location"], zone=item["zone"],
-            scale_set=item["scaleSet"], fault_domain=item["faultDomain"], update_domain=item["updateDomain"],
-            placement_group=item["placementGroup"], tags=dict(item["tags"]),
+            key=self.key(item["key"]), name=item["name"], vm_id=item["vmId"], complete=bool(item["complete"]),
+            resource_id=item["resourceId"], subscription=text(item["subscription"]),
+            resource_group=text(item["resourceGroup"]), location=text(item["location"]),
+            zone=text(item["zone"]),
+            scale_set=text(item["scaleSet"]), fault_domain=text(item["faultDomain"]),
+            update_domain=text(item["updateDomain"]), placement_group=text(item["placementGroup"]),
+            tags={text(k): text(v) for k, v in item["tags"].items()} or NO_TAGS,
             topology_stamp=_unstamp(item["topologyStamp"]), last_heartbeat=item["lastHeartbeat"],
             last_heard=float("-inf") if item["lastHeard"] is None else float(item["lastHeard"]),
-            agent_version=item["agentVersion"], listed=tuple(item.get("listed", ())),
-            polled=item.get("polled"), health=str(item.get("health") or ""),
+            agent_version=text(item["agentVersion"]), listed=tuple(text(e) for e in item.get("listed", ())),
+            polled=item.get("polled"), health=text(str(item.get("health") or "")),
             health_reason=str(item.get("healthReason") or ""),
             claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
         )
@@ -158,52 +301,82 @@ def _restore(data: dict[str, Any]) -> FleetState:
             vm.placed, vm.placed_stamp = inventory.from_data(where), (float(moment), str(ident))
         elif "placed" not in item and vm.topology_stamp != NO_STAMP:  # written before the inventory was kept
             vm.placed, vm.placed_stamp = inventory.placement(vm), vm.topology_stamp
-        state.vms[vm.key] = vm
-    for item in data["events"]:
+        self.state.vms[vm.key] = vm
+
+    def event(self, item: dict[str, Any]) -> None:
+        key = self.key
         record = EventRecord(
             key=str(item["key"]), event_id=item["eventId"], event_type=item["eventType"],
             event_source=item["eventSource"], description=item["description"], duration=item["duration"],
             resources=tuple(item["resources"]), has_resources=bool(item["hasResources"]),
             info_stamp=_unstamp(item["infoStamp"]), not_before=item["notBefore"],
-            not_before_stamp=_unstamp(item["notBeforeStamp"]), reports=dict(item["reports"]),
+            not_before_stamp=_unstamp(item["notBeforeStamp"]),
+            reports={key(k): int(v) for k, v in item["reports"].items()},
             earliest_not_before=item.get("earliestNotBefore", item["notBefore"]),
             rank=int(item["rank"]), started_at=item["startedAt"], completed_at=item["completedAt"],
-            finished=dict(item["finished"]), ended_at=item["endedAt"],
+            finished={key(k): v for k, v in item["finished"].items()}, ended_at=item["endedAt"],
             last_report=float("-inf") if item["lastReport"] is None else float(item["lastReport"]),
             scheduled_at=item.get("scheduledAt"),  # absent from snapshots written before it was kept
-            echoes={k: (float(v[0]), str(v[1])) for k, v in item["echoes"].items()},
-            prepared=dict(item["prepared"]),
-            prepare_failed={k: (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},
+            echoes={key(k): (float(v[0]), str(v[1])) for k, v in item["echoes"].items()},
+            prepared={key(k): v for k, v in item["prepared"].items()},
+            prepare_failed={key(k): (float(v[0]), str(v[1])) for k, v in item["prepareFailed"].items()},
             rejections={k: (str(v[0]), str(v[1])) for k, v in item["rejections"].items()},
             types=tuple(item.get("types") or ((item["eventType"],) if item["eventType"] else ())),
             doubted=item.get("doubted"),
             recovered={str(k): float(v) for k, v in (item.get("recovered") or {}).items()},
         )
-        state.events[record.key] = record
-        track(state, record)
-        if record.rank == COMPLETED:
-            state.settling.add(record.key)
-            if record.types == ("Terminate",):
-                state.terminated[record.key] = (record.completed_at, record.resources)
-    for members in data["groups"]:
-        for other in members[1:]:
-            state.groups.union(members[0], other)
-    state.gone = {str(k): float(v) for k, v in data["gone"].items()}
-    for key, i in data.get("identities", {}).items():
-        state.identities[str(key)] = _identity_of(i)
-    for v, o, n, t in data.get("rekeyed", []):
-        state.rekeyed.setdefault(str(v), []).append(Rekey(str(v), str(o), str(n), float(t)))
-    for key, c in data.get("conflicts", {}).items():
-        candidates = tuple(_identity_of(i) for i in c["candidates"])
-        state.conflicts[str(key)] = Conflict(str(c["document"]), float(c["createdOn"]), candidates,
-                                             float(c["since"]))
-    state.waiting = {str(k): [(float(t), dict(e)) for t, e in v] for k, v in data.get("waiting", {}).items()}
-    state.cache[HELD_LEFT_OUT] = int(data.get("waitingLeftOut", 0))  # gate.resume counts them
-    for key, (where, moment, ident) in data.get("confirmed", {}).items():
-        state.confirmed[str(key)], state.confirmed_at[str(key)] = inventory.from_data(where), (float(moment),
-                                                                                            str(ident))
-    for ident, kind, moment, payload in data["decisions"]:
-        made = DecisionRecord(str(ident), str(kind), float(moment), dict(payload))
-        if decision(state, made, chained=False) != FOLDED:
-            raise ValueError(f"decision {str(ident)[:80]} does not fold")
-    return state
+        self.state.events[record.key] = record
+
+    def groups(self, components: list[list[str]]) -> None:
+        for members in components:
+            first = self.key(members[0])
+            for other in members[1:]:
+                self.state.groups.union(first, self.key(other))
+
+    def gone(self, data: dict[str, Any]) -> None:
+        self.state.gone = {str(k): float(v) for k, v in data.items()}
+
+    def identity(self, pair: list[Any]) -> None:
+        key, i = pair
+        self.state.identities[self.key(key)] = _identity_of(i)
+
+    def rekeyed(self, items: list[list[Any]]) -> None:
+        for v, o, n, t in items:
+            vm = self.key(v)
+            self.state.rekeyed.setdefault(vm, []).append(Rekey(vm, str(o), str(n), float(t)))
+
+    def conflicts(self, data: dict[str, Any]) -> None:
+        for key, c in data.items():
+            candidates = tuple(_identity_of(i) for i in c["candidates"])
+            self.state.conflicts[self.key(key)] = Conflict(str(c["document"]), float(c["createdOn"]),
+                                                           candidates, float(c["since"]))
+
+    def left_out(self, count: Any) -> None:
+        self.state.cache[HELD_LEFT_OUT] = int(count)  # gate.resume counts them
+
+    def waiting(self, pair: list[Any]) -> None:
+        key, items = pair
+        self.state.waiting[self.key(key)] = [(float(t), dict(e)) for t, e in items]
+
+    def confirmed(self, pair: list[Any]) -> None:
+        key, (where, moment, ident) = pair
+        self.state.confirmed[self.key(key)] = inventory.from_data(where)
+        self.state.confirmed_at[self.key(key)] = (float(moment), str(ident))
+
+    def decision(self, item: list[Any]) -> None:
+        ident, kind, moment, payload = item
+        self.made.append(DecisionRecord(str(ident), str(kind), float(moment), dict(payload)))
+
+    def done(self) -> FleetState:
+        """The state, once every record is in: events tracked, decisions folded again."""
+        state = self.state
+        for record in state.events.values():
+            track(state, record)
+            if record.rank == COMPLETED:
+                state.settling.add(record.key)
+                if record.types == ("Terminate",):
+                    state.terminated[record.key] = (record.completed_at, record.resources)
+        for made in self.made:
+            if decision(state, made, chained=False) != FOLDED:
+                raise ValueError(f"decision {made.id[:80]} does not fold")
+        return state

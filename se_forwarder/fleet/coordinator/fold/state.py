@@ -25,6 +25,7 @@ from typing import Any
 
 from .azure_state import AzureView
 from .gates import GateVerdict
+from .groups import Groups
 
 # Status ranks of one VM's view of an event: a higher rank replaces a lower one.
 SCHEDULED, STARTED, CANCELED, COMPLETED = 1, 2, 3, 4
@@ -36,6 +37,9 @@ Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of
 # and update domain, tags.
 Placement = tuple[str, str, str, str, str, str, str, tuple[tuple[str, str], ...]]
 NO_STAMP: Stamp = (float("-inf"), "")
+# The tags of every VM without any: one dict shared by all (a VM's tags are replaced, never changed
+# in place), so 100,000 untagged VMs do not hold 100,000 empty dicts.
+NO_TAGS: dict[str, str] = {}
 
 
 @dataclass(slots=True)
@@ -55,7 +59,7 @@ class Vm:
     fault_domain: str = ""
     update_domain: str = ""
     placement_group: str = ""
-    tags: dict[str, str] = field(default_factory=dict)  # names in lower case
+    tags: dict[str, str] = field(default_factory=lambda: NO_TAGS)  # names in lower case; replaced whole
     topology_stamp: Stamp = NO_STAMP
     last_heartbeat: float | None = None  # time of the newest heartbeat
     last_heard: float = float("-inf")  # time of the newest report of any kind
@@ -68,7 +72,8 @@ class Vm:
     placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
     # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
     claims: dict[tuple[str, str], float] = field(default_factory=dict)
-    info: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # the data.Vm read last
+    # A fingerprint of the data.Vm read last (fold/reports.py): the same again is not parsed again.
+    seen: int | None = field(default=None, repr=False, compare=False)
 
     def topology(self) -> tuple[Any, ...]:
         return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
@@ -228,45 +233,21 @@ class Switch:
         return (self.record.sequence, self.record.time, self.record.id)
 
 
-class Groups:
-    """VMs that reported the same EventIds, as disjoint sets (union by size, path halving)."""
+@dataclass
+class Journal:
+    """What the fold changed since view/digest.py last looked, by part (the keys of the records
+    that changed), so the fold's digest is brought up to date with what changed alone; the small
+    rest (gone events, key changes, keys in conflict, Azure's freshness) it reads whole each time."""
 
-    __slots__ = ("parent", "size")
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-        self.size: dict[str, int] = {}
-
-    def find(self, key: str) -> str:
-        parent = self.parent
-        if key not in parent:
-            return key
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
-    def union(self, a: str, b: str) -> bool:
-        """Join the sets of ``a`` and ``b``; True when they were apart."""
-        for key in (a, b):
-            if key not in self.parent:
-                self.parent[key] = key
-                self.size[key] = 1
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return False
-        if self.size[ra] < self.size[rb] or (self.size[ra] == self.size[rb] and rb < ra):
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        self.size[ra] += self.size.pop(rb)
-        return True
-
-    def components(self) -> list[list[str]]:
-        """The sets of two or more VMs, each sorted, in sorted order (a canonical form)."""
-        out: dict[str, list[str]] = {}
-        for key in self.parent:
-            out.setdefault(self.find(key), []).append(key)
-        return sorted(sorted(members) for members in out.values() if len(members) > 1)
+    vms: set[str] = field(default_factory=set)
+    events: set[str] = field(default_factory=set)
+    decisions: set[str] = field(default_factory=set)
+    identities: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
+    azure_vms: set[str] = field(default_factory=set)
+    azure_events: set[str] = field(default_factory=set)
+    confirmed: set[str] = field(default_factory=set)
+    azure_health: set[str] = field(default_factory=set)  # VM ARM ids (lower case)
 
 
 @dataclass
@@ -296,37 +277,71 @@ class FleetState:
     confirmed: dict[str, Placement] = field(default_factory=dict)
     confirmed_at: dict[str, Stamp] = field(default_factory=dict)
     version: int = 0
+    # What changed since decide/scopes.py's index last looked (it keeps itself up to date from it):
+    # VMs that are new or whose topology changed (None until an index exists, or when anything may
+    # have), and VMs whose co-reception set grew (only a learned group's name may change).
+    moved: set[str] | None = field(default=None, repr=False, compare=False)
+    merged: set[str] = field(default_factory=set, repr=False, compare=False)
+    journal: Journal | None = field(default=None, repr=False, compare=False)  # None: nobody looks
     # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
-    vm_events: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
-    names: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # name -> VM keys
+    vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
+    names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     gates: dict[str, GateVerdict] = field(default_factory=dict, repr=False, compare=False)  # fold/gates.py
+
+    def touch(self, *keys: str) -> None:
+        """The scopes of these VMs may have changed (a new VM, its topology, a Terminate)."""
+        self.version += 1
+        if self.moved is not None:
+            self.moved.update(keys)
+
+    def joined(self, *keys: str) -> None:
+        """The co-reception sets of these VMs were joined (their learned group may be named anew)."""
+        self.version += 1
+        if self.moved is not None:
+            self.merged.update(keys)
+
+    def note(self, part: str, *keys: str) -> None:
+        """These records of ``part`` (a member of ``Journal``) changed."""
+        if self.journal is not None:
+            getattr(self.journal, part).update(keys)
 
     def paused(self, scope: str) -> Switch | None:
         switch = self.pauses.get(scope)
         return switch if switch is not None and switch.on else None
 
-    def named(self, name: str) -> set[str]:
+    def named(self, name: str) -> tuple[str, ...]:
         """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
         if self.names is None:
             self.names = {}
             for key, vm in self.vms.items():
-                self.names.setdefault(vm.name.lower(), set()).add(key)
-        return self.names.get(name, set())
+                self.rename(key, None, vm.name)
+        return self.names.get(name, ())
 
     def rename(self, key: str, old: str | None, new: str) -> None:
-        """Keep ``names`` true when a VM is added (``old`` None) or changes its name."""
-        if self.names is None:
+        """Keep ``names`` true when a VM is added (``old`` None) or changes its name. Each name's
+        keys are a tuple: almost every name is one VM's, and a tuple of one is a quarter of a set."""
+        names = self.names
+        if names is None:
             return
         if old is not None:
-            self.names.get(old.lower(), set()).discard(key)
-        self.names.setdefault(new.lower(), set()).add(key)
+            lowered = old.lower()
+            left = tuple(k for k in names.get(lowered, ()) if k != key)
+            if left:
+                names[lowered] = left
+            else:
+                names.pop(lowered, None)
+        lowered = new.lower()
+        bearers = names.get(lowered, ())
+        if key not in bearers:
+            names[lowered] = (*bearers, key)
 
     def event(self, event_id: str) -> EventRecord:
         """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""
         key = event_id.lower()
+        self.note("events", key)
         record = self.events.get(key)
         if record is None:
             record = self.events[key] = EventRecord(key=key, event_id=event_id)

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from ..config.policy import Policy
 from .azure_state import Claim, VmFacts
-from .state import NO_STAMP, EventRecord, FleetState, Vm
+from .state import NO_STAMP, NO_TAGS, EventRecord, FleetState, Vm
 
 
 def claim(vm: Vm) -> Claim:
@@ -43,14 +43,14 @@ def _apply(state: FleetState, vm: Vm, facts: VmFacts) -> None:
         state.rename(vm.key, vm.name, facts.name)  # the fold's index of names (state.named)
     vm.name, vm.vm_id, vm.complete, vm.resource_id = facts.name, facts.vm_id, True, facts.resource_id
     vm.subscription, vm.resource_group, vm.location = facts.subscription, facts.resource_group, facts.location
-    vm.zone, vm.scale_set, vm.tags = facts.zone, facts.scale_set.lower(), dict(facts.tags)
+    vm.zone, vm.scale_set, vm.tags = facts.zone, facts.scale_set.lower(), dict(facts.tags) or NO_TAGS
     vm.fault_domain = facts.fault_domain or vm.fault_domain
     vm.update_domain = facts.update_domain or vm.update_domain
 
 
 def _restore(vm: Vm, was: Claim) -> None:
     vm.subscription, vm.resource_group, vm.zone, vm.scale_set, vm.fault_domain, vm.update_domain = was[:6]
-    vm.tags = dict(was[6])
+    vm.tags = dict(was[6]) or NO_TAGS
 
 
 def agent_reported(vm: Vm) -> bool:
@@ -62,6 +62,7 @@ def after_report(state: FleetState, vm: Vm) -> None:
     """An agent just wrote its topology into ``vm``: keep that as its claim, put Azure's back."""
     facts = state.azure.vms.get(vm.key)
     if facts is not None:
+        state.note("azure_vms", vm.key)
         state.azure.claims[vm.key] = claim(vm)
         _apply(state, vm, facts)
 
@@ -74,6 +75,8 @@ def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable
     covered = {s.lower() for s in subscriptions if as_of >= view.topology_at.get(s.lower(), float("-inf"))}
     listed = {v.key: v for v in vms if v.subscription in covered}
     for key in [k for k, v in view.vms.items() if v.subscription in covered and k not in listed]:
+        state.note("vms", key)
+        state.note("azure_vms", key)
         del view.vms[key]
         vm = state.vms.get(key)
         was = view.claims.pop(key, None)
@@ -82,24 +85,27 @@ def fold_topology(state: FleetState, subscriptions: Iterable[str], vms: Iterable
         elif vm is not None and not agent_reported(vm):
             del state.vms[key]  # agentless, and Azure no longer has it: deleted
             state.names = None  # the fold's index of names, rebuilt when next needed
-        state.version += 1
+        state.touch(key)
     for key, facts in listed.items():
+        state.note("vms", key)
+        state.note("azure_vms", key)
         vm = state.vms.get(key)
         if vm is None:
             vm = state.vms[key] = Vm(key=key, name=facts.name, vm_id=facts.vm_id, complete=True)
             state.rename(key, None, facts.name)
-            state.version += 1
+            state.touch(key)
         elif key not in view.claims and vm.topology_stamp != NO_STAMP:
             view.claims[key] = claim(vm)  # the agent's, before Azure's replaces it
-        before = vm.topology()
+        before, told = vm.topology(), view.vms.get(key)
         view.vms[key] = facts
         _apply(state, vm, facts)
         vm.last_heard = max(vm.last_heard, as_of)  # Azure lists it: retention.py keeps it
-        if vm.topology() != before:
-            state.version += 1
+        if vm.topology() != before or told is None or told.availability_set != facts.availability_set:
+            state.touch(key)  # its scopes may have changed, its group too (its availability set)
     for sub in covered:
         view.topology_at[sub] = as_of
     view.by_name = None
+    view.generation += 1
 
 
 def group(state: FleetState, key: str) -> str | None:

@@ -4,8 +4,8 @@ The service's loop folds, decides and serves the API; it never waits for the sto
 ``Keeper`` runs the snapshot's I/O (snapshot_blob.SnapshotBlob) on threads of its own and the loop looks at
 the outcome when it comes by (``poll``):
 
-- ``save(state, positions)``: the snapshot (a dict the loop made: the fold as it was) is
-  serialised, signed (signer.signed_json) and uploaded in the background. At most one upload at a
+- ``save(packed)``: the snapshot (``SnapshotBlob.pack``: the fold as it was, compressed on the
+  loop) is sealed, signed and uploaded in the background. At most one upload at a
   time: a save that is due while one is under way (or during the backoff after a failure: 5 s
   doubling to 60 s) is skipped. An upload that has not finished after ``SNAPSHOT_DEADLINE``
   counts as failed (logged and counted by reach.py); the next one waits for it to end. A snapshot
@@ -34,15 +34,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ....backoff import Backoff
 from ....errors import SeForwarderError, StateError
 from ..azure.reach import Reach, begin, describe_error
-from ..fold.snapshot import restore
 from ..fold.state import FleetState
 from ..input.hub_reader import Position
-from .snapshot_blob import SNAPSHOT_DEADLINE, Snapshot, SnapshotBlob
+from .snapshot_blob import SNAPSHOT_DEADLINE, Packed, Snapshot, SnapshotBlob
 
 log = logging.getLogger("se_forwarder.coordinator")
 
@@ -93,33 +92,35 @@ class Keeper:
         """No upload under way, and not in the backoff after a failed one (ask before making one)."""
         return self._saving is None and time.monotonic() >= self._save_after
 
-    def save(self, data: dict[str, Any], positions: dict[str, Position]) -> bool:
-        """Start uploading ``data`` (``snapshot.snapshot`` of the fold) unless one is under way or
-        the last failed too recently; whether it started."""
+    def pack(self, state: FleetState, positions: dict[str, Position]) -> Packed:
+        """The fold as it is now, ready to save (on the loop: SnapshotBlob.pack)."""
+        return self.snapshots.pack(state, positions, self.instance)
+
+    def save(self, packed: Packed) -> bool:
+        """Start uploading ``packed`` (``pack``) unless one is under way or the last failed too
+        recently; whether it started."""
         if not self.can_save():
             return False
-        frozen = dict(positions)
-        self._saving = begin(lambda: self._upload(data, frozen), "coordinator-snapshot")
+        self._saving = begin(lambda: self._upload(packed), "coordinator-snapshot")
         self._save_started, self._save_overdue = time.monotonic(), False
         return True
 
-    def save_now(self, data: dict[str, Any], positions: dict[str, Position], timeout: float) -> None:
+    def save_now(self, packed: Packed, timeout: float) -> None:
         """At a clean stop: save and wait at most ``timeout`` seconds."""
         if self._saving is not None and not self._saving.done():
             return
         self._saving = None
         try:
-            size = self.storage.call(lambda: self._upload(data, dict(positions)), timeout,
-                                     "saving the snapshot")
+            size = self.storage.call(lambda: self._upload(packed), timeout, "saving the snapshot")
         except Exception:  # noqa: BLE001 - recorded by reach; the hub still has everything
             return
         self.last_snapshot = (time.time(), size)
 
-    def _upload(self, data: dict[str, Any], positions: dict[str, Position]) -> int:
+    def _upload(self, packed: Packed) -> int:
         """Upload the next generation and record it on the leader blob; the size uploaded."""
         known = self.generations.generation if self.generations is not None else 0
         number = max(self.generation, known) + 1
-        size = self.snapshots.save(data, positions, self.instance, number)
+        size = self.snapshots.save(packed, number)
         self.generation = number
         if self.generations is not None:
             try:
@@ -198,11 +199,7 @@ class Keeper:
                       why)
             return Loaded(FleetState(), {}, None, refused=True, blocked=why)
         self.generation = max(self.generation, found.generation, recorded)
-        try:
-            return Loaded(restore(found.state), dict(found.positions), found)
-        except StateError as exc:
-            log.error("%s; reading the hub from the start of its retention instead", exc)
-            return Loaded(FleetState(), {}, None, refused=True)
+        return Loaded(found.state, dict(found.positions), found)
 
     def _fetch(self) -> Snapshot | StateError | None:
         """The snapshot, or the StateError saying why it is not usable (not a storage failure)."""

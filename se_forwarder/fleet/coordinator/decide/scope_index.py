@@ -1,0 +1,336 @@
+"""The scope index: the fleet's groups and scopes, kept up to date VM by VM (scopes.py says what
+they are and when the index changes). Pure.
+
+``ScopeIndex.update`` places again the VMs the fold moved, with whatever their move may change:
+the ``host:`` records of their names (placement.aliases), the VMs a Terminate retired or gave back
+(placement.retired), and the VMs of their co-reception sets whose learned group is named anew.
+Each VM's place is taken out of the counts it was in and put into the new ones, so a scope's size
+and inventory, a group's names, the VMs sharing an approval queue or a resourceId (claims.py) stay
+exact.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ....approvals.queue.names import names_the_vm
+from ..config.policy import Budget, Policy
+from ..fold.state import FleetState, Vm
+from . import placement
+from .claims import Claims
+from .placement import FLEET, Label
+from .queues import queue_of
+
+__all__ = ["FLEET", "Resolution", "Resolved", "ScopeIndex"]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    vms: tuple[str, ...]  # VM keys the event affects (in the order of Resources)
+    unresolved: tuple[str, ...]  # names of Resources that match no known VM
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A cached resolution and what it was made of (``resolve``)."""
+
+    revision: int  # the event's
+    generation: int  # the index's, when made
+    groups: tuple[str, ...]  # the groups it looked in
+    partial: bool  # a reporter was not in the fleet then: any VM that joins may change it
+    azure: tuple[Any, ...]  # Azure's topology generation and where it files the event (): not Azure's
+    result: Resolution
+
+
+@dataclass(eq=False)
+class ScopeIndex:
+    """The fleet's groups and scopes (module docstring), kept up to date by ``update``."""
+
+    policy_key: tuple[Any, ...] = ()
+    fleet: set[str] = field(default_factory=set)  # VM keys of the fleet (superseded host: records left out)
+    alias: dict[str, str] = field(default_factory=dict)  # host: key -> the complete VM it is
+    extra_heartbeats: dict[str, list[str]] = field(default_factory=dict)  # VM -> its host: records
+    group_of: dict[str, str] = field(default_factory=dict)
+    scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every scope of a VM
+    budget_scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the scopes with a budget
+    kind_of: dict[str, str] = field(default_factory=dict)  # scope -> kind
+    size: Counter[str] = field(default_factory=Counter)
+    inventory: Counter[str] = field(default_factory=Counter)  # scope -> VMs its percentage is taken of
+    outside: dict[str, tuple[str, ...]] = field(default_factory=dict)  # VM -> scopes claimed, not counted
+    budget_of: dict[str, Budget] = field(default_factory=dict)  # scope -> its budget
+    names: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # group -> lower-case name -> VMs
+    shared_queue: dict[str, str] = field(default_factory=dict)  # VM -> its queue another VM shares
+    resolved: dict[str, Resolved] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # availability.py's, per generation and time
+    # What ``update`` keeps to place VMs again:
+    name_of: dict[str, str] = field(default_factory=dict)  # every VM of the fold -> its lower-case name
+    queues: Claims = field(default_factory=Claims)  # approval queues (queues.py)
+    rids: Claims = field(default_factory=Claims)  # resourceIds, lower case
+    dup_names: set[tuple[str, str]] = field(default_factory=set)  # (group, name) of two or more VMs
+    generation: int = 0  # one more at every update
+    changed_at: dict[str, int] = field(default_factory=dict)  # group -> generation it last changed
+    last_join: int = 0  # generation a VM last joined the fleet
+    joined: list[str] = field(default_factory=list)  # VMs placed (again) since availability.py looked
+    _members: list[str] | None = None
+
+    @property
+    def members(self) -> list[str]:
+        """The fleet's VM keys, sorted."""
+        if self._members is None:
+            self._members = sorted(self.fleet)
+        return self._members
+
+    def limit(self, scope: str) -> int:
+        return self.budget_of[scope].limit(self.inventory[scope])
+
+    def key(self, vm_key: str) -> str:
+        return self.alias.get(vm_key, vm_key)
+
+    def shared_claims(self, state: FleetState) -> list[list[str]]:
+        """The VMs that claim one name in one group, and those that claim one resourceId (sorted)."""
+        cached = self.cache.get("shared-claims")
+        if cached is not None and cached[0] == self.generation:
+            return cached[1]
+        found = [sorted(self.names[g][n]) for g, n in sorted(self.dup_names)]
+        found += [keys for _, keys in self.rids.shared(lambda k: _rid(state.vms[k]))]
+        self.cache["shared-claims"] = (self.generation, found)
+        return found
+
+    # -- keeping it up to date ------------------------------------------------------------------
+
+    def update(self, state: FleetState, policy: Policy, moved: set[str], merged: set[str] | None = None,
+               ) -> None:
+        """Place again the VMs of ``moved``, and every VM whose place they may change: the ``host:``
+        records of their names and the VMs those stand for, the VMs a Terminate retired or gave
+        back; and of their co-reception sets, and those of ``merged`` (sets that grew), every VM
+        whose learned group is named anew (a learned group's name is its first member's)."""
+        self.generation += 1
+        ends = set(moved)
+        renamed = self._realias(state, moved, ends)
+        retired = placement.retired(state)
+        ends |= retired ^ state.retired
+        state.retired = retired
+        everyone = self._closure(state, ends | (merged or set()))
+        groups = self._groups(state, policy, everyone)
+        again = {k for k in everyone if k in ends or groups.get(k) != self.group_of.get(k)}
+        was = self.fleet & again
+        codes = self._remove(again, renamed, ends)
+        placed = self._place(state, policy, groups, again, ends, codes)
+        self._share_queues(state, policy, again, codes)
+        self.joined += placed  # their heartbeats may count differently now (a host: record's)
+        if placed != was:
+            self._members = None
+            if placed - was:
+                self.last_join = self.generation
+
+    def _realias(self, state: FleetState, moved: set[str], ends: set[str]) -> dict[str, str]:
+        """The ``host:`` records of the names of ``moved`` matched again (placement.aliases); every
+        record whose match changed, and both VMs it stood or stands for, join ``ends``. The names
+        the VMs of ``moved`` had before."""
+        before: dict[str, str] = {}
+        names: set[str] = set()
+        for key in moved:
+            old = self.name_of.get(key)
+            if old is not None:
+                before[key] = old
+                names.add(old)
+            vm = state.vms.get(key)
+            if vm is None:
+                self.name_of.pop(key, None)
+                continue
+            lowered = vm.name.lower()
+            if lowered != old:
+                self.name_of[key] = sys.intern(lowered)
+            names.add(lowered)
+        wanted: dict[str, str | None] = {}
+        for lowered in names:
+            hosts = [k for k in state.named(lowered) if not state.vms[k].complete]
+            if hosts:
+                found = placement.aliases(state, lowered)
+                for key in hosts:
+                    wanted[key] = found.get(key)
+        for key in moved:
+            wanted.setdefault(key, None)  # gone, or complete: it stands for no other VM
+        for key, want in wanted.items():
+            have = self.alias.get(key)
+            if want == have:
+                continue
+            if have is not None:
+                del self.alias[key]
+                hosts = self.extra_heartbeats[have]
+                hosts.remove(key)
+                if not hosts:
+                    del self.extra_heartbeats[have]
+                ends.add(have)
+            if want is not None:
+                self.alias[key] = want
+                self.extra_heartbeats.setdefault(want, []).append(key)
+                ends.add(want)
+            ends.add(key)
+        return before
+
+    def _closure(self, state: FleetState, ends: set[str]) -> set[str]:
+        """``ends`` with every VM of their co-reception sets, joined through ``host:`` records."""
+        seen: set[str] = set()
+        roots: set[str] = set()
+        todo = list(ends)
+        while todo:
+            key = todo.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            root = state.groups.find(key)
+            if root not in roots:
+                roots.add(root)
+                todo.extend(state.groups.sets.get(root, ()))
+            target = self.alias.get(key)
+            if target is not None:
+                todo.append(target)
+            todo.extend(self.extra_heartbeats.get(key, ()))
+        return seen
+
+    def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str]) -> set[int]:
+        """Take the VMs of ``again`` out of the fleet's counts (and those of ``ends`` out of its
+        claims: the others keep their names, ids and queues); the queue hashes they held."""
+        codes: set[int] = set()
+        for key in again & self.fleet:
+            self.fleet.discard(key)
+            group = self.group_of.pop(key)
+            outside = self.outside.pop(key, ())
+            for scope in self.scopes_of.pop(key):
+                if scope not in outside:
+                    counted = self.inventory[scope] - 1
+                    if counted:
+                        self.inventory[scope] = counted
+                    else:
+                        del self.inventory[scope]
+                left = self.size[scope] - 1
+                if left:
+                    self.size[scope] = left
+                else:
+                    self.size.pop(scope)
+                    del self.kind_of[scope]
+                    self.budget_of.pop(scope, None)
+            del self.budget_scopes_of[key]
+            lowered = renamed.get(key, self.name_of.get(key, ""))
+            bucket = self.names[group]
+            keys = bucket[lowered]
+            keys.remove(key)
+            if len(keys) < 2:
+                self.dup_names.discard((group, lowered))
+            if not keys:
+                del bucket[lowered]
+                if not bucket:
+                    del self.names[group]
+            self.changed_at[group] = self.generation
+            if key in ends:
+                code = self.queues.remove(key)
+                if code is not None:
+                    codes.add(code)
+                self.shared_queue.pop(key, None)
+                self.rids.remove(key)
+        return codes
+
+    def _groups(self, state: FleetState, policy: Policy, everyone: set[str]) -> dict[str, str]:
+        """The group of each VM of ``everyone`` that is in the fleet (``everyone`` holds whole
+        co-reception sets: a learned group is named after its first member)."""
+        vms, retired = state.vms, state.retired
+        members = [k for k in everyone if k in vms and k not in self.alias and k not in retired]
+        component = self._components(state, everyone)
+        explicit: dict[str, str] = {}
+        first: dict[str, Label] = {}
+        for key in members:
+            named = placement.explicit_group(state, policy, vms[key])
+            if named is not None:
+                explicit[key] = named
+            else:
+                mine, root = placement.label(vms[key]), component[key]
+                if root not in first or mine < first[root]:
+                    first[root] = mine
+        learned = {root: sys.intern(placement.learned(label)) for root, label in first.items()}
+        return {k: explicit[k] if k in explicit else learned[component[k]] for k in members}
+
+    def _place(self, state: FleetState, policy: Policy, groups: dict[str, str], again: set[str],
+               ends: set[str], codes: set[int]) -> set[str]:
+        """Put the VMs of ``again`` that are in the fleet in their group and scopes (those of ``ends``
+        in the claims too); those VMs."""
+        vms = state.vms
+        members = {k for k in again if k in groups}
+        template, sizes, kind_of, budget_of, by_kind = (policy.queue_template, self.size, self.kind_of,
+                                                        self.budget_of, policy.by_kind)
+        inventory = self.inventory
+        for key in members:
+            vm, group = vms[key], sys.intern(groups[key])
+            self.group_of[key] = group
+            scopes, kinds = placement.scope_keys(vm, group)
+            self.scopes_of[key] = scopes
+            placed = placement.placed_scopes(state, policy, key, group)
+            if placed is not None:
+                self.outside[key] = tuple(scope for scope in scopes if scope not in placed)
+            budgeted = []
+            for scope, kind in zip(scopes, kinds, strict=True):
+                if placed is None or scope in placed:
+                    inventory[scope] += 1
+                count = sizes.get(scope)
+                if count is None:
+                    sizes[scope], kind_of[scope] = 1, kind
+                else:
+                    sizes[scope] = count + 1
+                if kind in by_kind:
+                    budget_of[scope] = by_kind[kind]
+                    budgeted.append(scope)
+            self.budget_scopes_of[key] = tuple(budgeted)
+            lowered = self.name_of[key]
+            keys = self.names.setdefault(group, {}).setdefault(lowered, [])
+            keys.append(key)
+            if len(keys) > 1:
+                self.dup_names.add((group, lowered))
+            self.changed_at[group] = self.generation
+            if key in ends:
+                code = self.queues.add(key, queue_of(template, vm.name, vm.vm_id) if vm.name else None)
+                if code is not None:
+                    codes.add(code)
+                self.rids.add(key, _rid(vm))
+        self.fleet |= members
+        return members
+
+    def _components(self, state: FleetState, everyone: set[str]) -> dict[str, str]:
+        """VM key -> a representative of its co-reception set, a host: record joined to its VM."""
+        root = {key: state.groups.find(key) for key in everyone}
+        joined: dict[str, str] = {}
+
+        def top(r: str) -> str:
+            while r in joined:
+                r = joined[r]
+            return r
+
+        for host in everyone:
+            target = self.alias.get(host)
+            if target is not None:
+                a, b = top(root[host]), top(root[target])
+                if a != b:
+                    joined[max(a, b)] = min(a, b)
+        return {key: top(r) for key, r in root.items()}
+
+    def _share_queues(self, state: FleetState, policy: Policy, everyone: set[str], codes: set[int]) -> None:
+        """``shared_queue`` again for the queues the VMs of ``everyone`` left or took."""
+        template = policy.queue_template
+        if not names_the_vm(template):  # one queue for all: every VM with a name shares it
+            named = [k for k in self.fleet if state.vms[k].name]
+            queue = queue_of(template, "x", "") or ""
+            self.shared_queue = dict.fromkeys(named, queue) if len(named) > 1 else {}
+            return
+        for code in codes:
+            for key in self.queues.holders(code):
+                self.shared_queue.pop(key, None)
+        vms = state.vms
+        for queue, keys in self.queues.shared(lambda k: queue_of(template, vms[k].name, vms[k].vm_id), codes):
+            for key in keys:
+                self.shared_queue[key] = queue
+
+
+def _rid(vm: Vm) -> str | None:
+    return vm.resource_id.lower() if vm.resource_id else None

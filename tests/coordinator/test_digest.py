@@ -1,0 +1,128 @@
+"""The fold's digest (/v1/state, view/digest.py): equal folds, equal digests, in any order; and the
+digest kept up to date from what the fold noted equals the digest made from the whole fold. The same
+steps (key changes and conflicts, operators settling them, health verdicts, Resource Health,
+recovered reports, held reports) come back whole from the snapshot's lines."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from se_forwarder.fleet.coordinator import FleetState
+from se_forwarder.fleet.coordinator import claimed as fold_event
+from se_forwarder.fleet.coordinator.decide.control import ControlRefused, settle
+from se_forwarder.fleet.coordinator.decide.events import to_dict
+from se_forwarder.fleet.coordinator.fold import Claim, Identity
+from se_forwarder.fleet.coordinator.fold.identities import HELD_LEFT_OUT, bind
+from se_forwarder.fleet.coordinator.fold.snapshot import lines, restore_lines, snapshot
+from se_forwarder.fleet.coordinator.view.digest import Digest
+
+from . import folds, moves
+from .fleet import SOURCE, T0, AgentVm, heartbeat
+
+
+@st.composite
+def step(draw: st.DrawFn) -> tuple:
+    kind = draw(st.sampled_from(["move", "move", "agent", "listing", "decision", "identity", "identity",
+                                 "settle", "hold", "look", "look"]))
+    if kind == "move":
+        return draw(moves.step())
+    if kind == "listing":  # a heartbeat that lists events a VM reported (their status and times merge)
+        listed = draw(st.lists(st.tuples(st.sampled_from(["E1", "E2", "T3", "E3"]),
+                                         st.sampled_from(["Scheduled", "Started"])), min_size=1, max_size=2))
+        return ("fold", heartbeat(draw(moves.a_vm()), T0 + draw(st.integers(0, 900)),
+                                  tuple((e, s, "Reboot") for e, s in listed)))
+    if kind == "agent":
+        return ("fold", draw(folds.agent_event()))
+    if kind == "decision":
+        return ("fold", draw(folds.decision_event()))
+    if kind == "identity":
+        vm = AgentVm(draw(st.sampled_from(moves.NAMES[:2]))).vm_id
+        keys = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=2))
+        created = T0 + draw(st.integers(0, 3)) * 3600
+        shared = len(keys) > 1  # one document with two keys: a key conflict
+        return ("identity", [Claim(vm, Identity(k * 44, f"{k}id", created, created + 86400,
+                                                f"doc-{created}" if shared else f"doc-{k}-{created}"))
+                             for k in keys])
+    if kind == "settle":
+        keyid = draw(st.sampled_from([None, "aid", "bid", "cid"]))
+        vm = AgentVm(draw(st.sampled_from(moves.NAMES[:2]))).vm_id
+        return ("settle", (vm, keyid))
+    if kind == "hold":  # a report held for its sender's registration (edge/gate.py)
+        return ("hold", (AgentVm(draw(st.sampled_from(moves.NAMES))), T0 + draw(st.integers(0, 900))))
+    return ("look", None)
+
+
+def run(steps: list[tuple], digest: Digest) -> FleetState:
+    """The steps folded; registrations and settle decisions at hub times that grow step by step."""
+    state = FleetState()
+    for n, (what, arg) in enumerate(steps):
+        now = T0 + 1000 + n
+        if moves.fold_step(state, what, arg, moves.POLICY):
+            continue
+        if what == "identity":
+            for claim in arg:
+                bind(state, replace(claim, identity=replace(claim.identity, registered_at=now)))
+        elif what == "settle":
+            vm, keyid = arg
+            with contextlib.suppress(ControlRefused):  # not in conflict, or no such key
+                made = settle(state, moves.POLICY, now, vm, keyid, "person:ops", "checked")
+                fold_event(state, to_dict(made, SOURCE))
+        elif what == "hold":
+            vm, now = arg
+            state.note("waiting", vm.vm_id)
+            state.waiting.setdefault(vm.vm_id, []).append((now, heartbeat(vm, now)))
+        else:
+            digest.of(state)
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step(), max_size=40))
+def test_the_digest_kept_as_the_fold_goes_is_the_digest_of_the_whole_fold(steps):
+    kept = Digest()
+    state = run(steps, kept)
+    whole = copy.deepcopy(state)
+    whole.journal = None
+    assert kept.of(state) == Digest().of(whole)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(step(), max_size=40))
+def test_the_snapshot_lines_of_any_fold_restore_to_the_same_fold_and_digest(steps):
+    state = run(steps, Digest())
+    restored = restore_lines(lines(state))
+    assert snapshot(restored) == snapshot(state)
+    assert Digest().of(restored) == Digest().of(state)
+
+
+def test_held_reports_past_the_snapshot_budget_are_left_out_and_counted_on_restore():
+    state = FleetState()
+    vm = AgentVm("web-0")
+    for i in range(3000):
+        state.waiting.setdefault(vm.vm_id, []).append((T0 + i, heartbeat(vm, T0 + i) | {"pad": "x" * 2000}))
+    restored = restore_lines(lines(state))
+    kept = len(restored.waiting[vm.vm_id])
+    assert 0 < kept < 3000
+    assert restored.cache[HELD_LEFT_OUT] == 3000 - kept
+
+
+@settings(max_examples=150, deadline=None)
+@given(folds.events, st.randoms(use_true_random=False))
+def test_equal_folds_in_any_order_have_equal_digests(items, rng):
+    one, two = folds.folded(folds.interleaved(items, rng)), folds.folded(items)
+    assert Digest().of(one) == Digest().of(two)
+
+
+def test_a_fold_that_changed_has_another_digest_and_the_same_again_when_it_changes_back():
+    state, digest = FleetState(), Digest()
+    vm = AgentVm("web-0")
+    fold_event(state, heartbeat(vm, T0))
+    first = digest.of(state)
+    fold_event(state, heartbeat(vm, T0 + 60))
+    assert digest.of(state) != first
+    assert digest.of(state) == Digest().of(copy.deepcopy(state))

@@ -1,0 +1,75 @@
+"""The scope index kept up to date equals the index made from scratch, whatever the fold did between.
+
+decide/scopes.py places again only the VMs the fold moved (and their sets, names and Terminates);
+decide/availability.py keeps the VMs by heartbeat rather than looking at each every pass. These
+properties fold any mix of reports, new VMs, renames, moves, host: records, scale sets, Azure's
+topology, Terminates, prunes and confirmed placements, look at the index at random points in
+between (so it is kept up to date by many small steps), and compare it with one made from the whole
+fold at once: every member, group, scope, size, inventory, name, alias, shared queue and shared
+claim, each event's resolution, and who is unavailable and why."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from se_forwarder.fleet.coordinator import FleetState, Policy
+from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
+from se_forwarder.fleet.coordinator.decide.scopes import ScopeIndex
+
+from .fleet import T0
+from .moves import POLICY, POLICY_ID, fold_step, step
+
+
+def canonical(idx: ScopeIndex, state: FleetState) -> dict:
+    return {
+        "members": idx.members, "alias": idx.alias,
+        "extra": {k: sorted(v) for k, v in idx.extra_heartbeats.items()},
+        "group_of": idx.group_of, "scopes_of": idx.scopes_of, "budget_scopes_of": idx.budget_scopes_of,
+        "kind_of": idx.kind_of, "size": {k: n for k, n in idx.size.items() if n},
+        "inventory": {k: n for k, n in idx.inventory.items() if n}, "outside": idx.outside,
+        "budget_of": idx.budget_of,
+        "names": {g: {n: sorted(keys) for n, keys in names.items()} for g, names in idx.names.items()},
+        "shared_queue": idx.shared_queue, "shared_claims": sorted(idx.shared_claims(state)),
+        "retired": sorted(state.retired),
+    }
+
+
+def scratch(state: FleetState, policy: Policy) -> tuple[FleetState, ScopeIndex]:
+    """The same fold with no index made yet: its index is made from the whole fold at once."""
+    fresh = copy.deepcopy(state)
+    fresh.cache.clear()
+    fresh.moved = None
+    return fresh, index(fresh, policy)
+
+
+def run(steps: list[tuple], policy: Policy) -> FleetState:
+    state = FleetState()
+    for what, arg in steps:
+        if not fold_step(state, what, arg, policy):
+            index(state, policy)
+            unavailable(state, policy, index(state, policy), arg)
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step(), max_size=40), st.sampled_from([POLICY, POLICY_ID]), st.integers(0, 1200))
+def test_the_index_kept_up_to_date_is_the_index_made_from_scratch(steps, policy, at):
+    state = run(steps, policy)
+    kept = index(state, policy)
+    fresh_state, fresh = scratch(state, policy)
+    assert canonical(kept, state) == canonical(fresh, fresh_state)
+    for key, record in sorted(state.events.items()):
+        assert resolve(state, kept, record) == resolve(fresh_state, fresh, fresh_state.events[key])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step(), max_size=40), st.sampled_from([POLICY, POLICY_ID]), st.integers(0, 1500))
+def test_who_is_unavailable_is_the_same_from_the_kept_index_and_from_scratch(steps, policy, at):
+    state = run(steps, policy)
+    now = T0 + at
+    kept = unavailable(state, policy, index(state, policy), now)
+    fresh_state, fresh = scratch(state, policy)
+    assert kept == unavailable(fresh_state, policy, fresh, now)
