@@ -9,6 +9,8 @@ import json
 import os
 import queue
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -220,3 +222,38 @@ def test_a_registration_whose_intermediate_is_to_be_fetched_is_judged_where_it_i
         fetcher.close()
     finally:
         issuer.shutdown()
+
+
+SERVICE = """
+import os, sys, time
+from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS
+from se_forwarder.fleet.coordinator.input.verifier import Verifier
+verifier = Verifier(lambda batch: None, 2, DEFAULT_LIMITS, lambda vm: None, lambda event: False, lambda: None)
+pids = {verifier._send(os.getpid, ()).result(timeout=60) for _ in range(8)}
+print(" ".join(map(str, sorted(pids))), flush=True)
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie left for whoever adopted it to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_workers_of_a_killed_service_exit_with_it():
+    """SIGKILL leaves the service no chance to shut its pool down: its workers end by themselves."""
+    service = subprocess.Popen([sys.executable, "-c", SERVICE], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(pid) for pid in service.stdout.readline().split()]  # type: ignore[union-attr]
+        assert workers and all(alive(pid) for pid in workers)
+    finally:
+        service.kill()
+        service.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not [pid for pid in workers if alive(pid)]

@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -188,7 +190,8 @@ class Verifier:
         with self._lock:
             if self._pool is None:
                 spawn = multiprocessing.get_context("spawn")  # the service has threads: no fork
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=spawn)
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=spawn, initializer=exit_with_parent,
+                                                 initargs=(os.getpid(),))
             return self._pool.submit(fn, *args)
 
     # -- the collector ------------------------------------------------------------------------------
@@ -296,3 +299,15 @@ def _raw(public_key: Any) -> bytes:
     except (binascii.Error, ValueError):
         return b""
     return raw if len(raw) == 32 else b""
+
+
+def exit_with_parent(parent: int) -> None:
+    """A worker's initializer: it exits within a second of its service's end. A service killed
+    (SIGKILL, OOM) cannot shut its pool down, and each worker holds its own end of the pool's queue,
+    so nothing else would end it."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
