@@ -176,20 +176,20 @@ class ScopeIndex:
         """``ends`` with every VM of their co-reception sets, joined through ``host:`` records."""
         seen: set[str] = set()
         roots: set[str] = set()
-        todo = list(ends)
-        while todo:
-            key = todo.pop()
+        stack = list(ends)
+        while stack:
+            key = stack.pop()
             if key in seen:
                 continue
             seen.add(key)
             root = state.groups.find(key)
             if root not in roots:
                 roots.add(root)
-                todo.extend(state.groups.sets.get(root, ()))
+                stack.extend(state.groups.sets.get(root, ()))
             target = self.alias.get(key)
             if target is not None:
-                todo.append(target)
-            todo.extend(self.extra_heartbeats.get(key, ()))
+                stack.append(target)
+            stack.extend(self.extra_heartbeats.get(key, ()))
         return seen
 
     def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str]) -> set[int]:
