@@ -18,6 +18,19 @@ def as_table(raw: Mapping[str, Any], key: str, where: str | None = None) -> dict
     return value
 
 
+def as_tables(items: Any, key: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """``[[key]]``: each table with its index and where it is (``key[i]``)."""
+    if not isinstance(items, list):
+        raise ConfigError(f"{key}: must be an array of tables ([[{key}]])")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{key}[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: must be a table")
+        out.append((i, where, item))
+    return out
+
+
 def no_unknown(t: Mapping[str, Any], where: str, known: tuple[str, ...]) -> None:
     for key in t:
         if key not in known:

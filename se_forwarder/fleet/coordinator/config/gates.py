@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 from ....errors import ConfigError
 from ....fleet.health_queries import SEVERITIES
-from ....validation import as_choice, as_http_url, as_str, check_ca_file, is_loopback, no_unknown
+from ....validation import as_choice, as_http_url, as_str, as_tables, check_ca_file, is_loopback, no_unknown
 from .durations import parse_duration
 from .hub import path
 from .windows import scope_key
@@ -82,13 +82,8 @@ def load_gates(items: Any, azure: bool) -> tuple[GateSettings, ...]:
     ``azure-monitor`` gate needs it)."""
     if items is None:
         return ()
-    if not isinstance(items, list):
-        raise ConfigError("gates: must be an array of tables ([[gates]])")
     out: list[GateSettings] = []
-    for i, item in enumerate(items):
-        where = f"gates[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: must be a table")
+    for _, where, item in as_tables(items, "gates"):
         gate = _gate(item, where, azure)
         if any(g.name == gate.name for g in out):
             raise ConfigError(f"{where}.name: {gate.name!r} is another gate's name too")

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 from .... import notify
 from ....errors import ConfigError
-from ....validation import as_choice, as_http_url, as_str, is_loopback, no_unknown, public_url
+from ....validation import as_choice, as_http_url, as_str, as_tables, is_loopback, no_unknown, public_url
 
 DECISIONS = ("approve", "defer", "breach", "pause", "resume", "hold", "release", "acknowledge", "gate")
 EVENTS = ("scheduled", "started", "completed")  # what [[notify]] events = [...] may name
@@ -89,13 +89,8 @@ def load_notify(raw: Any) -> tuple[NotifySettings, ...]:
     """The ``[[notify]]`` tables; ConfigError naming the key otherwise."""
     if raw is None:
         return ()
-    if not isinstance(raw, list):
-        raise ConfigError("notify: must be an array of tables ([[notify]])")
     out = []
-    for i, t in enumerate(raw):
-        where = f"notify[{i}]"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{where}: must be a table")
+    for _, where, t in as_tables(raw, "notify"):
         fmt = as_choice(t.get("format", ""), f"{where}.format", FORMATS)
         out.append(_pager(t, where, fmt) if fmt in PAGERS else _chat(t, where, fmt))
     return tuple(out)

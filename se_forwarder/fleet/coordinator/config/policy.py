@@ -59,7 +59,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ....errors import ConfigError
-from ....validation import as_bool, as_choice, as_str, no_unknown
+from ....validation import as_bool, as_choice, as_str, as_tables, no_unknown
 from .durations import DAY, moment, parse_duration
 from .windows import Window, load_windows
 
@@ -239,15 +239,11 @@ def budget_kind(value: Any, where: str) -> str:
 
 
 def _budgets(items: Any) -> tuple[Budget, ...]:
-    if not isinstance(items, list):
-        raise ConfigError("budgets: must be an array of tables ([[budgets]])")
-    if not items:
+    tables = as_tables(items, "budgets")
+    if not tables:
         raise ConfigError("budgets: give at least one budget (e.g. scope = \"group\", max_unavailable = 1)")
     out: list[Budget] = []
-    for i, item in enumerate(items):
-        where = f"budgets[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: must be a table")
+    for _, where, item in tables:
         no_unknown(item, where, ("scope", "max_unavailable", "free_slot"))
         for key in ("scope", "max_unavailable"):
             if key not in item:
@@ -278,13 +274,8 @@ def _budget(kind: str, value: Any, where: str) -> Budget:
 
 
 def _blackouts(items: Any) -> tuple[Blackout, ...]:
-    if not isinstance(items, list):
-        raise ConfigError("blackouts: must be an array of tables ([[blackouts]])")
     out: list[Blackout] = []
-    for i, item in enumerate(items):
-        where = f"blackouts[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: must be a table")
+    for i, where, item in as_tables(items, "blackouts"):
         no_unknown(item, where, ("name", "days", "from", "to", "start", "end"))
         name = as_str(item.get("name", ""), f"{where}.name").strip() or f"blackout {i + 1}"
         weekly = {"days", "from", "to"} & item.keys()

@@ -37,7 +37,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ....errors import ConfigError
-from ....validation import as_bool, as_str, no_unknown
+from ....validation import as_bool, as_str, as_tables, no_unknown
 from .durations import DAY, human, moment, parse_duration
 
 KEYS = ("scope", "timezone", "rrule", "duration", "name", "blackout", "start", "end")
@@ -149,13 +149,8 @@ def load_windows(items: Any) -> tuple[Window, ...]:
     """``[[windows]]`` (module docstring); ConfigError naming the entry and key otherwise."""
     if items is None:
         return ()
-    if not isinstance(items, list):
-        raise ConfigError("windows: must be an array of tables ([[windows]])")
     out = []
-    for i, item in enumerate(items):
-        where = f"windows[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: must be a table")
+    for i, where, item in as_tables(items, "windows"):
         no_unknown(item, where, KEYS)
         out.append(_window(item, where, i))
     return tuple(out)
