@@ -64,6 +64,12 @@ class Processes:
         self.started.append((proc, log))
         return proc
 
+    def dump(self) -> None:
+        """Each process's log's end (a step failed: what each saw)."""
+        for proc, log in self.started:
+            tail = log.read_text(errors="replace")[-3000:]
+            print(f"--- {log.name} (running: {proc.poll() is None}) ---\n{tail}")
+
     def stop(self) -> None:
         for proc, _ in reversed(self.started):
             if proc.poll() is None:
@@ -153,9 +159,12 @@ def test_the_documented_coordinator_trial_registers_every_vm_and_refuses_nothing
             return metrics(url).get(prefix + "folded_total", {}).get(kind, 0.0)
 
         # The three VMs of the availability set report it, each signed with its registered key.
-        wait_for(lambda: folded("scheduled") >= 3, timeout=60, what="the Reboot folded from the web VMs")
+        wait_for(lambda: folded("scheduled") >= 3, timeout=120, what="the Reboot folded from the web VMs")
         seen = metrics(url)
         assert coordinator.poll() is None
+    except BaseException:
+        run.dump()
+        raise
     finally:
         run.stop()
     refused = seen[prefix + "refused_total"]

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from se_forwarder.fleet.coordinator.service import PASS_AT_LEAST
 from tests.azurite import find_binary
 from tests.support.waiting import wait_for
 
@@ -113,10 +114,17 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         for name, agent in fleet.agents.items():
             if name != SILENT:
                 agent.kill()
-        # every VM goes stale; the leader records that once (not-watched defers), then all is quiet
-        time.sleep(HEARTBEAT_TIMEOUT + 2)
+        # every VM goes stale; the leader records that once (not-watched defers), then all is quiet.
+        # Heartbeats read late (a loaded machine) make a VM stale later: wait for every one of them,
+        # then for the decision pass after that, so no decision is made after the digest is read.
+        stopped = {name for name in fleet.agents}
+        wait_for(lambda: stopped <= {u["name"] for u in standby.get("/v1/status")["unwatched"]},
+                 60, "every VM to be not watched")
+        time.sleep(2 * PASS_AT_LEAST)
         record["digest_before"] = quiet_digest(standby)
+        decided = len(fleet.decisions("ha"))
         assert standby.stop() == 0
+        record["decided_after_digest"] = len(fleet.decisions("ha")) - decided
 
         leader.start()  # from the snapshot the standby wrote at its clean stop, and the hub after it
         wait_for(lambda: role(leader) == "leader", 60, "the restarted instance to lead")
@@ -180,6 +188,7 @@ def test_no_approval_is_sent_twice_for_one_decision(faults: dict[str, Any]) -> N
 
 def test_a_restart_from_the_snapshot_rebuilds_the_same_fold(faults: dict[str, Any]) -> None:
     assert faults["restored_from_snapshot"]
+    assert faults["decided_after_digest"] == 0, "the fold changed after its digest was read"
     assert faults["digest_from_snapshot"] == faults["digest_before"]
 
 
