@@ -7,6 +7,7 @@ comes from Debian's systemd.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -53,14 +54,28 @@ def systemd_analyze() -> str:
 
 
 @pytest.fixture(scope="session")
-def bicep_docs() -> dict[str, dict]:
-    """Every .bicep file under bicep/, parsed by pycep-parser, keyed by its path under bicep/."""
-    proc = subprocess.run(
-        [str(tool("python")), "-c", _PARSE_BICEP, str(REPO / "bicep")],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+def bicep_docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every .bicep file under bicep/, parsed by pycep-parser, keyed by its path under bicep/.
+
+    Parsing them all costs about ten seconds of a core, so the test workers of one run share it:
+    the first parses (holding a lock) and leaves the result in the run's temporary folder, the
+    others read it."""
+    python = tool("python")
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # one folder for every worker of this run
+    with (shared / "bicep-parsed.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        parsed = shared / "bicep-parsed.json"
+        if parsed.exists():
+            return json.loads(parsed.read_text())
+        proc = subprocess.run([str(python), "-c", _PARSE_BICEP, str(REPO / "bicep")],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        written = shared / "bicep-parsed.json.part"
+        written.write_text(proc.stdout)
+        written.replace(parsed)
+        return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="session")
