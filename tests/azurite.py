@@ -50,7 +50,7 @@ class Azurite:
         self._lines: queue.Queue[str] = queue.Queue()
         self._drainer: threading.Thread | None = None
 
-    def start(self, timeout: float = 30.0) -> Azurite:
+    def start(self, timeout: float = 90.0) -> Azurite:
         if not self.binary:
             raise RuntimeError(f"azurite-{self.service} not found ({INSTALL_HINT})")
         self.proc = subprocess.Popen(
