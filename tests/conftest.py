@@ -45,3 +45,17 @@ def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
     workdir.mkdir()
     with Alertmanager(workdir, binary) as server:
         yield server
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that run a whole fleet (marked ``slow``, or under fleet_coordinator/) first, each
+    module's tests kept together and in order: the test workers (one module each at a time) then
+    start the longest ones early and fill the end of the run with short ones."""
+    def long(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is not None or "fleet_coordinator" in item.path.parts
+
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    ordered = sorted(modules.values(), key=lambda tests: not any(long(t) for t in tests))
+    items[:] = [item for tests in ordered for item in tests]
