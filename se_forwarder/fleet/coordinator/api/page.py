@@ -5,8 +5,12 @@ route                      what                                                 
 =========================  =========================================================  ==============
 ``GET /``                  the page (static HTML; no build step, nothing from a CDN)  no
 ``GET /page/static/*``     its script, style sheet and icon                           no
-``GET /page/v1/view``      the page's document (model.py), gzipped when asked         loopback or
+``GET /page/v1/view``      the page's document (view/page.py), gzipped when asked     loopback or
                                                                                       bearer
+``GET /page/v1/group``     ``?group=<name>&offset=0&limit=2000``: a page of one       loopback or
+                           group's VMs (view.page.group_view), 404 for no such group  bearer
+``GET /page/v1/search``    ``?q=<text>&limit=50``: the VMs whose name contains it     loopback or
+                           (view.page.search_view)                                    bearer
 =========================  =========================================================  ==============
 
 Read-only viewing is open to clients on loopback (127.0.0.0/8, ::1) unless ``[web]
@@ -15,8 +19,10 @@ The buttons call the control API (``POST /v1/pause`` ...) with the token the pag
 keeps in the browser tab's sessionStorage.
 
 The document is built on the service thread at most once a second (and at most a tenth of the
-time: 10,000 VMs take about 0.2 s, so their document is rebuilt every 2 s), whoever asks: any
-number of open pages cost the same.
+time: 100,000 VMs take about 0.5 s, so their document is rebuilt every 5 s), whoever asks: any
+number of open pages cost the same. Above view.page.INLINE_VMS VMs its groups are summarised, and a
+group's VMs and a search are read on the service thread from what the last document was made of
+(view.page.Context): a group costs its VMs, a search a look at every VM's name.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ import ipaddress
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..view.page import page_view
+from ..view.page import GROUP_PAGE, SEARCH_LISTED, Context, group_view, page_document, search_view
 from .tokens import TokenTable, bearer
 
 if TYPE_CHECKING:
@@ -68,18 +75,19 @@ class ViewCache:
         self.built = -1e9
         self.raw = self.packed = b""
         self.build_seconds = 0.0
+        self.context: Context | None = None
 
-    def _build(self) -> dict[str, Any]:
+    def _build(self) -> tuple[dict[str, Any], Context]:
         service = self.service
         describe = service.describe() if hasattr(service, "describe") else None
-        return page_view(service.state, service.policy, time.time(), describe)
+        return page_document(service.state, service.policy, time.time(), describe)
 
     def get(self) -> tuple[bytes, bytes]:
         with self.lock:
             if time.monotonic() - self.built < max(FRESH_FOR, self.build_seconds / BUSY_SHARE):
                 return self.raw, self.packed
             started = time.perf_counter()
-            document = self.service.submit(self._build).result(TIMEOUT)
+            document, self.context = self.service.submit(self._build).result(TIMEOUT)
             self.raw = json.dumps(document, separators=(",", ":")).encode("utf-8")
             self.packed = gzip.compress(self.raw, compresslevel=5)
             self.build_seconds = time.perf_counter() - started
@@ -104,20 +112,69 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
     def token_ok(request: Request) -> bool:
         return bearer(request, table) is not None
 
+    def refused(request: Request) -> Response | None:
+        """401 unless the client may view (loopback, or the bearer token)."""
+        local = open_on_loopback and is_loopback_client(request.client.host if request.client else None)
+        if local or token_ok(request):
+            return None
+        return JSONResponse({"error": "viewing from another host needs the bearer token"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer", **SECURITY_HEADERS})
+
+    def fail(message: str, code: int) -> Response:
+        return JSONResponse({"error": message}, status_code=code, headers=SECURITY_HEADERS)
+
+    async def from_context(request: Request, read: Callable[[Context], Any]) -> Response:
+        """``read`` of the last document's Context, on the service's thread, as JSON."""
+        try:
+            await asyncio.to_thread(cache.get)
+            context = cache.context
+            assert context is not None
+            reading = service.submit(lambda: read(context))
+            found = await asyncio.wait_for(asyncio.wrap_future(reading), TIMEOUT)
+        except TimeoutError:
+            return fail("the coordinator did not answer in time", 504)
+        if found is None:
+            return fail("no such group", 404)
+        raw = json.dumps(found, separators=(",", ":")).encode("utf-8")
+        headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding"}
+        if "gzip" in request.headers.get("accept-encoding", "") and len(raw) > 1024:
+            return Response(gzip.compress(raw, compresslevel=5), media_type="application/json",
+                            headers={**headers, "Content-Encoding": "gzip"})
+        return Response(raw, media_type="application/json", headers=headers)
+
+    async def group(request: Request) -> Response:
+        no = refused(request)
+        if no is not None:
+            return no
+        name = request.query_params.get("group", "")
+        offset = _number(request.query_params.get("offset", "0"), 10**9)
+        limit = _number(request.query_params.get("limit", str(GROUP_PAGE)), GROUP_PAGE)
+        if not name or offset is None or not limit:
+            return fail(f"group is required; offset a whole number, limit one from 1 to {GROUP_PAGE}", 400)
+        return await from_context(request, lambda context: group_view(context, name, offset, limit))
+
+    async def search(request: Request) -> Response:
+        no = refused(request)
+        if no is not None:
+            return no
+        text = request.query_params.get("q", "").strip()
+        limit = _number(request.query_params.get("limit", str(SEARCH_LISTED)), SEARCH_LISTED)
+        if not text or len(text) > 256 or not limit:
+            return fail(f"q is required (at most 256 characters); limit from 1 to {SEARCH_LISTED}", 400)
+        return await from_context(request, lambda context: search_view(context, text, limit))
+
     async def page(_request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8",
                             headers=SECURITY_HEADERS)
 
     async def view(request: Request) -> Response:
-        local = open_on_loopback and is_loopback_client(request.client.host if request.client else None)
-        if not local and not token_ok(request):
-            return JSONResponse({"error": "viewing from another host needs the bearer token"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer", **SECURITY_HEADERS})
+        no = refused(request)
+        if no is not None:
+            return no
         try:
             raw, packed = await asyncio.to_thread(cache.get)
         except TimeoutError:
-            return JSONResponse({"error": "the coordinator did not answer in time"}, status_code=504,
-                                headers=SECURITY_HEADERS)
+            return fail("the coordinator did not answer in time", 504)
         headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding",
                    "Server-Timing": f"build;dur={cache.build_seconds * 1000:.1f}"}
         if "gzip" in request.headers.get("accept-encoding", ""):
@@ -127,6 +184,11 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
 
     return [
         Route("/", page),
-        Route("/page/v1/view", view),
+        Route("/page/v1/view", view), Route("/page/v1/group", group), Route("/page/v1/search", search),
         Mount("/page/static", app=StaticFiles(directory=STATIC), name="page-static"),
     ]
+
+
+def _number(text: str, high: int) -> int | None:
+    """A whole number from 0 to ``high`` (None: not one)."""
+    return int(text) if text.isdigit() and len(text) <= 10 and int(text) <= high else None

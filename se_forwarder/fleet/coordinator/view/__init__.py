@@ -7,8 +7,8 @@ agent disagree), ``timeline`` (each VM's Scheduled, approved, Started and health
 
 from __future__ import annotations
 
+from .groups import groups
 from .page import page_view
-from .status import groups
 from .timeline import Span, down, peak, spans
 
 __all__ = [
