@@ -126,7 +126,8 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
     async def from_context(request: Request, read: Callable[[Context], Any]) -> Response:
         """``read`` of the last document's Context, on the service's thread, as JSON."""
         try:
-            await asyncio.to_thread(cache.get)
+            if cache.context is None:  # else the last one's, however old: a read does not build one
+                await asyncio.to_thread(cache.get)
             context = cache.context
             assert context is not None
             reading = service.submit(lambda: read(context))

@@ -10,6 +10,7 @@
   const POLL_HIDDEN_MS = 10000;
   const BIG_FLEET = 300; // above this many VMs, quiet groups start collapsed
   const NAMED_TILES = 60; // groups up to this size show VM names on their tiles
+  const QUIET_GROUPS = 100; // a summarised document's groups with every VM ok, drawn at first (then 100 more)
   const TOKEN_KEY = "se-coordinator-token";
 
   const $ = (id) => document.getElementById(id);
@@ -31,6 +32,7 @@
   const loading = new Set(); // groups being fetched
   const failed = new Map(); // group -> when its fetch last failed
   let found = null; // the last search's answer (summarised documents): {query, count, groups: Map}
+  let quietShown = QUIET_GROUPS; // how many quiet groups of a summarised document are drawn
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -204,12 +206,16 @@
     expand.disabled = doc.summarised;
     expand.title = doc.summarised ? "Groups are summarised in a fleet this large: open them one by one" : "";
     stats.lastRenderMs = performance.now() - started;
+    if (!stats.renders) stats.firstRenderMs = stats.lastRenderMs;
     stats.renders += 1;
     stats.lastVms = doc.fleet.vms;
     $("footer").textContent = `${doc.fleet.vms} VMs in ${doc.groups.length} groups · document ` +
       `${(stats.lastBytes / 1024).toFixed(0)} KB, fetched in ${stats.lastFetchMs.toFixed(0)} ms, ` +
       `rendered in ${stats.lastRenderMs.toFixed(0)} ms · as of ${doc.time}`;
     document.body.dataset.rendered = String(stats.renders);
+    if (stats.renders === 1) { // when the first render is on the screen, from the navigation's start
+      requestAnimationFrame(() => setTimeout(() => { stats.drawnMs = performance.now(); }, 0));
+    }
   }
 
   function renderTimeline() {
@@ -503,9 +509,14 @@
     let matches = 0, firstMatch = null;
     const keep = new Set();
     let prev = null;
+    let quiet = 0, quietVms = 0;
     doc.groups.forEach((g, gi) => {
       let hit = null;
       const open = isOpen(g, gi, needle);
+      if (doc.summarised && !needle && !open && !g.notable && !g.unavailable && !g.paused) {
+        quiet += 1; // every VM ok: the first quietShown of them are drawn
+        if (quiet > quietShown) { quietVms += g.size; return; }
+      }
       const d = open ? detailOf(g) : null;
       if (needle) {
         if (!d) return;
@@ -533,6 +544,10 @@
     for (const [name, node] of groupNodes) {
       if (!keep.has(name)) { node.remove(); groupNodes.delete(name); groupKeys.delete(name); }
     }
+    const hidden = quiet - Math.min(quiet, quietShown);
+    $("groups-more").hidden = !hidden;
+    $("groups-more").firstChild.textContent = hidden ? `${hidden} more group${hidden === 1 ? "" : "s"} with ` +
+      `every VM ok (${quietVms} VMs)` : "";
     if (needle && doc.summarised) {
       const count = found && found.query === search ? found.count : null;
       $("search-result").textContent = count === null ? "searching…" :
@@ -747,6 +762,7 @@
     $("expand-all").addEventListener("click", () => setAll(true));
     $("collapse-all").addEventListener("click", () => setAll(false));
     $("tl-range").addEventListener("change", renderTimeline);
+    $("more-groups").addEventListener("click", () => { quietShown += QUIET_GROUPS; renderGroups(); });
     document.addEventListener("pointerdown", (e) => { if (e.target.closest("button")) pressing = true; }, true);
     document.addEventListener("pointerup", released, true);
     document.addEventListener("pointercancel", released, true);
