@@ -131,7 +131,7 @@ def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation
     return sorted((g for g in out.values() if g["vms"] or not needle), key=lambda g: g["group"])
 
 
-@dataclass
+@dataclass(slots=True)
 class Summary:
     """One group's summary: its size, VMs unavailable, VMs per state, and its VMs worth a look."""
 

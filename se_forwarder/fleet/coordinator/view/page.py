@@ -27,8 +27,9 @@ A fleet of up to ``INLINE_VMS`` VMs travels whole: every group lists every VM (`
 false). A larger one is summarised: each group lists only its ``notable`` VMs (not ``ok``, agentless,
 or with findings: view/groups.py), at most LISTED_PER_GROUP of them and LISTED_IN_ALL in all, and no
 ``spans``; its ``counts`` and its timeline's ``spanCount``, ``started`` (Started spans) and
-``spanEnd`` (when its last span ended, null while one goes on) say the rest. So 100,000 VMs are a
-document of about a megabyte (a tenth of that gzipped), whatever happens to them. The page fetches a
+``spanEnd`` (when its last span ended, null while one goes on) say the rest; a key whose value is
+its ``LEFT_OUT`` one is left out of it (``unavailable`` 0, ``vms`` [], ...). So 100,000 VMs are a
+document of about a megabyte (a twentieth of that gzipped), whatever happens to them. The page fetches a
 group's VMs when it is opened (``group_view``: a page of them, with their spans) and the VMs a
 search names (``search_view``), from the ``Context`` of the last document.
 
@@ -73,6 +74,8 @@ LISTED_PER_GROUP = 60  # a summarised group's notable VMs listed, at most
 LISTED_IN_ALL = 3_000  # and all groups' together
 GROUP_PAGE = 2_000  # a group's VMs fetched at once, at most
 SEARCH_LISTED = 50  # VMs a search names, at most
+LEFT_OUT = {"unavailable": 0, "paused": False, "zonal": False, "notable": 0, "vms": [], "spans": [],
+            "down": [], "peak": 0, "spanCount": 0, "started": 0, "spanEnd": None}  # a summarised group's
 
 
 class Numbered:
@@ -143,6 +146,7 @@ def page_document(state: FleetState, policy: Policy, now: float, service: dict[s
             entry.update(line.group(keys, numbers))
         else:
             entry.update(line.summary(by_group.get(s.group, [])))
+            entry = {k: v for k, v in entry.items() if k not in LEFT_OUT or LEFT_OUT[k] != v}
         out_groups.append(entry)
     return ({"version": VERSION, "now": round(now, 3), "service": service, **st, "summarised": not whole,
              "events": events.items, "timeline": line.header(policy, numbers), "groups": out_groups}, context)

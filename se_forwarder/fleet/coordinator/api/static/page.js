@@ -12,6 +12,9 @@
   const NAMED_TILES = 60; // groups up to this size show VM names on their tiles
   const QUIET_GROUPS = 100; // a summarised document's groups with every VM ok, drawn at first (then 100 more)
   const TOKEN_KEY = "se-coordinator-token";
+  // A summarised group's keys left out of the document at these values (view/page.py LEFT_OUT).
+  const LEFT_OUT = { unavailable: 0, paused: false, zonal: false, notable: 0, vms: [], spans: [], down: [],
+    peak: 0, spanCount: 0, started: 0, spanEnd: null };
 
   const $ = (id) => document.getElementById(id);
   const stats = { renders: 0, lastRenderMs: 0, lastFetchMs: 0, lastBytes: 0, lastVms: 0, polls: 0, errors: 0 };
@@ -715,6 +718,7 @@
         const text = await reply.text();
         stats.lastBytes = text.length;
         doc = JSON.parse(text);
+        doc.groups = doc.groups.map((g) => ({ ...LEFT_OUT, ...g }));
         for (const g of doc.groups) g.vms = adopt(g.vms, doc.events);
         stats.lastFetchMs = performance.now() - started;
         fetchedAt = Date.now();
