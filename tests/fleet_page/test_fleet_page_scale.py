@@ -164,6 +164,25 @@ def test_the_document_is_gzipped_and_viewing_is_open_on_loopback_only(big) -> No
     assert not is_loopback_client("10.0.0.4") and not is_loopback_client(None)
 
 
+def test_a_group_s_vms_and_a_search_are_read_over_http_and_a_bad_request_is_told_why(big) -> None:
+    url, groups = big
+    members = groups[-1]
+    group = "tag/" + members[0]["tags"]["group"]
+    reply = HTTP.get(url + "/page/v1/group", params={"group": group}, timeout=30)
+    assert reply.status_code == 200 and reply.headers["Content-Security-Policy"].startswith("default-src")
+    assert sorted(v[0] for v in reply.json()["vms"]) == sorted(v["name"] for v in members)
+    found = HTTP.get(url + "/page/v1/search", params={"q": members[7]["name"]}, timeout=30).json()
+    assert found["count"] == 1 and found["groups"][0]["group"] == group
+    missing = HTTP.get(url + "/page/v1/group", params={"group": "tag/no-such-group"}, timeout=30)
+    assert (missing.status_code, missing.json()) == (404, {"error": "no such group"})
+    for path, params in (("group", {"group": group, "limit": "0"}),
+                         ("group", {"group": group, "limit": "3000"}),
+                         ("group", {"group": group, "offset": "-1"}), ("group", {}), ("search", {"q": ""}),
+                         ("search", {"q": "x" * 257}), ("search", {"q": "x", "limit": "51"})):
+        bad = HTTP.get(f"{url}/page/v1/{path}", params=params, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"], (path, params)
+
+
 class Settings:
     """What start_addons reads from ServiceSettings."""
 
@@ -190,6 +209,10 @@ def test_the_web_listener_serves_the_page_and_wants_its_own_token_off_loopback(t
         ok = HTTP.get(base + "/page/v1/view", timeout=10,
                       headers={"Authorization": "Bearer web-token-0123456789abcdef"})
         assert ok.status_code == 200 and ok.json()["fleet"]["vms"] == 20
+        for path in ("/page/v1/group?group=tag/web0", "/page/v1/search?q=web"):  # as the document
+            assert HTTP.get(base + path, timeout=10).status_code == 401
+            assert HTTP.get(base + path, timeout=10,
+                            headers={"Authorization": "Bearer web-token-0123456789abcdef"}).status_code == 200
         paused = HTTP.post(base + "/v1/pause", json={"scope": "fleet", "reason": "r", "actor": "person:t"},
                            headers={"Authorization": "Bearer web-token-0123456789abcdef"}, timeout=10)
         assert paused.status_code == 200 and paused.json()["decision"]["data"]["Scope"] == "fleet"
