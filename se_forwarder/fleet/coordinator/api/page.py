@@ -33,7 +33,7 @@ import ipaddress
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,9 +120,6 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
         return JSONResponse({"error": "viewing from another host needs the bearer token"},
                             status_code=401, headers={"WWW-Authenticate": "Bearer", **SECURITY_HEADERS})
 
-    def fail(message: str, code: int) -> Response:
-        return JSONResponse({"error": message}, status_code=code, headers=SECURITY_HEADERS)
-
     async def from_context(request: Request, read: Callable[[Context], Any]) -> Response:
         """``read`` of the last document's Context, on the service's thread, as JSON."""
         try:
@@ -133,36 +130,25 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
             reading = service.submit(lambda: read(context))
             found = await asyncio.wait_for(asyncio.wrap_future(reading), TIMEOUT)
         except TimeoutError:
-            return fail("the coordinator did not answer in time", 504)
+            return _fail("the coordinator did not answer in time", 504)
         if found is None:
-            return fail("no such group", 404)
+            return _fail("no such group", 404)
         raw = json.dumps(found, separators=(",", ":")).encode("utf-8")
         headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding"}
         if "gzip" in request.headers.get("accept-encoding", "") and len(raw) > 1024:
-            return Response(gzip.compress(raw, compresslevel=5), media_type="application/json",
-                            headers={**headers, "Content-Encoding": "gzip"})
+            headers["Content-Encoding"] = "gzip"
+            raw = gzip.compress(raw, compresslevel=5)
         return Response(raw, media_type="application/json", headers=headers)
 
-    async def group(request: Request) -> Response:
+    async def read(request: Request) -> Response:
+        """``/page/v1/group`` and ``/page/v1/search``."""
         no = refused(request)
         if no is not None:
             return no
-        name = request.query_params.get("group", "")
-        offset = _number(request.query_params.get("offset", "0"), 10**9)
-        limit = _number(request.query_params.get("limit", str(GROUP_PAGE)), GROUP_PAGE)
-        if not name or offset is None or not limit:
-            return fail(f"group is required; offset a whole number, limit one from 1 to {GROUP_PAGE}", 400)
-        return await from_context(request, lambda context: group_view(context, name, offset, limit))
-
-    async def search(request: Request) -> Response:
-        no = refused(request)
-        if no is not None:
-            return no
-        text = request.query_params.get("q", "").strip()
-        limit = _number(request.query_params.get("limit", str(SEARCH_LISTED)), SEARCH_LISTED)
-        if not text or len(text) > 256 or not limit:
-            return fail(f"q is required (at most 256 characters); limit from 1 to {SEARCH_LISTED}", 400)
-        return await from_context(request, lambda context: search_view(context, text, limit))
+        made = _read_of(request.url.path.rsplit("/", 1)[-1], request.query_params)
+        if isinstance(made, str):
+            return _fail(made, 400)
+        return await from_context(request, made)
 
     async def page(_request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8",
@@ -175,7 +161,7 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
         try:
             raw, packed = await asyncio.to_thread(cache.get)
         except TimeoutError:
-            return fail("the coordinator did not answer in time", 504)
+            return _fail("the coordinator did not answer in time", 504)
         headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding",
                    "Server-Timing": f"build;dur={cache.build_seconds * 1000:.1f}"}
         if "gzip" in request.headers.get("accept-encoding", ""):
@@ -185,7 +171,7 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
 
     return [
         Route("/", page),
-        Route("/page/v1/view", view), Route("/page/v1/group", group), Route("/page/v1/search", search),
+        Route("/page/v1/view", view), Route("/page/v1/group", read), Route("/page/v1/search", read),
         Mount("/page/static", app=StaticFiles(directory=STATIC), name="page-static"),
     ]
 
@@ -193,3 +179,26 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
 def _number(text: str, high: int) -> int | None:
     """A whole number from 0 to ``high`` (None: not one)."""
     return int(text) if text.isdigit() and len(text) <= 10 and int(text) <= high else None
+
+
+def _fail(message: str, code: int) -> Any:
+    """``{"error": message}`` with ``code``."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": message}, status_code=code, headers=SECURITY_HEADERS)
+
+
+def _read_of(kind: str, params: Mapping[str, str]) -> Callable[[Context], Any] | str:
+    """What ``/page/v1/<kind>`` reads from a Context, or why its parameters are wrong."""
+    if kind == "group":
+        name = params.get("group", "")
+        offset = _number(params.get("offset", "0"), 10**9)
+        limit = _number(params.get("limit", str(GROUP_PAGE)), GROUP_PAGE)
+        if not name or offset is None or not limit:
+            return f"group is required; offset a whole number, limit one from 1 to {GROUP_PAGE}"
+        return lambda context: group_view(context, name, offset, limit)
+    text = params.get("q", "").strip()
+    found = _number(params.get("limit", str(SEARCH_LISTED)), SEARCH_LISTED)
+    if not text or len(text) > 256 or not found:
+        return f"q is required (at most 256 characters); limit from 1 to {SEARCH_LISTED}"
+    return lambda context: search_view(context, text, found)
