@@ -103,7 +103,7 @@ def measure(vms: int, learned: bool, rollout: bool = False) -> list[tuple[str, s
     base_build, base = best_of(3, baseline)
     rows = [
         ("groups", f"{len(document['groups'])}"),
-        ("timeline spans", f"{sum(len(g['spans']) for g in document['groups'])}"),
+        ("timeline spans", f"{sum(g.get('spanCount', len(g.get('spans', ()))) for g in document['groups'])}"),
         ("groups summarised", "yes" if document["summarised"] else f"no (up to {INLINE_VMS} VMs)"),
         ("document build (server, best of 3)", f"{build * 1000:.0f} ms   (every VM in it: "
                                                f"{whole_build * 1000:.0f} ms; status+groups: "

@@ -150,12 +150,15 @@ def summarise(rows: Rows, listed: int | None) -> list[Summary]:
     (None) every VM. Costs a look at each VM's group, and the state of those not ``ok`` only."""
     out: dict[str, Summary] = {}
     vms, group_of, idx = rows.state.vms, rows.idx.group_of, rows.idx
+    zoned: set[str] = set()
     for key in idx.members:
         name = group_of[key]
         entry = out.get(name)
         if entry is None:
             entry = out[name] = Summary(name)
         entry.members.append(key)
+        if vms[key].zone:
+            zoned.add(name)
     found = rows.found
     flagged = rows.agentless | {k for k in (idx.fleet if found else ()) if vms[k].vm_id.lower() in found}
     notable = set(rows.ev.unavailable) | flagged
@@ -170,7 +173,7 @@ def summarise(rows: Rows, listed: int | None) -> list[Summary]:
             marked.setdefault(entry.group, []).append(key)
     for entry in out.values():
         entry.size = len(entry.members)
-        entry.zonal = any(vms[k].zone for k in entry.members)
+        entry.zonal = entry.group in zoned
         ok = entry.size - sum(entry.counts.values())
         if ok:
             entry.counts["ok"] = entry.counts.get("ok", 0) + ok
