@@ -145,14 +145,7 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
             found = await asyncio.wait_for(asyncio.wrap_future(reading), TIMEOUT)
         except TimeoutError:
             return _fail("the coordinator did not answer in time", 504)
-        if found is None:
-            return _fail("no such group", 404)
-        raw = json.dumps(found, separators=(",", ":")).encode("utf-8")
-        headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding"}
-        if "gzip" in request.headers.get("accept-encoding", "") and len(raw) > 1024:
-            headers["Content-Encoding"] = "gzip"
-            raw = gzip.compress(raw, compresslevel=5)
-        return Response(raw, media_type="application/json", headers=headers)
+        return _fail("no such group", 404) if found is None else _json(request, found)
 
     async def read(request: Request) -> Response:
         """``/page/v1/group`` and ``/page/v1/search``."""
@@ -195,6 +188,18 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
 def _number(text: str, high: int) -> int | None:
     """A whole number from 0 to ``high`` (None: not one)."""
     return int(text) if text.isdigit() and len(text) <= 10 and int(text) <= high else None
+
+
+def _json(request: Any, data: Any) -> Any:
+    """``data`` as JSON, gzipped when the client takes it and it is worth it."""
+    from starlette.responses import Response
+
+    raw = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding"}
+    if "gzip" in request.headers.get("accept-encoding", "") and len(raw) > 1024:
+        headers["Content-Encoding"] = "gzip"
+        raw = gzip.compress(raw, compresslevel=5)
+    return Response(raw, media_type="application/json", headers=headers)
 
 
 def _fail(message: str, code: int) -> Any:
