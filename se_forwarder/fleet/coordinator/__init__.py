@@ -43,7 +43,8 @@ from .fold.retention import Pruned, prune
 from .fold.snapshot import restore, snapshot
 from .fold.state import FleetState
 from .service import NotLeading, Service
-from .view.status import groups, status
+from .view.groups import groups
+from .view.status import status
 
 __all__ = [
     "OWN", "POLICY_SECTIONS", "Blackout", "Budget", "BudgetUse", "ControlRefused", "Decision", "DecisionPass",

@@ -5,8 +5,12 @@ route                      what                                                 
 =========================  =========================================================  ==============
 ``GET /``                  the page (static HTML; no build step, nothing from a CDN)  no
 ``GET /page/static/*``     its script, style sheet and icon                           no
-``GET /page/v1/view``      the page's document (model.py), gzipped when asked         loopback or
+``GET /page/v1/view``      the page's document (view/page.py), gzipped when asked     loopback or
                                                                                       bearer
+``GET /page/v1/group``     ``?group=<name>&offset=0&limit=2000``: a page of one       loopback or
+                           group's VMs (view.page.group_view), 404 for no such group  bearer
+``GET /page/v1/search``    ``?q=<text>&limit=50``: the VMs whose name contains it     loopback or
+                           (view.page.search_view)                                    bearer
 =========================  =========================================================  ==============
 
 Read-only viewing is open to clients on loopback (127.0.0.0/8, ::1) unless ``[web]
@@ -14,9 +18,14 @@ open_on_loopback = false``; from anywhere else the document needs a bearer token
 The buttons call the control API (``POST /v1/pause`` ...) with the token the page asks for and
 keeps in the browser tab's sessionStorage.
 
-The document is built on the service thread at most once a second (and at most a tenth of the
-time: 10,000 VMs take about 0.2 s, so their document is rebuilt every 2 s), whoever asks: any
-number of open pages cost the same.
+The document is built on the service thread at most once a second, and at most a tenth of the
+time (100,000 VMs take about 0.5 s on a quiet machine, so their document is rebuilt every 5 s),
+whoever asks: any number of open pages cost the same. The page's HTML, asked by someone who may
+view, starts a build that is due, so it is under way when the script asks for the document.
+
+Above view.page.INLINE_VMS VMs its groups are summarised, and a group's VMs and a search are read on
+the service thread from what the last document was made of (view.page.Context, however old: a read
+builds none): a group costs its VMs, a search a look at every VM's name.
 """
 
 from __future__ import annotations
@@ -25,17 +34,20 @@ import asyncio
 import gzip
 import ipaddress
 import json
+import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..view.page import page_view
+from ..view.page import GROUP_PAGE, SEARCH_LISTED, Context, group_view, page_document, search_view
 from .tokens import TokenTable, bearer
 
 if TYPE_CHECKING:
     from ..service import Service
 
+log = logging.getLogger("se_forwarder.coordinator.api")
 STATIC = Path(__file__).with_name("static")
 FRESH_FOR = 1.0  # s a built document is served again, at least
 BUSY_SHARE = 0.1  # at most this share of the service thread's time goes to building documents
@@ -68,18 +80,28 @@ class ViewCache:
         self.built = -1e9
         self.raw = self.packed = b""
         self.build_seconds = 0.0
+        self.context: Context | None = None
 
-    def _build(self) -> dict[str, Any]:
+    def _build(self) -> tuple[dict[str, Any], Context]:
         service = self.service
         describe = service.describe() if hasattr(service, "describe") else None
-        return page_view(service.state, service.policy, time.time(), describe)
+        return page_document(service.state, service.policy, time.time(), describe)
+
+    def warm(self) -> None:
+        """The document built now if it is due, unless a build is under way; never raises."""
+        if self.lock.locked():
+            return
+        try:
+            self.get()
+        except Exception:  # noqa: BLE001 - the page's own request for it says what went wrong
+            log.debug("building the page's document ahead failed", exc_info=True)
 
     def get(self) -> tuple[bytes, bytes]:
         with self.lock:
             if time.monotonic() - self.built < max(FRESH_FOR, self.build_seconds / BUSY_SHARE):
                 return self.raw, self.packed
             started = time.perf_counter()
-            document = self.service.submit(self._build).result(TIMEOUT)
+            document, self.context = self.service.submit(self._build).result(TIMEOUT)
             self.raw = json.dumps(document, separators=(",", ":")).encode("utf-8")
             self.packed = gzip.compress(self.raw, compresslevel=5)
             self.build_seconds = time.perf_counter() - started
@@ -104,20 +126,51 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
     def token_ok(request: Request) -> bool:
         return bearer(request, table) is not None
 
-    async def page(_request: Request) -> Response:
+    def refused(request: Request) -> Response | None:
+        """401 unless the client may view (loopback, or the bearer token)."""
+        local = open_on_loopback and is_loopback_client(request.client.host if request.client else None)
+        if local or token_ok(request):
+            return None
+        return JSONResponse({"error": "viewing from another host needs the bearer token"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer", **SECURITY_HEADERS})
+
+    async def from_context(request: Request, read: Callable[[Context], Any]) -> Response:
+        """``read`` of the last document's Context, on the service's thread, as JSON."""
+        try:
+            if cache.context is None:  # else the last one's, however old: a read does not build one
+                await asyncio.to_thread(cache.get)
+            context = cache.context
+            assert context is not None
+            reading = service.submit(lambda: read(context))
+            found = await asyncio.wait_for(asyncio.wrap_future(reading), TIMEOUT)
+        except TimeoutError:
+            return _fail("the coordinator did not answer in time", 504)
+        return _fail("no such group", 404) if found is None else _json(request, found)
+
+    async def read(request: Request) -> Response:
+        """``/page/v1/group`` and ``/page/v1/search``."""
+        no = refused(request)
+        if no is not None:
+            return no
+        made = _read_of(request.url.path.rsplit("/", 1)[-1], request.query_params)
+        if isinstance(made, str):
+            return _fail(made, 400)
+        return await from_context(request, made)
+
+    async def page(request: Request) -> Response:
+        if refused(request) is None:  # its script asks for the document next: have it built by then
+            asyncio.get_running_loop().run_in_executor(None, cache.warm)
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8",
                             headers=SECURITY_HEADERS)
 
     async def view(request: Request) -> Response:
-        local = open_on_loopback and is_loopback_client(request.client.host if request.client else None)
-        if not local and not token_ok(request):
-            return JSONResponse({"error": "viewing from another host needs the bearer token"},
-                                status_code=401, headers={"WWW-Authenticate": "Bearer", **SECURITY_HEADERS})
+        no = refused(request)
+        if no is not None:
+            return no
         try:
             raw, packed = await asyncio.to_thread(cache.get)
         except TimeoutError:
-            return JSONResponse({"error": "the coordinator did not answer in time"}, status_code=504,
-                                headers=SECURITY_HEADERS)
+            return _fail("the coordinator did not answer in time", 504)
         headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding",
                    "Server-Timing": f"build;dur={cache.build_seconds * 1000:.1f}"}
         if "gzip" in request.headers.get("accept-encoding", ""):
@@ -127,6 +180,46 @@ def page_routes(service: Service, tokens: TokenTable | list[str], open_on_loopba
 
     return [
         Route("/", page),
-        Route("/page/v1/view", view),
+        Route("/page/v1/view", view), Route("/page/v1/group", read), Route("/page/v1/search", read),
         Mount("/page/static", app=StaticFiles(directory=STATIC), name="page-static"),
     ]
+
+
+def _number(text: str, high: int) -> int | None:
+    """A whole number from 0 to ``high`` (None: not one)."""
+    return int(text) if text.isdigit() and len(text) <= 10 and int(text) <= high else None
+
+
+def _json(request: Any, data: Any) -> Any:
+    """``data`` as JSON, gzipped when the client takes it and it is worth it."""
+    from starlette.responses import Response
+
+    raw = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    headers = {**SECURITY_HEADERS, "Vary": "Accept-Encoding"}
+    if "gzip" in request.headers.get("accept-encoding", "") and len(raw) > 1024:
+        headers["Content-Encoding"] = "gzip"
+        raw = gzip.compress(raw, compresslevel=5)
+    return Response(raw, media_type="application/json", headers=headers)
+
+
+def _fail(message: str, code: int) -> Any:
+    """``{"error": message}`` with ``code``."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": message}, status_code=code, headers=SECURITY_HEADERS)
+
+
+def _read_of(kind: str, params: Mapping[str, str]) -> Callable[[Context], Any] | str:
+    """What ``/page/v1/<kind>`` reads from a Context, or why its parameters are wrong."""
+    if kind == "group":
+        name = params.get("group", "")
+        offset = _number(params.get("offset", "0"), 10**9)
+        limit = _number(params.get("limit", str(GROUP_PAGE)), GROUP_PAGE)
+        if not name or offset is None or not limit:
+            return f"group is required; offset a whole number, limit one from 1 to {GROUP_PAGE}"
+        return lambda context: group_view(context, name, offset, limit)
+    text = params.get("q", "").strip()
+    found = _number(params.get("limit", str(SEARCH_LISTED)), SEARCH_LISTED)
+    if not text or len(text) > 256 or not found:
+        return f"q is required (at most 256 characters); limit from 1 to {SEARCH_LISTED}"
+    return lambda context: search_view(context, text, found)

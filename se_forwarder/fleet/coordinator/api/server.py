@@ -53,7 +53,7 @@ from .. import observe
 from ..decide import control
 from ..decide.control import ControlRefused
 from ..decide.events import to_dict
-from ..view.status import groups
+from ..view.groups import groups
 from .tokens import TokenTable, bearer, read_tokens
 
 if TYPE_CHECKING:

@@ -94,7 +94,7 @@ def _finding(name: str, vm_id: str, field: str, agent: str, azure: str,
 
 def agentless(state: FleetState, idx: ScopeIndex) -> set[str]:
     """VMs Azure lists that no agent ever reported."""
-    return {k for k in idx.members if k in state.azure.vms and not agent_reported(state.vms[k])}
+    return {k for k in state.azure.vms if k in idx.fleet and not agent_reported(state.vms[k])}
 
 
 def summary(state: FleetState, idx: ScopeIndex, now: float) -> dict[str, Any] | None:

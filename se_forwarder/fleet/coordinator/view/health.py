@@ -30,9 +30,12 @@ def health(state: FleetState, evaluation: Evaluation) -> list[dict[str, Any]]:
     assert evaluation.index is not None
     late = {o.vm: o for o in evaluation.overdue}
     out = []
+    azure = bool(state.azure.health)
     for key in evaluation.index.members:
         vm = state.vms[key]
         reason = evaluation.unavailable.get(key)
+        if reason is None and not azure and vm.health != "unhealthy":
+            continue  # the common case, at a glance
         said = azure_health(state, key)
         event_id, since = None, None
         if vm.health == "unhealthy":

@@ -43,17 +43,7 @@ all but the ``first`` claimant.
 ``identities``: how many VMs have a registered key, the latest key changes (reinstalls, newest
 first) and keys registered for several VMs (fold/identities.py).
 
-``groups(state, policy, now, group=None, search=None)``: per group ``{"group", "size",
-"unavailable", "vms": [...]}`` with each VM ``{"name", "vmId", "resourceGroup", "zone",
-"faultDomain", "updateDomain", "state", "watched", "heartbeatAgeSeconds", "event"}``; ``state`` is
-``started``, ``due`` (started by Azure at its NotBefore, nobody reported it yet), ``approved``,
-``completed`` (within min_healthy), ``prepare-failed``, ``not-watched``, ``recovering``,
-``not-recovered``, ``unhealthy``, ``azure-unavailable`` (decide/availability.py),
-``pending`` (a Scheduled event affects it) or ``ok``; ``event`` is ``{"eventId", "eventType",
-"notBeforeUtc", "status", "said"}`` of the event behind that state (``said``: what the VM's agent
-and what Azure said of it, azure_view.said), or null; ``agentless``: Azure lists it and no agent
-ever reported; ``findings``: where its agent and Azure disagree (``"<field>: agent X, Azure Y"``).
-``search`` keeps the VMs whose name contains it (case-insensitive); groups with no VM left are omitted.
+The groups' VMs and their states are view/groups.py's.
 """
 
 from __future__ import annotations
@@ -68,8 +58,6 @@ from ..decide.queues import queue_conflicts
 from ..decide.scopes import ScopeIndex, last_heartbeat, resolve
 from ..fold.identities import recent_rekeys, shared_keys
 from ..fold.state import (
-    COMPLETED,
-    RANK_NAMES,
     SCHEDULED,
     STARTED,
     DecisionRecord,
@@ -235,78 +223,3 @@ def key_conflicts(state: FleetState) -> list[dict[str, Any]]:
     return [{"name": state.vms[vm].name if vm in state.vms else "", "vmId": vm,
              "keys": [c.keyid for c in conflict.candidates], "since": rfc3339_or_none(conflict.since)}
             for vm, conflict in sorted(state.conflicts.items())]
-
-
-def _event_ref(record: EventRecord, status: str) -> dict[str, Any]:
-    return {"eventId": record.event_id, "eventType": record.event_type,
-            "notBeforeUtc": rfc3339_or_none(record.not_before), "status": status}
-
-
-def _events_by_vm(state: FleetState, ev: Evaluation) -> dict[str, dict[str, Any]]:
-    """VM key -> the event behind its state: a started or approved one first, then a pending one."""
-    assert ev.index is not None
-    out: dict[str, dict[str, Any]] = {}
-    weight: dict[str, int] = {}
-    keys = list(state.open_events) + [k for k in state.settling if k in state.events]
-    for key in sorted(keys):
-        record = state.events[key]
-        if record.rank == STARTED or (record.ran and key in state.open_events):
-            status, w = "started", 4  # started, or ended for some VMs but not for all of them
-        elif key in state.open_events and is_due(state, record, ev.now):
-            status, w = "due", 4  # Azure starts it at its NotBefore, whoever approved it or not
-        elif record.rank == COMPLETED:
-            status, w = "completed", 2
-        elif ev.verdicts.get(key) is not None and ev.verdicts[key].code == "approved":
-            status, w = "approved", 3
-        else:
-            status, w = RANK_NAMES.get(record.rank, "unknown"), 1
-        for vm in resolve(state, ev.index, record).vms:
-            if w > weight.get(vm, 0):
-                weight[vm], out[vm] = w, _event_ref(record, status)
-    return out
-
-
-def groups(state: FleetState, policy: Policy, now: float, evaluation: Evaluation | None = None, *,
-           group: str | None = None, search: str | None = None, keys: bool = False) -> list[dict[str, Any]]:
-    """Per group, its VMs and their state (module docstring); ``keys``: each VM's fold key too."""
-    ev = evaluation if evaluation is not None else evaluate(state, policy, now)
-    assert ev.index is not None
-    idx, events = ev.index, _events_by_vm(state, ev)
-    not_watched = unwatched(state, policy, idx, now)
-    agentless = azure_view.agentless(state, idx)
-    found: dict[str, list[str]] = {}
-    for f in azure_view.findings(state, idx):
-        found.setdefault(f["vmId"].lower(), []).append(f"{f['field']}: agent {f['agent'] or '-'}, "
-                                                       f"Azure {f['azure'] or '-'}")
-    needle = search.lower() if search else None
-    out: dict[str, dict[str, Any]] = {}
-    for key in idx.members:
-        name = idx.group_of[key]
-        if group is not None and name != group:
-            continue
-        vm = state.vms[key]
-        entry = out.setdefault(name, {"group": name, "size": 0, "unavailable": 0, "vms": []})
-        entry["size"] += 1
-        entry["unavailable"] += key in ev.unavailable
-        if needle and needle not in vm.name.lower():
-            continue
-        reason = ev.unavailable.get(key)
-        event = events.get(key)
-        if reason is None and event is not None and event["status"] != "scheduled":
-            event = None  # completed longer than min_healthy ago
-        state_name = reason or ("pending" if event else "ok")
-        beat = last_heartbeat(state, idx, key)
-        if event is not None:
-            event = {**event, "said": azure_view.said(state, key, event["eventId"].lower())}
-        entry["vms"].append({
-            "name": vm.name, "vmId": vm.vm_id, "resourceGroup": vm.resource_group, "zone": vm.zone,
-            "faultDomain": vm.fault_domain, "updateDomain": vm.update_domain, "state": state_name,
-            "watched": key not in not_watched, "heartbeatAgeSeconds": _age(now, beat), "event": event,
-            "agentless": key in agentless, "findings": found.get(vm.vm_id.lower(), []),
-        })
-        if keys:
-            entry["vms"][-1]["key"] = key
-    result = [g for g in out.values() if g["vms"] or not needle]
-    for g in result:
-        g["vms"].sort(key=lambda v: (v["faultDomain"], v["updateDomain"], v["name"].lower()))
-    return sorted(result, key=lambda g: g["group"])

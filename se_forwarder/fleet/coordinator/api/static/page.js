@@ -1,5 +1,7 @@
 // The fleet page: polls /page/v1/view, renders it, counts down to each NotBefore, and sends the
 // buttons' requests to the control API with the bearer token kept in this tab's sessionStorage.
+// In a large fleet the document summarises its groups (doc.summarised): an open group's VMs come
+// from /page/v1/group, and the search box asks /page/v1/search, both again at every poll.
 // Plain DOM, no framework, no build step. Text from the coordinator is only ever set as textContent.
 "use strict";
 
@@ -8,7 +10,11 @@
   const POLL_HIDDEN_MS = 10000;
   const BIG_FLEET = 300; // above this many VMs, quiet groups start collapsed
   const NAMED_TILES = 60; // groups up to this size show VM names on their tiles
+  const QUIET_GROUPS = 100; // a summarised document's groups with every VM ok, drawn at first (then 100 more)
   const TOKEN_KEY = "se-coordinator-token";
+  // A summarised group's keys left out of the document at these values (view/page.py LEFT_OUT).
+  const LEFT_OUT = { unavailable: 0, paused: false, zonal: false, notable: 0, vms: [], spans: [], down: [],
+    peak: 0, spanCount: 0, started: 0, spanEnd: null };
 
   const $ = (id) => document.getElementById(id);
   const stats = { renders: 0, lastRenderMs: 0, lastFetchMs: 0, lastBytes: 0, lastVms: 0, polls: 0, errors: 0 };
@@ -25,6 +31,11 @@
   const groupNodes = new Map();
   let selected = null; // [groupIndex, vmIndex]
   let pollTimer = null;
+  const loaded = new Map(); // group -> its VMs fetched (summarised documents): {vms, spans, tlEvents, size}
+  const loading = new Set(); // groups being fetched
+  const failed = new Map(); // group -> when its fetch last failed
+  let found = null; // the last search's answer (summarised documents): {query, count, groups: Map}
+  let quietShown = QUIET_GROUPS; // how many quiet groups of a summarised document are drawn
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -194,20 +205,27 @@
     renderGroups();
     renderTimeline();
     renderDetail();
+    const expand = $("expand-all");
+    expand.disabled = doc.summarised;
+    expand.title = doc.summarised ? "Groups are summarised in a fleet this large: open them one by one" : "";
     stats.lastRenderMs = performance.now() - started;
+    if (!stats.renders) stats.firstRenderMs = stats.lastRenderMs;
     stats.renders += 1;
     stats.lastVms = doc.fleet.vms;
     $("footer").textContent = `${doc.fleet.vms} VMs in ${doc.groups.length} groups · document ` +
       `${(stats.lastBytes / 1024).toFixed(0)} KB, fetched in ${stats.lastFetchMs.toFixed(0)} ms, ` +
       `rendered in ${stats.lastRenderMs.toFixed(0)} ms · as of ${doc.time}`;
     document.body.dataset.rendered = String(stats.renders);
+    if (stats.renders === 1) { // when the first render is on the screen, from the navigation's start
+      requestAnimationFrame(() => setTimeout(() => { stats.drawnMs = performance.now(); }, 0));
+    }
   }
 
   function renderTimeline() {
     if (!doc) return;
     const started = performance.now();
     window.seTimeline.render($("timeline"), doc, { el, needle: search.toLowerCase(), big: doc.fleet.vms > BIG_FLEET,
-      range: Number($("tl-range").value) || 0, rerender: renderTimeline });
+      range: Number($("tl-range").value) || 0, rerender: renderTimeline, detail: detailOf });
     stats.lastTimelineMs = performance.now() - started;
   }
 
@@ -396,18 +414,96 @@
   }
 
   // Groups: rows are zones (zonal groups) or fault domains, columns fault (zonal) or update domains.
-  function groupKey(g, gi, open, needle) {
-    let key = `${gi}|${g.vms.length}|${open}|${needle}|${g.unavailable}|${g.paused}|${g.max}`;
-    if (!open) return key + "|" + g.vms.map((v) => `${v[4]}${v[8] ? "a" : ""}${v[9] ? "f" : ""}`).join(",");
-    for (const v of g.vms) key += `|${v[0]},${v[1]},${v[2]},${v[3]},${v[4]},${v[6]},${v[7]},${v[8]},${v[9]}`;
+  function groupKey(g, gi, open, needle, vms) {
+    let key = `${gi}|${g.size}|${open}|${needle}|${g.unavailable}|${g.paused}|${g.max}|${g.notable}|` +
+      JSON.stringify(g.counts || {}) + `|${vms ? vms.length : "-"}`;
+    if (!open || !vms) return key + "|" + g.vms.map((v) => `${v[4]}${v[8] ? "a" : ""}${v[9] ? "f" : ""}`).join(",");
+    for (const v of vms) {
+      key += `|${v[0]},${v[1]},${v[2]},${v[3]},${v[4]},${v[6] ? v[6].eventId + v[6].status : ""},${v[7]},${v[8]},${v[9]}`;
+    }
     return key;
   }
 
   function isOpen(g, gi, needle) {
     if (needle) return true;
     if (collapsed.has(g.group)) return !collapsed.get(g.group);
+    if (doc.summarised) return false; // its VMs are fetched when it is opened
     if (doc.fleet.vms <= BIG_FLEET) return true;
     return g.unavailable > 0 || g.vms.some((v) => v[4] !== "ok");
+  }
+
+  // A group's VMs and spans to draw: the document's, or (summarised) those fetched or found.
+  // null: not fetched yet (asked for now).
+  function detailOf(g) {
+    if (!doc.summarised) return { vms: g.vms, spans: g.spans, tlEvents: doc.timeline.events, size: g.size };
+    if (search) return found && found.query === search ? (found.groups.get(g.group) || null) : null;
+    const d = loaded.get(g.group);
+    if (!d) load(g.group);
+    return d || null;
+  }
+
+  // Rows of a fetched answer with their event (an index into its events) as the event itself.
+  function adopt(vms, events) {
+    return vms.map((v) => { const r = v.slice(); r[6] = v[6] >= 0 ? events[v[6]] : null; return r; });
+  }
+
+  function viewHeaders() { return token() ? { Authorization: `Bearer ${token()}` } : {}; }
+
+  async function fetchJson(url) {
+    const reply = await fetch(url, { headers: viewHeaders(), cache: "no-store" });
+    if (!reply.ok) return { status: reply.status, body: null };
+    return { status: reply.status, body: await reply.json() };
+  }
+
+  async function load(group) {
+    if (loading.has(group) || (failed.get(group) || 0) > Date.now() - POLL_MS) return;
+    loading.add(group);
+    try {
+      const { status, body } = await fetchJson(`/page/v1/group?group=${encodeURIComponent(group)}`);
+      if (body) {
+        loaded.set(group, { vms: adopt(body.vms, body.events), spans: body.spans, tlEvents: body.timelineEvents,
+          size: body.size });
+      } else {
+        failed.set(group, Date.now()); // asked again at the next poll, not at once
+        if (status === 404) loaded.delete(group);
+      }
+    } catch (e) {
+      stats.errors += 1;
+      failed.set(group, Date.now());
+    } finally {
+      loading.delete(group);
+    }
+    if (doc) redraw();
+  }
+
+  async function find(query) {
+    const started = performance.now();
+    try {
+      const { body } = await fetchJson(`/page/v1/search?q=${encodeURIComponent(query)}`);
+      if (!body || query !== search) return;
+      const groups = new Map();
+      for (const g of body.groups) {
+        groups.set(g.group, { vms: adopt(g.vms, body.events), spans: g.spans, tlEvents: body.timelineEvents,
+          size: g.vms.length });
+      }
+      found = { query, count: body.count, groups };
+      stats.lastFindMs = performance.now() - started;
+    } catch (e) {
+      stats.errors += 1;
+      return;
+    }
+    if (doc) redraw();
+  }
+
+  // At each poll of a summarised document: the open groups' VMs again, and the search.
+  function refresh() {
+    if (!doc || !doc.summarised) { loaded.clear(); found = null; return; }
+    for (const group of [...loaded.keys()]) {
+      const gi = doc.groups.findIndex((g) => g.group === group);
+      const open = gi >= 0 && (isOpen(doc.groups[gi], gi, "") || window.seTimeline.isOpen(group));
+      if (open) load(group); else loaded.delete(group);
+    }
+    if (search) find(search);
   }
 
   function renderGroups() {
@@ -416,21 +512,28 @@
     let matches = 0, firstMatch = null;
     const keep = new Set();
     let prev = null;
+    let quiet = 0, quietVms = 0;
     doc.groups.forEach((g, gi) => {
       let hit = null;
+      const open = isOpen(g, gi, needle);
+      if (doc.summarised && !needle && !open && !g.notable && !g.unavailable && !g.paused) {
+        quiet += 1; // every VM ok: the first quietShown of them are drawn
+        if (quiet > quietShown) { quietVms += g.size; return; }
+      }
+      const d = open ? detailOf(g) : null;
       if (needle) {
-        hit = g.vms.map((v) => v[0].toLowerCase().includes(needle));
+        if (!d) return;
+        hit = d.vms.map((v) => v[0].toLowerCase().includes(needle));
         const count = hit.filter(Boolean).length;
         matches += count;
         if (!count) return;
         if (firstMatch === null) firstMatch = [gi, hit.indexOf(true)];
       }
-      const open = isOpen(g, gi, needle);
-      const key = groupKey(g, gi, open, needle);
+      const key = groupKey(g, gi, open, needle, d && d.vms);
       keep.add(g.group);
       let node = groupNodes.get(g.group);
       if (!node || groupKeys.get(g.group) !== key) {
-        const fresh = groupNode(g, gi, open, hit);
+        const fresh = groupNode(g, gi, open, hit, d);
         if (node) node.replaceWith(fresh);
         node = fresh;
         groupNodes.set(g.group, node);
@@ -444,13 +547,28 @@
     for (const [name, node] of groupNodes) {
       if (!keep.has(name)) { node.remove(); groupNodes.delete(name); groupKeys.delete(name); }
     }
-    $("search-result").textContent = needle ? `${matches} VM${matches === 1 ? "" : "s"} match` : "";
+    const hidden = quiet - Math.min(quiet, quietShown);
+    $("groups-more").hidden = !hidden;
+    $("groups-more").firstChild.textContent = hidden ? `${hidden} more group${hidden === 1 ? "" : "s"} with ` +
+      `every VM ok (${quietVms} VMs)` : "";
+    if (needle && doc.summarised) {
+      const count = found && found.query === search ? found.count : null;
+      $("search-result").textContent = count === null ? "searching…" :
+        `${count} VM${count === 1 ? "" : "s"} match` + (count > matches ? ` (the first ${matches} shown)` : "");
+    } else {
+      $("search-result").textContent = needle ? `${matches} VM${matches === 1 ? "" : "s"} match` : "";
+    }
     if (needle && matches === 1 && firstMatch && (!selected || selected[0] !== firstMatch[0] || selected[1] !== firstMatch[1])) {
       selected = firstMatch;
     }
   }
 
-  function groupNode(g, gi, open, hit) {
+  function countsText(g) {
+    return Object.entries(g.counts || {}).filter(([k]) => k !== "ok").sort((a, b) => b[1] - a[1])
+      .map(([k, n]) => `${n} ${STATE_WORDS[k] || k}`).join(", ");
+  }
+
+  function groupNode(g, gi, open, hit, d) {
     const busy = g.vms.some((v) => v[4] !== "ok");
     const node = el("div", { class: `group${busy ? " busy" : ""}`, "data-group": g.group });
     const kind = g.paused ? "resume" : "pause";
@@ -463,25 +581,32 @@
     } },
     el("span", { class: "caret", text: open ? "▾" : "▸" }),
     el("span", { class: "name", text: g.label }),
-    el("span", { class: "muted", text: `${g.size} VMs · ${g.unavailable} unavailable${budget}${g.paused ? " · paused" : ""}` }),
+    el("span", { class: "muted", text: `${g.size} VMs · ${g.unavailable} unavailable${budget}${g.paused ? " · paused" : ""}` +
+      (doc.summarised && countsText(g) ? ` · ${countsText(g)}` : "") }),
     el("span", { class: "spacer" }),
     el("button", { class: "small", type: "button", text: g.paused ? "Resume group" : "Pause group",
       onclick: () => act(kind, { scope: g.scope }, `${g.paused ? "Resume" : "Pause"} group ${g.label}`, "") }));
     node.append(head);
-    if (!open) {
+    if (!open || !d) {
       // A collapsed group shows one strip of its non-ok VMs, so trouble is visible at a glance.
+      node.rows = g.vms;
       const strip = el("div", { class: "strip", style: "padding:0 10px 6px" });
       g.vms.forEach((v, vi) => { if (v[4] !== "ok" || v[9]) strip.append(tile(v, gi, vi, false, false)); });
+      const more = (g.notable || 0) - g.vms.length;
+      if (more > 0) strip.append(el("span", { class: "muted", text: ` and ${more} more: open the group` }));
       if (strip.childNodes.length) node.append(strip);
+      if (open) node.append(el("div", { class: "muted loading", style: "padding:0 10px 6px", text: "loading its VMs…" }));
       return node;
     }
+    const vms = d.vms;
+    node.rows = vms;
     const rowsOf = (v) => (g.zonal ? `zone ${v[1] || "-"}` : `FD ${v[2] || "-"}`);
     const colsOf = (v) => (g.zonal ? `FD ${v[2] || "-"}` : `UD ${v[3] || "-"}`);
-    const rows = [...new Set(g.vms.map(rowsOf))].sort();
-    const cols = [...new Set(g.vms.map(colsOf))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+    const rows = [...new Set(vms.map(rowsOf))].sort();
+    const cols = [...new Set(vms.map(colsOf))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
     const cells = new Map();
-    const named = g.vms.length <= NAMED_TILES;
-    g.vms.forEach((v, vi) => {
+    const named = vms.length <= NAMED_TILES;
+    vms.forEach((v, vi) => {
       const k = rowsOf(v) + "|" + colsOf(v);
       if (!cells.has(k)) cells.set(k, []);
       cells.get(k).push(tile(v, gi, vi, named, hit ? hit[vi] : false));
@@ -493,6 +618,9 @@
         ...cols.map((c) => el("td", null, ...(cells.get(r + "|" + c) || [])))));
     }
     node.append(table);
+    if (!search && d.size > vms.length) {
+      node.append(el("div", { class: "muted", style: "padding:0 10px 6px", text: `the first ${vms.length} of ${d.size} VMs` }));
+    }
     return node;
   }
 
@@ -507,7 +635,7 @@
       "data-agentless": v[8] ? "1" : null, "data-finding": v[9] || null });
     if (named) {
       node.append(v[0]);
-      const event = v[6] >= 0 ? doc.events[v[6]] : null;
+      const event = v[6];
       if (event && state === "pending") node.append(el("small", null, countdown(event.notBeforeUtc)));
     }
     return node;
@@ -515,7 +643,9 @@
 
   function vmAt(i) {
     const g = doc.groups[i[0]];
-    return g ? [g, g.vms[i[1]]] : [null, null];
+    const node = g && groupNodes.get(g.group);
+    const rows = node && node.rows ? node.rows : (g ? g.vms : []);
+    return g ? [g, rows[i[1]]] : [null, null];
   }
 
   function describeVm(g, v) {
@@ -534,7 +664,7 @@
     if (!selected || !doc) { box.hidden = true; return; }
     const [g, v] = vmAt(selected);
     if (!v) { box.hidden = true; return; }
-    const event = v[6] >= 0 ? doc.events[v[6]] : null;
+    const event = v[6];
     box.replaceChildren(el("div", { class: "card" },
       el("strong", { text: describeVm(g, v) }),
       event ? el("div", null, `${event.eventType} ${event.status} `, countdown(event.notBeforeUtc),
@@ -577,8 +707,7 @@
     stats.polls += 1;
     const started = performance.now();
     try {
-      const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
-      const reply = await fetch("/page/v1/view", { headers, cache: "no-store" });
+      const reply = await fetch("/page/v1/view", { headers: viewHeaders(), cache: "no-store" });
       if (reply.status === 401) {
         $("footer").textContent = "Viewing from another host needs the token: press Token.";
         stats.errors += 1;
@@ -589,10 +718,13 @@
         const text = await reply.text();
         stats.lastBytes = text.length;
         doc = JSON.parse(text);
+        doc.groups = doc.groups.map((g) => ({ ...LEFT_OUT, ...g }));
+        for (const g of doc.groups) g.vms = adopt(g.vms, doc.events);
         stats.lastFetchMs = performance.now() - started;
         fetchedAt = Date.now();
         skew = doc.now - fetchedAt / 1000;
         redraw();
+        refresh();
       }
     } catch (e) {
       stats.errors += 1;
@@ -602,7 +734,7 @@
   }
 
   function setAll(open) {
-    if (!doc) return;
+    if (!doc || (open && doc.summarised)) return;
     for (const g of doc.groups) collapsed.set(g.group, !open);
     groupKeys.clear();
     const started = performance.now();
@@ -617,6 +749,7 @@
       timer = setTimeout(() => {
         search = e.target.value.trim();
         if (!doc) return;
+        if (search && doc.summarised) find(search);
         const started = performance.now();
         renderGroups();
         renderTimeline();
@@ -633,6 +766,7 @@
     $("expand-all").addEventListener("click", () => setAll(true));
     $("collapse-all").addEventListener("click", () => setAll(false));
     $("tl-range").addEventListener("change", renderTimeline);
+    $("more-groups").addEventListener("click", () => { quietShown += QUIET_GROUPS; renderGroups(); });
     document.addEventListener("pointerdown", (e) => { if (e.target.closest("button")) pressing = true; }, true);
     document.addEventListener("pointerup", released, true);
     document.addEventListener("pointercancel", released, true);

@@ -3,7 +3,9 @@
 // group's header its budget line: VMs down at each moment against the group's max_unavailable, and
 // above the groups a row per gate that was closed, a bar for each closed period. SVG with percentage
 // coordinates, so nothing is measured; text from the coordinator is only ever set as textContent.
-// page.js calls window.seTimeline.render(box, doc, options) after each poll.
+// page.js calls window.seTimeline.render(box, doc, options) after each poll. A summarised document's
+// groups carry no spans, only how many (spanCount, started, spanEnd): an open group's VM rows are
+// drawn from what options.detail(g) gives (its VMs fetched by page.js), once it has them.
 "use strict";
 
 (function () {
@@ -116,9 +118,9 @@
       el("span", { class: "tl-label", text: `gate ${name}`, title: `gate ${name} (${scope})` }), track);
   }
 
-  function vmRow(el, doc, g, vi, mine, ax) {
-    const name = g.vms[vi][0];
-    const kinds = doc.timeline.kinds, events = doc.timeline.events;
+  function vmRow(el, doc, d, vi, mine, ax) {
+    const name = d.vms[vi][0];
+    const kinds = doc.timeline.kinds, events = d.tlEvents;
     const track = svg("svg", { class: "tl-track", height: ROW });
     const marked = new Set();
     for (const [, k, start, end, e] of mine) {
@@ -151,7 +153,7 @@
       el("span", { class: "caret" }), el("span", { class: "name" }), el("span"));
       heads.set(g.group, node);
     }
-    const started = g.spans.filter((s) => doc.timeline.kinds[s[1]] === "started").length;
+    const started = doc.summarised ? g.started : g.spans.filter((s) => doc.timeline.kinds[s[1]] === "started").length;
     const [caret, name, summary] = node.children;
     node.dataset.open = open ? "1" : "0";
     caret.textContent = open ? "▾" : "▸";
@@ -162,46 +164,56 @@
     return node;
   }
 
-  function groupNode(el, doc, g, ax, open, rows, rerender) {
+  function groupNode(el, doc, g, d, ax, open, rows, rerender) {
     const node = el("div", { class: "tl-group", "data-group": g.group, "data-peak": String(g.peak),
       "data-max": g.max === null ? "" : String(g.max), "data-open": open ? "1" : "0" });
     node.append(head(el, doc, g, open, rerender));
     node.append(downRow(el, g, ax));
-    if (open) {
+    if (open && !d) {
+      node.append(el("div", { class: "tl-row muted", text: "loading its VMs…" }));
+    } else if (open) {
       const byRow = new Map();
-      for (const s of g.spans) {
+      for (const s of d.spans) {
         if (!byRow.has(s[0])) byRow.set(s[0], []);
         byRow.get(s[0]).push(s);
       }
       // Rows in the order the VMs went down (a rollout reads as a staircase), then by name.
       const first = new Map();
-      for (const [vi, k, start] of g.spans) {
+      for (const [vi, k, start] of d.spans) {
         if (doc.timeline.kinds[k] !== "scheduled") first.set(vi, Math.min(start, first.get(vi) ?? Infinity));
       }
       const order = (vi) => first.get(vi) ?? Infinity;
-      const sorted = [...rows].sort((a, b) => order(a) - order(b) || g.vms[a][0].localeCompare(g.vms[b][0]));
-      for (const vi of sorted) node.append(vmRow(el, doc, g, vi, byRow.get(vi) || [], ax));
+      const sorted = [...(rows || d.vms.map((_, vi) => vi))]
+        .sort((a, b) => order(a) - order(b) || d.vms[a][0].localeCompare(d.vms[b][0]));
+      for (const vi of sorted) node.append(vmRow(el, doc, d, vi, byRow.get(vi) || [], ax));
     }
     return node;
   }
 
+  function isOpen(group) { return opened.get(group) === true; }
+
   // options: {el, needle, big (quiet groups are left out, and groups start collapsed), range (s or 0),
-  // rerender}
+  // rerender, detail (g -> {vms, spans, tlEvents} to draw an open group's rows from, or null)}
   function render(box, doc, options) {
-    const { el, needle, big, range, rerender } = options;
+    const { el, needle, big, range, rerender, detail } = options;
     const ax = axis(doc, range);
     const shown = [];
     let quiet = 0;
     for (const g of doc.groups) {
-      let rows = g.vms.map((_, vi) => vi);
+      let rows = null; // every VM of what detail gives
+      let d = null;
       if (needle) {
-        rows = rows.filter((vi) => g.vms[vi][0].toLowerCase().includes(needle));
+        d = detail(g);
+        if (!d) continue;
+        rows = d.vms.map((_, vi) => vi).filter((vi) => d.vms[vi][0].toLowerCase().includes(needle));
         if (!rows.length) continue;
       }
-      const live = g.spans.some((s) => s[3] === null || s[3] > ax.t0);
+      const live = doc.summarised ? g.spanCount > 0 && (g.spanEnd === null || g.spanEnd > ax.t0)
+        : g.spans.some((s) => s[3] === null || s[3] > ax.t0);
       if (big && !live && !needle) { quiet += 1; continue; }
       const open = needle ? true : (opened.has(g.group) ? opened.get(g.group) : !big);
-      shown.push(groupNode(el, doc, g, ax, open, rows, rerender));
+      if (open && !d) d = detail(g);
+      shown.push(groupNode(el, doc, g, d, ax, open, rows, rerender));
     }
     const drawn = new Set(shown.map((n) => n.dataset.group));
     for (const group of [...heads.keys()]) if (!drawn.has(group)) heads.delete(group);
@@ -212,5 +224,5 @@
     box.replaceChildren(...parts);
   }
 
-  window.seTimeline = { render };
+  window.seTimeline = { render, isOpen };
 })();
