@@ -31,7 +31,8 @@ REASON_CHARS = 300
 _RANK = {"": 0, "healthy": 1, "unknown": 2, "unhealthy": 3}
 
 
-def verdict(state: FleetState, vm: Vm, data: dict[str, Any], capped: Counter[str], *, tie: bool = False) -> None:
+def verdict(state: FleetState, vm: Vm, data: dict[str, Any], capped: Counter[str], *,
+            tie: bool = False) -> None:
     """The VM's verdict from its newest heartbeat's ``data`` (module docstring). ``tie``: a heartbeat
     of the same time as the one read last: the worse of the two is kept, so any order gives one."""
     health = data.get("Health")
