@@ -13,7 +13,8 @@ the outcome when it comes by (``poll``):
   that cannot be read is the service's problem, not the storage account's: logged as an error,
   tried again after the longest backoff.
 - ``load()``: the last snapshot is downloaded and restored in the background (creating the
-  container first, at the first load); ``poll`` hands over the result once. A container that
+  container first, at the first load), with its digest made (view/digest.py); ``poll`` hands over
+  the result once. A container that
   cannot be made (no such account, a bad name) is logged as an error at each attempt.
   While the storage account does not answer, it is tried again (5 s doubling to 30 s): until
   then the service knows nothing it could act on, and it cannot hold the lease anyway. A
@@ -41,6 +42,7 @@ from ....errors import SeForwarderError, StateError
 from ..azure.reach import Reach, begin, describe_error
 from ..fold.state import FleetState
 from ..input.hub_reader import Position
+from ..view.digest import Digest
 from .snapshot_blob import SNAPSHOT_DEADLINE, Packed, Snapshot, SnapshotBlob
 
 log = logging.getLogger("se_forwarder.coordinator")
@@ -56,6 +58,13 @@ class Loaded:
     found: Snapshot | None  # None: no usable snapshot, the hub is read from the start
     refused: bool = False  # there was one, not usable (said in one line)
     blocked: str = ""  # why the instance must not act on this fold (a rolled-back snapshot)
+
+
+def digested(loaded: Loaded) -> Loaded:
+    """``loaded`` with its fold's digest made (view/digest.py), on the load's thread: the first look
+    at 100,000 VMs hashes each record (seconds), which the service's loop then need not."""
+    Digest().of(loaded.state)
+    return loaded
 
 
 class Generations(Protocol):
@@ -176,7 +185,7 @@ class Keeper:
 
     def _start_load(self) -> None:
         before, self._load_before = self._load_before, None
-        self._loading = begin(lambda: self._load(before), "coordinator-load")
+        self._loading = begin(lambda: digested(self._load(before)), "coordinator-load")
 
     def _load(self, before: Callable[[], None] | None) -> Loaded:
         if before is not None:
