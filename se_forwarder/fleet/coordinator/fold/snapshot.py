@@ -189,7 +189,8 @@ def lines(state: FleetState) -> Iterator[bytes]:
     yield _line("columns", {"vm": VM_COLUMNS})
     yield _line("azure", azure_state.dump_rest(azure))
     yield from _batches("azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms)))
-    yield from _batches("azure-events", (azure_state.event_data(azure.events[k]) for k in sorted(azure.events)))
+    yield from _batches("azure-events", (azure_state.event_data(azure.events[k])
+                                         for k in sorted(azure.events)))
     yield from _batches("vms", (vm_row(state.vms[k]) for k in sorted(state.vms)))
     yield from _batches("events", (event_data(state.events[k]) for k in sorted(state.events)))
     yield from _batches("groups", iter(state.groups.components()))
@@ -201,7 +202,8 @@ def lines(state: FleetState) -> Iterator[bytes]:
     yield from _batches("waiting", iter(held.items()))
     yield _line("waitingLeftOut", left_out)
     yield from _batches("confirmed", ([k, confirmed_data(state, k)] for k in sorted(state.confirmed)))
-    yield from _batches("decisions", ([d.id, d.kind, d.time, d.data] for _, d in sorted(state.decisions.items())))
+    yield from _batches("decisions", ([d.id, d.kind, d.time, d.data]
+                                      for _, d in sorted(state.decisions.items())))
 
 
 def _batches(tag: str, records: Iterator[Any]) -> Iterator[bytes]:
