@@ -104,9 +104,11 @@ def from_data(value: Any) -> Placement:
     if not isinstance(value, list) or len(value) != 8 or not all(isinstance(v, str) for v in value[:7]):
         raise ValueError("not a placement")
     tags = value[7]
-    if not isinstance(tags, list) or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str)
-                                                                                          for x in t)
-                                             for t in tags):
+    if not isinstance(tags, list):
+        raise ValueError("not a placement's tags")
+    if not tags:  # almost every VM's
+        return (value[0], value[1], value[2], value[3], value[4], value[5], value[6], ())
+    if not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t) for t in tags):
         raise ValueError("not a placement's tags")
     return (value[0], value[1], value[2], value[3], value[4], value[5], value[6],
             tuple(sorted((str(k), str(v)) for k, v in tags)))

@@ -44,6 +44,7 @@ from .state import (
     EventRecord,
     FleetState,
     Identity,
+    Placement,
     Rekey,
     Stamp,
     Vm,
@@ -128,7 +129,14 @@ def vm_row(vm: Vm) -> list[Any]:
             dict(sorted(vm.tags.items())) if vm.tags else {}, _stamp(vm.topology_stamp), vm.last_heartbeat,
             _num(vm.last_heard), vm.agent_version, list(vm.listed), vm.polled, vm.health, vm.health_reason,
             None if vm.placed is None else [inventory.as_data(vm.placed), *vm.placed_stamp],
-            sorted([name, rid, t] for (name, rid), t in vm.claims.items())]
+            _claims(vm.claims)]
+
+
+def _claims(claims: dict[tuple[str, str], float]) -> list[list[Any]]:
+    if len(claims) == 1:  # a real VM's one name and resourceId
+        for (name, rid), t in claims.items():
+            return [[name, rid, t]]
+    return sorted([name, rid, t] for (name, rid), t in claims.items())
 
 
 def event_data(e: EventRecord) -> dict[str, Any]:
@@ -271,6 +279,7 @@ class Restorer:
     def __init__(self) -> None:
         self.state = FleetState()
         self.keys: dict[str, str] = {}  # every VM key once (events name their reporters by key)
+        self.places: dict[Placement, Placement] = {}  # each placement once (VMs of a group share theirs)
         self.made: list[DecisionRecord] = []
         self.vm_columns: tuple[str, ...] = VM_COLUMNS
 
@@ -315,7 +324,8 @@ class Restorer:
         )
         if item.get("placed"):
             where, moment, ident = item["placed"]
-            vm.placed, vm.placed_stamp = inventory.from_data(where), (float(moment), str(ident))
+            place = inventory.from_data(where)
+            vm.placed, vm.placed_stamp = self.places.setdefault(place, place), (float(moment), str(ident))
         elif "placed" not in item and vm.topology_stamp != NO_STAMP:  # written before the inventory was kept
             vm.placed, vm.placed_stamp = inventory.placement(vm), vm.topology_stamp
         self.state.vms[vm.key] = vm
