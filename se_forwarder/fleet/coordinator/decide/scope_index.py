@@ -219,17 +219,7 @@ class ScopeIndex:
                     del self.kind_of[scope]
                     self.budget_of.pop(scope, None)
             del self.budget_scopes_of[key]
-            lowered = renamed.get(key, self.name_of.get(key, ""))
-            bucket = self.names[group]
-            keys = bucket[lowered]
-            keys.remove(key)
-            if len(keys) < 2:
-                self.dup_names.discard((group, lowered))
-            if not keys:
-                del bucket[lowered]
-                if not bucket:
-                    del self.names[group]
-            self.changed_at[group] = self.generation
+            self._unname(key, group, renamed.get(key, self.name_of.get(key, "")))
             if key in ends:
                 code = self.queues.remove(key)
                 if code is not None:
@@ -243,7 +233,6 @@ class ScopeIndex:
         a learned group named anew): only the scopes named after the group change, each counted out
         of the old and into the new; the VMs' other scopes, names, queues and claims stay as counted."""
         sizes, inventory, kind_of, budget_of = self.size, self.inventory, self.kind_of, self.budget_of
-        names = self.names
         intern = sys.intern
         for key in keys:
             old, new = self.group_of[key], intern(groups[key])
@@ -280,20 +269,29 @@ class ScopeIndex:
             if self.budget_scopes_of[key]:
                 self.budget_scopes_of[key] = tuple(s for s in scopes if s in budget_of)
             lowered = self.name_of.get(key, "")
-            bucket = names[old]
-            bearers = bucket[lowered]
-            bearers.remove(key)
-            if len(bearers) < 2:
-                self.dup_names.discard((old, lowered))
-            if not bearers:
-                del bucket[lowered]
-                if not bucket:
-                    del names[old]
-            bearers = names.setdefault(new, {}).setdefault(lowered, [])
-            bearers.append(key)
-            if len(bearers) > 1:
-                self.dup_names.add((new, lowered))
-            self.changed_at[old] = self.changed_at[new] = self.generation
+            self._unname(key, old, lowered)
+            self._name(key, new, lowered)
+
+    def _name(self, key: str, group: str, lowered: str) -> None:
+        """``key`` goes by ``lowered`` in ``group``."""
+        keys = self.names.setdefault(group, {}).setdefault(lowered, [])
+        keys.append(key)
+        if len(keys) > 1:
+            self.dup_names.add((group, lowered))
+        self.changed_at[group] = self.generation
+
+    def _unname(self, key: str, group: str, lowered: str) -> None:
+        """``key`` no longer goes by ``lowered`` in ``group``."""
+        bucket = self.names[group]
+        keys = bucket[lowered]
+        keys.remove(key)
+        if len(keys) < 2:
+            self.dup_names.discard((group, lowered))
+        if not keys:
+            del bucket[lowered]
+            if not bucket:
+                del self.names[group]
+        self.changed_at[group] = self.generation
 
     def _groups(self, state: FleetState, policy: Policy, everyone: set[str]) -> dict[str, str]:
         """The group of each VM of ``everyone`` that is in the fleet (``everyone`` holds whole
@@ -344,12 +342,7 @@ class ScopeIndex:
                     budget_of[scope] = by_kind[kind]
                     budgeted.append(scope)
             self.budget_scopes_of[key] = tuple(budgeted)
-            lowered = self.name_of[key]
-            keys = self.names.setdefault(group, {}).setdefault(lowered, [])
-            keys.append(key)
-            if len(keys) > 1:
-                self.dup_names.add((group, lowered))
-            self.changed_at[group] = self.generation
+            self._name(key, group, self.name_of[key])
             if key in ends:
                 code = self.queues.add(key, queue_of(template, vm.name, vm.vm_id) if vm.name else None)
                 if code is not None:

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..fold import azure_state
+from ..fold.encoding import encode
 from ..fold.snapshot import (
     confirmed_data,
     conflicts_data,
-    encode,
     event_data,
     identity_data,
     rekeyed_data,
