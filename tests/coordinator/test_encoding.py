@@ -1,4 +1,4 @@
-"""The snapshot's and the digest's JSON (fold/encoding.py): what the standard library reads back is
+"""The snapshot's and the digest's JSON (fold/snapshot.encode): what the standard library reads back is
 the value written, whatever it holds, and the canonical form does not depend on the order of members."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator.fold.encoding import encode
+from se_forwarder.fleet.coordinator.fold.snapshot import encode
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)

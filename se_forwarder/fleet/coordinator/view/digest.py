@@ -21,15 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..fold import azure_state
-from ..fold.encoding import encode
-from ..fold.snapshot import (
-    confirmed_data,
-    conflicts_data,
-    event_data,
-    identity_data,
-    rekeyed_data,
-    vm_row,
-)
+from ..fold.identities import conflicts_data, identity_data, rekeyed_data
+from ..fold.snapshot import confirmed_data, encode, event_data, vm_row
 from ..fold.state import FleetState, Journal
 
 MOD = 1 << 128
