@@ -116,11 +116,8 @@ def vm_row(vm: Vm) -> list[Any]:
             _claims(vm.claims)]
 
 
-def _claims(claims: dict[tuple[str, str], float]) -> list[list[Any]]:
-    if len(claims) == 1:  # a real VM's one name and resourceId
-        for (name, rid), t in claims.items():
-            return [[name, rid, t]]
-    return sorted([name, rid, t] for (name, rid), t in claims.items())
+def _claims(claims: tuple[tuple[str, str, float], ...]) -> list[list[Any]]:
+    return [[name, rid, t] for name, rid, t in claims]  # kept sorted
 
 
 def event_data(e: EventRecord) -> dict[str, Any]:
@@ -304,7 +301,7 @@ class Restorer:
             agent_version=text(item["agentVersion"]), listed=tuple(text(e) for e in item.get("listed", ())),
             polled=item.get("polled"), health=text(str(item.get("health") or "")),
             health_reason=str(item.get("healthReason") or ""),
-            claims={(str(n), str(r)): float(t) for n, r, t in item.get("claims", ())},
+            claims=tuple(sorted((text(str(n)), str(r), float(t)) for n, r, t in item.get("claims", ()))),
         )
         if item.get("placed"):
             where, moment, ident = item["placed"]

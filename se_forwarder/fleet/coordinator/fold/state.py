@@ -70,8 +70,8 @@ class Vm:
     health_reason: str = ""  # "<probe>: <reason>" while unhealthy (fold/health.py)
     placed: Placement | None = None  # where its first verified report placed it (fold/inventory.py)
     placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
-    # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
-    claims: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (name, resourceId, the hub time it first claimed them), names in lower case, sorted (fold/inventory.py)
+    claims: tuple[tuple[str, str, float], ...] = ()
     # A fingerprint of the data.Vm read last (fold/reports.py): the same again is not parsed again.
     seen: int | None = field(default=None, repr=False, compare=False)
 
