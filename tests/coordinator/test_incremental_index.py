@@ -6,7 +6,8 @@ properties fold any mix of reports, new VMs, renames, moves, host: records, scal
 topology, Terminates, prunes and confirmed placements, look at the index at random points in
 between (so it is kept up to date by many small steps), and compare it with one made from the whole
 fold at once: every member, group, scope, size, inventory, name, alias, shared queue and shared
-claim, each event's resolution, and who is unavailable and why."""
+claim, each event's resolution, and who is unavailable and why (the VMs that say unhealthy kept by
+the fold, not looked for)."""
 
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ def canonical(idx: ScopeIndex, state: FleetState) -> dict:
 
 
 def scratch(state: FleetState, policy: Policy) -> tuple[FleetState, ScopeIndex]:
-    """The same fold with no index made yet: its index is made from the whole fold at once."""
+    """The same fold with no index made yet: its index (and the VMs that say unhealthy) made from the
+    whole fold at once."""
     fresh = copy.deepcopy(state)
     fresh.cache.clear()
     fresh.moved = None
+    fresh.unhealthy = None
     return fresh, index(fresh, policy)
 
 

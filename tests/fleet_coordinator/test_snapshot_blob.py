@@ -5,6 +5,7 @@ cannot write the fold: not a line of it, nor the seal, nor an older format."""
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import os
@@ -26,6 +27,7 @@ from se_forwarder.fleet.coordinator.ha import SnapshotBlob as Snapshots
 from se_forwarder.fleet.coordinator.ha.lease import Lease
 from se_forwarder.fleet.coordinator.input import Position
 from se_forwarder.fleet.coordinator.signer import Signer, signed_json
+from se_forwarder.fleet.coordinator.view.digest import CACHED, Digest, Kept
 from tests.azurite import Azurite, find_binary
 from tests.coordinator.fleet import T0, AgentVm, heartbeat, report
 from tests.support.waiting import wait_for
@@ -194,6 +196,16 @@ def test_the_keeper_saves_the_signed_snapshot_off_the_loop_and_loads_it(containe
     got = loaded(keeper)
     assert got.found is not None and got.positions == {"0": Position(7, "70")} and not got.refused
     assert snapshot(got.state) == snapshot(STATE)
+
+
+def test_the_fold_the_keeper_loads_comes_with_its_digest_made_off_the_loop(container):
+    store = snapshots(container, "digested")
+    keeper = keeper_for(store)
+    assert keeper.save(keeper.pack(STATE, {"0": Position(7, "70")}))
+    wait_for(lambda: keeper.poll() is None and keeper.last_snapshot is not None, 30, "the save to end")
+    got = loaded(keeper)
+    assert isinstance(got.state.cache.get(CACHED), Kept) and got.state.journal is not None
+    assert Digest().of(got.state) == Digest().of(copy.deepcopy(STATE))
 
 
 def test_the_keeper_reads_the_hub_from_the_start_after_a_snapshot_that_does_not_verify(container, caplog):

@@ -230,6 +230,7 @@ class Service:
     def _fold_available(self, wait: float) -> None:
         for chunk in self.inbox.turn(wait):  # a turn's worth (input/inbox.py), then requests and the clock
             self._fold(chunk)
+        self.digests.of(self.state)  # kept as it folds (a catch-up too): /v1/state costs what changed since
 
     def _fold(self, batch: Batch) -> None:
         self.admission.fold(self.state, batch)
@@ -277,7 +278,6 @@ class Service:
         trigger = self.last_input if self._dirty else None
         self._dirty = False
         self.evaluation = result = evaluate(self.state, self.policy, now, self.lag.stale(self.positions, now))
-        self.digests.of(self.state)  # kept as it folds: /v1/state then costs what changed since
         for line in self.queue_conflicts.news(self.state, result.index):
             log.warning("%s", line)
         for decision in result.decisions:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from ..config.policy import Policy
 from ..fold import topology as azure_topology
 from ..fold.azure import ARM
-from ..fold.health import azure_health
+from ..fold.health import azure_health, unhealthy
 from ..fold.inventory import claimed_at
 from ..fold.state import CANCELED, COMPLETED, STARTED, TERMINAL, EventRecord, FleetState
 from .recovery import RECOVERY_ONLY, Overdue, held
@@ -209,13 +209,16 @@ def _held(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecor
 
 
 def health(state: FleetState, idx: ScopeIndex, found: dict[str, set[str]]) -> None:
-    """``unhealthy`` and ``azure-unavailable`` (module docstring), one pass over the VMs."""
-    vms, azure = state.vms, bool(state.azure.health)
-    for key in idx.members:
-        if vms[key].health == "unhealthy":
+    """``unhealthy`` and ``azure-unavailable`` (module docstring): the VMs whose agent says unhealthy
+    (kept by the fold), and while Resource Health shows some VM down, a look at every VM."""
+    fleet = idx.fleet
+    for key in unhealthy(state):
+        if key in fleet:
             found.setdefault(key, set()).add("unhealthy")
-        if azure and (said := azure_health(state, key)) is not None and said.down:
-            found.setdefault(key, set()).add("azure-unavailable")
+    if any(said.down for said in state.azure.health.values()):
+        for key in idx.members:
+            if (said := azure_health(state, key)) is not None and said.down:
+                found.setdefault(key, set()).add("azure-unavailable")
 
 
 def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: EventRecord, now: float,

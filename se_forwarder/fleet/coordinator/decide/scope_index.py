@@ -116,7 +116,11 @@ class ScopeIndex:
         everyone = self._closure(state, ends | (merged or set()))
         groups = self._groups(state, policy, everyone)
         again = {k for k in everyone if k in ends or groups.get(k) != self.group_of.get(k)}
+        regrouped = [k for k in again if k not in ends and k in groups and k in self.fleet
+                     and k not in self.outside]
+        again.difference_update(regrouped)
         was = self.fleet & again
+        self._regroup(regrouped, groups)
         codes = self._remove(again, renamed, ends)
         placed = self._place(state, policy, groups, again, ends, codes)
         self._share_queues(state, policy, again, codes)
@@ -215,17 +219,7 @@ class ScopeIndex:
                     del self.kind_of[scope]
                     self.budget_of.pop(scope, None)
             del self.budget_scopes_of[key]
-            lowered = renamed.get(key, self.name_of.get(key, ""))
-            bucket = self.names[group]
-            keys = bucket[lowered]
-            keys.remove(key)
-            if len(keys) < 2:
-                self.dup_names.discard((group, lowered))
-            if not keys:
-                del bucket[lowered]
-                if not bucket:
-                    del self.names[group]
-            self.changed_at[group] = self.generation
+            self._unname(key, group, renamed.get(key, self.name_of.get(key, "")))
             if key in ends:
                 code = self.queues.remove(key)
                 if code is not None:
@@ -233,6 +227,71 @@ class ScopeIndex:
                 self.shared_queue.pop(key, None)
                 self.rids.remove(key)
         return codes
+
+    def _regroup(self, keys: list[str], groups: dict[str, str]) -> None:
+        """VMs whose group alone changed (their record did not, and they count wherever they claim:
+        a learned group named anew): only the scopes named after the group change, each counted out
+        of the old and into the new; the VMs' other scopes, names, queues and claims stay as counted."""
+        sizes, inventory, kind_of, budget_of = self.size, self.inventory, self.kind_of, self.budget_of
+        intern = sys.intern
+        for key in keys:
+            old, new = self.group_of[key], intern(groups[key])
+            self.group_of[key] = new
+            cut = len(old)
+            swapped = []
+            for scope in self.scopes_of[key]:
+                kind = kind_of[scope]
+                if kind not in _GROUP_KINDS:
+                    swapped.append(scope)
+                    continue
+                prefix = _GROUP_KINDS[kind]
+                moved = intern(prefix + new + scope[len(prefix) + cut:])
+                swapped.append(moved)
+                budget = budget_of.get(scope)
+                left = sizes[scope] - 1
+                inventory[scope] -= 1
+                if not inventory[scope]:
+                    del inventory[scope]
+                if left:
+                    sizes[scope] = left
+                else:
+                    del sizes[scope], kind_of[scope]
+                    budget_of.pop(scope, None)
+                inventory[moved] += 1
+                count = sizes.get(moved)
+                if count is None:
+                    sizes[moved], kind_of[moved] = 1, kind
+                    if budget is not None:
+                        budget_of[moved] = budget
+                else:
+                    sizes[moved] = count + 1
+            self.scopes_of[key] = scopes = tuple(swapped)
+            if self.budget_scopes_of[key]:
+                self.budget_scopes_of[key] = tuple(s for s in scopes if s in budget_of)
+            lowered = self.name_of.get(key, "")
+            self._unname(key, old, lowered)
+            self._name(key, new, lowered)
+
+    def _name(self, key: str, group: str, lowered: str) -> None:
+        """``key`` goes by ``lowered`` in ``group``."""
+        keys = self.names.setdefault(group, {}).setdefault(lowered, [])
+        keys.append(key)
+        if len(keys) > 1:
+            self.dup_names.add((group, lowered))
+        self.changed_at[group] = self.generation
+
+    def _unname(self, key: str, group: str, lowered: str) -> None:
+        """``key`` no longer goes by ``lowered`` in ``group``."""
+        bucket = self.names[group]
+        keys = bucket[lowered]
+        keys.remove(key)
+        if len(keys) < 2:
+            self.dup_names.discard((group, lowered))
+        if not keys:
+            del bucket[lowered]
+            if not bucket:
+                del self.names[group]
+        self.changed_at[group] = self.generation
 
     def _groups(self, state: FleetState, policy: Policy, everyone: set[str]) -> dict[str, str]:
         """The group of each VM of ``everyone`` that is in the fleet (``everyone`` holds whole
@@ -283,12 +342,7 @@ class ScopeIndex:
                     budget_of[scope] = by_kind[kind]
                     budgeted.append(scope)
             self.budget_scopes_of[key] = tuple(budgeted)
-            lowered = self.name_of[key]
-            keys = self.names.setdefault(group, {}).setdefault(lowered, [])
-            keys.append(key)
-            if len(keys) > 1:
-                self.dup_names.add((group, lowered))
-            self.changed_at[group] = self.generation
+            self._name(key, group, self.name_of[key])
             if key in ends:
                 code = self.queues.add(key, queue_of(template, vm.name, vm.vm_id) if vm.name else None)
                 if code is not None:
@@ -330,6 +384,10 @@ class ScopeIndex:
         for queue, keys in self.queues.shared(lambda k: queue_of(template, vms[k].name, vms[k].vm_id), codes):
             for key in keys:
                 self.shared_queue[key] = queue
+
+
+# The kinds of scope named after a VM's group (placement.scope_keys), and how their keys begin.
+_GROUP_KINDS = {"group": "group:", "fault_domain": "fault_domain:", "update_domain": "update_domain:"}
 
 
 def _rid(vm: Vm) -> str | None:

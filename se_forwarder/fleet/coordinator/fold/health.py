@@ -31,7 +31,8 @@ REASON_CHARS = 300
 _RANK = {"": 0, "healthy": 1, "unknown": 2, "unhealthy": 3}
 
 
-def verdict(vm: Vm, data: dict[str, Any], capped: Counter[str], *, tie: bool = False) -> None:
+def verdict(state: FleetState, vm: Vm, data: dict[str, Any], capped: Counter[str], *,
+            tie: bool = False) -> None:
     """The VM's verdict from its newest heartbeat's ``data`` (module docstring). ``tie``: a heartbeat
     of the same time as the one read last: the worse of the two is kept, so any order gives one."""
     health = data.get("Health")
@@ -45,6 +46,19 @@ def verdict(vm: Vm, data: dict[str, Any], capped: Counter[str], *, tie: bool = F
         why = (f"{probe}: {reason}" if probe and reason else probe or reason)[:REASON_CHARS]
     if not tie or (_RANK[found], why) > (_RANK[vm.health], vm.health_reason):
         vm.health, vm.health_reason = found, why
+        if found == "unhealthy" and state.unhealthy is not None:
+            state.unhealthy.add(vm.key)
+
+
+def unhealthy(state: FleetState) -> set[str]:
+    """The keys of the VMs whose agent says they are unhealthy now: kept as verdicts are folded (a
+    VM that is well again, or gone, is dropped here), so a decision pass does not look at every VM."""
+    if state.unhealthy is None:
+        state.unhealthy = {key for key, vm in state.vms.items() if vm.health == "unhealthy"}
+    vms = state.vms
+    well = [key for key in state.unhealthy if (vm := vms.get(key)) is None or vm.health != "unhealthy"]
+    state.unhealthy.difference_update(well)
+    return state.unhealthy
 
 
 def _order(health: AzureHealth) -> tuple[float, bool, str, str]:

@@ -217,3 +217,25 @@ def forget(state: FleetState, vms: set[str]) -> None:
     state.note("identities", *vms)
     state.note("waiting", *vms)
     state.cache.pop("verifiers", None)
+
+
+def rekeyed_data(state: FleetState) -> list[list[Any]]:
+    """The key changes kept, by VM, oldest first."""
+    return [[r.vm, r.old, r.new, r.time] for _, v in sorted(state.rekeyed.items()) for r in v]
+
+
+def conflicts_data(state: FleetState) -> dict[str, Any]:
+    """The vmIds in key conflict, each with the keys in dispute (as snapshots and the digest hold them)."""
+    return {k: {"document": c.document, "createdOn": c.created_on, "since": c.since,
+                "candidates": [identity_data(i) for i in c.candidates]}
+            for k, c in sorted(state.conflicts.items())}
+
+
+def identity_of(i: dict[str, Any]) -> Identity:
+    return Identity(str(i["publicKey"]), str(i["keyid"]), float(i["createdOn"]), float(i["expiresOn"]),
+                    str(i["document"]), str(i["subscription"]), float(i["registeredAt"]))
+
+
+def identity_data(i: Identity) -> dict[str, Any]:
+    return {"publicKey": i.public_key, "keyid": i.keyid, "createdOn": i.created_on, "expiresOn": i.expires_on,
+            "document": i.document, "subscription": i.subscription, "registeredAt": i.registered_at}

@@ -27,6 +27,7 @@ The same reports say when each VM first claimed the name and resourceId it goes 
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -59,19 +60,25 @@ def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limit
             vm.placed = placed
             state.touch(vm.key)  # where it counts in scope sizes (decide/scopes.py's inventory)
     chars = limits.text_chars
-    claim = (caps.identifier(info.get("name"), chars, Counter()).lower(),
-             caps.identifier(info.get("resourceId"), chars, Counter()).lower())
-    known = vm.claims.get(claim)
-    if known is None or stamp[0] < known:
-        vm.claims[claim] = stamp[0]
-        if len(vm.claims) > CLAIMS_KEPT:
-            del vm.claims[max(vm.claims, key=lambda c: (vm.claims[c], c))]
+    name = caps.identifier(info.get("name"), chars, Counter()).lower()
+    rid = caps.identifier(info.get("resourceId"), chars, Counter()).lower()
+    claims, moment = vm.claims, stamp[0]
+    for i, (known_name, known_rid, known) in enumerate(claims):
+        if known_name == name and known_rid == rid:
+            if moment < known:
+                vm.claims = (*claims[:i], (known_name, known_rid, moment), *claims[i + 1:])
+            return
+    kept = sorted((*claims, (sys.intern(name), rid, moment)))
+    if len(kept) > CLAIMS_KEPT:
+        kept.remove(max(kept, key=lambda c: (c[2], c[0], c[1])))
+    vm.claims = tuple(kept)
 
 
 def claimed_at(vm: Vm) -> float:
     """When the VM first claimed the name and resourceId it goes by now (inf: not among the claims
     kept, or never claimed by a verified report: the latest claimant of anything)."""
-    return vm.claims.get((vm.name.lower(), vm.resource_id.lower()), float("inf"))
+    name, rid = vm.name.lower(), vm.resource_id.lower()
+    return next((t for n, r, t in vm.claims if n == name and r == rid), float("inf"))
 
 
 def accepted(state: FleetState, key: str) -> tuple[Placement, ...]:
@@ -104,9 +111,11 @@ def from_data(value: Any) -> Placement:
     if not isinstance(value, list) or len(value) != 8 or not all(isinstance(v, str) for v in value[:7]):
         raise ValueError("not a placement")
     tags = value[7]
-    if not isinstance(tags, list) or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str)
-                                                                                          for x in t)
-                                             for t in tags):
+    if not isinstance(tags, list):
+        raise ValueError("not a placement's tags")
+    if not tags:  # almost every VM's
+        return (value[0], value[1], value[2], value[3], value[4], value[5], value[6], ())
+    if not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t) for t in tags):
         raise ValueError("not a placement's tags")
     return (value[0], value[1], value[2], value[3], value[4], value[5], value[6],
             tuple(sorted((str(k), str(v)) for k, v in tags)))

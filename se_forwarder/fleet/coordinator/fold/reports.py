@@ -228,11 +228,11 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
         if vm.last_heartbeat is None or when > vm.last_heartbeat:
             vm.last_heartbeat, vm.polled, vm.listed = when, polled, seen
             vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
-            health.verdict(vm, data, capped)
+            health.verdict(state, vm, data, capped)
         else:  # two of one time: in any order
             if (polled, seen) > (vm.polled or float("-inf"), vm.listed):
                 vm.polled, vm.listed = polled, seen
-            health.verdict(vm, data, capped, tie=True)
+            health.verdict(state, vm, data, capped, tie=True)
     for event_id, status, item in items:
         rank = _HEARTBEAT_STATUS.get(status) if isinstance(status, str) else None
         if not event_id_ok(event_id) or rank is None or event_id.lower() in state.gone:

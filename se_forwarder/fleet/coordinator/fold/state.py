@@ -70,8 +70,8 @@ class Vm:
     health_reason: str = ""  # "<probe>: <reason>" while unhealthy (fold/health.py)
     placed: Placement | None = None  # where its first verified report placed it (fold/inventory.py)
     placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
-    # (name, resourceId) in lower case -> the hub time it first claimed them (fold/inventory.py)
-    claims: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (name, resourceId, the hub time it first claimed them), names in lower case, sorted (fold/inventory.py)
+    claims: tuple[tuple[str, str, float], ...] = ()
     # A fingerprint of the data.Vm read last (fold/reports.py): the same again is not parsed again.
     seen: int | None = field(default=None, repr=False, compare=False)
 
@@ -287,6 +287,8 @@ class FleetState:
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
     names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
+    # VMs whose agent may say unhealthy now (fold/health.py: a superset, None until first needed).
+    unhealthy: set[str] | None = field(default=None, repr=False, compare=False)
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     gates: dict[str, GateVerdict] = field(default_factory=dict, repr=False, compare=False)  # fold/gates.py

@@ -17,29 +17,30 @@ VMs); after that a look costs what changed since the last one, and the service l
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..fold import azure_state
-from ..fold.snapshot import confirmed_data, conflicts_data, event_data, identity_data, rekeyed_data, vm_row
+from ..fold.identities import conflicts_data, identity_data, rekeyed_data
+from ..fold.snapshot import confirmed_data, encode, event_data, vm_row
 from ..fold.state import FleetState, Journal
 
 MOD = 1 << 128
+CACHED = "digest"  # FleetState.cache's key of the fold's Kept
 PARTS = ("vms", "events", "decisions", "identities", "waiting", "azure_vms", "azure_events", "confirmed",
          "azure_health", "groups")
 
 
-def _hash(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest(), "big")
+def _hash(text: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(text, digest_size=16).digest(), "big")
 
 
 def _first(pair: tuple[float, Any]) -> float:
     return pair[0]
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+def _canonical(value: Any) -> bytes:
+    return encode(value, sort=True)
 
 
 def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
@@ -91,31 +92,36 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
             "azure_health": health, "groups": group}
 
 
-class Digest:
-    """The digest of one fold, kept (module docstring)."""
+class Kept:
+    """A fold's records' hashes and each part's sum, kept on the fold itself (``FleetState.cache``),
+    so whoever made them (a restore, on its own thread: ha/keeper.py) hands them on with it."""
+
+    __slots__ = ("hashes", "sums")
 
     def __init__(self) -> None:
-        self.state: FleetState | None = None
         self.hashes: dict[str, dict[str, int]] = {part: {} for part in PARTS}
         self.sums: dict[str, int] = dict.fromkeys(PARTS, 0)
 
+
+class Digest:
+    """The digest of a fold, kept (module docstring)."""
+
     def of(self, state: FleetState) -> str:
         """The digest of ``state`` now (hex)."""
-        if state is not self.state or state.journal is None or state.groups.dirty is None:
-            self._everything(state)
+        kept = state.cache.get(CACHED)
+        if not isinstance(kept, Kept) or state.journal is None or state.groups.dirty is None:
+            kept = self._everything(state)
         else:
-            self._changed(state)
+            self._changed(state, kept)
         rest = _canonical([sorted(state.gone.items()), rekeyed_data(state), conflicts_data(state),
                            azure_state.freshness(state.azure)])
-        top = hashlib.sha256(rest.encode("utf-8"))
+        top = hashlib.sha256(rest)
         for part in PARTS:
-            top.update(f"\n{part}:{self.sums[part]:032x}".encode("ascii"))
+            top.update(f"\n{part}:{kept.sums[part]:032x}".encode("ascii"))
         return top.hexdigest()
 
-    def _everything(self, state: FleetState) -> None:
-        self.state = state
-        self.hashes = {part: {} for part in PARTS}
-        self.sums = dict.fromkeys(PARTS, 0)
+    def _everything(self, state: FleetState) -> Kept:
+        kept = state.cache[CACHED] = Kept()
         keys: dict[str, Iterable[str]] = {
             "vms": state.vms, "events": state.events, "decisions": state.decisions,
             "identities": state.identities, "waiting": state.waiting,
@@ -124,24 +130,25 @@ class Digest:
             "groups": list(state.groups.sets)}
         records = _records(state)
         for part in PARTS:
-            self._again(part, list(keys[part]), records[part])
+            self._again(kept, part, list(keys[part]), records[part])
         state.journal = Journal()
         state.groups.dirty = set()
+        return kept
 
-    def _changed(self, state: FleetState) -> None:
+    def _changed(self, state: FleetState, kept: Kept) -> None:
         journal, records = state.journal, _records(state)
         assert journal is not None and state.groups.dirty is not None
         for part in PARTS[:-1]:
             changed: set[str] = getattr(journal, part)
             if changed:
-                self._again(part, changed, records[part])
+                self._again(kept, part, changed, records[part])
                 changed.clear()
         if state.groups.dirty:
-            self._again("groups", state.groups.dirty, records["groups"])
+            self._again(kept, "groups", state.groups.dirty, records["groups"])
             state.groups.dirty.clear()
 
-    def _again(self, part: str, keys: Iterable[str], record: Callable[[str], Any]) -> None:
-        hashes, total = self.hashes[part], self.sums[part]
+    def _again(self, kept: Kept, part: str, keys: Iterable[str], record: Callable[[str], Any]) -> None:
+        hashes, total = kept.hashes[part], kept.sums[part]
         for key in keys:
             old = hashes.pop(key, None)
             if old is not None:
@@ -150,4 +157,4 @@ class Digest:
             if value is not None:
                 new = hashes[key] = _hash(_canonical(value))
                 total += new
-        self.sums[part] = total % MOD
+        kept.sums[part] = total % MOD
