@@ -59,6 +59,10 @@ def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
     return trust.Checked(None, tried)
 
 
+def ready() -> None:
+    """Nothing: what a worker is first sent, so that it starts (and imports this) before any work."""
+
+
 NOT_READ, NONE = -2, -1  # ``reports``' answers besides the index of the key that verified
 
 

@@ -104,6 +104,16 @@ class Verifier:
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._collect, name="coordinator-verifier", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._warm, name="coordinator-verifier-start", daemon=True).start()
+
+    def _warm(self) -> None:
+        """Start the workers now, while the service loads its fold and opens the hub: each imports
+        the verdicts' code (seconds on a busy machine), which would otherwise delay the first batch."""
+        try:
+            for future in [self._send(offload.ready, ()) for _ in range(self.workers)]:
+                future.result()
+        except Exception as exc:  # noqa: BLE001 - the first batch starts them again and says what failed
+            log.debug("starting the verification workers early failed: %s", exc)
 
     # -- the readers' side --------------------------------------------------------------------------
 
@@ -189,9 +199,10 @@ class Verifier:
     def _send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
         with self._lock:
             if self._pool is None:
-                spawn = multiprocessing.get_context("spawn")  # the service has threads: no fork
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=spawn, initializer=exit_with_parent,
-                                                 initargs=(os.getpid(),))
+                if self._closing.is_set():
+                    raise RuntimeError("the verifier is closed")
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=_context(),
+                                                 initializer=exit_with_parent, initargs=(os.getpid(),))
             return self._pool.submit(fn, *args)
 
     # -- the collector ------------------------------------------------------------------------------
@@ -301,13 +312,34 @@ def _raw(public_key: Any) -> bytes:
     return raw if len(raw) == 32 else b""
 
 
+def _context() -> Any:
+    """Workers forked from a fork server that imported the verdicts' code once (the service has
+    threads, so it never forks itself): a worker made again after one died starts at once."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([offload.__name__])
+    return context
+
+
 def exit_with_parent(parent: int) -> None:
     """A worker's initializer: it exits within a second of its service's end. A service killed
     (SIGKILL, OOM) cannot shut its pool down, and each worker holds its own end of the pool's queue,
-    so nothing else would end it."""
+    so nothing else would end it. The fork server a worker comes from ends with the service (its
+    end of the server's pipe closes), so the worker's parent changes then."""
+    first = os.getppid()
+
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == first and _alive(parent):
             time.sleep(1.0)
         os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
