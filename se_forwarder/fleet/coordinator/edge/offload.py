@@ -152,3 +152,9 @@ def registration(job: Job, event: Mapping[str, Any], now: float | None,
     """trust.registration's verdict, reached in a worker."""
     verdict = trust.registration(event, job.attestation(), now, lambda _vm: bound)
     return trust.Checked(verdict=verdict)
+
+
+def registrations(job: Job, items: Sequence[tuple[Mapping[str, Any], float | None, Identity | None]]
+                  ) -> list[trust.Checked]:
+    """``registration`` for each (event, hub time, identity bound to its vmId when it was read)."""
+    return [registration(job, event, now, bound) for event, now, bound in items]
