@@ -12,8 +12,9 @@ real coordinator trusts Azure's (bench/fleet_identities.py's way).
    ``receive_batch`` on every partition, one thread each, as the coordinator reads), events per
    second and seconds to read them all; nothing parsed.
 3. Cold start: ``coordinator run`` with no snapshot. From the process's start: seconds until it
-   acts (``/metrics``' ``acting``: it leads and has read the hub to its end), and until every VM
-   is known (``vms`` and ``identities``).
+   acts (it leads and has read the hub to its end: its log's line, and ``/metrics``' ``acting``,
+   which answers only between the service's turns), and until every VM is known (``vms`` and
+   ``identities``).
 4. Snapshot start: the coordinator is stopped (SIGTERM: it saves its snapshot at a clean stop) and
    started again; the same figures, from the snapshot.
 
@@ -99,13 +100,15 @@ def main() -> int:
         port = free_port()
         config = write_config(base, port, trust, "info")  # one key for both: the second reads the snapshot
         for label, goal in (("cold start", GOAL_COLD), ("snapshot start", GOAL_SNAPSHOT)):
-            started = time.monotonic()
+            started, wall = time.monotonic(), time.time()
             proc = run_coordinator(config, hub, blob, queues, log)
             try:
                 acting, known, cpu_s = watch(proc, port, len(vms), started)
             finally:
                 end(proc, 120)
-            rows.append((f"{label}: to acting", f"{_s(acting)} (goal <= {goal:.0f} s)"))
+            said = _acted(log, wall)
+            rows.append((f"{label}: to acting", f"{_s(said)} by its log, {_s(acting)} by /metrics "
+                         f"(goal <= {goal:.0f} s)"))
             rows.append((f"{label}: to all {len(vms):,} VMs known", f"{_s(known)}; coordinator CPU "
                          f"{cpu_s:.0f} s (its workers' included)"))
         rows.append(("coordinator log", _said(log)))
@@ -271,6 +274,22 @@ def folded(metrics: str) -> float:
 
 def _s(value: float | None) -> str:
     return f"{value:.1f} s" if value is not None else f"not within {WAIT:.0f} s"
+
+
+def _acted(log: Path, since: float) -> float | None:
+    """Seconds from ``since`` (epoch) to the log's first "acts as the leader" line after it: the
+    service says so on its own thread, while ``/metrics`` may wait for that thread's first pass."""
+    from datetime import datetime
+
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+            when = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if when >= since and str(record.get("message", "")).startswith("this instance acts as the leader"):
+            return when - since
+    return None
 
 
 def _said(log: Path) -> str:
