@@ -21,7 +21,7 @@ document that is refused is never remembered.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from cryptography import x509
@@ -66,17 +66,7 @@ class Signed:
     message: bytes
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """What a signer's shared parts say: its certificate and algorithms."""
-
-    cert: x509.Certificate
-    cert_der: bytes
-    algorithm: str
-    hash_type: type[hashes.HashAlgorithm]
-
-
-_SHAPES: dict[tuple[bytes, ...], _Shape] = {}
+_SHAPES: dict[tuple[bytes, ...], Signed] = {}  # a signer's shared parts -> its first document read
 _Element = tuple[int, int, int, bytes, bytes, bytes]  # class, method, tag, header, contents, trailer
 _INTEGER, _OCTETS, _SEQUENCE, _SET = (0, 0, 2), (0, 0, 4), (0, 1, 16), (0, 1, 17)
 _ZERO = (2, 1, 0)  # [0], constructed
@@ -137,7 +127,7 @@ def read(unpacked: Unpacked) -> Signed:
         if split is not None:
             if len(_SHAPES) >= SHAPES:
                 _SHAPES.clear()
-            _SHAPES[split.shared] = _Shape(found.cert, found.cert_der, found.algorithm, found.hash_type)
+            _SHAPES[split.shared] = found
         return found
     message = unpacked.content
     if split.attrs is not None:
@@ -151,7 +141,7 @@ def read(unpacked: Unpacked) -> Signed:
         if attrs is None:  # an empty set of signed attributes: as the whole read takes it
             return _read_whole(unpacked)
         message = _covered(unpacked.content, shape.hash_type, signed_attrs, attrs)
-    return Signed(shape.cert, shape.cert_der, shape.algorithm, shape.hash_type, split.signature, message)
+    return replace(shape, signature=split.signature, message=message)
 
 
 class _Split(NamedTuple):
