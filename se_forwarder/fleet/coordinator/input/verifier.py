@@ -208,8 +208,9 @@ class Verifier:
             if self._pool is None:
                 if self._closing.is_set():
                     raise RuntimeError("the verifier is closed")
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=_context(),
-                                                 initializer=exit_with_parent, initargs=(os.getpid(),))
+                spawn = multiprocessing.get_context("spawn")  # the service has threads: no fork
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=spawn, initializer=exit_with_parent,
+                                                 initargs=(os.getpid(),))
             return self._pool.submit(fn, *args)
 
     # -- the collector ------------------------------------------------------------------------------
@@ -319,34 +320,13 @@ def _raw(public_key: Any) -> bytes:
     return raw if len(raw) == 32 else b""
 
 
-def _context() -> Any:
-    """Workers forked from a fork server that imported the verdicts' code once (the service has
-    threads, so it never forks itself): a worker made again after one died starts at once."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([offload.__name__])
-    return context
-
-
 def exit_with_parent(parent: int) -> None:
     """A worker's initializer: it exits within a second of its service's end. A service killed
     (SIGKILL, OOM) cannot shut its pool down, and each worker holds its own end of the pool's queue,
-    so nothing else would end it. The fork server a worker comes from ends with the service (its
-    end of the server's pipe closes), so the worker's parent changes then."""
-    first = os.getppid()
-
+    so nothing else would end it."""
     def watch() -> None:
-        while os.getppid() == first and _alive(parent):
+        while os.getppid() == parent:
             time.sleep(1.0)
         os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
