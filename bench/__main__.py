@@ -69,6 +69,10 @@ BENCHMARKS = (
               "verifier's workers and folded per second beside json.loads, a bare verification loop "
               "(OpenSSL, libsodium) and the serial edge; one registration's cost",
               commands=(("bench/coordinator_verified.py",),)),
+    Benchmark("coordinator_cold_start", "coordinator cold start and snapshot start of 100,000 VMs through "
+              "the broker (a registration and a heartbeat each on the hub): seconds to acting and to every "
+              "VM known, beside a bare receive loop over the same hub",
+              commands=(("bench/coordinator_cold_start.py",),)),
     Benchmark("coordinator_forgery", "forged registrations (issue 31): each kind's cost beside an honest "
               "one, the fold's lag under a chain-bomb flood, the held pool's memory at its caps",
               commands=(("bench/coordinator_forgery.py",),)),

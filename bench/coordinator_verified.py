@@ -16,7 +16,9 @@ by every VM of its group, heartbeats going on), every report signed by its VM's 
 ``--broker``: end to end as well, through the Event Hubs broker fixture (a process of its own),
 Azurite and ``coordinator run`` as a subprocess with its default ``verify_workers``: every VM's
 registration and ``--rounds`` signed heartbeats from each VM waiting on the hub (a cold start),
-then the reports folded per second from the first to the last (``/metrics``).
+then the reports folded per second from the first to the last (``/metrics``); beside it, a bare
+receive loop over the same hub (bench/coordinator_cold_start.py's: the azure-eventhub client
+alone, as the coordinator's reader uses it, nothing parsed).
 
 Prints figures; asserts nothing.
 
@@ -234,6 +236,7 @@ def through_broker(vms: list[dict], rounds: int) -> list[tuple[str, str]]:
     import requests
 
     from bench.common import end
+    from bench.coordinator_cold_start import bare_receive
     from bench.coordinator_e2e import BrokerProcess, Publisher, start_coordinator
     from bench.coordinator_e2e import heartbeat as e2e_heartbeat
     from bench.fleet_identities import Identities
@@ -256,6 +259,7 @@ def through_broker(vms: list[dict], rounds: int) -> list[tuple[str, str]]:
                             for i, v in enumerate(vms)])
         publisher.close()
         total = len(vms) * (rounds + 1)
+        bare_s, bare_cpu = bare_receive(broker.connection_string(), total)
         port = free_port()
         log = base / "coordinator.log"
         proc = start_coordinator(base, port, broker.connection_string(), blob, queues, log,
@@ -286,7 +290,10 @@ def through_broker(vms: list[dict], rounds: int) -> list[tuple[str, str]]:
         if first is None or last is None:
             return [("through the broker", f"not read in 15 minutes: {log.read_text()[-800:]}")]
         rate = (last[1] - first[1]) / max(last[0] - first[0], 1e-6)
-        return [("through the broker: cold start, coordinator run",
+        return [("baseline: bare receive loop over the same hub (azure-eventhub)",
+                 f"{total / bare_s:,.0f} events/s ({bare_cpu / total * 1e6:.0f} us of CPU an event, "
+                 "nothing parsed)"),
+                ("through the broker: cold start, coordinator run",
                  f"{rate:,.0f} events/s ({len(vms):,} registrations + {len(vms) * rounds:,} signed "
                  "heartbeats; "
                  f"goal >= {GOAL:,}/s)")]

@@ -257,3 +257,19 @@ def test_the_workers_of_a_killed_service_exit_with_it():
     while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.2)
     assert not [pid for pid in workers if alive(pid)]
+
+
+def test_the_workers_start_with_the_verifier_before_any_batch_comes():
+    """A cold start's first batch does not wait for the workers to start and import the verdicts' code."""
+    verifier = Verifier(lambda batch: None, 2, DEFAULT_LIMITS, lambda vm: None, lambda event: False,
+                        lambda: None)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(getattr(verifier._pool, "_processes", None) or {}) < 2:
+            time.sleep(0.1)
+        pool = verifier._pool
+        assert pool is not None and len(pool._processes) == 2
+        assert all(alive(pid) for pid in pool._processes)
+        assert verifier.reports == verifier.registrations == 0  # nothing was put
+    finally:
+        verifier.close()

@@ -56,12 +56,16 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from ....identity.attested import AttestedFormatError, Unpacked, unpack
 from ..config.anchors import Anchors
+from . import signed_data
 from .chains import Chains, key_problem
+from .signed_data import Refusal
+from .signed_data import Refused as _Refused
+from .signed_data import Signed as _Signed
+from .signed_data import read as _read_signed
 
 DEFAULT_SKEW = timedelta(minutes=5)
 REASONS = ("malformed", "nonce", "claims", "vm", "expired", "future", "subscription", "stale",
@@ -69,13 +73,6 @@ REASONS = ("malformed", "nonce", "claims", "vm", "expired", "future", "subscript
 #: Reasons that depend on the document alone (and the anchors), never on who presents it or when.
 DOCUMENT_REASONS = ("malformed", "no-signer-cert", "certificates", "signer-key", "bad-signature")
 
-_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
-    "2.16.840.1.101.3.4.2.1": hashes.SHA256, "2.16.840.1.101.3.4.2.2": hashes.SHA384,
-    "2.16.840.1.101.3.4.2.3": hashes.SHA512,
-    # Azure names the digest algorithm by sha256WithRSAEncryption's identifier.
-    "1.2.840.113549.1.1.11": hashes.SHA256, "1.2.840.113549.1.1.12": hashes.SHA384,
-    "1.2.840.113549.1.1.13": hashes.SHA512,
-}
 _RSA = {"1.2.840.113549.1.1.1", "1.2.840.113549.1.1.11", "1.2.840.113549.1.1.12",
         "1.2.840.113549.1.1.13"}
 _ECDSA = {"1.2.840.10045.4.3.2", "1.2.840.10045.4.3.3", "1.2.840.10045.4.3.4"}
@@ -94,32 +91,6 @@ class Attested:
     license_type: str
     plan: dict[str, str] = field(default_factory=dict)
     signer: str = ""  # the certificate's name that matched an allowed domain
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a document was refused: ``reason`` (one of ``REASONS``) and one line of detail."""
-
-    reason: str
-    detail: str
-
-
-class _Refused(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.refusal = Refusal(reason, detail[:300])
-
-
-@dataclass(frozen=True)
-class _Signed:
-    """A SignedData read, nothing verified: its signer's certificate and what the signature covers."""
-
-    cert: x509.Certificate
-    cert_der: bytes
-    algorithm: str
-    hash_type: type[hashes.HashAlgorithm]
-    signature: bytes
-    message: bytes
 
 
 def verify(document: Any, *, anchors: Anchors, nonce: str | tuple[str, ...], now: datetime,
@@ -147,7 +118,7 @@ def claims(document: Any, *, nonce: str | tuple[str, ...], now: datetime,
     rows from ``malformed`` to ``stale``)."""
     try:
         try:
-            unpacked = unpack(document)
+            unpacked = signed_data.unpack(document)
         except AttestedFormatError as exc:
             raise _Refused("malformed", str(exc)) from None
         return unpacked, _check_claims(unpacked, nonce, now, subscriptions, skew, vm_id, newer_than)
@@ -191,90 +162,6 @@ def issuer_urls(document: Any) -> tuple[str, ...]:
         return ()
     return tuple(u for u in urls[:4] if isinstance(u, str) and u.lower().startswith(("http://", "https://"))
                  and len(u) <= 500)
-
-
-def _read_signed(unpacked: Unpacked) -> _Signed:
-    """The SignedData's shape checked and its parts read; nothing is verified here."""
-    from asn1crypto import cms, core
-
-    try:
-        info_of = unpacked.parsed if unpacked.parsed is not None else cms.ContentInfo.load(unpacked.der,
-                                                                                             strict=True)
-        signed = info_of["content"]
-        infos = signed["signer_infos"]
-        if len(infos) != 1:
-            raise _Refused("malformed", f"{len(infos)} signers; an attested document has one")
-        info = infos[0]
-        digest_oid = info["digest_algorithm"]["algorithm"].dotted
-        listed = [a["algorithm"].dotted for a in signed["digest_algorithms"]]
-        sid = info["sid"]
-        version = signed["version"].native
-        certificates = signed["certificates"]
-        carried = [] if isinstance(certificates, core.Void) else list(certificates)
-        if (version, sid.name) not in (("v1", "issuer_and_serial_number"),
-                                       ("v3", "subject_key_identifier")):
-            raise _Refused("malformed", f"SignedData {version} with a {sid.name} signer")
-        if listed != [digest_oid] or signed["crls"].native or info["unsigned_attrs"].native:
-            raise _Refused("malformed", "digest algorithms, CRLs or unsigned attributes out of place")
-        if info["version"].native != version or not all(
-                a["parameters"].dump() in (b"", b"\x05\x00") for a in (
-                    *signed["digest_algorithms"], info["digest_algorithm"], info["signature_algorithm"])):
-            raise _Refused("malformed", "a signer version or algorithm parameters out of place")
-        certs = [c.chosen for c in carried if c.name == "certificate"]
-        cert = next((c for c in certs if _names(c, sid)), None)
-        if cert is None:
-            raise _Refused("no-signer-cert", "the SignedData lacks the signer's certificate")
-        if len(carried) != 1:
-            raise _Refused("certificates", f"the SignedData carries {len(carried)} certificates; Azure's "
-                           "carries the signing certificate alone")
-        if cert["signature_value"].contents[:1] != b"\x00":
-            raise _Refused("malformed", "the signer's certificate has a padded signature")
-        signed_attrs = info["signed_attrs"]
-        attrs = {a["type"].native: a["values"] for a in signed_attrs} if signed_attrs.native else None
-        signature = info["signature"].native
-        algorithm = info["signature_algorithm"]["algorithm"].dotted
-        der = cert.dump()
-        chosen = _certificate(der)
-    except _Refused:
-        raise
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise _Refused("malformed", f"the SignedData cannot be read ({exc})") from None
-    hash_type = _HASHES.get(digest_oid)
-    if hash_type is None:
-        raise _Refused("bad-signature", f"unsupported digest algorithm {digest_oid}")
-    message = unpacked.content
-    if attrs is not None:
-        hasher = hashes.Hash(hash_type())
-        hasher.update(unpacked.content)
-        if [v.native for v in attrs.get("message_digest", [])] != [hasher.finalize()]:
-            raise _Refused("bad-signature", "messageDigest is not the content's digest")
-        if [v.native for v in attrs.get("content_type", [])] != ["data"]:
-            raise _Refused("bad-signature", "the signed contentType is not data")
-        message = b"\x31" + signed_attrs.dump()[1:]  # signed as a SET OF, not as [0]
-    return _Signed(chosen, der, algorithm, hash_type, signature, message)
-
-
-_LOADED: dict[bytes, x509.Certificate] = {}  # signing certificates by DER: the same few sign everything
-_LOADED_MAX = 256
-
-
-def _certificate(der: bytes) -> x509.Certificate:
-    found = _LOADED.get(der)
-    if found is None:
-        found = x509.load_der_x509_certificate(der)
-        if len(_LOADED) >= _LOADED_MAX:
-            _LOADED.clear()
-        _LOADED[der] = found
-    return found
-
-
-def _names(cert: Any, sid: Any) -> bool:
-    """Whether the asn1crypto certificate ``cert`` is the one the signer identifier names."""
-    if sid.name == "issuer_and_serial_number":  # the encoded names compared: a signer copies its
-        # certificate's issuer (asn1crypto's own comparison prepares each string, about 3 ms)
-        return bool(cert["tbs_certificate"]["issuer"].dump() == sid.chosen["issuer"].dump()
-                    and cert.serial_number == sid.chosen["serial_number"].native)
-    return bool(cert.key_identifier == sid.chosen.native)
 
 
 def _verify_with(signed: _Signed) -> None:

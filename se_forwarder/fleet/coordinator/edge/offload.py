@@ -15,9 +15,8 @@ event, which gate.py passes to trust.check so that the fold thread does only the
   vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
   again when it folds).
 
-Ed25519 is verified with libsodium (PyNaCl) where it is installed: about twice as fast here as
-OpenSSL through ``cryptography`` (docs/performance.md); else with ``cryptography``. Both give the
-same answers: RFC 8032 signatures over the same bytes.
+Ed25519 is verified with libsodium (PyNaCl) where it is installed, else ``cryptography``
+(edge/ed25519.py).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,51 +33,10 @@ from ....approvals import signing
 from ..config.anchors import AZURE_SIGNER_DOMAINS, Anchors
 from ..fold.state import Identity
 from . import trust
+from .ed25519 import keyid, verifier
 
-Verify = Callable[[bytes, bytes], bool]  # (signature, message) -> verified
-_KEYS: dict[bytes, Verify] = {}
-_KEYS_MAX = 200_000
 _ATTESTED: dict[bytes, trust.Attestation] = {}
-
-
-def ed25519(raw: bytes) -> Verify:
-    """A verifier for the raw 32-byte Ed25519 key ``raw``, made once per key (libsodium, else OpenSSL)."""
-    found = _KEYS.get(raw)
-    if found is not None:
-        return found
-    try:
-        from nacl.exceptions import BadSignatureError
-        from nacl.signing import VerifyKey
-
-        key = VerifyKey(raw)
-
-        def verify(signature: bytes, message: bytes) -> bool:
-            try:
-                key.verify(message, signature)
-            except (BadSignatureError, ValueError, TypeError):
-                return False
-            return True
-    except ImportError:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-        public = Ed25519PublicKey.from_public_bytes(raw)
-
-        def verify(signature: bytes, message: bytes) -> bool:
-            try:
-                public.verify(signature, message)
-            except InvalidSignature:
-                return False
-            return True
-    if len(_KEYS) >= _KEYS_MAX:
-        _KEYS.clear()
-    _KEYS[raw] = verify
-    return verify
-
-
-def keyid(raw: bytes) -> str:
-    """``signing.keyid`` of a raw public key."""
-    return hashlib.sha256(raw).hexdigest()[:16]
+ed25519, keyid = verifier, keyid  # the reports' verifier per raw key (edge/ed25519.py)
 
 
 def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
@@ -99,6 +57,10 @@ def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
         if keyid(raw) == kid and ed25519(raw)(signature, body):
             return trust.Checked(raw, tried)
     return trust.Checked(None, tried)
+
+
+def ready() -> None:
+    """Nothing: what a worker is first sent, so that it starts (and imports this) before any work."""
 
 
 NOT_READ, NONE = -2, -1  # ``reports``' answers besides the index of the key that verified
@@ -190,3 +152,9 @@ def registration(job: Job, event: Mapping[str, Any], now: float | None,
     """trust.registration's verdict, reached in a worker."""
     verdict = trust.registration(event, job.attestation(), now, lambda _vm: bound)
     return trust.Checked(verdict=verdict)
+
+
+def registrations(job: Job, items: Sequence[tuple[Mapping[str, Any], float | None, Identity | None]]
+                  ) -> list[trust.Checked]:
+    """``registration`` for each (event, hub time, identity bound to its vmId when it was read)."""
+    return [registration(job, event, now, bound) for event, now, bound in items]

@@ -101,7 +101,7 @@ from ....identity.attested import nonces_for
 from ..fold.identities import REFUSALS, Claim, document_digest
 from ..fold.state import Identity
 from ..schema import AZURE_TYPES, COORDINATOR_SOURCE, DECISION_PREFIX, IDENTITY_TYPE, REPORT_TYPES
-from . import attestation, verdicts
+from . import attestation, ed25519, verdicts
 from .chains import Chains
 from .verdicts import Verdicts
 
@@ -284,10 +284,7 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
     remembered = attested.verdicts.get(key, attested.chains.generation) if key is not None else None
     if remembered is not None:
         return _refused_document(vm_id, remembered)
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    public = Ed25519PublicKey.from_public_bytes(raw)
-    kid = signing.keyid(public)
+    kid = ed25519.keyid(raw)
     current = bound(vm_id.lower())
     newer_than = (datetime.fromtimestamp(current.created_on, UTC)  # a key change needs a newer document,
                   if current is not None and current.keyid != kid  # unless it is the very one bound:
@@ -298,8 +295,7 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
                                vm_id=vm_id, newer_than=newer_than)
     if isinstance(found, attestation.Refusal):
         return _refused_document(vm_id, found)
-    own = signing.VerifyKeys([public])
-    problem = signing.problem(event, own)
+    problem = ed25519.problem(event, raw)
     if problem is not None:
         return Verdict(False, IDENTITY_SIGNATURE, f"the registration of {vm_id} is not signed by the key "
                        f"it registers ({problem})")

@@ -14,8 +14,9 @@ binding in between making the fold thread verify it again itself. Nothing is fol
   their JSON texts, which the worker parses, puts in canonical form and verifies (libsodium).
 - **Registrations.** Counted against ``[limits] registrations_per_vm`` and
   ``registrations_per_minute`` in hub time (``identity-rate`` beyond), unless the gate knows the
-  document already (an agent announcing it again: nothing to verify); each then goes to a worker
-  whole, with the anchors and the intermediates fetched so far, and comes back as its verdict.
+  document already (an agent announcing it again: nothing to verify); they then go to a worker
+  whole, ``REGISTRATIONS`` at a time with the anchors and the intermediates fetched so far, and
+  come back as their verdicts.
 - **Bounds.** At most ``DEPTH`` batches are in the stage; ``put`` raises ``queue.Full`` after
   ``PUT_WAIT`` s without room, and the reader tries again (hub_reader.py), so a backlog waits on
   the hub. The workers are ``[trust] verify_workers`` processes: registrations and reports cost
@@ -63,6 +64,7 @@ log = logging.getLogger("se_forwarder.coordinator.verifier")
 DEPTH = 16  # batches in the stage at most
 PUT_WAIT = 0.5  # s
 CHUNK = 256  # reports sent to a worker at once
+REGISTRATIONS = 32  # registrations sent to a worker at once (with the anchors once)
 SEEN_KEYS = 2  # keys remembered per vmid from the identity events read
 SEEN_VMS = 250_000  # vmids remembered so (about 100 bytes each)
 TRIES = 3
@@ -104,6 +106,16 @@ class Verifier:
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._collect, name="coordinator-verifier", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._warm, name="coordinator-verifier-start", daemon=True).start()
+
+    def _warm(self) -> None:
+        """Start the workers now, while the service loads its fold and opens the hub: each imports
+        the verdicts' code (seconds on a busy machine), which would otherwise delay the first batch."""
+        try:
+            for future in [self._send(offload.ready, ()) for _ in range(self.workers)]:
+                future.result()
+        except Exception as exc:  # noqa: BLE001 - the first batch starts them again and says what failed
+            log.debug("starting the verification workers early failed: %s", exc)
 
     # -- the readers' side --------------------------------------------------------------------------
 
@@ -131,7 +143,7 @@ class Verifier:
         item = _Item(batch, self._generation, checked)
         texts = batch.texts or [None] * len(batch.events)
         reports: list[tuple[int, Any, tuple[bytes, ...]]] = []
-        job: offload.Job | None = None
+        registrations: list[tuple[int, tuple[Any, float | None, Identity | None]]] = []
         for i, (event, position) in enumerate(batch.events):
             if event is None or checked[i] is not None:
                 continue
@@ -146,14 +158,19 @@ class Verifier:
                 if not taken:
                     checked[i] = trust.Checked(verdict=RATE_VERDICT)
                     continue
-                job = job or self.job()
-                one = (job, event, position.enqueued, self.bound(vm) if vm is not None else None)
-                item.work.append(([i], offload.registration, one, self._send(offload.registration, one)))
-                self.registrations += 1
+                bound = self.bound(vm) if vm is not None else None
+                registrations.append((i, (event, position.enqueued, bound)))
             elif kind in REPORT_TYPES and vm is not None and "signature" in event:
                 keys = self._keys(vm)
                 if keys:
                     reports.append((i, texts[i] if texts[i] is not None else event, keys))
+        job = self.job() if registrations else None
+        for start in range(0, len(registrations), REGISTRATIONS):
+            some = registrations[start:start + REGISTRATIONS]
+            given = (job, [one for _, one in some])
+            item.work.append(([i for i, _ in some], offload.registrations, given,
+                              self._send(offload.registrations, given)))
+            self.registrations += len(some)
         for start in range(0, len(reports), CHUNK):
             chunk = reports[start:start + CHUNK]
             args = ([(text, keys) for _, text, keys in chunk],)
@@ -189,6 +206,8 @@ class Verifier:
     def _send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[Any]:
         with self._lock:
             if self._pool is None:
+                if self._closing.is_set():
+                    raise RuntimeError("the verifier is closed")
                 spawn = multiprocessing.get_context("spawn")  # the service has threads: no fork
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=spawn, initializer=exit_with_parent,
                                                  initargs=(os.getpid(),))

@@ -1,0 +1,299 @@
+"""An attested document's SignedData read, nothing verified: its signer's certificate and what the
+signature covers, with the parts every VM's document shares read once per signer. Pure.
+
+attestation.py verifies what this reads. ``read`` checks the SignedData's shape (the rows
+``malformed``, ``no-signer-cert``, ``certificates`` and the signed attributes' part of
+``bad-signature`` of attestation.py's table) and returns the signer's certificate, the signature
+and the bytes it covers.
+
+Every document signed by one certificate shares all of its SignedData but the content, the signed
+attributes and the signature: the version, the digest algorithms, the certificate, the signer's
+identifier and algorithms. Reading those with asn1crypto's classes was most of an honest
+registration's cost, so once a document was read whole and passed, its shared parts are
+remembered by their exact bytes (``SHAPES`` of them): a later document whose SignedData is made of
+the same elements in the same order, with exactly those bytes, has the same certificate, algorithms
+and shape by construction, and only its own parts are read (its signed attributes through
+asn1crypto's classes, as in the whole read). Anything else (another certificate, another order,
+a CRL, unsigned attributes, an indefinite length, a constructed signature) is read whole. A
+document that is refused is never remembered.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+
+from ....identity.attested import MAX_SIGNATURE_CHARS, Unpacked
+from ....identity.attested import unpack as unpack_whole
+
+HASHES: dict[str, type[hashes.HashAlgorithm]] = {
+    "2.16.840.1.101.3.4.2.1": hashes.SHA256, "2.16.840.1.101.3.4.2.2": hashes.SHA384,
+    "2.16.840.1.101.3.4.2.3": hashes.SHA512,
+    # Azure names the digest algorithm by sha256WithRSAEncryption's identifier.
+    "1.2.840.113549.1.1.11": hashes.SHA256, "1.2.840.113549.1.1.12": hashes.SHA384,
+    "1.2.840.113549.1.1.13": hashes.SHA512,
+}
+SHAPES = 256  # signers' shared parts remembered (a region has a few)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a document was refused: ``reason`` (one of attestation.REASONS) and one line of detail."""
+
+    reason: str
+    detail: str
+
+
+class Refused(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.refusal = Refusal(reason, detail[:300])
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A SignedData read, nothing verified: its signer's certificate and what the signature covers."""
+
+    cert: x509.Certificate
+    cert_der: bytes
+    algorithm: str
+    hash_type: type[hashes.HashAlgorithm]
+    signature: bytes
+    message: bytes
+
+
+_SHAPES: dict[tuple[bytes, ...], Signed] = {}  # a signer's shared parts -> its first document read
+_Element = tuple[int, int, int, bytes, bytes, bytes]  # class, method, tag, header, contents, trailer
+_INTEGER, _OCTETS, _SEQUENCE, _SET = (0, 0, 2), (0, 0, 4), (0, 1, 16), (0, 1, 17)
+_ZERO = (2, 1, 0)  # [0], constructed
+_SIGNED_DATA = bytes.fromhex("06092a864886f70d010702")  # the OID's element: 1.2.840.113549.1.7.2
+_DATA = bytes.fromhex("06092a864886f70d010701")  # 1.2.840.113549.1.7.1
+
+
+def unpack(document: Any) -> Unpacked:
+    """identity/attested.unpack, its content read from the encapsulated element's bytes when the
+    SignedData has the usual shape (``_split``); through asn1crypto's classes otherwise, and
+    whenever anything is amiss (so every refusal is unpack's own)."""
+    import base64
+    import binascii
+    import json
+
+    text = document.get("signature") if isinstance(document, dict) and document.get("encoding") == "pkcs7" \
+        else None
+    if not isinstance(text, str) or not text or len(text) > MAX_SIGNATURE_CHARS:
+        return unpack_whole(document)
+    try:
+        der = base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return unpack_whole(document)
+    content = _content(der)
+    try:
+        claims = json.loads(content) if content is not None else None
+    except (ValueError, UnicodeDecodeError):
+        claims = None
+    if not isinstance(claims, dict) or content is None:
+        return unpack_whole(document)
+    return Unpacked(der, content, claims)
+
+
+def _content(der: bytes) -> bytes | None:
+    """The encapsulated content of a SignedData of the usual shape, an OCTET STRING of a definite
+    length in an element of type data; None otherwise."""
+    split = _split(der)
+    if split is None:
+        return None
+    try:
+        encap = _children(split.encap)
+        if len(encap) != 2 or _bytes(encap[0]) != _DATA or _kind(encap[1]) != _ZERO:
+            return None
+        inner = _children(encap[1][4])
+    except (ValueError, TypeError):
+        return None
+    if len(inner) != 1 or _kind(inner[0]) != _OCTETS or any(e[5] for e in (*encap, *inner)):
+        return None
+    return inner[0][4]
+
+
+def read(unpacked: Unpacked) -> Signed:
+    """The SignedData's shape checked and its parts read (module docstring); Refused otherwise."""
+    split = _split(unpacked.der)
+    shape = _SHAPES.get(split.shared) if split is not None else None
+    if shape is None or split is None:
+        found = _read_whole(unpacked)
+        if split is not None:
+            if len(_SHAPES) >= SHAPES:
+                _SHAPES.clear()
+            _SHAPES[split.shared] = found
+        return found
+    message = unpacked.content
+    if split.attrs is not None:
+        try:
+            from asn1crypto import cms
+
+            signed_attrs = cms.CMSAttributes.load(b"\x31" + split.attrs[1:], strict=True)
+            attrs = {a["type"].native: a["values"] for a in signed_attrs} if signed_attrs.native else None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise Refused("malformed", f"the SignedData cannot be read ({exc})") from None
+        if attrs is None:  # an empty set of signed attributes: as the whole read takes it
+            return _read_whole(unpacked)
+        message = _covered(unpacked.content, shape.hash_type, signed_attrs, attrs)
+    return replace(shape, signature=split.signature, message=message)
+
+
+class _Split(NamedTuple):
+    shared: tuple[bytes, ...]  # the parts every document of one signer shares, as their bytes
+    attrs: bytes | None  # the signed attributes' [0] element
+    signature: bytes
+    encap: bytes  # the encapsulated content's element's contents
+
+
+@functools.lru_cache(maxsize=8)  # a document is split for its content, then for its signature
+def _split(der: bytes) -> _Split | None:
+    """The SignedData's parts (``_Split``); None when it is not made of exactly the elements a
+    document of the usual shape has (a ContentInfo of type signedData whose SignedData holds a
+    version, digest algorithms, the content, certificates and one signer), each of a definite
+    length."""
+    from asn1crypto import parser
+
+    try:
+        whole = parser.parse(der, strict=True)
+        if _kind(whole) != _SEQUENCE or whole[5]:
+            return None
+        outer = _children(whole[4])
+        if len(outer) != 2 or _bytes(outer[0]) != _SIGNED_DATA or _kind(outer[1]) != _ZERO:
+            return None
+        wrapped = _children(outer[1][4])
+        if len(wrapped) != 1 or _kind(wrapped[0]) != _SEQUENCE:
+            return None
+        parts = _children(wrapped[0][4])
+        if [_kind(p) for p in parts] != [_INTEGER, _SET, _SEQUENCE, _ZERO, _SET]:
+            return None
+        infos = _children(parts[4][4])
+        if len(infos) != 1 or _kind(infos[0]) != _SEQUENCE:
+            return None
+        info = _children(infos[0][4])
+    except (ValueError, TypeError):
+        return None
+    kinds = [_kind(p) for p in info]
+    if len(info) not in (5, 6) or kinds[0] != _INTEGER or kinds[1] not in (_SEQUENCE, (2, 0, 0)) \
+            or kinds[2] != _SEQUENCE or kinds[-2] != _SEQUENCE or kinds[-1] != _OCTETS \
+            or (len(info) == 6 and kinds[3] != _ZERO):
+        return None
+    if any(p[5] for p in (*outer, *wrapped, *parts, *infos, *info)):
+        return None
+    shared = [_bytes(p) for p in (parts[0], parts[1], parts[3], info[0], info[1], info[2], info[-2])]
+    attrs = _bytes(info[3]) if len(info) == 6 else None
+    return _Split((*shared, b"\x01" if attrs is not None else b""), attrs, info[-1][4], parts[2][4])
+
+
+def _children(contents: bytes) -> list[_Element]:
+    from asn1crypto import parser
+
+    out: list[_Element] = []
+    at = 0
+    while at < len(contents):
+        rest = contents[at:]
+        element = parser.parse(rest)
+        out.append(element)
+        at += len(element[3]) + len(element[4]) + len(element[5])
+    return out
+
+
+def _kind(element: _Element) -> tuple[int, int, int]:
+    return element[0], element[1], element[2]
+
+
+def _bytes(element: _Element) -> bytes:
+    return element[3] + element[4] + element[5]
+
+
+def _covered(content: bytes, hash_type: type[hashes.HashAlgorithm], signed_attrs: Any,
+             attrs: dict[str, Any]) -> bytes:
+    hasher = hashes.Hash(hash_type())
+    hasher.update(content)
+    if [v.native for v in attrs.get("message_digest", [])] != [hasher.finalize()]:
+        raise Refused("bad-signature", "messageDigest is not the content's digest")
+    if [v.native for v in attrs.get("content_type", [])] != ["data"]:
+        raise Refused("bad-signature", "the signed contentType is not data")
+    return b"\x31" + signed_attrs.dump()[1:]  # signed as a SET OF, not as [0]
+
+
+def _read_whole(unpacked: Unpacked) -> Signed:
+    """``read`` with asn1crypto's classes, every part."""
+    from asn1crypto import cms, core
+
+    try:
+        info_of = unpacked.parsed if unpacked.parsed is not None else cms.ContentInfo.load(unpacked.der,
+                                                                                             strict=True)
+        signed = info_of["content"]
+        infos = signed["signer_infos"]
+        if len(infos) != 1:
+            raise Refused("malformed", f"{len(infos)} signers; an attested document has one")
+        info = infos[0]
+        digest_oid = info["digest_algorithm"]["algorithm"].dotted
+        listed = [a["algorithm"].dotted for a in signed["digest_algorithms"]]
+        sid = info["sid"]
+        version = signed["version"].native
+        certificates = signed["certificates"]
+        carried = [] if isinstance(certificates, core.Void) else list(certificates)
+        if (version, sid.name) not in (("v1", "issuer_and_serial_number"),
+                                       ("v3", "subject_key_identifier")):
+            raise Refused("malformed", f"SignedData {version} with a {sid.name} signer")
+        if listed != [digest_oid] or signed["crls"].native or info["unsigned_attrs"].native:
+            raise Refused("malformed", "digest algorithms, CRLs or unsigned attributes out of place")
+        if info["version"].native != version or not all(
+                a["parameters"].dump() in (b"", b"\x05\x00") for a in (
+                    *signed["digest_algorithms"], info["digest_algorithm"], info["signature_algorithm"])):
+            raise Refused("malformed", "a signer version or algorithm parameters out of place")
+        certs = [c.chosen for c in carried if c.name == "certificate"]
+        cert = next((c for c in certs if _names(c, sid)), None)
+        if cert is None:
+            raise Refused("no-signer-cert", "the SignedData lacks the signer's certificate")
+        if len(carried) != 1:
+            raise Refused("certificates", f"the SignedData carries {len(carried)} certificates; Azure's "
+                           "carries the signing certificate alone")
+        if cert["signature_value"].contents[:1] != b"\x00":
+            raise Refused("malformed", "the signer's certificate has a padded signature")
+        signed_attrs = info["signed_attrs"]
+        attrs = {a["type"].native: a["values"] for a in signed_attrs} if signed_attrs.native else None
+        signature = info["signature"].native
+        algorithm = info["signature_algorithm"]["algorithm"].dotted
+        der = cert.dump()
+        chosen = _certificate(der)
+    except Refused:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise Refused("malformed", f"the SignedData cannot be read ({exc})") from None
+    hash_type = HASHES.get(digest_oid)
+    if hash_type is None:
+        raise Refused("bad-signature", f"unsupported digest algorithm {digest_oid}")
+    message = unpacked.content if attrs is None else \
+        _covered(unpacked.content, hash_type, signed_attrs, attrs)
+    return Signed(chosen, der, algorithm, hash_type, signature, message)
+
+
+_LOADED: dict[bytes, x509.Certificate] = {}  # signing certificates by DER: the same few sign everything
+_LOADED_MAX = 256
+
+
+def _certificate(der: bytes) -> x509.Certificate:
+    found = _LOADED.get(der)
+    if found is None:
+        found = x509.load_der_x509_certificate(der)
+        if len(_LOADED) >= _LOADED_MAX:
+            _LOADED.clear()
+        _LOADED[der] = found
+    return found
+
+
+def _names(cert: Any, sid: Any) -> bool:
+    """Whether the asn1crypto certificate ``cert`` is the one the signer identifier names."""
+    if sid.name == "issuer_and_serial_number":  # the encoded names compared: a signer copies its
+        # certificate's issuer (asn1crypto's own comparison prepares each string, about 3 ms)
+        return bool(cert["tbs_certificate"]["issuer"].dump() == sid.chosen["issuer"].dump()
+                    and cert.serial_number == sid.chosen["serial_number"].native)
+    return bool(cert.key_identifier == sid.chosen.native)

@@ -1,0 +1,90 @@
+"""An attested document's SignedData read by its signer's shared parts gives exactly what the whole
+read gives (edge/signed_data.py): once a signer's document passed, later documents of that signer
+are read only in their own parts, and no change to one of them reads differently or verifies."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from se_forwarder.fleet.coordinator.config.anchors import anchors
+from se_forwarder.fleet.coordinator.edge import attestation, signed_data
+from se_forwarder.fleet.coordinator.edge.chains import Chains
+from se_forwarder.identity.attested import nonce_for
+from se_forwarder.identity.attested import unpack as unpack_whole
+from se_forwarder.simulator.attestation import AttestationAuthority
+from se_forwarder.simulator.wire import compute_metadata
+
+KEY = bytes(range(32))
+NONCE = nonce_for(KEY)
+VM = compute_metadata("web-1", 0)
+
+
+@pytest.fixture(scope="module")
+def azure() -> AttestationAuthority:
+    return AttestationAuthority()
+
+
+@pytest.fixture(scope="module")
+def chains(azure) -> Chains:
+    return Chains(anchors([azure.ca_file], [azure.intermediate_file]))
+
+
+def _whole(document: dict, chains: Chains) -> attestation.Attested | attestation.Refusal:
+    """attestation.verify as it was before signers' parts were remembered: asn1crypto's classes only."""
+    split, unpack = signed_data._split, signed_data.unpack
+    signed_data._split = lambda _der: None  # type: ignore[assignment]
+    signed_data.unpack = unpack_whole  # type: ignore[assignment]
+    try:
+        return _verify(document, chains)
+    finally:
+        signed_data._split, signed_data.unpack = split, unpack  # type: ignore[assignment]
+
+
+def _verify(document: dict, chains: Chains) -> attestation.Attested | attestation.Refusal:
+    return attestation.verify(document, anchors=chains.anchors, nonce=NONCE, now=datetime.now(UTC),
+                              chains=chains)
+
+
+def _document(der: bytes) -> dict:
+    return {"encoding": "pkcs7", "signature": base64.b64encode(der).decode()}
+
+
+def test_a_signers_later_documents_are_read_as_the_whole_read_reads_them(azure, chains):
+    first = azure.document(VM, NONCE)
+    assert isinstance(_verify(first, chains), attestation.Attested)  # the signer's parts remembered
+    for n in range(5):
+        document = azure.document(compute_metadata(f"web-{n}", n), NONCE)
+        fast = signed_data.read(signed_data.unpack(document))
+        whole = signed_data._read_whole(unpack_whole(document))
+        assert signed_data._split(unpack_whole(document).der) is not None
+        assert (fast.cert_der, fast.algorithm, fast.hash_type, fast.signature, fast.message) == \
+            (whole.cert_der, whole.algorithm, whole.hash_type, whole.signature, whole.message)
+
+
+def test_another_signers_document_is_read_whole_first(chains):
+    other = AttestationAuthority()  # its certificate is not one whose parts are remembered
+    document = other.document(VM, NONCE)
+    shared = signed_data._split(unpack_whole(document).der).shared
+    signed_data._SHAPES.pop(shared, None)
+    assert _verify(document, chains) == _whole(document, chains)
+    assert isinstance(_verify(document, chains), attestation.Refusal)  # a CA this coordinator does not trust
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_single_byte_change_reads_otherwise_than_the_whole_read(azure, chains, data):
+    document = azure.document(VM, NONCE)
+    assert isinstance(_verify(document, chains), attestation.Attested)  # the signer's parts remembered
+    der = bytearray(base64.b64decode(document["signature"]))
+    index = data.draw(st.integers(0, len(der) - 1))
+    der[index] = data.draw(st.integers(0, 255).filter(lambda b: b != der[index]))
+    changed = _document(bytes(der))
+    found = _verify(changed, chains)
+    assert isinstance(found, attestation.Refusal)
+    whole = _whole(changed, chains)
+    assert isinstance(whole, attestation.Refusal) and found.reason == whole.reason
