@@ -95,6 +95,8 @@ def test_neither_approved_nor_past_not_before_is_canceled(simulator, agents, tmp
 
 def test_vanished_while_the_agent_was_stopped(simulator, agents, tmp_path):
     agent = start(simulator.url, tmp_path, agents)
+    # polling already: the Reboot is due in 2 s, and must be seen Scheduled before it starts
+    wait_for(lambda: simulator.sim.requests(), 60, "the agent's first poll")
     ran = simulator.sim.add_event({"EventType": "Reboot", "NotBeforeInSeconds": 2,
                                    "StartedSeconds": 1})["EventId"]
     dropped = simulator.sim.add_event({"EventType": "Redeploy", "NotBeforeInSeconds": 900})["EventId"]
