@@ -238,3 +238,18 @@ def test_an_unreachable_checkpoint_store_is_one_error_line():
     with pytest.raises(SeForwarderError, match="^checkpoint container: ") as info:
         ensure_container(store)
     assert "\n" not in str(info.value) and "c2VjcmV0LWtleQ" not in str(info.value)
+
+
+def test_once_from_the_earliest_is_not_done_while_an_event_the_hub_held_at_the_start_is_unread():
+    from se_forwarder.fleet.tail.command import _caught_up
+    from se_forwarder.fleet.tail.reader import Receiver
+
+    state = Receiver(FleetTable(), lambda row: None, checkpointing=False)
+    state.idle = {"0", "1"}  # each partition came up empty once: a slow hub can say that too early
+    state.last_event_at = 0.0
+    state.last_sequence = {"0": 41}
+    ends = {"0": 42, "1": 7}
+    assert not _caught_up(["0", "1"], state, ends)
+    state.last_sequence = {"0": 42, "1": 7}
+    assert _caught_up(["0", "1"], state, ends)
+    assert _caught_up(["0", "1"], state, {})  # an empty hub: nothing to wait for

@@ -52,6 +52,7 @@ def run_tail(
         raise source.failure(exc) from None
     try:
         partitions = client.get_partition_ids()  # also proves the hub is reachable
+        ends = _ends(client, partitions) if once and start == "earliest" else None
     except EventHubError as exc:
         client.close()
         raise source.failure(exc) from None
@@ -86,7 +87,7 @@ def run_tail(
                 _redraw(table, source, began, echo)
             if duration is not None and time.monotonic() - began >= duration:
                 break
-            if once and _caught_up(partitions, state):
+            if once and _caught_up(partitions, state, ends):
                 break
     except KeyboardInterrupt:
         pass
@@ -120,9 +121,23 @@ def _partition_order(pid: str) -> tuple[int, str]:
     return (int(pid), pid) if pid.isdigit() else (1 << 30, pid)
 
 
-def _caught_up(partitions: list[str], state: Receiver) -> bool:
-    """Every partition came up empty after its last event, and none had one for IDLE_AFTER s."""
+def _ends(client: Any, partitions: list[str]) -> dict[str, int]:
+    """The sequence number of the last event each non-empty partition holds now."""
+    ends: dict[str, int] = {}
+    for pid in partitions:
+        props = client.get_partition_properties(pid)
+        if not props["is_empty"]:
+            ends[pid] = int(props["last_enqueued_sequence_number"])
+    return ends
+
+
+def _caught_up(partitions: list[str], state: Receiver, ends: dict[str, int] | None) -> bool:
+    """Read from the earliest (``ends``): every event each partition held when the command started
+    was read, however slowly the hub hands them over. From the latest: every partition came up
+    empty after its last event, and none had one for IDLE_AFTER s."""
     with state.lock:
+        if ends is not None:
+            return all(state.last_sequence.get(pid, -1) >= end for pid, end in ends.items())
         quiet = time.monotonic() - state.last_event_at >= IDLE_AFTER
         return quiet and all(pid in state.idle for pid in partitions)
 
