@@ -182,24 +182,28 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         state.touch(key)
     _heard(state, vm, stamp)
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
-    observed = None
-    if info and own and sender.verified:  # where it was first, what it claimed
-        observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits)
-    if info and own and stamp > vm.topology_stamp:
+    if not info or not own:
+        return vm
+    read: tuple[None, Any] | None = None  # this data.Vm's placement, when it is read now
+    if stamp > vm.topology_stamp:
         vm.topology_stamp = stamp
         seen = fingerprint(info)
-        if seen is not None and vm.seen is not None and seen == vm.seen[0]:
-            return vm  # as read before: nothing to parse again
-        caps = ("text",) * (capped["text"] - counted[0]) + ("control",) * (capped["control"] - counted[1])
-        vm.seen = None if seen is None else (seen, complete, caps, observed)
-        before = vm.topology()
-        if name and name != vm.name:
-            state.rename(key, vm.name, name)
-        vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
-        topology(vm, info, limits, capped)
-        azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
-        if vm.topology() != before:
-            state.touch(key)
+        if seen is None or vm.seen is None or seen != vm.seen[0]:  # else as read before
+            caps = ("text",) * (capped["text"] - counted[0]) + ("control",) * (capped["control"] - counted[1])
+            before = vm.topology()
+            if name and name != vm.name:
+                state.rename(key, vm.name, name)
+            vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
+            topology(vm, info, limits, capped)
+            read = (None, inventory.placement(vm))  # the agent's own, before Azure's is put back
+            azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
+            if vm.topology() != before:
+                state.touch(key)
+            vm.seen = None if seen is None else (seen, complete, caps, read)
+    if sender.verified:  # where it was first, what it claimed
+        observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, read)
+        if read is not None and vm.seen is not None:
+            vm.seen = (*vm.seen[:3], observed)
     return vm
 
 
