@@ -5,7 +5,8 @@ skipped and dropped in ``FoldStats`` (the fold's outcomes are named here). Each 
 ``capped`` (``FoldStats.capped``) by its reason in limits.py's table; a drop of a whole report
 raises ``Dropped``. An identifier (a name, an id, a tag) is kept exactly as sent or not at all:
 cutting it short or removing characters could make it equal to another VM's. Free text (a
-description, a reason) is cut and has its control characters turned into spaces.
+description, a reason) is cut and has its control characters turned into spaces. ``fingerprint``
+tells a data.Vm read before (fold/reports.py), ``union`` merges an event's Resources.
 """
 
 from __future__ import annotations

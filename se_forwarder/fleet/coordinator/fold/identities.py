@@ -45,8 +45,9 @@ A key registered for several vmIds (an image captured with the agent's state dir
 clone has the same key) is allowed: each clone registers its own document. Such clones can speak
 for each other; ``shared_keys`` lists them for ``status``.
 
-``verifier`` gives the parsed key to check a VM's reports with, cached per VM (a report costs one
-Ed25519 verification, not a key parse).
+``verifier`` gives the key to check a VM's reports with, cached per VM: its raw bytes, which a
+worker's answer is compared with (trust.py), and the parsed key only when the fold thread verifies
+a report itself (then a report costs one Ed25519 verification, not a key parse).
 """
 
 from __future__ import annotations
