@@ -5,11 +5,13 @@ skipped and dropped in ``FoldStats`` (the fold's outcomes are named here). Each 
 ``capped`` (``FoldStats.capped``) by its reason in limits.py's table; a drop of a whole report
 raises ``Dropped``. An identifier (a name, an id, a tag) is kept exactly as sent or not at all:
 cutting it short or removing characters could make it equal to another VM's. Free text (a
-description, a reason) is cut and has its control characters turned into spaces.
+description, a reason) is cut and has its control characters turned into spaces. ``fingerprint``
+tells a data.Vm read before (fold/reports.py), ``union`` merges an event's Resources.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ NEW_VM_MINUTES = 60  # minutes of hub time the new-VM counts are kept for (repor
 FOLDED, SKIPPED, MALFORMED, LATE, CAPPED = "folded", "skipped", "malformed", "late", "capped"
 SKIPPED_TYPES = 100  # CloudEvent types counted by name in FoldStats.skipped
 OTHER_TYPES = "(other types)"
+_DIGITS = re.compile(r"(\d+)")
 SMALL = 8  # events a VM's count keeps in a tuple (may_report)
 
 
@@ -210,3 +213,33 @@ def not_before(data: dict[str, Any]) -> float | None:
         except MalformedDocument:
             found = None
     return found
+
+
+def fingerprint(info: dict[str, Any]) -> int | None:
+    """A hash of ``data.Vm`` as sent (None when it holds lists or objects within objects): an agent
+    repeats its data.Vm in every report, and keeping a hash rather than the dict is 2 KB less per VM.
+    Values other than text carry their type, so ``1``, ``1.0`` and ``true`` differ."""
+    try:
+        return hash(tuple((k, v) if type(v) is str else
+                          (k, "dict", tuple(v.items())) if type(v) is dict else (k, type(v).__name__, v)
+                          for k, v in info.items()))
+    except TypeError:
+        return None
+
+
+def union(kept: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+    """Both lists' names, each once (case-insensitively: the smallest spelling), in natural order
+    (web-2 before web-10), whatever order the reports came in."""
+    if names == kept:
+        return kept
+    by_lower: dict[str, str] = {}
+    for name in (*kept, *names):
+        low = name.lower()
+        if low not in by_lower or name < by_lower[low]:
+            by_lower[low] = name
+    return tuple(sorted(by_lower.values(), key=_natural))
+
+
+def _natural(name: str) -> tuple[tuple[tuple[int, str], ...], str]:
+    return tuple((1, part) if not part.isdigit() else (0, part.zfill(20))
+                 for part in _DIGITS.split(name.lower())), name

@@ -45,8 +45,9 @@ A key registered for several vmIds (an image captured with the agent's state dir
 clone has the same key) is allowed: each clone registers its own document. Such clones can speak
 for each other; ``shared_keys`` lists them for ``status``.
 
-``verifier`` gives the parsed key to check a VM's reports with, cached per VM (a report costs one
-Ed25519 verification, not a key parse).
+``verifier`` gives the key to check a VM's reports with, cached per VM: its raw bytes, which a
+worker's answer is compared with (trust.py), and the parsed key only when the fold thread verifies
+a report itself (then a report costs one Ed25519 verification, not a key parse).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def recent_rekeys(state: FleetState, count: int = 50) -> list[Rekey]:
 
 
 def verifier(state: FleetState, vm: str) -> signing.VerifyKeys | None:
-    """The key a report of ``vm`` must verify with (None: not registered), parsed once per key."""
+    """The key a report of ``vm`` must verify with (None: not registered), read once per key."""
     identity = state.identities.get(vm)
     if identity is None:
         return None
@@ -190,13 +191,29 @@ def verifier(state: FleetState, vm: str) -> signing.VerifyKeys | None:
     known = cache.get(vm)
     if known is not None and known[0] == identity.public_key:
         return known[1]
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    raw = base64.b64decode(identity.public_key)
-    keys = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(raw)])
-    keys.raw = raw  # type: ignore[attr-defined]  # what a worker's check is compared with (trust.py)
+    keys = Registered(base64.b64decode(identity.public_key))
     cache[vm] = (identity.public_key, keys)
     return keys
+
+
+class Registered(signing.VerifyKeys):
+    """One VM's registered key as its 32 raw bytes (``raw``: what a worker's check is compared
+    with, trust.py); the ``cryptography`` key object is made only when the fold thread verifies a
+    report itself (``verify_workers = 0``, or a worker's answer not taken)."""
+
+    def __init__(self, raw: bytes) -> None:  # by_id: made when first asked for (__getattr__)
+        self.raw = raw
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "by_id":
+            raise AttributeError(name)
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        self.by_id = signing.VerifyKeys([Ed25519PublicKey.from_public_bytes(self.raw)]).by_id
+        return self.by_id
 
 
 def shared_keys(state: FleetState) -> list[tuple[str, list[str]]]:

@@ -35,10 +35,11 @@ from typing import Any
 from ..config.limits import Limits
 from . import caps
 from .caps import FOLDED, MALFORMED
-from .state import DecisionRecord, FleetState, Placement, Stamp, Vm
+from .state import DecisionRecord, FleetState, Observed, Placement, Stamp, Vm
 
 MAX_CONFIRMED = 2_000  # VMs one confirm decision may name (its data stays under MAX_DECISION_BYTES)
 CLAIMS_KEPT = 4  # names and resourceIds kept per VM with when it first claimed them (a real VM has one)
+Claim = tuple[str, str, float]  # (name, resourceId, the hub time it first claimed them): one of Vm.claims
 
 
 def placement(vm: Vm) -> Placement:
@@ -47,31 +48,44 @@ def placement(vm: Vm) -> Placement:
             vm.update_domain, tuple(sorted(vm.tags.items())))
 
 
-def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits) -> None:
+def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits,
+            seen: Observed | None = None) -> Observed:
     """A verified report of ``vm`` about itself (``stamp``: the hub's enqueued time and the report's
     id): the earliest such report places it, and each name and resourceId it claims is noted with the
     earliest time it claimed them (at most ``CLAIMS_KEPT``: the earliest). Both are minima, so the
-    order reports are read in does not matter."""
+    order reports are read in does not matter. ``seen``: what this same data.Vm gave before (its
+    entry of ``claims``, its placement: fold/reports.py); returned: what it gives now."""
+    known, where = seen if seen is not None else (None, None)
     if stamp < vm.placed_stamp:
-        there = Vm(key=vm.key)
-        caps.topology(there, info, limits, Counter())  # counted once already, as the VM's record
-        placed, vm.placed_stamp = placement(there), stamp
-        if placed != vm.placed:
-            vm.placed = placed
+        if where is None:
+            there = Vm(key=vm.key)
+            caps.topology(there, info, limits, Counter())  # counted once already, as the VM's record
+            where = placement(there)
+        vm.placed_stamp = stamp
+        if where != vm.placed:
+            vm.placed = where
             state.touch(vm.key)  # where it counts in scope sizes (decide/scopes.py's inventory)
-    chars = limits.text_chars
-    name = caps.identifier(info.get("name"), chars, Counter()).lower()
-    rid = caps.identifier(info.get("resourceId"), chars, Counter()).lower()
-    claims, moment = vm.claims, stamp[0]
-    for i, (known_name, known_rid, known) in enumerate(claims):
+        where = vm.placed  # one tuple for both
+    moment = stamp[0]
+    if known is not None and known[2] <= moment and known in vm.claims:
+        return known, where  # claimed as early already: nothing to read again
+    chars, uncounted = limits.text_chars, Counter[str]()
+    name = caps.identifier(info.get("name"), chars, uncounted).lower()
+    rid = caps.identifier(info.get("resourceId"), chars, uncounted).lower()
+    claims = vm.claims
+    for i, (known_name, known_rid, known_at) in enumerate(claims):
         if known_name == name and known_rid == rid:
-            if moment < known:
-                vm.claims = (*claims[:i], (known_name, known_rid, moment), *claims[i + 1:])
-            return
-    kept = sorted((*claims, (sys.intern(name), rid, moment)))
+            if moment < known_at:
+                claim = (known_name, known_rid, moment)
+                vm.claims = (*claims[:i], claim, *claims[i + 1:])
+                return claim, where
+            return claims[i], where
+    claim = (sys.intern(name), rid, moment)
+    kept = sorted((*claims, claim))
     if len(kept) > CLAIMS_KEPT:
         kept.remove(max(kept, key=lambda c: (c[2], c[0], c[1])))
     vm.claims = tuple(kept)
+    return (claim if claim in vm.claims else None), where
 
 
 def claimed_at(vm: Vm) -> float:

@@ -43,7 +43,6 @@ anything else               nothing: no heartbeat, status, echo, ``prepared``, R
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -64,6 +63,7 @@ from .caps import (
     FoldStats,
     admit,
     event_id_ok,
+    fingerprint,
     free_text,
     identifier,
     may_report,
@@ -71,14 +71,14 @@ from .caps import (
     not_before,
     resources,
     topology,
+    union,
 )
-from .state import CANCELED, COMPLETED, SCHEDULED, STARTED, TERMINAL, EventRecord, FleetState, Stamp, Vm
+from .state import CANCELED, COMPLETED, SCHEDULED, STARTED, TERMINAL, EventRecord, FleetState, Seen, Stamp, Vm
 
 TRANSITIONS: dict[str, int] = {Kind.SCHEDULED: SCHEDULED, Kind.STARTED: STARTED, Kind.CANCELED: CANCELED,
                                Kind.COMPLETED: COMPLETED}
 _HEARTBEAT_STATUS = {"Scheduled": SCHEDULED, "Started": STARTED}
 MAX_TYPES = 4  # EventTypes kept per event (a real event has one)
-_DIGITS = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,12 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
     registration verified: then at once, with the registered vmId) or updated from ``data.Vm``."""
     info = data.get("Vm")
     info = info if isinstance(info, dict) else {}
-    chars = limits.text_chars
+    if info and sender.verified and sender.key is not None:
+        vm = state.vms.get(sender.key)
+        if vm is not None and vm.seen is not None and vm.seen[0] == fingerprint(info):
+            _again(state, vm, info, stamp, limits, capped, clock, vm.seen)
+            return vm
+    chars, counted = limits.text_chars, (capped["text"], capped["control"])
     vm_id, name = identifier(info.get("vmId"), chars, capped), identifier(info.get("name"), chars, capped)
     complete = info.get("complete") is not False and bool(vm_id)
     if not info:  # an older agent: the source says /virtualMachines/<name>, the extension the id
@@ -175,41 +180,54 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         vm = state.vms[key] = Vm(key=key, name=name, vm_id=vm_id if complete else "")
         state.rename(key, None, name)
         state.touch(key)
-    if stamp[0] > vm.last_heard:
-        if key in state.retired:
-            state.touch(key)  # heard from after its Terminate completed: not deleted after all
-        vm.last_heard = stamp[0]
-    state.note("vms", key)
+    _heard(state, vm, stamp)
     own = sender.key is None or (complete and vm_id.lower() == key)  # what it says is about itself
-    if info and own and sender.verified:
-        inventory.observe(state, vm, info, (clock, stamp[1]), limits)  # where it was first, what it claimed
-    if info and own and stamp > vm.topology_stamp:
+    if not info or not own:
+        return vm
+    read: tuple[None, Any] | None = None  # this data.Vm's placement, when it is read now
+    if stamp > vm.topology_stamp:
         vm.topology_stamp = stamp
         seen = fingerprint(info)
-        if seen is not None and seen == vm.seen:
-            return vm  # as read before: nothing to parse again
-        vm.seen = seen
-        before = vm.topology()
-        if name and name != vm.name:
-            state.rename(key, vm.name, name)
-        vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
-        topology(vm, info, limits, capped)
-        azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
-        if vm.topology() != before:
-            state.touch(key)
+        if seen is None or vm.seen is None or seen != vm.seen[0]:  # else as read before
+            caps = ("text",) * (capped["text"] - counted[0]) + ("control",) * (capped["control"] - counted[1])
+            before = vm.topology()
+            if name and name != vm.name:
+                state.rename(key, vm.name, name)
+            vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
+            topology(vm, info, limits, capped)
+            read = (None, inventory.placement(vm))  # the agent's own, before Azure's is put back
+            azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
+            if vm.topology() != before:
+                state.touch(key)
+            vm.seen = None if seen is None else (seen, complete, caps, read)
+    if sender.verified:  # where it was first, what it claimed
+        observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, read)
+        if read is not None and vm.seen is not None:
+            vm.seen = (*vm.seen[:3], observed)
     return vm
 
 
-def fingerprint(info: dict[str, Any]) -> int | None:
-    """A hash of ``data.Vm`` as sent (None when it holds lists or objects within objects): an agent
-    repeats its data.Vm in every report, and keeping a hash rather than the dict is 2 KB less per VM.
-    Values other than text carry their type, so ``1``, ``1.0`` and ``true`` differ."""
-    try:
-        return hash(tuple((k, v) if type(v) is str else
-                          (k, "dict", tuple(v.items())) if type(v) is dict else (k, type(v).__name__, v)
-                          for k, v in info.items()))
-    except TypeError:
-        return None
+def _again(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits,
+           capped: Counter[str], clock: float, seen: Seen) -> None:
+    """``_vm`` for a registered VM's data.Vm equal to the one it read last (``seen``): the same
+    outcome, without reading its fields again."""
+    _heard(state, vm, stamp)
+    for reason in seen[2]:
+        capped[reason] += 1
+    if seen[1] and _lower(vm.key) == vm.key:  # complete, and about itself
+        before = seen[3]
+        observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, before)
+        if before is None or observed[0] is not before[0] or observed[1] is not before[1]:
+            vm.seen = (*seen[:3], observed)
+        vm.topology_stamp = max(stamp, vm.topology_stamp)
+
+
+def _heard(state: FleetState, vm: Vm, stamp: Stamp) -> None:
+    if stamp[0] > vm.last_heard:
+        if vm.key in state.retired:
+            state.touch(vm.key)  # heard from after its Terminate completed: not deleted after all
+        vm.last_heard = stamp[0]
+    state.note("vms", vm.key)
 
 
 def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, limits: Limits,
@@ -274,7 +292,7 @@ def _info(record: EventRecord, event: Mapping[str, Any], data: dict[str, Any], s
     listed, chars = data.get("Resources"), limits.text_chars
     names = resources(listed, limits, capped) if isinstance(listed, list) else None
     if names is not None:
-        merged = _union(record.resources, names)
+        merged = union(record.resources, names)
         if len(merged) > limits.resources_per_event:
             capped["resources"] += 1
         elif merged != record.resources or not record.has_resources:
@@ -300,24 +318,6 @@ def _info(record: EventRecord, event: Mapping[str, Any], data: dict[str, Any], s
         record.not_before, record.not_before_stamp = due, stamp
     if due is not None and (record.earliest_not_before is None or due < record.earliest_not_before):
         record.earliest_not_before = due  # no report can make an event due later (availability.due_at)
-
-
-def _union(kept: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
-    """Both lists' names, each once (case-insensitively: the smallest spelling), in natural order
-    (web-2 before web-10), whatever order the reports came in."""
-    if names == kept:
-        return kept
-    by_lower: dict[str, str] = {}
-    for name in (*kept, *names):
-        low = name.lower()
-        if low not in by_lower or name < by_lower[low]:
-            by_lower[low] = name
-    return tuple(sorted(by_lower.values(), key=_natural))
-
-
-def _natural(name: str) -> tuple[tuple[tuple[int, str], ...], str]:
-    return tuple((1, part) if not part.isdigit() else (0, part.zfill(20))
-                 for part in _DIGITS.split(name.lower())), name
 
 
 def report(state: FleetState, record: EventRecord, vm_key: str, rank: int, when: float) -> None:

@@ -36,6 +36,10 @@ Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of
 # Where a VM is (fold/inventory.py): subscription, resource group, location, zone, scale set, fault
 # and update domain, tags.
 Placement = tuple[str, str, str, str, str, str, str, tuple[tuple[str, str], ...]]
+# What fold/inventory.py read of a data.Vm: its entry of Vm.claims (name, resourceId, when first
+# claimed) and its placement; and what fold/reports.py keeps of the data.Vm it read last (Vm.seen).
+Observed = tuple[tuple[str, str, float] | None, Placement | None]
+Seen = tuple[int, bool, tuple[str, ...], Observed | None]
 NO_STAMP: Stamp = (float("-inf"), "")
 # The tags of every VM without any: one dict shared by all (a VM's tags are replaced, never changed
 # in place), so 100,000 untagged VMs do not hold 100,000 empty dicts.
@@ -72,8 +76,10 @@ class Vm:
     placed_stamp: Stamp = (float("inf"), "")  # that report's (hub time, id)
     # (name, resourceId, the hub time it first claimed them), names in lower case, sorted (fold/inventory.py)
     claims: tuple[tuple[str, str, float], ...] = ()
-    # A fingerprint of the data.Vm read last (fold/reports.py): the same again is not parsed again.
-    seen: int | None = field(default=None, repr=False, compare=False)
+    # The data.Vm read last (fold/reports.py): its fingerprint, whether it was complete, what reading
+    # its vmId and name counted in ``capped``, and its entry of ``claims`` and its placement
+    # (fold/inventory.py): the same again is not read again.
+    seen: Seen | None = field(default=None, repr=False, compare=False)
 
     def topology(self) -> tuple[Any, ...]:
         return (self.name, self.vm_id, self.complete, self.resource_id, self.subscription,
