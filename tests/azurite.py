@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,11 @@ def find_binary(service: str = "queue") -> str | None:
         return found
     local = ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / f"azurite-{service}"
     return str(local) if os.access(local, os.X_OK) else None
+
+
+# Modules that need both Azurite services: ``pytestmark = [..., needs_blob_and_queue]``.
+needs_blob_and_queue = pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
+                                          reason="Azurite is not installed (scripts/test installs it)")
 
 
 class Azurite:

@@ -29,7 +29,7 @@ import requests
 
 from se_forwarder.simulator.event_grid import WRITE_TYPE
 from se_forwarder.simulator.topology import Topology
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.fleet_page.browser import chrome
 from tests.pager.conftest import ROUTING_KEY
 from tests.support.pager_receiver import PagerDutyReceiver
@@ -41,8 +41,7 @@ from .fleet import pagerduty_notify, shut_down
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(480),
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 TOPOLOGY = Topology.build(scale_sets=[{"name": "api", "vms": 2}, {"name": "web", "vms": 3}])

@@ -34,7 +34,7 @@ import requests
 
 from se_forwarder.fleet.coordinator.decide.arm_path import RETRY
 from se_forwarder.simulator.event_grid import EVENT_TYPE
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.fleet_page.browser import chrome, console_errors
 from tests.support.waiting import wait_for
 
@@ -44,8 +44,7 @@ from .fleet import MIN_HEALTHY, Timeline, shut_down, utc
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(480),
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 KILLED = "db-2"

@@ -31,7 +31,7 @@ import requests
 
 from se_forwarder.approvals import signing
 from se_forwarder.simulator.topology import Topology
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.pager.conftest import ROUTING_KEY
 from tests.support.pager_receiver import PagerDutyReceiver
 from tests.support.waiting import wait_for
@@ -51,8 +51,7 @@ from .fleet import (
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 TOPOLOGY = Topology.build(scale_sets=[

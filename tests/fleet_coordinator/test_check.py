@@ -25,13 +25,12 @@ from typing import Any
 import pytest
 
 from se_forwarder.approvals import signing
-from tests.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, find_binary
+from tests.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, needs_blob_and_queue
 from tests.eventhubs.broker import EventHubsBroker
 from tests.support.config import toml_value
 from tests.support.paths import ROOT
 
-pytestmark = pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                                reason="Azurite is not installed (scripts/test installs it)")
+pytestmark = needs_blob_and_queue
 
 FIREWALL_BODY = ('<?xml version="1.0" encoding="utf-8"?><Error><Code>AuthorizationFailure</Code><Message>'
                  'This request is not authorized to perform this operation.\nRequestId:{id}\nTime:{time}'

@@ -24,15 +24,14 @@ import pytest
 import requests
 
 from se_forwarder.simulator.wire import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION_ID
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.waiting import wait_for
 
 from .fleet import Fleet
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 NEW_VMS_PER_MINUTE = 40

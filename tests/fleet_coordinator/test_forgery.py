@@ -28,15 +28,14 @@ import pytest
 import requests
 
 from se_forwarder.approvals import signing
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.waiting import wait_for
 
 from .fleet import API_GROUP, DECISION, ECHO_TIMEOUT, NOTICE, STARTED, Coordinator, Fleet, shut_down
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 SOURCE = "urn:se-forwarder:coordinator:live"

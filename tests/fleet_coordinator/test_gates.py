@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.fleet_page.browser import chrome, console_errors
 from tests.support.alertmanager import INSTALL_HINT, Alertmanager, alert
 from tests.support.alertmanager import find_binary as find_alertmanager
@@ -33,8 +33,7 @@ from .fleet import Coordinator, Fleet, Timeline, shut_down
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
     pytest.mark.skipif(find_alertmanager() is None, reason=f"Alertmanager is not installed ({INSTALL_HINT})"),
 ]
 

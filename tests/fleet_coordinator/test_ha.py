@@ -28,15 +28,14 @@ import pytest
 from se_forwarder.fleet.coordinator.fold.snapshot import restore_lines
 from se_forwarder.fleet.coordinator.service import PASS_AT_LEAST
 from se_forwarder.fleet.coordinator.view.digest import Digest
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.waiting import wait_for
 
 from .fleet import HEARTBEAT_TIMEOUT, Coordinator, Fleet, Timeline
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 SILENT = "web-5"

@@ -28,7 +28,7 @@ import requests
 
 from se_forwarder.approvals import signing
 from se_forwarder.identity.attested import nonce_for
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.waiting import wait_for
 
 from .fleet import (
@@ -45,8 +45,7 @@ from .fleet import (
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 ATTACKER = "web-5"

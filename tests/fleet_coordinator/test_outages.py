@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.tcp_relay import TcpRelay
 from tests.support.waiting import wait_for
 
@@ -47,8 +47,7 @@ from .fleet import DECISION, Coordinator, Fleet, Timeline, utc
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(480),  # the scenario runs in the first test's setup: about 3.5 min
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 ROLLS = {"blob": ("api_0", "api_1"), "queue": ("api_2", "api_3"), "hub": ("api_0", "api_1"),

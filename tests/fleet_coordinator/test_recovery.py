@@ -33,7 +33,7 @@ import pytest
 import requests
 
 from se_forwarder.simulator.topology import Topology
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.config import toml_value
 from tests.support.paths import ROOT
 from tests.support.waiting import wait_for
@@ -44,8 +44,7 @@ from .fleet import Timeline, shut_down
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(420),
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 PROBE_FAILS_FOR = 20.0  # s app-0's application stays down after its event ended

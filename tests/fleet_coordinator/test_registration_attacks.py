@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from se_forwarder.approvals import signing
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.forged_registrations import forged, identity_event
 from tests.support.waiting import wait_for
 
@@ -35,8 +35,7 @@ from .fleet import MIN_HEALTHY, Timeline, shut_down
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 PREFIX = "com.azure.scheduledevents."

@@ -34,15 +34,14 @@ import requests
 
 from se_forwarder.approvals.queue import queue_name
 from se_forwarder.fleet.coordinator.api import unnamed
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.support.waiting import wait_for
 
 from .fleet import API_GROUP, API_ROLL, MIN_HEALTHY, STARTED_REAL, WEB_ROLL, Coordinator, Fleet, Timeline
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 HELD = "web-3"

@@ -28,7 +28,7 @@ import requests
 from se_forwarder.approvals import signing
 from se_forwarder.identity.attested import nonce_for
 from se_forwarder.simulator.topology import Topology
-from tests.azurite import find_binary
+from tests.azurite import needs_blob_and_queue
 from tests.eventhubs.broker import EventHubsBroker
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
@@ -38,8 +38,7 @@ from .fleet import DECISION, Coordinator, Fleet, shut_down
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(find_binary("blob") is None or find_binary("queue") is None,
-                       reason="Azurite is not installed (scripts/test installs it)"),
+    needs_blob_and_queue,
 ]
 
 EU, US, AP = ("e0000000-0000-4000-8000-00000000000e", "a0000000-0000-4000-8000-00000000000a",
