@@ -52,6 +52,14 @@ def _fleet(*vms: SignedVm) -> Coordinator:
     return coordinator
 
 
+def _both_register(coordinator: Coordinator, ground: tuple[SignedVm, SignedVm], t: float,
+                   created: float | None = None) -> list[str]:
+    """One document of the victim's registered with the victim's key and with the ground key."""
+    victim, thief = ground
+    document = victim.document(created=created)
+    return coordinator.admit(victim.identity(document), thief.identity(document), t=t)
+
+
 def test_the_victims_document_replayed_with_a_ground_key_binds_neither(ground):
     now = time.time()
     victim, thief = ground
@@ -80,8 +88,7 @@ def test_a_vm_in_conflict_counts_as_unavailable_in_every_budget_and_is_shown(gro
     now = time.time()
     victim, thief = ground
     coordinator = _fleet(victim, SignedVm(SET[0]))
-    document = victim.document()
-    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    _both_register(coordinator, ground, now)
     idx = index(coordinator.state, coordinator.policy)
     down = unavailable(coordinator.state, coordinator.policy, idx, now)
     assert down[VICTIM.vm_id.lower()] == "key-conflict"
@@ -106,10 +113,9 @@ def test_a_peers_event_waits_while_a_vm_of_its_group_is_in_conflict(ground):
 
 def test_a_newer_registration_of_the_victim_settles_it(ground):
     now = time.time()
-    victim, thief = ground
+    victim, _ = ground
     coordinator = _fleet(SignedVm(SET[0]))
-    document = victim.document(created=now - 60)
-    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    _both_register(coordinator, ground, now, created=now - 60)
     assert coordinator.admit(victim.identity(victim.document(created=now)), t=now) == ["registered"]
     assert coordinator.state.identities[VICTIM.vm_id.lower()].keyid == signing.keyid(victim.key)
     assert coordinator.state.conflicts == {}
@@ -117,10 +123,9 @@ def test_a_newer_registration_of_the_victim_settles_it(ground):
 
 def test_a_conflict_raises_one_alert_until_it_is_settled(ground):
     now = time.time()
-    victim, thief = ground
+    victim, _ = ground
     coordinator = _fleet(SignedVm(SET[0]))
-    document = victim.document(created=now - 60)
-    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    _both_register(coordinator, ground, now, created=now - 60)
     found = derive(coordinator.state, evaluate(coordinator.state, coordinator.policy, now + 1))
     alert = found.open["key-conflict"]
     assert alert.severity == "error" and VICTIM.vm_id.lower() in alert.summary
@@ -140,10 +145,9 @@ def _settle(coordinator: Coordinator, keyid: str | None, t: float) -> Any:
 
 def test_an_operator_settles_a_conflict_with_an_audited_decision(ground):
     now = time.time()
-    victim, thief = ground
+    victim, _ = ground
     coordinator = _fleet(victim)
-    document = victim.document()
-    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    _both_register(coordinator, ground, now)
     decision, outcome = _settle(coordinator, signing.keyid(victim.key), now + 5)
     assert outcome == ["folded"] and decision.actor == "person:ops" and decision.reason
     assert coordinator.state.identities[VICTIM.vm_id.lower()].keyid == signing.keyid(victim.key)
@@ -153,12 +157,11 @@ def test_an_operator_settles_a_conflict_with_an_audited_decision(ground):
 
 def test_settling_asks_for_a_vm_in_conflict_and_one_of_its_keys(ground):
     now = time.time()
-    victim, thief = ground
+    victim, _ = ground
     coordinator = _fleet(victim)
     with pytest.raises(control.ControlRefused, match="not in key conflict"):
         control.settle(coordinator.state, coordinator.policy, now, VICTIM.vm_id, None, "person:ops", "r")
-    document = victim.document()
-    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    _both_register(coordinator, ground, now)
     with pytest.raises(control.ControlRefused, match="not one of the keys in dispute"):
         control.settle(coordinator.state, coordinator.policy, now, VICTIM.vm_id, "0" * 16, "person:ops", "r")
 
@@ -167,11 +170,9 @@ def test_an_old_settle_decision_replayed_does_not_settle_a_later_conflict(ground
     now = time.time()
     victim, thief = ground
     coordinator = _fleet(SignedVm(SET[0]))
-    document = victim.document(created=now - 120)
-    coordinator.admit(victim.identity(document), thief.identity(document), t=now)
+    _both_register(coordinator, ground, now, created=now - 120)
     decision, _ = _settle(coordinator, None, now + 1)
-    later = victim.document(created=now - 60)
-    coordinator.admit(victim.identity(later), thief.identity(later), t=now + 10)  # the thief again
+    _both_register(coordinator, ground, now + 10, created=now - 60)  # the thief again
     assert VICTIM.vm_id.lower() in coordinator.state.conflicts
     from se_forwarder.fleet.coordinator import to_dict
 
