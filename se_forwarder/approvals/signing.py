@@ -80,7 +80,12 @@ def public_key_line(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
 
 def keyid(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
     """First 16 hex characters of SHA-256 of the raw 32-byte public key."""
-    return hashlib.sha256(raw_public(key)).hexdigest()[:16]
+    return raw_keyid(raw_public(key))
+
+
+def raw_keyid(raw: bytes) -> str:
+    """``keyid`` of a raw 32-byte public key."""
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def load_private_key(pem: str | bytes, where: str) -> Ed25519PrivateKey:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,16 +56,11 @@ def verifier(raw: bytes) -> Verify:
     return verify
 
 
-def keyid(raw: bytes) -> str:
-    """``signing.keyid`` of a raw public key."""
-    return hashlib.sha256(raw).hexdigest()[:16]
-
-
 def problem(message: Mapping[str, Any], raw: bytes) -> str | None:
     """Why ``message`` is not signed by the raw key ``raw`` (signing.problem's rules and lines), or None."""
     kid = message.get(signing.KEYID_ATTRIBUTE)
     claimed = message.get(signing.SIGNATURE_ATTRIBUTE)
-    if kid != keyid(raw) or not isinstance(claimed, str) or len(claimed) > 100:
+    if kid != signing.raw_keyid(raw) or not isinstance(claimed, str) or len(claimed) > 100:
         return _said(message, raw)
     try:
         signature = base64.b64decode(claimed, validate=True)
@@ -83,4 +77,4 @@ def _said(message: Mapping[str, Any], raw: bytes) -> str:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     said = signing.problem(message, [Ed25519PublicKey.from_public_bytes(raw)])
-    return said or f"signature does not verify with key {keyid(raw)}"
+    return said or f"signature does not verify with key {signing.raw_keyid(raw)}"

@@ -33,10 +33,10 @@ from ....approvals import signing
 from ..config.anchors import AZURE_SIGNER_DOMAINS, Anchors
 from ..fold.state import Identity
 from . import trust
-from .ed25519 import keyid, verifier
+from .ed25519 import verifier
 
 _ATTESTED: dict[bytes, trust.Attestation] = {}
-ed25519, keyid = verifier, keyid  # the reports' verifier per raw key (edge/ed25519.py)
+ed25519 = verifier  # the reports' verifier per raw key (edge/ed25519.py)
 
 
 def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
@@ -54,7 +54,7 @@ def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
     if len(signature) != signing.SIGNATURE_BYTES:
         return trust.Checked(None, tried)
     for raw in tried:
-        if keyid(raw) == kid and ed25519(raw)(signature, body):
+        if signing.raw_keyid(raw) == kid and ed25519(raw)(signature, body):
             return trust.Checked(raw, tried)
     return trust.Checked(None, tried)
 

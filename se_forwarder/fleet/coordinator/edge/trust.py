@@ -284,7 +284,7 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
     remembered = attested.verdicts.get(key, attested.chains.generation) if key is not None else None
     if remembered is not None:
         return _refused_document(vm_id, remembered)
-    kid = ed25519.keyid(raw)
+    kid = signing.raw_keyid(raw)
     current = bound(vm_id.lower())
     newer_than = (datetime.fromtimestamp(current.created_on, UTC)  # a key change needs a newer document,
                   if current is not None and current.keyid != kid  # unless it is the very one bound:
