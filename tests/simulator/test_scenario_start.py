@@ -88,7 +88,9 @@ def test_simulate_prints_when_the_scenario_started(cli_simulator, http):
     [line] = [line for line in cli.lines if "scenario user-reboot started" in line]
     assert "(first scheduled-events poll: vm0 from 127.0.0.1)" in line
     started = cli.lines.index(line)
-    assert any("added (Scheduled" in later for later in cli.lines[started + 1 :])
+    while not any("added (Scheduled" in later for later in cli.lines[started + 1 :]):
+        assert time.monotonic() < deadline, cli.lines
+        time.sleep(0.05)
     assert cli.stop() == 0
 
 
