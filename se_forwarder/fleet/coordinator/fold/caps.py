@@ -218,13 +218,22 @@ def not_before(data: dict[str, Any]) -> float | None:
 def fingerprint(info: dict[str, Any]) -> int | None:
     """A hash of ``data.Vm`` as sent (None when it holds lists or objects within objects): an agent
     repeats its data.Vm in every report, and keeping a hash rather than the dict is 2 KB less per VM.
-    Values other than text carry their type, so ``1``, ``1.0`` and ``true`` differ."""
+    Values other than text carry their type, so ``1``, ``1.0`` and ``true`` differ, and are hashed
+    as their text: numbers' own hashes collide by design (-1 and -2, 1 and 2**61), text's do not."""
     try:
         return hash(tuple((k, v) if type(v) is str else
-                          (k, "dict", tuple(v.items())) if type(v) is dict else (k, type(v).__name__, v)
-                          for k, v in info.items()))
+                          (k, "dict", tuple((n, _part(x)) for n, x in v.items())) if type(v) is dict
+                          else (k, _part(v)) for k, v in info.items()))
     except TypeError:
         return None
+
+
+def _part(value: Any) -> Any:
+    if type(value) is str:
+        return value
+    if type(value) in (int, float, bool) or value is None:
+        return type(value).__name__, repr(value)
+    raise TypeError(type(value).__name__)  # a list or an object: not fingerprinted
 
 
 def union(kept: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
