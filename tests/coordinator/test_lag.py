@@ -187,3 +187,12 @@ def test_the_watcher_finds_a_gap_before_its_reader_reads_past_it():
     # the fold then reads on from where the partition begins: the gap is still said
     said = guard.check_gaps({"0": Position(450, "x")})
     assert "folded up to 120 but the hub now keeps it from 400 on" in said
+
+
+def test_an_instance_waits_for_the_agents_hub_s_first_answer_not_the_feed_s():
+    agents, feed = Watch("the agents' hub"), Watch("the Azure feed hub", "feed:x/", second=True)
+    guard = LagGuard([agents, feed], 5.0)
+    assert guard.unmeasured() == "it has not yet learned how far the fold is behind the agents' hub"
+    agents.observe({"0": End(10, NOW, 0)}, NOW)
+    assert guard.unmeasured() == ""
+    assert LagGuard([], 5.0).unmeasured() == ""

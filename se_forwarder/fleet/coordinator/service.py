@@ -244,7 +244,8 @@ class Service:
     def acting(self) -> bool:
         term, gap = self.election.term, self.lag.check_gaps(self.positions)  # looked at first: it latches
         return (self._ready and self._rebuild_term is None and term is not None and not gap
-                and self.election.may_act(term.number) and self.election.caught_up(self.positions))
+                and self.election.may_act(term.number) and self.election.caught_up(self.positions)
+                and not self.lag.unmeasured())
 
     def blocked(self) -> bool:
         """It holds the lease but a gap in its fold keeps it from acting (output/alerting.py says so)."""
@@ -258,7 +259,8 @@ class Service:
             problem = f" ({storage.last_error})" if not storage.reachable else ""
             return f"it is loading the fold from the snapshot{problem}"
         gap = self.lag.check_gaps(self.positions)
-        return f"the fold has a gap: {gap}" if gap else self.election.why_not(self.positions)
+        return f"the fold has a gap: {gap}" if gap else (self.election.why_not(self.positions)
+                                                          or self.lag.unmeasured())
 
     def _say_acting(self, acting: bool) -> None:
         if acting == self._acting:

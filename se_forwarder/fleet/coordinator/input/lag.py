@@ -17,6 +17,9 @@ went through the edge into the fold, so a backlog waiting for verification is la
   the folded positions too, so the hub's lag counts them; the stage's own count says so at once
   (between two questions, and while the hub does not answer) and names the cause: a verifier more
   than ``max_lag`` behind stops early approvals like a late fold.
+- **Not measured yet**: until the agents' hub has answered the watcher once, the instance does not
+  act (``unmeasured``; the service's ``acting``): a start, from a snapshot or not, makes no decision
+  on a lag it has not measured (which would be a round of ``stale`` defers for every waiting event).
 - **Not known**: the agents' hub has not answered a question for ``max_lag`` plus two questions'
   time; its lag cannot be told, and it counts as stale. The Azure feed hub not answering is said
   by its reachability (``azure-feed``) and does not stop approvals: it is the second input.
@@ -186,6 +189,12 @@ class LagGuard:
         self.reason = ""  # as said last
         self.late_since: float | None = None  # since when ``reason`` has not been ""
         self.gap = ""  # the first gap found: latched
+
+    def unmeasured(self) -> str:
+        """Why the lag cannot be told yet ("" once the agents' hub answered the watcher): an instance
+        that leads acts only after that, so a start never decides on a lag it has not measured."""
+        labels = [w.label for w in self.watches if not w.second and w.answered is None]
+        return f"it has not yet learned how far the fold is behind {', '.join(labels)}" if labels else ""
 
     def stale(self, positions: dict[str, Any], now: float) -> str:
         """Why the fold is too late to approve on ("" when it is not); said once per change."""
