@@ -49,7 +49,7 @@ from se_forwarder.fleet.coordinator.config import Limits  # noqa: E402
 from se_forwarder.fleet.coordinator.decide import Decision, signed, to_dict  # noqa: E402
 from se_forwarder.fleet.coordinator.edge import trust  # noqa: E402
 from se_forwarder.fleet.coordinator.fold.dispatch import OWN, fold_event  # noqa: E402
-from se_forwarder.fleet.coordinator.fold.snapshot import lines, snapshot  # noqa: E402
+from se_forwarder.fleet.coordinator.fold.snapshot import pieces, snapshot, written  # noqa: E402
 from se_forwarder.fleet.coordinator.ha.keeper import Keeper  # noqa: E402
 from se_forwarder.fleet.coordinator.ha.snapshot_blob import LEVEL, SnapshotBlob  # noqa: E402
 from se_forwarder.fleet.coordinator.input.hub_reader import Position  # noqa: E402
@@ -292,6 +292,7 @@ def rollout(folder: Folder, events: list[Event], vms: Sequence[dict], steps: int
         for decision in result.decisions:  # as the service folds them: the dict, not its text
             fold_event(folder.state, to_dict(decision, SOURCE), sender=OWN)
         latencies.append(time.perf_counter() - began)
+        Digest().of(folder.state)  # as the service looks after every turn (untimed here)
         if step == 0:
             first = (latencies[0], len(result.decisions))
         decisions += len(result.decisions)
@@ -394,8 +395,11 @@ def main() -> int:
     store = SnapshotBlob(MemoryBlob(), "bench", "hub", lambda: key, lambda: keys)
     keeper = Keeper(store, Reach("storage"), "bench")
     began = time.perf_counter()
+    Digest().of(folder.state)  # as the service does after its first turn, then after every turn
+    rows.append(("  /v1/state's digest made whole, as at a start", f"{time.perf_counter() - began:.2f} s"))
+    began = time.perf_counter()
     keeper.pack(folder.state, {"0": Position(1, "1")})  # as the service does every snapshot_interval (1 m)
-    rows.append(("  a snapshot packed, as the service does each minute",
+    rows.append(("  a snapshot packed on the loop, as the service does each minute",
                  f"{time.perf_counter() - began:.2f} s (the fold then frozen out of the collector's passes)"))
 
     # 2. a burst: one platform event per group, reported by every VM of the group, heartbeats going on
@@ -448,19 +452,22 @@ def main() -> int:
     began = time.perf_counter()
     packed = keeper.pack(folder.state, {"0": Position(1, "1")})
     pack_s = time.perf_counter() - began
-    began = time.perf_counter()
-    size = store.save(packed)
-    seal_s = time.perf_counter() - began
+    began, cpu_began = time.perf_counter(), time.process_time()
+    size = store.save(packed)  # on the keeper's thread in the service
+    save_s, save_cpu = time.perf_counter() - began, time.process_time() - cpu_began
     peak_save = high_water()  # the fold and its snapshot
     del packed
     began = time.perf_counter()
     loaded = store.load()
     load_s = time.perf_counter() - began
     assert loaded is not None and len(loaded.state.vms) == len(folder.state.vms)
+    assert Digest().of(loaded.state) == Digest().of(folder.state)  # the same fold
     del loaded
     gc.collect()
     peak_snapshot = high_water()
-    text = list(lines(folder.state))
+    began = time.perf_counter()
+    text = [*written(pieces(folder.state))]  # every record encoded again, as each pack did before
+    encode_s = time.perf_counter() - began
     began = time.perf_counter()
     zlib.compress(b"".join(text), LEVEL)
     gzip_s = time.perf_counter() - began
@@ -469,9 +476,11 @@ def main() -> int:
         json.loads(line)
     parse_s = time.perf_counter() - began
     raw_mb = sum(map(len, text)) / 1e6
-    rows.append(("snapshot, as saved: the fold packed on the loop", f"{pack_s:.2f} s ({raw_mb:.1f} MB text, "
-                 f"{size / 1e6:.1f} MB gzipped); sealed and signed in {seal_s * 1000:.0f} ms"))
-    rows.append(("  baseline: zlib of the same lines alone", f"{gzip_s:.2f} s"))
+    rows.append(("snapshot, as saved: the fold packed on the loop", f"{pack_s:.2f} s (goal <= 2 s; the "
+                 f"digest's texts taken), then written, compressed, sealed and signed off the loop in "
+                 f"{save_s:.2f} s ({save_cpu:.2f} s CPU; {raw_mb:.1f} MB text, {size / 1e6:.1f} MB gzipped)"))
+    rows.append(("  baseline: every record encoded again, as the loop did before; zlib of the lines alone",
+                 f"{encode_s:.2f} s; {gzip_s:.2f} s"))
     rows.append(("snapshot, as loaded: verified, then restored", f"{load_s:.2f} s"))
     rows.append(("  baseline: json.loads of the same lines", f"{parse_s:.2f} s"))
     del text

@@ -12,10 +12,11 @@ placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateEr
 that is not a snapshot of this format; members added since the format was made are optional.
 
 ``lines(state)`` is the same fold as lines of JSON, one record each (``["vm", {...}]``,
-``["event", {...}]``, ``["decision", [...]]``, ...), made one at a time, and ``restore_lines`` reads
-them back one at a time: how the snapshot blob holds it (ha/snapshot_blob.py), so neither the saving
-nor the loading of 100,000 VMs holds the fold twice, nor a dict of it. Both forms restore through
-one ``Restorer``: equal folds from either.
+``["event", {...}]``, ``["decision", [...]]``, ...) in batches, and ``restore_lines`` reads them back
+one at a time: how the snapshot blob holds it (ha/snapshot_blob.py), so loading 100,000 VMs never
+holds the fold twice. The records view/digest.py keeps encoded (``KEPT``) are written as it keeps
+them (``pieces``): a save copies references to them on the service's loop and ``written`` joins
+them into lines on another thread. Both forms restore through one ``Restorer``: equal folds.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -142,57 +144,100 @@ def restore(data: Any) -> FleetState:
     """The state a snapshot describes; StateError when ``data`` is not one."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+    found = Restorer()
+    return _restored(found, lambda: [  # members added since the format was made are optional
+        (found.azure, [data.get("azure")]), (found.vm, data["vms"]), (found.event, data["events"]),
+        (found.groups, [data["groups"]]), (found.gone, [data["gone"]]),
+        (found.identity, data.get("identities", {}).items()), (found.rekeyed, [data.get("rekeyed", [])]),
+        (found.conflicts, [data.get("conflicts", {})]), (found.left_out, [data.get("waitingLeftOut", 0)]),
+        (found.waiting, data.get("waiting", {}).items()),
+        (found.confirmed, data.get("confirmed", {}).items()), (found.decision, data["decisions"])])
+
+
+def _restored(found: Restorer, records: Callable[[], Iterable[tuple[Callable[[Any], None], Iterable[Any]]]],
+              ) -> FleetState:
     try:
-        found = Restorer()
-        found.azure(data.get("azure"))  # absent from snapshots written before it was kept
-        for item in data["vms"]:
-            found.vm(item)
-        for item in data["events"]:
-            found.event(item)
-        found.groups(data["groups"])
-        found.gone(data["gone"])
-        for key, item in data.get("identities", {}).items():
-            found.identity([key, item])
-        found.rekeyed(data.get("rekeyed", []))
-        found.conflicts(data.get("conflicts", {}))
-        found.left_out(data.get("waitingLeftOut", 0))
-        for key, items in data.get("waiting", {}).items():
-            found.waiting([key, items])
-        for key, item in data.get("confirmed", {}).items():
-            found.confirmed([key, item])
-        for item in data["decisions"]:
-            found.decision(item)
+        for each, items in records():
+            for item in items:
+                each(item)
         return found.done()
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
 BATCH = 1000  # records a line holds: lines of a few hundred kilobytes, encoded and parsed in one call
+# The parts whose records view/digest.py keeps encoded exactly as these lines write them, and their tags.
+KEPT = {"azure_events": "azure-events", "vms": "vms", "events": "events", "identities": "identities",
+        "confirmed": "confirmed", "decisions": "decisions"}
 
 
-def lines(state: FleetState) -> Iterator[bytes]:
+@dataclass(frozen=True)
+class Records:
+    """A part's records, encoded, by key: written in batches of ``BATCH`` in the order of their keys."""
+
+    tag: str
+    texts: dict[str, bytes]
+
+
+def kept_records(state: FleetState) -> dict[str, tuple[Iterable[str], Callable[[str], Any]]]:
+    """Each part of ``KEPT``: its keys, and its record of a key as written (None: no such record)."""
+    azure = state.azure
+
+    def get(records: dict[str, Any], form: Callable[[Any], Any]) -> Callable[[str], Any]:
+        return lambda key: None if (found := records.get(key)) is None else form(found)
+
+    return {
+        "azure_events": (azure.events, get(azure.events, azure_state.event_data)),
+        "vms": (state.vms, get(state.vms, vm_row)), "events": (state.events, get(state.events, event_data)),
+        "identities": (state.identities, lambda k: None if (i := state.identities.get(k)) is None
+                       else [k, identity_data(i)]),
+        "confirmed": (state.confirmed,
+                      lambda k: [k, confirmed_data(state, k)] if k in state.confirmed else None),
+        "decisions": (state.decisions, get(state.decisions, lambda d: [d.id, d.kind, d.time, d.data]))}
+
+
+def pieces(state: FleetState, kept: dict[str, dict[str, bytes]] | None = None) -> list[bytes | Records]:
+    """The fold's lines as they are now (module docstring): ``written`` makes them, also on another
+    thread while the fold goes on. ``kept``: the records of the parts of ``KEPT`` as view/digest.py
+    keeps them, up to date (copied: the digest replaces its texts as the fold goes on); without it
+    they are encoded now."""
+    made = kept_records(state)
+
+    def records(part: str) -> Records:
+        if kept is not None and part in kept:
+            return Records(KEPT[part], dict(kept[part]))
+        keys, record = made[part]
+        return Records(KEPT[part], {k: encode(record(k), sort=True) for k in keys})
+
+    azure = state.azure
+    held, left_out = held_for_snapshot(state)
+    return [
+        _line("format", FORMAT), _line("columns", {"vm": VM_COLUMNS}),
+        _line("azure", azure_state.dump_rest(azure)),
+        *_batches("azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms))),
+        records("azure_events"), records("vms"), records("events"),
+        *_batches("groups", iter(state.groups.components())), _line("gone", dict(sorted(state.gone.items()))),
+        records("identities"), _line("rekeyed", rekeyed_data(state)),
+        _line("conflicts", conflicts_data(state)),
+        *_batches("waiting", iter(held.items())), _line("waitingLeftOut", left_out),
+        records("confirmed"), records("decisions")]
+
+
+def lines(state: FleetState, kept: dict[str, dict[str, bytes]] | None = None) -> Iterator[bytes]:
     """The fold as lines of JSON (module docstring), each ending in a newline, in a canonical order:
     records in batches of ``BATCH``, a VM's values in the order of the ``columns`` record."""
-    azure = state.azure
-    yield _line("format", FORMAT)
-    yield _line("columns", {"vm": VM_COLUMNS})
-    yield _line("azure", azure_state.dump_rest(azure))
-    yield from _batches("azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms)))
-    yield from _batches("azure-events", (azure_state.event_data(azure.events[k])
-                                         for k in sorted(azure.events)))
-    yield from _batches("vms", (vm_row(state.vms[k]) for k in sorted(state.vms)))
-    yield from _batches("events", (event_data(state.events[k]) for k in sorted(state.events)))
-    yield from _batches("groups", iter(state.groups.components()))
-    yield _line("gone", dict(sorted(state.gone.items())))
-    yield from _batches("identities", ([k, identity_data(i)] for k, i in sorted(state.identities.items())))
-    yield _line("rekeyed", rekeyed_data(state))
-    yield _line("conflicts", conflicts_data(state))
-    held, left_out = held_for_snapshot(state)
-    yield from _batches("waiting", iter(held.items()))
-    yield _line("waitingLeftOut", left_out)
-    yield from _batches("confirmed", ([k, confirmed_data(state, k)] for k in sorted(state.confirmed)))
-    yield from _batches("decisions", ([d.id, d.kind, d.time, d.data]
-                                      for _, d in sorted(state.decisions.items())))
+    return written(pieces(state, kept))
+
+
+def written(made: list[bytes | Records]) -> Iterator[bytes]:
+    """The lines of ``pieces`` (which hold no reference to the fold: any thread may write them)."""
+    for piece in made:
+        if isinstance(piece, bytes):
+            yield piece
+            continue
+        head, texts, keys = b"[" + encode(piece.tag) + b",[", piece.texts, sorted(piece.texts)
+        for start in range(0, len(keys), BATCH):
+            yield b"".join((head, b",".join([texts[k] for k in keys[start:start + BATCH]]), b"]]\n"))
 
 
 def _batches(tag: str, records: Iterator[Any]) -> Iterator[bytes]:
@@ -231,26 +276,20 @@ def restore_lines(source: Iterable[bytes]) -> FleetState:
     whole: dict[str, Callable[[Any], None]] = {
         "columns": found.columns, "azure": found.azure_rest, "groups": found.groups, "gone": found.gone,
         "rekeyed": found.rekeyed, "conflicts": found.conflicts, "waitingLeftOut": found.left_out}
-    first = True
-    try:
+
+    def records() -> Iterator[tuple[Callable[[Any], None], Iterable[Any]]]:
+        first = True
         for raw in source:
             tag, value = json.loads(raw)
-            if first:
-                if tag != "format" or value != FORMAT:
-                    raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
-                first = False
-            elif tag in each:
-                for item in value:
-                    each[tag](item)
-            elif tag in whole:
-                whole[tag](value)
-            else:
-                raise ValueError(f"unknown record {str(tag)[:40]!r}")
+            if first and (tag != "format" or value != FORMAT):
+                raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+            if not first:
+                yield (each[tag], value) if tag in each else (whole[tag], [value])
+            first = False
         if first:
             raise ValueError("no records")
-        return found.done()
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+    return _restored(found, records)
 
 
 class Restorer:
