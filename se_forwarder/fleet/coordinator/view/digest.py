@@ -148,6 +148,6 @@ class Digest:
             if value is not None:
                 text = _canonical(value)
                 new = _hash(text)
-                hashes[key] = text if texts else new
+                hashes[key] = memoryview(text).tobytes() if texts else new  # a copy: orjson's holds ~4 KB
                 total += new
         kept.sums[part] = total % MOD
