@@ -2,8 +2,7 @@
 digest kept up to date from what the fold noted equals the digest made from the whole fold. The same
 steps (key changes and conflicts, operators settling them, health verdicts, Resource Health,
 recovered reports, held reports) come back whole from the snapshot's lines, and the lines a save
-writes from the records' texts the digest keeps are the lines of the whole fold, whatever the fold
-did after they were taken."""
+writes from the fold it took are the fold's as it was then, whatever it folded after."""
 
 from __future__ import annotations
 
@@ -156,12 +155,12 @@ def test_a_digest_made_at_a_restore_is_kept_by_whoever_looks_next(before, after)
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(step(), max_size=30), st.lists(step(), max_size=30))
-def test_the_lines_of_the_digest_s_kept_texts_are_the_fold_s_as_it_was_when_taken(before, after):
+def test_the_lines_a_save_writes_are_the_fold_s_as_it_was_when_taken(before, after):
     digest = Digest()
     state = run(before, digest)
-    taken = pieces(state, digest.kept(state))  # as a save takes them on the service's loop
+    taken = pieces(state)  # as a save takes the fold on the service's loop
     expected = list(lines(state))
-    run(after, digest, state)  # the fold goes on, and its digest with it, before the save writes them
+    run(after, digest, state)  # the fold goes on before the save's thread writes them
     assert list(written(taken)) == expected
 
 

@@ -4,9 +4,9 @@ The service's loop folds, decides and serves the API; it never waits for the sto
 ``Keeper`` runs the snapshot's I/O (snapshot_blob.SnapshotBlob) on threads of its own and the loop looks at
 the outcome when it comes by (``poll``):
 
-- ``save(packed)``: the snapshot (``SnapshotBlob.pack``: the fold as it was, its records' texts
-  as the digest keeps them, taken on the loop in tens of milliseconds) is written, compressed,
-  sealed, signed and uploaded in the background. At most one upload at a
+- ``save(packed)``: the snapshot (``SnapshotBlob.pack``: the fold as it was, taken on the loop:
+  its large parts copied, not encoded) is written, compressed, sealed, signed and uploaded in the
+  background. At most one upload at a
   time: a save that is due while one is under way (or during the backoff after a failure: 5 s
   doubling to 60 s) is skipped. An upload that has not finished after ``SNAPSHOT_DEADLINE``
   counts as failed (logged and counted by reach.py); the next one waits for it to end. A snapshot
@@ -118,10 +118,9 @@ class Keeper:
         return self._saving is None and time.monotonic() >= self._save_after
 
     def pack(self, state: FleetState, positions: dict[str, Position]) -> Packed:
-        """The fold as it is now, ready to save (on the loop: SnapshotBlob.pack, with the records'
-        texts the digest keeps, brought up to date first); then every object so far is frozen out of
-        the garbage collector's passes (module docstring)."""
-        packed = self.snapshots.pack(state, positions, self.instance, Digest().kept(state))
+        """The fold as it is now, ready to save (on the loop: SnapshotBlob.pack); then every object
+        so far is frozen out of the garbage collector's passes (module docstring)."""
+        packed = self.snapshots.pack(state, positions, self.instance)
         freeze()
         return packed
 

@@ -12,11 +12,6 @@ So it is kept, not made: the fold notes each record it changes (``FleetState.jou
 ``Digest.of`` hashes again only those, adding the new hash and taking away the old. The first look
 at a fold (a new state: a start, a restore) hashes everything once (about a second for 100,000
 VMs); after that a look costs what changed since the last one, and the service looks at every pass.
-
-Of the parts the snapshot writes as the digest reads them (``snapshot.KEPT``: VMs, events,
-decisions, ...), each record's text is kept rather than its hash (its hash made again when it
-changes), so a snapshot is those texts joined (``Digest.kept``): the fold is encoded once, as it
-changes, not again at every save on the service's loop.
 """
 
 from __future__ import annotations
@@ -26,8 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..fold import azure_state
-from ..fold.identities import conflicts_data, rekeyed_data
-from ..fold.snapshot import KEPT, encode, kept_records
+from ..fold.identities import conflicts_data, identity_data, rekeyed_data
+from ..fold.snapshot import confirmed_data, encode, event_data, vm_row
 from ..fold.state import FleetState, Journal
 
 MOD = 1 << 128
@@ -52,6 +47,22 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
     """Each part's record of a key as the snapshot writes it (None: no such record)."""
     azure = state.azure
 
+    def vm(key: str) -> Any:
+        found = state.vms.get(key)
+        return None if found is None else vm_row(found)
+
+    def event(key: str) -> Any:
+        found = state.events.get(key)
+        return None if found is None else event_data(found)
+
+    def decision(ident: str) -> Any:
+        d = state.decisions.get(ident)
+        return None if d is None else [d.id, d.kind, d.time, d.data]
+
+    def identity(key: str) -> Any:
+        found = state.identities.get(key)
+        return None if found is None else [key, identity_data(found)]
+
     def waiting(key: str) -> Any:
         held = state.waiting.get(key)
         return [key, [[t, e] for t, e in sorted(held, key=_first)]] if held else None  # hub order, as saved
@@ -61,6 +72,13 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
         return None if facts is None and claim is None else [
             key, None if facts is None else azure_state.vm_data(facts), claim]
 
+    def azure_event(key: str) -> Any:
+        found = azure.events.get(key)
+        return None if found is None else azure_state.event_data(found)
+
+    def confirmed(key: str) -> Any:
+        return [key, confirmed_data(state, key)] if key in state.confirmed else None
+
     def health(rid: str) -> Any:
         found = azure.health.get(rid)
         return None if found is None else [rid, azure_state.health_data(found)]
@@ -69,19 +87,19 @@ def _records(state: FleetState) -> dict[str, Callable[[str], Any]]:
         members = state.groups.sets.get(root)
         return sorted(members) if members and state.groups.find(root) == root else None
 
-    return {**{part: record for part, (_, record) in kept_records(state).items()}, "waiting": waiting,
-            "azure_vms": azure_vm, "azure_health": health, "groups": group}
+    return {"vms": vm, "events": event, "decisions": decision, "identities": identity, "waiting": waiting,
+            "azure_vms": azure_vm, "azure_events": azure_event, "confirmed": confirmed,
+            "azure_health": health, "groups": group}
 
 
 class Kept:
-    """A fold's records' hashes (their texts for the parts of ``KEPT``) and each part's sum, kept on
-    the fold itself (``FleetState.cache``), so whoever made them (a restore, on its own thread:
-    ha/keeper.py) hands them on with it."""
+    """A fold's records' hashes and each part's sum, kept on the fold itself (``FleetState.cache``),
+    so whoever made them (a restore, on its own thread: ha/keeper.py) hands them on with it."""
 
     __slots__ = ("hashes", "sums")
 
     def __init__(self) -> None:
-        self.hashes: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
+        self.hashes: dict[str, dict[str, int]] = {part: {} for part in PARTS}
         self.sums: dict[str, int] = dict.fromkeys(PARTS, 0)
 
 
@@ -90,26 +108,17 @@ class Digest:
 
     def of(self, state: FleetState) -> str:
         """The digest of ``state`` now (hex)."""
-        kept = self._now(state)
+        kept = state.cache.get(CACHED)
+        if not isinstance(kept, Kept) or state.journal is None or state.groups.dirty is None:
+            kept = self._everything(state)
+        else:
+            self._changed(state, kept)
         rest = _canonical([sorted(state.gone.items()), rekeyed_data(state), conflicts_data(state),
                            azure_state.freshness(state.azure)])
         top = hashlib.sha256(rest)
         for part in PARTS:
             top.update(f"\n{part}:{kept.sums[part]:032x}".encode("ascii"))
         return top.hexdigest()
-
-    def kept(self, state: FleetState) -> dict[str, dict[str, bytes]]:
-        """The texts of the records of the parts of ``KEPT``, as they are now, by part then key
-        (``snapshot.pieces``): the digest's own, to be copied before the fold goes on."""
-        kept = self._now(state)
-        return {part: kept.hashes[part] for part in KEPT}
-
-    def _now(self, state: FleetState) -> Kept:
-        kept = state.cache.get(CACHED)
-        if not isinstance(kept, Kept) or state.journal is None or state.groups.dirty is None:
-            return self._everything(state)
-        self._changed(state, kept)
-        return kept
 
     def _everything(self, state: FleetState) -> Kept:
         kept = state.cache[CACHED] = Kept()
@@ -139,15 +148,13 @@ class Digest:
             state.groups.dirty.clear()
 
     def _again(self, kept: Kept, part: str, keys: Iterable[str], record: Callable[[str], Any]) -> None:
-        hashes, total, texts = kept.hashes[part], kept.sums[part], part in KEPT
+        hashes, total = kept.hashes[part], kept.sums[part]
         for key in keys:
             old = hashes.pop(key, None)
             if old is not None:
-                total -= _hash(old) if texts else old
+                total -= old
             value = record(key)
             if value is not None:
-                text = _canonical(value)
-                new = _hash(text)
-                hashes[key] = memoryview(text).tobytes() if texts else new  # a copy: orjson's holds ~4 KB
+                new = hashes[key] = _hash(_canonical(value))
                 total += new
         kept.sums[part] = total % MOD

@@ -14,18 +14,19 @@ that is not a snapshot of this format; members added since the format was made a
 ``lines(state)`` is the same fold as lines of JSON, one record each (``["vm", {...}]``,
 ``["event", {...}]``, ``["decision", [...]]``, ...) in batches, and ``restore_lines`` reads them back
 one at a time: how the snapshot blob holds it (ha/snapshot_blob.py), so loading 100,000 VMs never
-holds the fold twice. The records view/digest.py keeps encoded (``KEPT``) are written as it keeps
-them (``pieces``): a save copies references to them on the service's loop and ``written`` joins
-them into lines on another thread. Both forms restore through one ``Restorer``: equal folds.
+holds the fold twice. A save takes the fold on the service's loop (``pieces``: the small parts
+encoded, the large ones copied, a VM's values as a tuple) and ``written`` encodes the copies into
+lines on another thread. Both forms restore through one ``Restorer``: equal folds.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -35,8 +36,8 @@ from ..identities import conflicts_data, held_for_snapshot, identity_data, rekey
 from ..state import NO_STAMP, EventRecord, FleetState, Stamp, Vm
 from .restore import FORMAT, VM_COLUMNS, Restorer, restore, restore_lines
 
-__all__ = ["FORMAT", "KEPT", "VM_COLUMNS", "Records", "Restorer", "confirmed_data", "encode", "event_data",
-           "kept_records", "lines", "pieces", "restore", "restore_lines", "snapshot", "vm_row", "written"]
+__all__ = ["FORMAT", "VM_COLUMNS", "Records", "Restorer", "confirmed_data", "encode", "event_data",
+           "lines", "pieces", "restore", "restore_lines", "snapshot", "vm_row", "written"]
 
 
 def _num(value: float | None) -> float | None:
@@ -107,78 +108,64 @@ def event_data(e: EventRecord) -> dict[str, Any]:
 
 
 BATCH = 1000  # records a line holds: lines of a few hundred kilobytes, encoded and parsed in one call
-# The parts whose records view/digest.py keeps encoded exactly as these lines write them, and their tags.
-KEPT = {"azure_events": "azure-events", "vms": "vms", "events": "events", "identities": "identities",
-        "confirmed": "confirmed", "decisions": "decisions"}
+_TAKEN = attrgetter(*Vm.__slots__)  # a VM's values: what it is then, whatever the fold does after
 
 
 @dataclass(frozen=True)
 class Records:
-    """A part's records, encoded, by key: written in batches of ``BATCH`` in the order of their keys."""
+    """A part's records as the fold held them when taken: ``items`` (key, value) that the fold no
+    longer changes, each made into its record by ``form`` when written, in the order of their keys."""
 
     tag: str
-    texts: dict[str, bytes]
+    items: list[tuple[str, Any]]
+    form: Callable[[Any], Any] | None = None  # None: the value is the record
 
 
-def kept_records(state: FleetState) -> dict[str, tuple[Iterable[str], Callable[[str], Any]]]:
-    """Each part of ``KEPT``: its keys, and its record of a key as written (None: no such record)."""
-    azure = state.azure
-
-    def get(records: dict[str, Any], form: Callable[[Any], Any]) -> Callable[[str], Any]:
-        return lambda key: None if (found := records.get(key)) is None else form(found)
-
-    return {
-        "azure_events": (azure.events, get(azure.events, azure_state.event_data)),
-        "vms": (state.vms, get(state.vms, vm_row)), "events": (state.events, get(state.events, event_data)),
-        "identities": (state.identities, lambda k: None if (i := state.identities.get(k)) is None
-                       else [k, identity_data(i)]),
-        "confirmed": (state.confirmed,
-                      lambda k: [k, confirmed_data(state, k)] if k in state.confirmed else None),
-        "decisions": (state.decisions, get(state.decisions, lambda d: [d.id, d.kind, d.time, d.data]))}
-
-
-def pieces(state: FleetState, kept: dict[str, dict[str, bytes]] | None = None) -> list[bytes | Records]:
-    """The fold's lines as they are now (module docstring): ``written`` makes them, also on another
-    thread while the fold goes on. ``kept``: the records of the parts of ``KEPT`` as view/digest.py
-    keeps them, up to date (copied: the digest replaces its texts as the fold goes on); without it
-    they are encoded now."""
-    made = kept_records(state)
-
-    def records(part: str) -> Records:
-        if kept is not None and part in kept:
-            return Records(KEPT[part], dict(kept[part]))
-        keys, record = made[part]
-        return Records(KEPT[part], {k: encode(record(k), sort=True) for k in keys})
-
+def pieces(state: FleetState) -> list[bytes | Records]:
+    """The fold's lines as they are now (module docstring), taken cheaply on the service's loop:
+    the small parts encoded, the large ones copied (a VM's values, an event's record made anew),
+    so that ``written`` makes them into lines on another thread while the fold goes on."""
     azure = state.azure
     held, left_out = held_for_snapshot(state)
     return [
         _line("format", FORMAT), _line("columns", {"vm": VM_COLUMNS}),
         _line("azure", azure_state.dump_rest(azure)),
-        *_batches("azure-vms", (azure_state.vm_data(azure.vms[k]) for k in sorted(azure.vms))),
-        records("azure_events"), records("vms"), records("events"),
+        Records("azure-vms", [(k, azure_state.vm_data(v)) for k, v in azure.vms.items()]),
+        Records("azure-events", [(k, azure_state.event_data(e)) for k, e in azure.events.items()]),
+        Records("vms", [(k, _TAKEN(v)) for k, v in state.vms.items()], _vm_row),
+        Records("events", [(k, event_data(e)) for k, e in state.events.items()]),
         *_batches("groups", iter(state.groups.components())), _line("gone", dict(sorted(state.gone.items()))),
-        records("identities"), _line("rekeyed", rekeyed_data(state)),
-        _line("conflicts", conflicts_data(state)),
+        Records("identities", [(k, [k, identity_data(i)]) for k, i in state.identities.items()]),
+        _line("rekeyed", rekeyed_data(state)), _line("conflicts", conflicts_data(state)),
         *_batches("waiting", iter(held.items())), _line("waitingLeftOut", left_out),
-        records("confirmed"), records("decisions")]
+        Records("confirmed", [(k, [k, confirmed_data(state, k)]) for k in state.confirmed]),
+        Records("decisions", [(k, [d.id, d.kind, d.time, d.data]) for k, d in state.decisions.items()])]
 
 
-def lines(state: FleetState, kept: dict[str, dict[str, bytes]] | None = None) -> Iterator[bytes]:
+def _vm_row(values: tuple[Any, ...]) -> list[Any]:
+    return vm_row(Vm(*values))
+
+
+def lines(state: FleetState) -> Iterator[bytes]:
     """The fold as lines of JSON (module docstring), each ending in a newline, in a canonical order:
     records in batches of ``BATCH``, a VM's values in the order of the ``columns`` record."""
-    return written(pieces(state, kept))
+    return written(pieces(state))
 
 
 def written(made: list[bytes | Records]) -> Iterator[bytes]:
-    """The lines of ``pieces`` (which hold no reference to the fold: any thread may write them)."""
+    """The lines of ``pieces`` (which hold nothing the fold changes: any thread may write them)."""
     for piece in made:
         if isinstance(piece, bytes):
             yield piece
             continue
-        head, texts, keys = b"[" + encode(piece.tag) + b",[", piece.texts, sorted(piece.texts)
-        for start in range(0, len(keys), BATCH):
-            yield b"".join((head, b",".join([texts[k] for k in keys[start:start + BATCH]]), b"]]\n"))
+        items, form = sorted(piece.items, key=_key), piece.form
+        for start in range(0, len(items), BATCH):
+            batch = items[start:start + BATCH]
+            yield _line(piece.tag, [form(v) for _, v in batch] if form else [v for _, v in batch])
+
+
+def _key(item: tuple[str, Any]) -> str:
+    return item[0]
 
 
 def _batches(tag: str, records: Iterator[Any]) -> Iterator[bytes]:
