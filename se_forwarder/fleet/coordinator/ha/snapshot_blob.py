@@ -34,6 +34,7 @@ its own schedule, with a deadline (reach.py), off the service's loop.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import time
@@ -147,7 +148,13 @@ class SnapshotBlob:
         header = {"format": FORMAT, "hub": self.hub, "coordinator": self.name, "instance": instance,
                   "writtenAt": time.time(),
                   "positions": {pid: pos.as_data() for pid, pos in sorted(positions.items())}}
-        return Packed(_json_line(header), pieces(state))
+        enabled = gc.isenabled()
+        gc.disable()  # copies make no cycle: a collection triggered by them would only cost the loop
+        try:
+            return Packed(_json_line(header), pieces(state))
+        finally:
+            if enabled:
+                gc.enable()
 
     def save(self, packed: Packed, generation: int = 0) -> int:
         """Write, compress and seal the snapshot as ``generation`` (any thread), and upload it; its

@@ -113,37 +113,46 @@ _TAKEN = attrgetter(*Vm.__slots__)  # a VM's values: what it is then, whatever t
 
 @dataclass(frozen=True)
 class Records:
-    """A part's records as the fold held them when taken: ``items`` (key, value) that the fold no
-    longer changes, each made into its record by ``form`` when written, in the order of their keys."""
+    """A part's records as the fold held them when taken: ``items`` that the fold no longer changes,
+    each beginning with its key and made into its record by ``form`` when written, in key order."""
 
     tag: str
-    items: list[tuple[str, Any]]
-    form: Callable[[Any], Any] | None = None  # None: the value is the record
+    items: list[tuple[Any, ...]]
+    form: Callable[[tuple[Any, ...]], Any]
 
 
 def pieces(state: FleetState) -> list[bytes | Records]:
     """The fold's lines as they are now (module docstring), taken cheaply on the service's loop:
-    the small parts encoded, the large ones copied (a VM's values, an event's record made anew),
-    so that ``written`` makes them into lines on another thread while the fold goes on."""
+    the small parts encoded, the large ones copied (a VM's values as a tuple, an event's record made
+    anew), so that ``written`` makes them into lines on another thread while the fold goes on."""
     azure = state.azure
     held, left_out = held_for_snapshot(state)
     return [
         _line("format", FORMAT), _line("columns", {"vm": VM_COLUMNS}),
         _line("azure", azure_state.dump_rest(azure)),
-        Records("azure-vms", [(k, azure_state.vm_data(v)) for k, v in azure.vms.items()]),
-        Records("azure-events", [(k, azure_state.event_data(e)) for k, e in azure.events.items()]),
-        Records("vms", [(k, _TAKEN(v)) for k, v in state.vms.items()], _vm_row),
-        Records("events", [(k, event_data(e)) for k, e in state.events.items()]),
+        Records("azure-vms", [(k, azure_state.vm_data(v)) for k, v in azure.vms.items()], _value),
+        Records("azure-events", [(k, azure_state.event_data(e)) for k, e in azure.events.items()], _value),
+        Records("vms", list(map(_TAKEN, state.vms.values())), _vm_row),  # a VM's key is its first value
+        Records("events", [(k, event_data(e)) for k, e in state.events.items()], _value),
         *_batches("groups", iter(state.groups.components())), _line("gone", dict(sorted(state.gone.items()))),
-        Records("identities", [(k, [k, identity_data(i)]) for k, i in state.identities.items()]),
+        Records("identities", [(k, [k, identity_data(i)]) for k, i in state.identities.items()], _value),
         _line("rekeyed", rekeyed_data(state)), _line("conflicts", conflicts_data(state)),
         *_batches("waiting", iter(held.items())), _line("waitingLeftOut", left_out),
-        Records("confirmed", [(k, [k, confirmed_data(state, k)]) for k in state.confirmed]),
-        Records("decisions", [(k, [d.id, d.kind, d.time, d.data]) for k, d in state.decisions.items()])]
+        Records("confirmed", [(k, [k, confirmed_data(state, k)]) for k in state.confirmed], _value),
+        Records("decisions", [(k, [d.id, d.kind, d.time, d.data]) for k, d in state.decisions.items()],
+                _value)]
 
 
 def _vm_row(values: tuple[Any, ...]) -> list[Any]:
     return vm_row(Vm(*values))
+
+
+def _value(item: tuple[Any, ...]) -> Any:
+    return item[1]
+
+
+def _key(item: tuple[Any, ...]) -> Any:
+    return item[0]
 
 
 def lines(state: FleetState) -> Iterator[bytes]:
@@ -160,12 +169,7 @@ def written(made: list[bytes | Records]) -> Iterator[bytes]:
             continue
         items, form = sorted(piece.items, key=_key), piece.form
         for start in range(0, len(items), BATCH):
-            batch = items[start:start + BATCH]
-            yield _line(piece.tag, [form(v) for _, v in batch] if form else [v for _, v in batch])
-
-
-def _key(item: tuple[str, Any]) -> str:
-    return item[0]
+            yield _line(piece.tag, [form(item) for item in items[start:start + BATCH]])
 
 
 def _batches(tag: str, records: Iterator[Any]) -> Iterator[bytes]:
