@@ -1,12 +1,14 @@
 """The fold's digest (/v1/state, view/digest.py): equal folds, equal digests, in any order; and the
 digest kept up to date from what the fold noted equals the digest made from the whole fold. The same
 steps (key changes and conflicts, operators settling them, health verdicts, Resource Health,
-recovered reports, held reports) come back whole from the snapshot's lines."""
+recovered reports, held reports) come back whole from the snapshot's lines, and the lines a save
+writes from the fold it took are the fold's as it was then, whatever it folded after."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -18,7 +20,14 @@ from se_forwarder.fleet.coordinator.decide.control import ControlRefused, settle
 from se_forwarder.fleet.coordinator.decide.events import to_dict
 from se_forwarder.fleet.coordinator.fold import Claim, Identity
 from se_forwarder.fleet.coordinator.fold.identities import HELD_LEFT_OUT, bind
-from se_forwarder.fleet.coordinator.fold.snapshot import lines, restore_lines, snapshot
+from se_forwarder.fleet.coordinator.fold.snapshot import (
+    encode,
+    lines,
+    pieces,
+    restore_lines,
+    snapshot,
+    written,
+)
 from se_forwarder.fleet.coordinator.view.digest import Digest
 
 from . import folds, moves
@@ -142,3 +151,44 @@ def test_a_digest_made_at_a_restore_is_kept_by_whoever_looks_next(before, after)
     Digest().of(restored)  # as the keeper makes it, on its own thread
     state = run(after, Digest(), restored)
     assert Digest().of(state) == Digest().of(whole(state))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(step(), max_size=30), st.lists(step(), max_size=30))
+def test_the_lines_a_save_writes_are_the_fold_s_as_it_was_when_taken(before, after):
+    digest = Digest()
+    state = run(before, digest)
+    taken = pieces(state)  # as a save takes the fold on the service's loop
+    expected = list(lines(state))
+    run(after, digest, state)  # the fold goes on before the save's thread writes them
+    assert list(written(taken)) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(step(), max_size=30))
+def test_lines_with_their_members_in_another_order_restore_the_same_fold(steps):
+    state = run(steps, Digest())
+    reordered = [encode(reverse(json.loads(line))) + b"\n" for line in lines(state)]  # older versions
+    assert Digest().of(restore_lines(reordered)) == Digest().of(state)
+
+
+def reverse(value):
+    """``value`` with every object's members in reversed order."""
+    if isinstance(value, dict):
+        return {k: reverse(v) for k, v in reversed(value.items())}
+    return [reverse(v) for v in value] if isinstance(value, list) else value
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(step(), max_size=30), st.randoms(use_true_random=False))
+def test_a_vm_s_row_read_by_the_names_of_its_columns_in_any_order_restores_the_same_fold(steps, rng):
+    state = run(steps, Digest())
+    text = [json.loads(line) for line in lines(state)]
+    columns = list(text[1][1]["vm"])
+    order = rng.sample(range(len(columns)), len(columns))
+    for record in text:
+        if record[0] == "columns":
+            record[1]["vm"] = [columns[i] for i in order]
+        elif record[0] == "vms":
+            record[1] = [[row[i] for i in order] for row in record[1]]
+    assert Digest().of(restore_lines(encode(r) + b"\n" for r in text)) == Digest().of(state)

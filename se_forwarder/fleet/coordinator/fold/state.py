@@ -342,6 +342,7 @@ class FleetState:
             else:
                 names.pop(lowered, None)
         lowered = new.lower()
+        lowered = new if lowered == new else lowered  # most names are: one string for both
         bearers = names.get(lowered, ())
         if key not in bearers:
             names[lowered] = (*bearers, key)

@@ -4,8 +4,9 @@ The service's loop folds, decides and serves the API; it never waits for the sto
 ``Keeper`` runs the snapshot's I/O (snapshot_blob.SnapshotBlob) on threads of its own and the loop looks at
 the outcome when it comes by (``poll``):
 
-- ``save(packed)``: the snapshot (``SnapshotBlob.pack``: the fold as it was, compressed on the
-  loop) is sealed, signed and uploaded in the background. At most one upload at a
+- ``save(packed)``: the snapshot (``SnapshotBlob.pack``: the fold as it was, taken on the loop:
+  its large parts copied, not encoded) is written, compressed, sealed, signed and uploaded in the
+  background. At most one upload at a
   time: a save that is due while one is under way (or during the backoff after a failure: 5 s
   doubling to 60 s) is skipped. An upload that has not finished after ``SNAPSHOT_DEADLINE``
   counts as failed (logged and counted by reach.py); the next one waits for it to end. A snapshot
