@@ -332,7 +332,7 @@ class Beats:
         self.armed[key] = moment
         heapq.heappush(self.heap, (moment, key))
 
-    def sweep(self, cutoff: float, beat: Callable[[str], float | None], fleet: set[str]) -> None:
+    def sweep(self, cutoff: float, beat: Callable[[str], float | None], fleet: AbstractSet[str]) -> None:
         for key in list(self.stale):  # heard from again, or gone, or an earlier cutoff than before
             moment = beat(key)
             if key not in fleet:

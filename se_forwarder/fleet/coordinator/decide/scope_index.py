@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import KeysView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +51,9 @@ class ScopeIndex:
     """The fleet's groups and scopes (module docstring), kept up to date by ``update``."""
 
     policy_key: tuple[Any, ...] = ()
-    fleet: set[str] = field(default_factory=set)  # VM keys of the fleet (superseded host: records left out)
     alias: dict[str, str] = field(default_factory=dict)  # host: key -> the complete VM it is
     extra_heartbeats: dict[str, list[str]] = field(default_factory=dict)  # VM -> its host: records
-    group_of: dict[str, str] = field(default_factory=dict)
+    group_of: dict[str, str] = field(default_factory=dict)  # every VM of the fleet -> its group
     scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every scope of a VM
     budget_scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the scopes with a budget
     kind_of: dict[str, str] = field(default_factory=dict)  # scope -> kind
@@ -76,6 +76,11 @@ class ScopeIndex:
     last_join: int = 0  # generation a VM last joined the fleet
     joined: list[str] = field(default_factory=list)  # VMs placed (again) since availability.py looked
     _members: list[str] | None = None
+
+    @property
+    def fleet(self) -> KeysView[str]:
+        """VM keys of the fleet (superseded host: records left out): those with a group."""
+        return self.group_of.keys()
 
     @property
     def members(self) -> list[str]:
@@ -203,7 +208,6 @@ class ScopeIndex:
         claims: the others keep their names, ids and queues); the queue hashes they held."""
         codes: set[int] = set()
         for key in again & self.fleet:
-            self.fleet.discard(key)
             group = self.group_of.pop(key)
             outside = self.outside.pop(key, ())
             for scope in self.scopes_of.pop(key):
@@ -309,7 +313,7 @@ class ScopeIndex:
         first member)."""
         vms, retired = state.vms, state.retired
         members = [k for k in everyone if k in vms and k not in self.alias and k not in retired]
-        component = self._components(everyone)
+        component = placement.components(everyone, self.alias)
         explicit: dict[str, str] = {}
         first: dict[str, Label] = {}
         for key in members:
@@ -359,26 +363,7 @@ class ScopeIndex:
                 if code is not None:
                     codes.add(code)
                 self.rids.add(key, _rid(vm))
-        self.fleet |= members
         return members
-
-    def _components(self, root: dict[str, str]) -> dict[str, str]:
-        """VM key -> a representative of its co-reception set (``root``: the set's root), a host:
-        record joined to its VM."""
-        joined: dict[str, str] = {}
-
-        def top(r: str) -> str:
-            while r in joined:
-                r = joined[r]
-            return r
-
-        for host in root:
-            target = self.alias.get(host)
-            if target is not None:
-                a, b = top(root[host]), top(root[target])
-                if a != b:
-                    joined[max(a, b)] = min(a, b)
-        return {key: top(r) for key, r in root.items()} if joined else root
 
     def _share_queues(self, state: FleetState, policy: Policy, everyone: set[str], codes: set[int]) -> None:
         """``shared_queue`` again for the queues the VMs of ``everyone`` left or took."""
