@@ -20,7 +20,7 @@ from se_forwarder.fleet.coordinator import FleetState, Policy
 from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
 from se_forwarder.fleet.coordinator.decide.scopes import ScopeIndex
 
-from .fleet import T0
+from .fleet import SET, T0, Fleet
 from .moves import POLICY, POLICY_ID, fold_step, step
 
 
@@ -76,3 +76,28 @@ def test_who_is_unavailable_is_the_same_from_the_kept_index_and_from_scratch(ste
     kept = unavailable(state, policy, index(state, policy), now)
     fresh_state, fresh = scratch(state, policy)
     assert kept == unavailable(fresh_state, policy, fresh, now)
+
+
+def test_a_learned_group_named_anew_is_forgotten_and_resolutions_that_named_it_are_made_again():
+    """Each VM is a group of its own until its set reports an event together; then the set is one
+    group named after its first member, the old groups are forgotten rather than kept for ever, and
+    an event resolved while they stood is resolved again in the group it is in now."""
+    fleet = Fleet(Policy())
+    fleet.beat(*SET, t=T0)
+    fleet.announce("ALONE", [SET[1]], [SET[1]], t=T0)
+    idx = index(fleet.state, fleet.policy)
+    alone = fleet.state.events["alone"]
+    assert resolve(fleet.state, idx, alone).vms == (SET[1].key,)
+    before = set(idx.changed_at)
+    assert len(before) == len(SET)  # each VM its own group
+
+    fleet.announce("TOGETHER", [SET[0]], SET, t=T0 + 60)
+    idx = index(fleet.state, fleet.policy)
+    assert set(idx.changed_at) == set(idx.group_of.values()) == {idx.group_of[SET[0].key]}
+    assert all(idx.changed(g) > idx.resolved["alone"].generation for g in before)
+    assert resolve(fleet.state, idx, alone) == resolve(*scratch_resolution(fleet.state, "alone"))
+
+
+def scratch_resolution(state: FleetState, key: str) -> tuple:
+    fresh_state, fresh = scratch(state, Policy())
+    return fresh_state, fresh, fresh_state.events[key]

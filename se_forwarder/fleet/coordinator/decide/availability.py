@@ -122,10 +122,10 @@ def back_at(policy: Policy, record: EventRecord, vm: str | None, done: float) ->
 
 
 def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...],
-                policy: Policy) -> dict[str, float | None]:
+                policy: Policy, ranks: dict[str, int] | None = None) -> dict[str, float | None]:
     """When each of ``vms`` was done with ``record`` (module docstring): its own completed report,
     or the silence that made it done; None when it reported the event canceled (never down).
-    VMs not done are absent."""
+    VMs not done are absent. ``ranks``: ``own_ranks`` of the event, when the caller has them."""
     own: dict[str, float] = {}
     for reporter, moment in record.finished.items():
         vm = idx.key(reporter)
@@ -137,7 +137,7 @@ def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tu
         if azure.rank != COMPLETED or azure.ended_at is None:
             return {}
         return {vm: max(own.get(vm, azure.ended_at), azure.ended_at) for vm in vms}
-    ranks = own_ranks(idx, record)
+    ranks = own_ranks(idx, record) if ranks is None else ranks
     due = due_at(state, record)
     last = record.last_report if due is None else max(record.last_report, due)
     silent_from = last + policy.heartbeat_timeout
@@ -227,7 +227,8 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
     resolution = resolve(state, idx, record)
     affected = resolution.vms
     ranks = own_ranks(idx, record)
-    done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy)
+    done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy,
+                       ranks)
     approved = counted_approval(idx, record, affected, policy)
     due = not record.ran and is_due(state, record, now)
     # A peer's IMDS lists the event too (an availability set): its Started is about the event, not
@@ -331,7 +332,7 @@ class Beats:
         self.armed[key] = moment
         heapq.heappush(self.heap, (moment, key))
 
-    def sweep(self, cutoff: float, beat: Callable[[str], float | None], fleet: set[str]) -> None:
+    def sweep(self, cutoff: float, beat: Callable[[str], float | None], fleet: AbstractSet[str]) -> None:
         for key in list(self.stale):  # heard from again, or gone, or an earlier cutoff than before
             moment = beat(key)
             if key not in fleet:

@@ -117,6 +117,7 @@ class DecisionPass:
         self.taken, self.taken_counts = dict(self.down), Counter(self.counts)
         self.reserved: dict[str, str] = {}  # scope -> EventId of the earlier event waiting for it
         self._uses: tuple[tuple[str, ...], int, tuple[BudgetUse, ...]] | None = None
+        self._targets: tuple[EventRecord, tuple[str, ...], list[str]] | None = None
         self.holds = holds_now(state, policy, now)  # gates and windows (decide/gates.py)
         self.out = Evaluation(now, unavailable=dict(self.down), used=Counter(self.counts), index=self.idx,
                               overdue=overdue, conflicts=conflicts(state, policy, self.idx, now))
@@ -172,11 +173,16 @@ class DecisionPass:
 
     def targets(self, record: EventRecord, vms: tuple[str, ...]) -> list[str]:
         """Watched affected VMs of this shard (ownership.py) whose approval queue no other VM shares
-        (queues.py), those that reported the event Scheduled first, then by name."""
+        (queues.py), those that reported the event Scheduled first, then by name (the last answer
+        again for the same event and VMs: the rules and the decision both ask)."""
+        if self._targets is not None and self._targets[0] is record and self._targets[1] is vms:
+            return list(self._targets[2])
         seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        return sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue
-                       and owned(self.state, self.policy, vm)),
-                      key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
+        found = sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue
+                        and owned(self.state, self.policy, vm)),
+                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
+        self._targets = (record, vms, found)
+        return list(found)
 
     def decision(self, kind: str, record: EventRecord, ident: str, code: str, reason: str,
                  res: Resolution, **more: object) -> Decision:

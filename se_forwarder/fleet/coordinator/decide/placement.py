@@ -9,6 +9,7 @@ index can be kept up to date from the VMs that changed rather than built again f
 - ``scope_keys``: every scope a VM is in, each key one string shared by all its VMs;
 - ``placed_scopes``: where a VM whose claim is beyond its accepted placements counts in scope
   sizes (scopes.py's inventory);
+- ``components``: the learned sets, a ``host:`` record's joined to its VM's;
 - ``aliases``: which ``host:`` records of a name are the one complete VM of that name;
 - ``retired``: the VMs a completed ``Terminate`` deleted.
 """
@@ -88,6 +89,25 @@ def placed_scopes(state: FleetState, policy: Policy, key: str, group: str) -> se
         there = inventory.as_vm(vm, where)
         out.update(scope_keys(there, explicit_group(state, policy, there) or group)[0])
     return out
+
+
+def components(root: dict[str, str], alias: dict[str, str]) -> dict[str, str]:
+    """VM key -> a representative of its co-reception set (``root``: VM -> its set's root), a
+    ``host:`` record's (``alias``: host: record -> the VM it is) joined to its VM's."""
+    joined: dict[str, str] = {}
+
+    def top(r: str) -> str:
+        while r in joined:
+            r = joined[r]
+        return r
+
+    for host in root:
+        target = alias.get(host)
+        if target is not None:
+            a, b = top(root[host]), top(root[target])
+            if a != b:
+                joined[max(a, b)] = min(a, b)
+    return {key: top(r) for key, r in root.items()} if joined else root
 
 
 def aliases(state: FleetState, lowered: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import KeysView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +51,9 @@ class ScopeIndex:
     """The fleet's groups and scopes (module docstring), kept up to date by ``update``."""
 
     policy_key: tuple[Any, ...] = ()
-    fleet: set[str] = field(default_factory=set)  # VM keys of the fleet (superseded host: records left out)
     alias: dict[str, str] = field(default_factory=dict)  # host: key -> the complete VM it is
     extra_heartbeats: dict[str, list[str]] = field(default_factory=dict)  # VM -> its host: records
-    group_of: dict[str, str] = field(default_factory=dict)
+    group_of: dict[str, str] = field(default_factory=dict)  # every VM of the fleet -> its group
     scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every scope of a VM
     budget_scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the scopes with a budget
     kind_of: dict[str, str] = field(default_factory=dict)  # scope -> kind
@@ -72,9 +72,15 @@ class ScopeIndex:
     dup_names: set[tuple[str, str]] = field(default_factory=set)  # (group, name) of two or more VMs
     generation: int = 0  # one more at every update
     changed_at: dict[str, int] = field(default_factory=dict)  # group -> generation it last changed
+    forgot_at: int = 0  # generation a group last left the fleet (``changed``)
     last_join: int = 0  # generation a VM last joined the fleet
     joined: list[str] = field(default_factory=list)  # VMs placed (again) since availability.py looked
     _members: list[str] | None = None
+
+    @property
+    def fleet(self) -> KeysView[str]:
+        """VM keys of the fleet (superseded host: records left out): those with a group."""
+        return self.group_of.keys()
 
     @property
     def members(self) -> list[str]:
@@ -176,24 +182,25 @@ class ScopeIndex:
             ends.add(key)
         return before
 
-    def _closure(self, state: FleetState, ends: set[str]) -> set[str]:
-        """``ends`` with every VM of their co-reception sets, joined through ``host:`` records."""
-        seen: set[str] = set()
+    def _closure(self, state: FleetState, ends: set[str]) -> dict[str, str]:
+        """``ends`` with every VM of their co-reception sets, joined through ``host:`` records: each
+        VM -> the root of its co-reception set."""
+        seen: dict[str, str] = {}
         roots: set[str] = set()
         stack = list(ends)
+        find, sets, alias, extra = state.groups.find, state.groups.sets, self.alias, self.extra_heartbeats
         while stack:
             key = stack.pop()
             if key in seen:
                 continue
-            seen.add(key)
-            root = state.groups.find(key)
+            seen[key] = root = find(key)
             if root not in roots:
                 roots.add(root)
-                stack.extend(state.groups.sets.get(root, ()))
-            target = self.alias.get(key)
+                stack.extend(sets.get(root, ()))
+            target = alias.get(key)
             if target is not None:
                 stack.append(target)
-            stack.extend(self.extra_heartbeats.get(key, ()))
+            stack.extend(extra.get(key, ()))
         return seen
 
     def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str]) -> set[int]:
@@ -201,7 +208,6 @@ class ScopeIndex:
         claims: the others keep their names, ids and queues); the queue hashes they held."""
         codes: set[int] = set()
         for key in again & self.fleet:
-            self.fleet.discard(key)
             group = self.group_of.pop(key)
             outside = self.outside.pop(key, ())
             for scope in self.scopes_of.pop(key):
@@ -289,16 +295,25 @@ class ScopeIndex:
             self.dup_names.discard((group, lowered))
         if not keys:
             del bucket[lowered]
-            if not bucket:
+            if not bucket:  # the group is gone: forgotten (``changed``), not kept for ever
                 del self.names[group]
+                self.changed_at.pop(group, None)
+                self.forgot_at = self.generation
+                return
         self.changed_at[group] = self.generation
 
-    def _groups(self, state: FleetState, policy: Policy, everyone: set[str]) -> dict[str, str]:
-        """The group of each VM of ``everyone`` that is in the fleet (``everyone`` holds whole
-        co-reception sets: a learned group is named after its first member)."""
+    def changed(self, group: str) -> int:
+        """The generation ``group`` last changed at: for a group no longer in the fleet, the last
+        generation a group left it (never earlier than its own)."""
+        return self.changed_at.get(group, self.forgot_at)
+
+    def _groups(self, state: FleetState, policy: Policy, everyone: dict[str, str]) -> dict[str, str]:
+        """The group of each VM of ``everyone`` (VM -> the root of its co-reception set) that is in
+        the fleet (``everyone`` holds whole co-reception sets: a learned group is named after its
+        first member)."""
         vms, retired = state.vms, state.retired
         members = [k for k in everyone if k in vms and k not in self.alias and k not in retired]
-        component = self._components(state, everyone)
+        component = placement.components(everyone, self.alias)
         explicit: dict[str, str] = {}
         first: dict[str, Label] = {}
         for key in members:
@@ -348,26 +363,7 @@ class ScopeIndex:
                 if code is not None:
                     codes.add(code)
                 self.rids.add(key, _rid(vm))
-        self.fleet |= members
         return members
-
-    def _components(self, state: FleetState, everyone: set[str]) -> dict[str, str]:
-        """VM key -> a representative of its co-reception set, a host: record joined to its VM."""
-        root = {key: state.groups.find(key) for key in everyone}
-        joined: dict[str, str] = {}
-
-        def top(r: str) -> str:
-            while r in joined:
-                r = joined[r]
-            return r
-
-        for host in everyone:
-            target = self.alias.get(host)
-            if target is not None:
-                a, b = top(root[host]), top(root[target])
-                if a != b:
-                    joined[max(a, b)] = min(a, b)
-        return {key: top(r) for key, r in root.items()}
 
     def _share_queues(self, state: FleetState, policy: Policy, everyone: set[str], codes: set[int]) -> None:
         """``shared_queue`` again for the queues the VMs of ``everyone`` left or took."""

@@ -91,7 +91,7 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
     cached = idx.resolved.get(record.key)
     if (cached is not None and cached.revision == record.revision and cached.azure == azure
             and (not cached.partial or idx.last_join <= cached.generation)
-            and all(idx.changed_at.get(g, 0) <= cached.generation for g in cached.groups)):
+            and all(idx.changed(g) <= cached.generation for g in cached.groups)):
         return cached.result
     wanted = {name.lower(): name for name in record.resources}
     found: dict[str, set[str]] = {lowered: set() for lowered in wanted}
