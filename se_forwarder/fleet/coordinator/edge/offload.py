@@ -13,8 +13,7 @@ event, which gate.py passes to trust.check so that the fold thread does only the
 - a registration: ``registration`` is trust.registration itself, with the anchors, the allowed
   subscriptions and the intermediates fetched so far (``Job``), and the identity bound to the
   vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
-  again when it folds). The worker parses the event's JSON text itself, and its verdict crosses
-  back as plain values (``packed``), which cost the service a tenth of the pickled dataclasses.
+  again when it folds).
 
 Ed25519 is verified with libsodium (PyNaCl) where it is installed, else ``cryptography``
 (edge/ed25519.py).
@@ -27,12 +26,11 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ....approvals import signing
 from ..config.anchors import AZURE_SIGNER_DOMAINS, Anchors
-from ..fold.identities import Claim
 from ..fold.state import Identity
 from . import trust
 from .ed25519 import verifier
@@ -156,46 +154,7 @@ def registration(job: Job, event: Mapping[str, Any], now: float | None,
     return trust.Checked(verdict=verdict)
 
 
-Given = tuple[bytes | str | Mapping[str, Any], float | None, Identity | None]
-
-
-def registrations(job: Job, items: Sequence[Given]) -> list[Packed | None]:
-    """``registration`` for each (event as its JSON text or parsed, hub time, identity bound to its
-    vmId when it was read), each verdict ``packed`` as it crosses back (None: not a JSON object,
-    which the fold thread judges itself)."""
-    out: list[Packed | None] = []
-    for given, now, bound in items:
-        event = _parsed(given)
-        found = registration(job, event, now, bound).verdict if event is not None else None
-        out.append(packed(found) if found is not None else None)
-    return out
-
-
-def _parsed(given: bytes | str | Mapping[str, Any]) -> Mapping[str, Any] | None:
-    try:
-        event = json.loads(given) if isinstance(given, bytes | str) else given
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return event if isinstance(event, Mapping) else None
-
-
-#: A registration's verdict as plain values (its Claim's identity as Identity's fields, in order):
-#: a tenth of the pickled dataclasses' bytes, and read back on the service in a few microseconds.
-Packed = tuple[bool, str | None, str, str | None, str | None, bool, str | None, tuple[Any, ...] | None,
-               str | None]
-_IDENTITY = tuple(f.name for f in fields(Identity))
-
-
-def packed(verdict: trust.Verdict) -> Packed:
-    claim = verdict.claim
-    return (verdict.trusted, verdict.code, verdict.detail, verdict.keyid, verdict.sender, verdict.verified,
-            claim.vm if claim is not None else None,
-            tuple(getattr(claim.identity, name) for name in _IDENTITY) if claim is not None else None,
-            verdict.fetch)
-
-
-def unpacked(answer: Packed) -> trust.Checked:
-    """The ``trust.Checked`` of a registration's ``packed`` verdict."""
-    trusted, code, detail, keyid, sender, verified, vm, identity, fetch = answer
-    claim = Claim(vm, Identity(*identity)) if vm is not None and identity is not None else None
-    return trust.Checked(verdict=trust.Verdict(trusted, code, detail, keyid, sender, verified, claim, fetch))
+def registrations(job: Job, items: Sequence[tuple[Mapping[str, Any], float | None, Identity | None]]
+                  ) -> list[trust.Checked]:
+    """``registration`` for each (event, hub time, identity bound to its vmId when it was read)."""
+    return [registration(job, event, now, bound) for event, now, bound in items]

@@ -15,8 +15,8 @@ binding in between making the fold thread verify it again itself. Nothing is fol
 - **Registrations.** Counted against ``[limits] registrations_per_vm`` and
   ``registrations_per_minute`` in hub time (``identity-rate`` beyond), unless the gate knows the
   document already (an agent announcing it again: nothing to verify); they then go to a worker
-  as their JSON texts, ``REGISTRATIONS`` at a time with the anchors and the intermediates fetched
-  so far, and come back as their verdicts in plain values (offload.packed).
+  whole, ``REGISTRATIONS`` at a time with the anchors and the intermediates fetched so far, and
+  come back as their verdicts.
 - **Bounds.** At most ``DEPTH`` batches are in the stage; ``put`` raises ``queue.Full`` after
   ``PUT_WAIT`` s without room, and the reader tries again (hub_reader.py), so a backlog waits on
   the hub. The workers are ``[trust] verify_workers`` processes: registrations and reports cost
@@ -159,8 +159,7 @@ class Verifier:
                     checked[i] = trust.Checked(verdict=RATE_VERDICT)
                     continue
                 bound = self.bound(vm) if vm is not None else None
-                read = texts[i] if texts[i] is not None else event  # as read: a worker parses it
-                registrations.append((i, (read, position.enqueued, bound)))
+                registrations.append((i, (event, position.enqueued, bound)))
             elif kind in REPORT_TYPES and vm is not None and "signature" in event:
                 keys = self._keys(vm)
                 if keys:
@@ -226,7 +225,7 @@ class Verifier:
                     results = self._result(fn, args, future, len(indices))
                     for i, result in zip(indices, results, strict=True):
                         item.checked[i] = offload.checked(result, item.keys[i]) if isinstance(result, int) \
-                            else offload.unpacked(result) if result is not None else None
+                            else result
                 item.batch.checked = item.checked
                 self._unstage(item)
                 self._hand_over(item)
