@@ -4,6 +4,7 @@ reach the hub before their VM's registration held until it folds."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import time
 
@@ -14,6 +15,7 @@ from se_forwarder.fleet.coordinator import restore
 from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS
 from se_forwarder.fleet.coordinator.edge import trust
 from se_forwarder.fleet.coordinator.edge.gate import WAIT_SECONDS
+from se_forwarder.fleet.coordinator.fold import identities as registrations
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
 from .fleet import AgentVm, heartbeat, report
@@ -34,6 +36,15 @@ def test_a_report_signed_by_its_vms_registered_key_is_folded_for_that_vm(registe
     coordinator, web0, _ = registered
     assert coordinator.admit(web0.sign(heartbeat(WEB0, NOW))) == ["folded"]
     assert coordinator.state.vms[WEB0.vm_id].last_heartbeat == NOW
+
+
+def test_a_report_a_worker_verified_is_folded_without_parsing_its_vms_key(registered):
+    coordinator, web0, _ = registered
+    raw = base64.b64decode(web0.public)
+    event = web0.sign(heartbeat(WEB0, NOW))
+    assert coordinator.gate.admit(coordinator.state, event, NOW, trust.Checked(raw, (raw,))) == "folded"
+    keys = registrations.verifier(coordinator.state, WEB0.vm_id)
+    assert keys is not None and keys.ids == [signing.keyid(web0.key)] and "by_id" not in vars(keys)
 
 
 @pytest.mark.parametrize("event", [report("scheduled", WEB0, "E1", NOW), heartbeat(WEB0, NOW)],

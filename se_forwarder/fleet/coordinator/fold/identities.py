@@ -202,10 +202,17 @@ class Registered(signing.VerifyKeys):
     report itself (``verify_workers = 0``, or a worker's answer not taken)."""
 
     def __init__(self, raw: bytes) -> None:  # by_id: made when first asked for (__getattr__)
-        self.raw = raw
+        self.raw, self.keyid = raw, signing.raw_keyid(raw)
 
     def __len__(self) -> int:
         return 1
+
+    def __contains__(self, kid: object) -> bool:
+        return kid == self.keyid
+
+    @property
+    def ids(self) -> list[str]:  # a verified report names its key id: no key object for that
+        return [self.keyid]
 
     def __getattr__(self, name: str) -> Any:
         if name != "by_id":
