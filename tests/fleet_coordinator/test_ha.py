@@ -35,6 +35,7 @@ from .fleet import HEARTBEAT_TIMEOUT, Coordinator, Fleet, Timeline
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(420),  # the scenario runs in the first test's setup: over 3 min on a loaded machine
     needs_blob_and_queue,
 ]
 
