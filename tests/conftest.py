@@ -47,6 +47,13 @@ def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
         yield server
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist hands out the modules (``--dist loadfile``) in the order below, not sorted by how
+    many tests each has (its default), which would start the fleets, few tests each, last."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules that run a whole fleet (marked ``slow``, or under fleet_coordinator/) first, each
     module's tests kept together and in order: the test workers (one module each at a time) then

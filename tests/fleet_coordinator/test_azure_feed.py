@@ -108,7 +108,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["requests"] = fleet.server.sim.approvals()
 
         fleet.azure.update_settings({"roles": {"acknowledge": False}})
-        time.sleep(MIN_HEALTHY + 1)
         ids["refused"] = fleet.add("db-4", "Reboot", NotBeforeInSeconds=18000)
         wait_for(lambda: any(d["data"]["Decision"] == "defer" and d["data"]["EventId"] == ids["refused"]
                              and d["data"]["ReasonCode"] == "acknowledge-refused"

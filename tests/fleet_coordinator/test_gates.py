@@ -2,14 +2,18 @@
 
 One fleet for the module: the simulator, agents on web-0..2 and api_0..1, the Event Hubs broker,
 Azurite, and a real Alertmanager (Debian's ``prometheus-alertmanager``, on loopback, alerts posted
-to its API v2). Two coordinators run one after the other, as ``se-forwarder coordinator run``:
+to its API v2). Two coordinators run side by side, as ``se-forwarder coordinator run``, each
+managing one event type (``[policy] manage``), so that neither approves the other's events; the
+gated one starts once the windowed one has deferred its events:
 
-1. ``gated`` has an ``alertmanager`` gate for the ``api`` group (``service="api"``), asked every
-   second. While ``HighErrorRate{service="api"}`` fires, api_0's event waits (its deferral names the
-   gate and the alert) and web-0's, outside the gate's scope, runs; once the alert resolves, api_0's
-   runs. Then Alertmanager is stopped: api_1's event waits on the unreachable gate until it is back.
-2. ``windowed`` has one maintenance window for the fleet, in Europe/Berlin, opening 20 s after it
-   starts: web-1's and web-2's events wait outside it and roll once it opens.
+1. ``windowed`` (Redeploys) has one maintenance window for the fleet, in Europe/Berlin, opening
+   45 s after it starts: web-1's and web-2's events wait outside it and roll once it opens, while
+   the gated coordinator's part runs.
+2. ``gated`` (Reboots) has an ``alertmanager`` gate for the ``api`` group (``service="api"``),
+   asked every second. While ``HighErrorRate{service="api"}`` fires, api_0's event waits (its
+   deferral names the gate and the alert) and web-0's, outside the gate's scope, runs; once the
+   alert resolves, api_0's runs. Then Alertmanager is stopped: api_1's event waits on the
+   unreachable gate until it is back.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ pytestmark = [
 AGENTS = ["web-0", "web-1", "web-2", "api_0", "api_1"]
 FIRING = alert("HighErrorRate", service="api", severity="page")
 WINDOW_OPENS_AFTER = 45.0  # s after the windowed coordinator starts (it leads and defers before then)
+GATED, WINDOWED = ["Reboot"], ["Redeploy"]  # the event types each coordinator manages
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
@@ -86,21 +91,37 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         am.start()
         fleet.start(vms=AGENTS)
         am.post(FIRING)
-        gated = fleet.coordinator("gated", extra="\n".join([
+        opens = datetime.now(BERLIN) + timedelta(seconds=WINDOW_OPENS_AFTER)
+        record["window_opens"] = opens.timestamp() // 1
+        windowed = fleet.coordinator("windowed", manage=WINDOWED, extra="\n".join([
+            "[[windows]]", 'name = "berlin test window"', 'timezone = "Europe/Berlin"',
+            f'rrule = "FREQ=DAILY;BYHOUR={opens.hour};BYMINUTE={opens.minute};BYSECOND={opens.second}"',
+            'duration = "10m"']) + "\n").start()
+
+        # the window's side first: what it says and shows before the window opens
+        wait_for(windowed.ready, 60, "the windowed coordinator to lead")
+        ids = {"web-1": fleet.add("web-1", *WINDOWED), "web-2": fleet.add("web-2", *WINDOWED)}
+        record["ids"] = ids
+        wait_for(lambda: defers(fleet, "windowed", ids["web-1"], "outside-window"), 30, "the window defer")
+        record["status_outside"] = windowed.cli_ok("status")
+        record["window_status"] = windowed.get("/v1/status")["windows"]
+        record["page_window"] = page_text(browser, windowed, ".window-row[data-scope='fleet']")
+        record["page_errors"] = console_errors(browser)
+
+        # then the gate's side (its coordinator starts now, so that neither start delays the other)
+        gated = fleet.coordinator("gated", manage=GATED, extra="\n".join([
             "[[gates]]", 'name = "api-alerts"', 'type = "alertmanager"', 'scope = "group:api"',
             f"url = {toml_value(am.url)}", "matchers = ['service=\"api\"']", 'interval = "1s"',
             'timeout = "2s"']) + "\n").start()
         wait_for(gated.ready, 60, "the gated coordinator to lead")
         wait_for(lambda: gate(gated, "api-alerts")["checkedUtc"] is not None, 30, "the gate's first answer")
-
-        ids = {"api_0": fleet.add("api_0"), "web-0": fleet.add("web-0")}
-        record["ids"] = ids
+        ids.update({"api_0": fleet.add("api_0", *GATED), "web-0": fleet.add("web-0", *GATED)})
         wait_for(lambda: ids["web-0"] in timeline.started, 60, "web-0, outside the gate's scope, to start")
         wait_for(lambda: defers(fleet, "gated", ids["api_0"], "gate-closed"), 30, "api_0's gate-closed defer")
         record["status_closed"] = gated.cli_ok("status")
         record["gate_closed"] = gate(gated, "api-alerts")
         record["page_banner"] = page_text(browser, gated, "#banner .gate[data-gate='api-alerts']")
-        record["page_errors"] = console_errors(browser)
+        record["page_errors"] += console_errors(browser)
         browser.get("about:blank")  # the gated coordinator stops later on: its page is left first
         record["alerts_seen"] = [a["labels"]["alertname"] for a in am.alerts(['service="api"'])]
         record["api_0_requests_while_firing"] = fleet.requests_for(ids["api_0"])
@@ -114,7 +135,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["stopped_at"] = datetime.now(UTC).timestamp()
         wait_for(lambda: gate(gated, "api-alerts")["unreachable"], 30, "the gate to see Alertmanager down")
         record["gate_unreachable"] = gate(gated, "api-alerts")
-        ids["api_1"] = fleet.add("api_1")
+        ids["api_1"] = fleet.add("api_1", *GATED)
         wait_for(lambda: any("cannot be asked" in d["data"]["Reason"]
                              for d in defers(fleet, "gated", ids["api_1"], "gate-closed")),
                  60, "api_1's defer on the unreachable gate")
@@ -128,19 +149,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         assert gated.stop() == 0
         gated = None
 
-        opens = datetime.now(BERLIN) + timedelta(seconds=WINDOW_OPENS_AFTER)
-        record["window_opens"] = opens.timestamp() // 1
-        windowed = fleet.coordinator("windowed", extra="\n".join([
-            "[[windows]]", 'name = "berlin test window"', 'timezone = "Europe/Berlin"',
-            f'rrule = "FREQ=DAILY;BYHOUR={opens.hour};BYMINUTE={opens.minute};BYSECOND={opens.second}"',
-            'duration = "10m"']) + "\n").start()
-        wait_for(windowed.ready, 60, "the windowed coordinator to lead")
-        ids["web-1"], ids["web-2"] = fleet.add("web-1"), fleet.add("web-2")
-        wait_for(lambda: defers(fleet, "windowed", ids["web-1"], "outside-window"), 30, "the window defer")
-        record["status_outside"] = windowed.cli_ok("status")
-        record["window_status"] = windowed.get("/v1/status")["windows"]
-        record["page_window"] = page_text(browser, windowed, ".window-row[data-scope='fleet']")
-        record["page_errors"] += console_errors(browser)
         wait_for(lambda: ids["web-1"] in timeline.completed and ids["web-2"] in timeline.completed, 90,
                  "web-1 and web-2 to roll inside the window")
         record["windowed_decisions"] = fleet.decisions("windowed")

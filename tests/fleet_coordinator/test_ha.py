@@ -35,6 +35,7 @@ from .fleet import HEARTBEAT_TIMEOUT, Coordinator, Fleet, Timeline
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(420),  # the scenario runs in the first test's setup: over 3 min on a loaded machine
     needs_blob_and_queue,
 ]
 
@@ -80,6 +81,12 @@ def fold_difference(faults: dict[str, Any], after: str) -> str:
     return f"only at the stop: {sorted(before - then)[:5]}\nonly after: {sorted(then - before)[:5]}"
 
 
+def refusal_naming(leader: Coordinator, standby: Coordinator) -> Any:
+    """A control command sent to the standby, once its refusal names the leader (None before)."""
+    done = standby.cli("pause", "--reason", "sent to the wrong instance")
+    return done if leader.url in done.stderr else None
+
+
 def sent_approvals(c: Coordinator) -> list[str]:
     return [line["message"].split()[2] for line in c.logged()
             if line.get("message", "").startswith("sent approval ")]
@@ -105,9 +112,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         record["leader_url"] = leader.url
         # The leader records itself on the lease blob just after taking it: the standby may need a
         # moment to read who leads.
-        wait_for(lambda: leader.url in standby.cli("pause", "--reason", "sent to the wrong instance").stderr,
-             10, "the standby to know the leader", interval=0.5)
-        record["standby_refusal"] = standby.cli("pause", "--reason", "sent to the wrong instance")
+        record["standby_refusal"] = wait_for(lambda: refusal_naming(leader, standby), 10,
+                                             "the standby to know the leader", interval=0.5)
 
         # groups are learned from co-reception: an unmanaged Freeze of web-5 shows the web set
         record["freeze"] = fleet.add(SILENT, "Freeze")

@@ -10,19 +10,21 @@ the ``api`` scale set at a time (``max_unavailable = 1`` per group and zone).
 One scenario runs once for the module (``outages``). In each phase two Reboots of the ``api`` set
 roll; the fault begins as soon as the first has Started, so the second must wait through it:
 
-- ``blob``: Azurite's blob process is stopped (SIGSTOP) for 40 s, then continued (SIGCONT):
-  neither instance can renew or take the lease.
-- ``queue``: Azurite's queue process is stopped for 30 s: the second approval cannot be put in
-  its queue (and the agents cannot read theirs).
-- ``hub``: the broker refuses connections for 30 s (it stops listening): nothing is read or
-  published, and the agents cannot send.
+- ``blob``: Azurite's blob process is stopped (SIGSTOP) for 20 s, longer than the 15 s lease, then
+  continued (SIGCONT): neither instance can renew or take the lease.
+- ``queue``: Azurite's queue process is stopped for at least 12 s: the second approval cannot be
+  put in its queue (and the agents cannot read theirs).
+- ``hub``: the broker refuses connections for at least 12 s (it stops listening): nothing is read
+  or published, and the agents cannot send.
 - ``lease``: the leader's own path to the blob service hangs (its relay stops passing bytes)
   until the standby has taken over.
 
-During each outage the leader's API is asked for ``/v1/status``, a ``pause`` (and, when it was
-accepted, a ``resume``), ``/healthz`` and ``/metrics``, each request with its own client timeout of
-2 s: a request that completes answered in time. Each test then checks one behaviour against the
-simulator's record, the agents' logs, the hub, or the coordinators' logs.
+During each outage, once the leader's metrics count the part down (and, with storage down, it no
+longer acts), its API is asked for ``/v1/status``, a ``pause`` (and, when it was accepted, a
+``resume``), ``/healthz`` and ``/metrics``, each request with its own client timeout of 2 s: a
+request that completes answered in time. The outage lasts until then, and at least its length.
+Each test then checks one behaviour against the simulator's record, the agents' logs, the hub, or
+the coordinators' logs.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ pytestmark = [
 
 ROLLS = {"blob": ("api_0", "api_1"), "queue": ("api_2", "api_3"), "hub": ("api_0", "api_1"),
          "lease": ("api_2", "api_3")}
-OUTAGE = {"blob": 40.0, "queue": 30.0, "hub": 30.0}
-ASK_AFTER = {"blob": 14.0, "queue": 16.0, "hub": 10.0}  # s into the outage: its effects are visible
+OUTAGE = {"blob": 20.0, "queue": 12.0, "hub": 12.0}  # s at least (blob: the lease expires during it)
+SEEN_WITHIN = 45.0  # s into the outage the leader has to see it (under /healthz's 60 s to "unhealthy")
 ECHO_TIMEOUT = 60.0  # longer than an outage: the agents' own queue reads may be held up by it
 CLIENT_TIMEOUT = 2.0
 WHAT = {"blob": "storage account", "queue": "approval queues", "hub": "Event Hub"}
@@ -92,6 +94,15 @@ def ask(c: Coordinator, phase: str) -> dict[str, Any]:
     return out
 
 
+def sees_it(c: Coordinator, phase: str) -> bool:
+    """The leader counts the phase's part down (and, without storage, has stopped acting): what
+    the requests of ``ask`` are about."""
+    down = f'se_forwarder_coordinator_reachable{{part="{PART[phase]}"}} 0.0'
+    if down not in requests.get(c.url + "/metrics", timeout=CLIENT_TIMEOUT, proxies={"http": ""}).text:
+        return False
+    return phase != "blob" or c.get("/v1/state")["acting"] is False
+
+
 def log_lines(c: Coordinator) -> list[tuple[float, str]]:
     """(time, message) of each JSON log line."""
     return [(utc(str(line["time"])), str(line.get("message", ""))) for line in c.logged() if "time" in line]
@@ -123,7 +134,7 @@ def run_phase(fleet: Fleet, timeline: Timeline, phase: str, coordinators: tuple[
         }[phase]
         fault_on()
         try:
-            time.sleep(ASK_AFTER[phase])
+            wait_for(lambda: sees_it(leader, phase), SEEN_WITHIN, f"{phase}: the leader to see the outage")
             record["asked"] = ask(leader, phase)
             time.sleep(max(0.0, OUTAGE[phase] - (time.time() - record["began"])))
         finally:

@@ -47,8 +47,8 @@ pytestmark = [
     needs_blob_and_queue,
 ]
 
-PROBE_FAILS_FOR = 20.0  # s app-0's application stays down after its event ended
-HELD_FOR = 8.0  # s a test watches an event wait before the cause goes away
+PROBE_FAILS_FOR = 14.0  # s app-0's application stays down after its event ended (min_healthy: 3 s)
+HELD_FOR = 4.0  # s a test watches an event wait (four decision passes) before the cause goes away
 TOPOLOGY = Topology.build(availability_sets=[
     {"name": "app", "vms": 3, "fault_domains": 3},
     {"name": "db", "vms": 2, "fault_domains": 2, "agentless": ["db-1"]},
@@ -98,6 +98,13 @@ def deferred(fleet: AzureFleet, event_id: str) -> list[dict[str, Any]]:
             if d["data"]["Decision"] == "defer" and d["data"]["EventId"] == event_id]
 
 
+def held_for_health(coordinator: Any, vm: str) -> bool:
+    """``vm`` is unhealthy or recovering on the fleet page's groups, and status holds it for that."""
+    state = next(v["state"] for g in coordinator.get("/v1/groups") for v in g["vms"] if v["name"] == vm)
+    return state in ("unhealthy", "recovering") and any(
+        h["name"] == vm and h["reason"] == state for h in coordinator.get("/v1/status")["health"])
+
+
 def app_goes_down_with_its_event(app: Application, timeline: Timeline, event_id: str,
                                  record: dict[str, Any]) -> None:
     """app-0's application goes down when its event Started and is back PROBE_FAILS_FOR seconds
@@ -140,11 +147,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                                    args=(app, timeline, ids["first"], record), daemon=True)
         watcher.start()
         coordinator.cli_ok("resume", "--reason", "go")
-        ended = wait_for(lambda: timeline.completed.get(ids["first"]), 120, "app-0's event to end")
-        time.sleep(max(0.0, ended + PROBE_FAILS_FOR / 2 - time.time()))
+        wait_for(lambda: timeline.completed.get(ids["first"]), 120, "app-0's event to end")
+        wait_for(lambda: held_for_health(coordinator, "app-0"), PROBE_FAILS_FOR, "app-0 held for its health")
+        record["groups_held"] = coordinator.get("/v1/groups")
         record["status_held"] = coordinator.get("/v1/status")
         record["status_held_text"] = coordinator.cli_ok("status")
-        record["groups_held"] = coordinator.get("/v1/groups")
         wait_for(lambda: ids["next"] in timeline.completed, 120, "app-1's event to run once app-0 is back")
         watcher.join(10)
 
@@ -184,7 +191,7 @@ def test_with_recovered_the_next_vm_starts_only_after_the_last_ones_probe_passes
     timeline, ids = run["timeline"], run["ids"]
     ended, back = timeline.completed[ids["first"]], run["back_at"]
     assert back >= ended + PROBE_FAILS_FOR - 0.5
-    assert timeline.started[ids["next"]] > back  # the group's only slot was held those 20 s
+    assert timeline.started[ids["next"]] > back  # the group's only slot was held until then
     assert run["starts"][ids["next"]] > run["starts"][ids["first"]]
     assert "budget" in [d["ReasonCode"] for d in deferred(run["fleet"], ids["next"])]
 

@@ -12,6 +12,7 @@ the Azure feed went on) and counted.
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import threading
@@ -187,7 +188,9 @@ def test_a_chain_bomb_flood_during_a_rollout_leaves_the_budgets_the_api_and_the_
     flood.start()
     poller.thread.start()
     try:
-        time.sleep(5)  # the flood is under way before the rollout starts
+        # the flood is under way before the rollout starts: five seconds of it at full rate (longer
+        # where a loaded machine forges them more slowly)
+        wait_for(lambda: attacker.sent >= 5 * SEND_RIGHT, 120, "the flood to be under way")
         ids = {vm: fleet.add(vm, "Reboot", NotBeforeInSeconds=18000 + 10 * i)
                for i, vm in enumerate(["db-0", "db-1", "db-4"])}  # db-4 is agentless: Azure's feed and ARM
         wait_for(lambda: all(ids[vm] in timeline.completed for vm in ids), 300, "the rollout to finish")
@@ -233,13 +236,20 @@ def test_reports_held_for_unregistered_vms_stay_within_their_bytes_and_every_dro
     assert 0 < held <= HELD_BYTES // 2000 and refused(coordinator)["unregistered"] - before == total - held
 
 
+@functools.cache
+def _unknown_issuer_key() -> Any:
+    """The key of the issuing CA the forged certificates name: one no trust store knows, made once."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
 def _forged_with_issuer(fleet: AzureFleet, url: str) -> dict[str, Any]:
     """A registration whose self-signed signing certificate names ``url`` as its CA Issuers."""
     from datetime import UTC, datetime, timedelta
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import rsa
     from cryptography.x509.oid import NameOID
 
     from se_forwarder.identity.attested import nonce_for
@@ -256,7 +266,7 @@ def _forged_with_issuer(fleet: AzureFleet, url: str) -> dict[str, Any]:
                 x509.AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(url))]), False)
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("westeurope.metadata.azure.com")]),
                            False)
-            .sign(rsa.generate_private_key(public_exponent=65537, key_size=2048), hashes.SHA256()))
+            .sign(_unknown_issuer_key(), hashes.SHA256()))
     import base64
 
     der = kit._signed_data(kit._claims(vm_id, nonce_for(signing.raw_public(agent))), cert, key, [])

@@ -41,6 +41,7 @@ from .fleet import API_GROUP, API_ROLL, MIN_HEALTHY, STARTED_REAL, WEB_ROLL, Coo
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(420),  # the scenario runs in the first test's setup: over 3 min on a loaded machine
     needs_blob_and_queue,
 ]
 
