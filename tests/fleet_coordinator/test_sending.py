@@ -134,3 +134,12 @@ def test_an_approval_sent_in_an_earlier_term_is_reported_again_not_sent_again(sc
     scene.sending.want([scene.approval], 2)  # the sent record of term 1 never reached the hub
     assert [term for _, _, term in scene.sent] == [1, 2]
     assert len(scene.messages()) == 1
+
+
+def test_a_message_sent_as_its_term_ended_is_reported_in_the_next_though_not_wanted(scene: Scene) -> None:
+    scene.sending.want([scene.approval], 1)
+    wait_for(lambda: scene.sent, 10, "the message to be sent")
+    scene.sending.want([], 2)  # echoed by its agent before the next term's first pass
+    scene.sending.want([], 2)
+    assert [term for _, _, term in scene.sent] == [1, 2]
+    assert len(scene.messages()) == 1

@@ -18,8 +18,9 @@ echoed, held, paused or past NotBefore) and under which leadership term. One thr
 - an approval no longer wanted (its ``sent`` record folded, echoed, held, ...) or whose term has
   ended is dropped; an attempt under way ends as it ends, and a success is still reported.
 
-An approval sent in an earlier term whose ``sent`` record never made it to the hub (the term
-ended first) is reported again, not sent again, when the next term wants it.
+An approval sent in an earlier term whose ``sent`` record may not have made it to the hub (the
+term ended first) is reported again, not sent again, in the next term, wanted or not: its event may
+have been echoed or started meanwhile, and the record is still what says the message went out.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class _Pending:
     overdue: bool = False
 
 
+@dataclass
+class _Done:
+    approval: Approval
+    queue: str
+    when: float  # epoch s the message went out
+    term: int  # reported in
+
+
 OnSent = Callable[[Approval, str, float, int], None]
 
 
@@ -76,7 +85,7 @@ class QueueSender:
         self.stats = SendStats()
         self.triggers: dict[str, float] = {}  # approve id -> monotonic arrival of the input behind it
         self._pending: dict[str, _Pending] = {}
-        self._done: dict[str, tuple[str, float, int]] = {}  # sent: id -> (queue, when, term reported in)
+        self._done: dict[str, _Done] = {}  # sent: id -> what was reported, and in which term
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -107,13 +116,12 @@ class QueueSender:
                 if item.wanted:
                     item.term = term
             for approval in approvals:
-                done = self._done.get(approval.id)
-                if done is not None:
-                    if done[2] != term:
-                        self._done[approval.id] = (done[0], done[1], term)
-                        again.append((approval, done[0], done[1]))
-                elif approval.id not in self._pending:
+                if approval.id not in self._done and approval.id not in self._pending:
                     self._pending[approval.id] = _Pending(approval, term)
+            for done in self._done.values():
+                if done.term != term:  # its report may have missed the hub as that term ended
+                    done.term = term
+                    again.append((done.approval, done.queue, done.when))
             self._done = {i: d for i, d in self._done.items() if i in ids}
         for approval, queue, when in again:
             self.on_sent(approval, queue, when, term)
@@ -186,7 +194,7 @@ class QueueSender:
         approval, when = item.approval, time.time()
         with self._lock:
             self._pending.pop(approval.id, None)
-            self._done[approval.id] = (queue, when, item.term)
+            self._done[approval.id] = _Done(approval, queue, when, item.term)
         self.stats.sent += 1
         trigger = self.triggers.pop(approval.id, None)
         latency = now - trigger if trigger is not None else None
