@@ -32,7 +32,13 @@ from tests.support.forged_registrations import KINDS, forged
 from .fleet import AgentVm, heartbeat, pause_event, report
 from .signed import COORDINATOR_KEY, Coordinator, SignedVm, authority
 
-NOW = time.time()
+NOW = time.time()  # the hub time of every batch here: taken once, when the module is collected
+
+
+def registration(vm: SignedVm, **document: Any) -> dict[str, Any]:
+    """``vm``'s registration made at NOW, however long after collection its test runs (a document
+    created after the hub time it is read at would be refused as from the future)."""
+    return vm.identity(vm.document(created=NOW, **document), t=NOW)
 
 
 class Parallel:
@@ -136,7 +142,7 @@ def test_reports_checked_by_the_workers_are_not_verified_again_on_the_fold_threa
 
     vm = SignedVm(AgentVm("web-0"))
     parallel.fresh()
-    parallel.admit(vm.identity())
+    parallel.admit(registration(vm))
     calls: list[Any] = []
     monkeypatch.setattr(trust.signing, "problem", lambda *a: calls.append(a))
     assert parallel.admit(*(vm.sign(heartbeat(vm.vm, NOW + i)) for i in range(20))) == ["folded"] * 20
@@ -148,7 +154,7 @@ def test_a_worker_that_dies_is_replaced_and_no_report_is_lost():
     try:
         vms = [SignedVm(AgentVm(f"web-{i}")) for i in range(3)]
         for vm in vms:
-            pipeline.admit(vm.identity())
+            pipeline.admit(registration(vm))
         beats = [vm.sign(heartbeat(vm.vm, NOW + i)) for i in range(1500) for vm in vms]
         batch = Batch("0", [(e, Position(i, str(i), NOW)) for i, e in enumerate(beats)], time.monotonic(),
                       [json.dumps(e).encode() for e in beats])
@@ -174,7 +180,7 @@ def test_a_verifier_behind_stops_early_approvals_until_what_it_held_is_handed_on
     pipeline = Parallel(workers=1)
     try:
         vm = SignedVm(AgentVm("web-0"))
-        pipeline.admit(vm.identity())  # the pool is made and the key bound
+        pipeline.admit(registration(vm))  # the pool is made and the key bound
         pool = pipeline.verifier._pool
         assert pool is not None
         workers = list(pool._processes)
@@ -216,7 +222,7 @@ def test_a_registration_whose_intermediate_is_to_be_fetched_is_judged_where_it_i
         parallel.fresh()
         parallel.coordinator = Coordinator(signer=authority, fetched=fetcher.lookup)
         agent = SignedVm(AgentVm("web-0"))
-        assert parallel.admit(agent.identity(agent.document(signer=authority))) == ["waiting"]
+        assert parallel.admit(registration(agent, signer=authority)) == ["waiting"]
         parallel.coordinator.gate.fetched(parallel.coordinator.state, done.get(timeout=30))
         assert AgentVm("web-0").vm_id.lower() in parallel.coordinator.state.identities
         fetcher.close()
