@@ -35,10 +35,10 @@ from .signed import COORDINATOR_KEY, Coordinator, SignedVm, authority
 NOW = time.time()  # the hub time of every batch here: taken once, when the module is collected
 
 
-def registration(vm: SignedVm, **document: Any) -> dict[str, Any]:
-    """``vm``'s registration made at NOW, however long after collection its test runs (a document
-    created after the hub time it is read at would be refused as from the future)."""
-    return vm.identity(vm.document(created=NOW, **document), t=NOW)
+def registration(vm: SignedVm, at: float = NOW, **document: Any) -> dict[str, Any]:
+    """``vm``'s registration made at ``at`` (the hub time it is read at), however long after
+    collection its test runs: a document created later than that is refused as from the future."""
+    return vm.identity(vm.document(created=at, **document), t=at)
 
 
 class Parallel:
@@ -222,7 +222,8 @@ def test_a_registration_whose_intermediate_is_to_be_fetched_is_judged_where_it_i
         parallel.fresh()
         parallel.coordinator = Coordinator(signer=authority, fetched=fetcher.lookup)
         agent = SignedVm(AgentVm("web-0"))
-        assert parallel.admit(registration(agent, signer=authority)) == ["waiting"]
+        at = time.time()  # the CA was made just now: its certificates are valid from now on
+        assert parallel.admit(registration(agent, at, signer=authority), t=at) == ["waiting"]
         parallel.coordinator.gate.fetched(parallel.coordinator.state, done.get(timeout=30))
         assert AgentVm("web-0").vm_id.lower() in parallel.coordinator.state.identities
         fetcher.close()
