@@ -44,7 +44,6 @@ VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "
               "placed", "claims")
 
 
-
 def restore(data: Any) -> FleetState:
     """The state a snapshot describes; StateError when ``data`` is not one."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
