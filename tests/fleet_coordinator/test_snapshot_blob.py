@@ -9,6 +9,7 @@ import copy
 import gzip
 import json
 import os
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -196,6 +197,22 @@ def test_the_keeper_saves_the_signed_snapshot_off_the_loop_and_loads_it(containe
     got = loaded(keeper)
     assert got.found is not None and got.positions == {"0": Position(7, "70")} and not got.refused
     assert snapshot(got.state) == snapshot(STATE)
+
+
+def test_a_clean_stop_during_a_save_waits_for_it_then_saves_the_fold_as_it_is(container, monkeypatch):
+    store = snapshots(container, "stopping")
+    keeper = keeper_for(store)
+    upload = store.save
+
+    def slow(packed: Any, generation: int = 0) -> int:  # the real save, begun a second late
+        time.sleep(1)
+        return upload(packed, generation)
+
+    monkeypatch.setattr(store, "save", slow)
+    assert keeper.save(keeper.pack(STATE, {"0": Position(7, "70")}))
+    keeper.save_now(keeper.pack(STATE, {"0": Position(8, "80")}), 20)
+    assert keeper.generation == 2 and keeper.last_snapshot is not None
+    assert loaded(keeper).positions == {"0": Position(8, "80")}
 
 
 def test_the_fold_the_keeper_loads_comes_with_its_digest_made_off_the_loop(container):

@@ -37,6 +37,7 @@ the outcome when it comes by (``poll``):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import time
@@ -134,12 +135,20 @@ class Keeper:
         return True
 
     def save_now(self, packed: Packed, timeout: float) -> None:
-        """At a clean stop: save and wait at most ``timeout`` seconds."""
-        if self._saving is not None and not self._saving.done():
+        """At a clean stop: save and wait at most ``timeout`` seconds in all. A save under way is
+        waited for first (the process ending would cut its upload short), then ``packed`` saved."""
+        deadline = time.monotonic() + timeout
+        if self._saving is not None:
+            with contextlib.suppress(Exception):  # its outcome is recorded as a poll records it
+                self._saving.result(timeout)
+            if not self._saving.done():
+                return
+            self._poll_save()
+        left = deadline - time.monotonic()
+        if left <= 0:
             return
-        self._saving = None
         try:
-            size = self.storage.call(lambda: self._upload(packed), timeout, "saving the snapshot")
+            size = self.storage.call(lambda: self._upload(packed), left, "saving the snapshot")
         except Exception:  # noqa: BLE001 - recorded by reach; the hub still has everything
             return
         self.last_snapshot = (time.time(), size)
