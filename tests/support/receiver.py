@@ -3,9 +3,11 @@
 Every POST is parsed with the ``cloudevents`` SDK in the mode its headers announce (structured,
 binary or batch) and its Standard Webhooks signature is verified with the ``standardwebhooks``
 library against every secret it was given; anything that does not parse or verify is recorded in
-``errors``. Replies are scripted per request (``script(503, 503, 200)``) and default to 200. The
-receiver can be stopped (port closed, open connections cut) and started again on the same port.
-The TLS helpers make a throwaway CA and a server certificate for 127.0.0.1 signed by it.
+``errors``. A request whose body never fully arrives (the client died, or ``stop`` cut it) is
+dropped unanswered, as any HTTP server drops it, and only counted in ``cut``. Replies are scripted
+per request (``script(503, 503, 200)``) and default to 200. The receiver can be stopped (port
+closed, open connections cut) and started again on the same port. The TLS helpers make a throwaway
+CA and a server certificate for 127.0.0.1 signed by it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class Receiver:
         self.allowed_rate = allowed_rate
         self.requests: list[Request] = []
         self.errors: list[str] = []
+        self.cut = 0  # requests whose body never fully arrived: neither served nor recorded
         self.port = 0
         self._script: deque[Reply] = deque()
         self._routes: dict[str, Reply] = {}
@@ -312,6 +315,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the client died or stop() cut it mid-body: an HTTP server drops it
+            self.close_connection = True
+            with self.server.receiver._lock:
+                self.server.receiver.cut += 1
+            return
         request = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
                           body, time.time())
         receiver = self.server.receiver
