@@ -88,3 +88,54 @@ def test_no_single_byte_change_reads_otherwise_than_the_whole_read(azure, chains
     assert isinstance(found, attestation.Refusal)
     whole = _whole(changed, chains)
     assert isinstance(whole, attestation.Refusal) and found.reason == whole.reason
+
+
+def _asn1crypto_element(data: bytes, at: int):
+    from asn1crypto import parser
+
+    element = parser.parse(data[at:])
+    return element, at + len(element[3]) + len(element[4]) + len(element[5])
+
+
+def _der_prefixes() -> st.SearchStrategy[bytes]:
+    """Bytes that start like DER elements: a tag, a length in short or long form, then anything."""
+    length = st.one_of(st.integers(0, 0x7F).map(lambda n: bytes([n])),
+                       st.integers(1, 3).flatmap(lambda k: st.integers(0, min(300, 256 ** k - 1)).map(
+                           lambda n: bytes([0x80 | k]) + n.to_bytes(k, "big"))),
+                       st.just(b"\x80"))
+    return st.builds(lambda tag, size, rest: bytes([tag]) + size + rest, st.integers(0, 255), length,
+                     st.binary(max_size=320))
+
+
+@settings(max_examples=500)
+@given(st.one_of(_der_prefixes(), st.binary(max_size=40)))
+def test_an_element_is_read_as_asn1crypto_reads_it_or_not_at_all(data):
+    """edge/signed_data._element: what asn1crypto's parser reads when it is of a definite length
+    and a low tag number; otherwise nothing, and the document is read whole."""
+    try:
+        mine = signed_data._element(data, 0)
+    except ValueError:
+        mine = None
+    try:
+        theirs = _asn1crypto_element(data, 0)
+    except ValueError:
+        theirs = None
+    if mine is not None:
+        assert mine == theirs
+    elif theirs is not None:
+        element = theirs[0]
+        assert element[2] >= 31 or element[5]  # a high tag number, an indefinite length
+
+
+def test_an_honest_documents_parts_are_split_as_asn1crypto_splits_them(azure):
+    der = unpack_whole(azure.document(VM, NONCE)).der
+    walked, at = [], 0
+    contents = signed_data._element(der, 0)[0][4]
+    while at < len(contents):
+        element, at = signed_data._element(contents, at)
+        walked.append(element)
+    reference, at = [], 0
+    while at < len(contents):
+        element, at = _asn1crypto_element(contents, at)
+        reference.append(element)
+    assert walked == reference and len(walked) == 2

@@ -50,7 +50,7 @@ chain is still checked against the roots, so what is fetched needs no trust.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -141,7 +141,8 @@ def signed(unpacked: Unpacked, attested: Attested, *, chains: Chains, now: datet
         chain = chains.verdict(read.cert, read.cert_der, now)
         if chain.name is None:
             raise _Refused(chain.reason, chain.detail)
-        return replace(attested, signer=chain.name)
+        return Attested(attested.vm_id, attested.subscription_id, attested.nonce, attested.created_on,
+                        attested.expires_on, attested.sku, attested.license_type, attested.plan, chain.name)
     except _Refused as refused:
         return refused.refusal
     except Exception as exc:  # noqa: BLE001 - hostile input: cryptography and asn1crypto parse

@@ -150,11 +150,17 @@ class _FetchedSoFar:
 def registration(job: Job, event: Mapping[str, Any], now: float | None,
                  bound: Identity | None) -> trust.Checked:
     """trust.registration's verdict, reached in a worker."""
-    verdict = trust.registration(event, job.attestation(), now, lambda _vm: bound)
-    return trust.Checked(verdict=verdict)
+    return _registration(job.attestation(), event, now, bound)
+
+
+def _registration(attested: trust.Attestation, event: Mapping[str, Any], now: float | None,
+                  bound: Identity | None) -> trust.Checked:
+    return trust.Checked(verdict=trust.registration(event, attested, now, lambda _vm: bound))
 
 
 def registrations(job: Job, items: Sequence[tuple[Mapping[str, Any], float | None, Identity | None]]
                   ) -> list[trust.Checked]:
-    """``registration`` for each (event, hub time, identity bound to its vmId when it was read)."""
-    return [registration(job, event, now, bound) for event, now, bound in items]
+    """``registration`` for each (event, hub time, identity bound to its vmId when it was read),
+    the job's attestation found once."""
+    attested = job.attestation()
+    return [_registration(attested, event, now, bound) for event, now, bound in items]

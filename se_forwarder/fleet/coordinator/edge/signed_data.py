@@ -21,7 +21,7 @@ document that is refused is never remembered.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from cryptography import x509
@@ -87,9 +87,12 @@ def unpack(document: Any) -> Unpacked:
     if not isinstance(text, str) or not text or len(text) > MAX_SIGNATURE_CHARS:
         return unpack_whole(document)
     try:
-        der = base64.b64decode("".join(text.split()), validate=True)
+        der = base64.b64decode(text, validate=True)  # Azure's has no line breaks
     except (binascii.Error, ValueError):
-        return unpack_whole(document)
+        try:
+            der = base64.b64decode("".join(text.split()), validate=True)
+        except (binascii.Error, ValueError):
+            return unpack_whole(document)
     content = _content(der)
     try:
         claims = json.loads(content) if content is not None else None
@@ -141,7 +144,7 @@ def read(unpacked: Unpacked) -> Signed:
         if attrs is None:  # an empty set of signed attributes: as the whole read takes it
             return _read_whole(unpacked)
         message = _covered(unpacked.content, shape.hash_type, signed_attrs, attrs)
-    return replace(shape, signature=split.signature, message=message)
+    return Signed(shape.cert, shape.cert_der, shape.algorithm, shape.hash_type, split.signature, message)
 
 
 class _Split(NamedTuple):
@@ -157,11 +160,9 @@ def _split(der: bytes) -> _Split | None:
     document of the usual shape has (a ContentInfo of type signedData whose SignedData holds a
     version, digest algorithms, the content, certificates and one signer), each of a definite
     length."""
-    from asn1crypto import parser
-
     try:
-        whole = parser.parse(der, strict=True)
-        if _kind(whole) != _SEQUENCE or whole[5]:
+        whole, end = _element(der, 0)
+        if _kind(whole) != _SEQUENCE or end != len(der):
             return None
         outer = _children(whole[4])
         if len(outer) != 2 or _bytes(outer[0]) != _SIGNED_DATA or _kind(outer[1]) != _ZERO:
@@ -191,16 +192,39 @@ def _split(der: bytes) -> _Split | None:
 
 
 def _children(contents: bytes) -> list[_Element]:
-    from asn1crypto import parser
-
+    """The elements ``contents`` is made of, one after another (``_element``)."""
     out: list[_Element] = []
     at = 0
     while at < len(contents):
-        rest = contents[at:]
-        element = parser.parse(rest)
+        element, at = _element(contents, at)
         out.append(element)
-        at += len(element[3]) + len(element[4]) + len(element[5])
     return out
+
+
+def _element(data: bytes, at: int) -> tuple[_Element, int]:
+    """The element at ``at`` in ``data``, as asn1crypto's parser.parse gives it, and where the next
+    begins; ValueError when it is truncated, of an indefinite length or of a tag number above 30.
+    Those are never of the usual shape (``_split``, which reads the rest whole), and asn1crypto
+    would copy what follows ``at`` to read each element."""
+    end = len(data)
+    if at + 2 > end:
+        raise ValueError("truncated")
+    first, length = data[at], data[at + 1]
+    if first & 31 == 31:
+        raise ValueError("a high tag number")
+    start = at + 2
+    if length & 0x80:
+        octets = length & 0x7F
+        if not octets:
+            raise ValueError("an indefinite length")
+        if start + octets > end:
+            raise ValueError("truncated")
+        length = int.from_bytes(data[start:start + octets], "big")
+        start += octets
+    stop = start + length
+    if stop > end:
+        raise ValueError("truncated")
+    return (first >> 6, (first >> 5) & 1, first & 31, data[at:start], data[start:stop], b""), stop
 
 
 def _kind(element: _Element) -> tuple[int, int, int]:
