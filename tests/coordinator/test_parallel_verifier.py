@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 from se_forwarder.approvals import signing
 from se_forwarder.fleet.coordinator.config.anchors import anchors
 from se_forwarder.fleet.coordinator.config.limits import DEFAULT_LIMITS
-from se_forwarder.fleet.coordinator.edge import offload
+from se_forwarder.fleet.coordinator.edge import offload, trust
 from se_forwarder.fleet.coordinator.edge.gate import Quota
+from se_forwarder.fleet.coordinator.fold.identities import Claim
+from se_forwarder.fleet.coordinator.fold.state import Identity
 from se_forwarder.fleet.coordinator.input.hub_reader import Batch, Position
 from se_forwarder.fleet.coordinator.input.lag import LagGuard
 from se_forwarder.fleet.coordinator.input.verifier import Verifier
@@ -280,3 +282,18 @@ def test_the_workers_start_with_the_verifier_before_any_batch_comes():
         assert verifier.reports == verifier.registrations == 0  # nothing was put
     finally:
         verifier.close()
+
+
+_TEXT = st.text(max_size=20)
+_IDENTITIES = st.builds(Identity, _TEXT, _TEXT, st.floats(allow_nan=False), st.floats(allow_nan=False), _TEXT,
+                        _TEXT, st.floats(allow_nan=False))
+_VERDICTS = st.builds(trust.Verdict, st.booleans(), st.none() | _TEXT, _TEXT, st.none() | _TEXT,
+                      st.none() | _TEXT, st.booleans(), st.none() | st.builds(Claim, _TEXT, _IDENTITIES),
+                      st.none() | _TEXT)
+
+
+@given(_VERDICTS)
+def test_a_registrations_verdict_crosses_back_from_a_worker_as_plain_values_unchanged(verdict):
+    sent = offload.answer(trust.Checked(verdict=verdict))
+    assert all(isinstance(v, str | bool | float | type(None) | tuple) for v in sent)
+    assert offload.answered(sent) == trust.Checked(verdict=verdict)

@@ -16,7 +16,7 @@ binding in between making the fold thread verify it again itself. Nothing is fol
   ``registrations_per_minute`` in hub time (``identity-rate`` beyond), unless the gate knows the
   document already (an agent announcing it again: nothing to verify); they then go to a worker
   whole, ``REGISTRATIONS`` at a time with the anchors and the intermediates fetched so far, and
-  come back as their verdicts.
+  come back as their verdicts, in plain values (offload.Answer).
 - **Bounds.** At most ``DEPTH`` batches are in the stage; ``put`` raises ``queue.Full`` after
   ``PUT_WAIT`` s without room, and the reader tries again (hub_reader.py), so a backlog waits on
   the hub. The workers are ``[trust] verify_workers`` processes: registrations and reports cost
@@ -225,7 +225,7 @@ class Verifier:
                     results = self._result(fn, args, future, len(indices))
                     for i, result in zip(indices, results, strict=True):
                         item.checked[i] = offload.checked(result, item.keys[i]) if isinstance(result, int) \
-                            else result
+                            else offload.answered(result) if isinstance(result, tuple) else result
                 item.batch.checked = item.checked
                 self._unstage(item)
                 self._hand_over(item)
