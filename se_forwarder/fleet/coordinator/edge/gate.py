@@ -123,8 +123,10 @@ class Gate:
         verdict, done off the fold thread (input/verifier.py, which counted the registration)."""
         edge = self.edge
         kind = event.get("type")
+        fingerprint = ""  # a registration's, taken once
         if kind == IDENTITY_TYPE:
-            if self.known(state, event):
+            fingerprint = _fingerprint(event)
+            if self._known(state, fingerprint):
                 self.registered[registrations.SAME] += 1
                 return REGISTERED
             if checked is None and not self.quota.take(self.edge.limits, event, enqueued):
@@ -140,7 +142,7 @@ class Gate:
             return self._refuse(RATE, verdict, event)
         if verdict.trusted:
             if verdict.claim is not None:
-                return self._register(state, verdict.claim, event)
+                return self._register(state, verdict.claim, event, fingerprint or _fingerprint(event))
             sender = (Sender(verdict.sender) if verdict.verified
                       else Sender(None, verified=False) if verdict is trust.UNVERIFIED else CLAIMED)
             return fold_event(state, event, self.stats, edge.limits, enqueued, sender=sender, skew=edge.skew)
@@ -180,11 +182,15 @@ class Gate:
         """The same key and attested document as a registration that bound the VM's current key
         (an agent announces it again after a restart, once per Event Hubs sink): nothing to verify
         again, nothing changes."""
-        seen = self.documents.get(_fingerprint(event))
+        return self._known(state, _fingerprint(event))
+
+    def _known(self, state: FleetState, fingerprint: str) -> bool:
+        seen = self.documents.get(fingerprint)
         bound = state.identities.get(seen[0]) if seen is not None else None
         return bound is not None and seen is not None and bound.keyid == seen[1]
 
-    def _register(self, state: FleetState, claim: registrations.Claim, event: Mapping[str, Any]) -> str:
+    def _register(self, state: FleetState, claim: registrations.Claim, event: Mapping[str, Any],
+                  fingerprint: str) -> str:
         in_conflict = claim.vm in state.conflicts
         outcome = registrations.bind(state, claim)
         self.registered[outcome] += 1
@@ -197,7 +203,7 @@ class Gate:
             self.rekeys.append(state.rekeyed[claim.vm][-1])
         if len(self.documents) >= KNOWN_DOCUMENTS:
             self.documents.clear()
-        self.documents[_fingerprint(event)] = (claim.vm, claim.identity.keyid)
+        self.documents[fingerprint] = (claim.vm, claim.identity.keyid)
         self._release(state, claim.vm)
         return REGISTERED
 
