@@ -29,19 +29,31 @@ HEALTH = st.none() | st.builds(
     st.sampled_from(["healthy", "unhealthy", "unknown", "sick"]), st.sampled_from([None, "web", "db"]),
     st.sampled_from([None, "HTTP 503", "Connection refused"]))
 
+# The strategies the events draw from, made once (made anew for each draw, making and validating
+# them cost a tenth of the property tests' time).
+VM = st.sampled_from(VMS)
+EVENT_ID = st.sampled_from(sorted(EVENTS))
+AGENT_TYPE = st.sampled_from(("scheduled", "started", "completed", "canceled", "approved", "prepared",
+                              "preparefailed", "approvalrejected", "heartbeat", "recovered"))
+LISTED = st.lists(st.tuples(EVENT_ID, st.sampled_from(("Scheduled", "Started"))), max_size=2)
+REJECTION = st.sampled_from(("expired", "replayed", "bad-signature"))
+DECISION_TYPE = st.sampled_from(("approve", "defer", "breach", "pause", "resume", "hold", "release"))
+ACTOR = st.sampled_from(("coordinator", "person:a"))
+DEFERRAL = st.sampled_from(("budget", "held"))
+DEFERRAL_SCOPE = st.sampled_from((None, "fleet"))
+SWITCH_SCOPE = st.sampled_from(("fleet", "zone:westeurope/1"))
+
 
 @st.composite
 def agent_event(draw: st.DrawFn) -> dict:
-    vm = _moved(draw(st.sampled_from(VMS)), t := draw(st.integers(0, 120)))
-    event_id = draw(st.sampled_from(sorted(EVENTS)))
+    vm = _moved(draw(VM), t := draw(st.integers(0, 120)))
+    event_id = draw(EVENT_ID)
     kind, affected = EVENTS[event_id]
     names = [VMS[i].name for i in affected]
-    what = draw(st.sampled_from(["scheduled", "started", "completed", "canceled", "approved", "prepared",
-                                 "preparefailed", "approvalrejected", "heartbeat", "recovered"]))
+    what = draw(AGENT_TYPE)
     now = T0 + t
     if what == "heartbeat":
-        status = st.sampled_from(["Scheduled", "Started"])
-        listed = draw(st.lists(st.tuples(st.sampled_from(sorted(EVENTS)), status), max_size=2))
+        listed = draw(LISTED)
         beat = heartbeat(vm, now, tuple((e, s, EVENTS[e][0]) for e, s in listed))
         beat["data"]["Health"] = draw(HEALTH)
         return beat
@@ -49,30 +61,30 @@ def agent_event(draw: st.DrawFn) -> dict:
         return approved(vm, event_id, now, resources=names, event_type=kind, not_before=T0 + 600)
     if what == "approvalrejected":
         attempt = draw(st.integers(1, 2))
-        code = draw(st.sampled_from(["expired", "replayed", "bad-signature"]))
+        code = draw(REJECTION)
         return rejected(vm, event_id, now, f"{event_id}/coordinator/approve/{attempt}", code)
     return report(what, vm, event_id, now, event_type=kind, resources=names, not_before=T0 + 600)
 
 
 @st.composite
 def decision_event(draw: st.DrawFn) -> dict:
-    kind = draw(st.sampled_from(["approve", "defer", "breach", "pause", "resume", "hold", "release"]))
-    event_id = draw(st.sampled_from(sorted(EVENTS)))
+    kind = draw(DECISION_TYPE)
+    event_id = draw(EVENT_ID)
     t = T0 + draw(st.integers(0, 120))
     n = draw(st.integers(1, 3))
-    data = {"EventId": event_id, "Actor": draw(st.sampled_from(["coordinator", "person:a"])),
+    data = {"EventId": event_id, "Actor": draw(ACTOR),
             "Reason": "r", "Shadow": draw(st.booleans())}
     if kind == "approve":
         ident = f"{event_id}/coordinator/approve/{n}"
-        target = {"name": draw(st.sampled_from(VMS)).name, "vmId": ""}
+        target = {"name": draw(VM).name, "vmId": ""}
         data.update(Attempt=n, ReasonCode="fits", Target=target)
     elif kind in ("defer", "breach"):
-        code = draw(st.sampled_from(["budget", "held"]))
+        code = draw(DEFERRAL)
         ident = f"{event_id}/coordinator/{kind}/{n}-{code}"
-        data.update(ReasonCode=code, Scope=draw(st.sampled_from([None, "fleet"])),
+        data.update(ReasonCode=code, Scope=draw(DEFERRAL_SCOPE),
                     Budgets=[{"scope": "fleet", "used": 0, "withEvent": 1, "max": 1}])
     elif kind in ("pause", "resume"):
-        scope = draw(st.sampled_from(["fleet", "zone:westeurope/1"]))
+        scope = draw(SWITCH_SCOPE)
         ident = f"coordinator/{kind}/{scope}/{n}"
         data = {**data, "EventId": None, "Scope": scope, "Sequence": n}
     else:

@@ -33,16 +33,24 @@ from se_forwarder.fleet.coordinator.view.digest import Digest
 from . import folds, moves
 from .fleet import SOURCE, T0, AgentVm, heartbeat
 
+# The strategies the steps draw from, made once (made anew for each draw, making and validating
+# them cost a tenth of the module's time).
+KIND = st.sampled_from(("move", "move", "agent", "listing", "decision", "identity", "identity", "settle",
+                        "hold", "look", "look"))
+LISTED = st.lists(st.tuples(st.sampled_from(("E1", "E2", "T3", "E3")),
+                            st.sampled_from(("Scheduled", "Started"))), min_size=1, max_size=2)
+REGISTERED = st.sampled_from(moves.NAMES[:2])
+KEYS = st.lists(st.sampled_from(("a", "b", "c")), min_size=1, max_size=2)
+KEYID = st.sampled_from((None, "aid", "bid", "cid"))
+
 
 @st.composite
 def step(draw: st.DrawFn) -> tuple:
-    kind = draw(st.sampled_from(["move", "move", "agent", "listing", "decision", "identity", "identity",
-                                 "settle", "hold", "look", "look"]))
+    kind = draw(KIND)
     if kind == "move":
         return draw(moves.step())
     if kind == "listing":  # a heartbeat that lists events a VM reported (their status and times merge)
-        listed = draw(st.lists(st.tuples(st.sampled_from(["E1", "E2", "T3", "E3"]),
-                                         st.sampled_from(["Scheduled", "Started"])), min_size=1, max_size=2))
+        listed = draw(LISTED)
         return ("fold", heartbeat(draw(moves.a_vm()), T0 + draw(st.integers(0, 900)),
                                   tuple((e, s, "Reboot") for e, s in listed)))
     if kind == "agent":
@@ -50,19 +58,19 @@ def step(draw: st.DrawFn) -> tuple:
     if kind == "decision":
         return ("fold", draw(folds.decision_event()))
     if kind == "identity":
-        vm = AgentVm(draw(st.sampled_from(moves.NAMES[:2]))).vm_id
-        keys = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=2))
+        vm = AgentVm(draw(REGISTERED)).vm_id
+        keys = draw(KEYS)
         created = T0 + draw(st.integers(0, 3)) * 3600
         shared = len(keys) > 1  # one document with two keys: a key conflict
         return ("identity", [Claim(vm, Identity(k * 44, f"{k}id", created, created + 86400,
                                                 f"doc-{created}" if shared else f"doc-{k}-{created}"))
                              for k in keys])
     if kind == "settle":
-        keyid = draw(st.sampled_from([None, "aid", "bid", "cid"]))
-        vm = AgentVm(draw(st.sampled_from(moves.NAMES[:2]))).vm_id
+        keyid = draw(KEYID)
+        vm = AgentVm(draw(REGISTERED)).vm_id
         return ("settle", (vm, keyid))
     if kind == "hold":  # a report held for its sender's registration (edge/gate.py)
-        return ("hold", (AgentVm(draw(st.sampled_from(moves.NAMES))), T0 + draw(st.integers(0, 900))))
+        return ("hold", (AgentVm(draw(moves.NAME)), T0 + draw(st.integers(0, 900))))
     return ("look", None)
 
 

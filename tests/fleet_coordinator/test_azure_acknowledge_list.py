@@ -19,6 +19,8 @@ Two uniform scale sets, no agent anywhere: ``api`` (2 VMs) and ``web`` (3 VMs); 
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +52,21 @@ OTHER_SUBSCRIPTION = "0badc0de-0000-4000-8000-000000000000"
 
 def acknowledged(fleet: AzureFleet) -> list[dict[str, Any]]:
     return [r for r in fleet.azure.api.requests() if r["route"] == "acknowledge"]
+
+
+def saved_after(fleet: AzureFleet, coordinator: Any, seen: float) -> None:
+    """What the SIGKILL that follows must not lose: a snapshot of the fold packed at least a second
+    after ``seen`` (when the test saw the change on the hub or in status), by when the alert's
+    change was tried too (PagerDuty is down: a refused connection fails at once)."""
+    from azure.storage.blob import BlobClient
+
+    blob = BlobClient.from_connection_string(fleet.blob.connection_string, "coordinator",
+                                             f"{coordinator.name}/snapshot.json.gz")
+
+    def written_at() -> float:
+        return float(json.loads(gzip.decompress(blob.download_blob().readall()).splitlines()[0])["writtenAt"])
+
+    wait_for(lambda: written_at() >= seen + 1.0, 60, "a snapshot of the fold since", interval=0.5)
 
 
 def restart(coordinator: Any) -> None:
@@ -89,7 +106,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         record["breach"] = breach
         wait_for(lambda: any(d["data"]["Decision"] == "breach" and d["data"]["EventId"] == breach
                              for d in fleet.decisions("azure")), 60, "the breach decision")
-        time.sleep(6)  # a snapshot of the fold with it (snapshot_interval 5s), and the trigger tried
+        saved_after(fleet, coordinator, time.time())  # a snapshot of the fold with it, the trigger tried
         restart(coordinator)
         pager.start()
         wait_for(lambda: pager.alerts.opened, 30, "the breach's trigger after the restart")
@@ -98,7 +115,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wait_for(lambda: breach not in fleet.pending(), 120, "the breaching event to run and end")
         wait_for(lambda: breach not in {p["eventId"] for p in coordinator.get("/v1/status")["pending"]}
                  and not coordinator.get("/v1/status")["started"], 60, "the coordinator to see it end")
-        time.sleep(6)
+        saved_after(fleet, coordinator, time.time())  # the fold with it ended, the resolve tried
         restart(coordinator)
         pager.start()
         wait_for(lambda: pager.alerts.closed, 30, "the breach's resolve after the restart")
