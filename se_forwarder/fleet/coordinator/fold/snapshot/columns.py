@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import Any
 
 from .. import inventory
@@ -35,15 +36,13 @@ COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "at", "tags", "stamp
            "placedId", "claims")
 UNPLACED = (float("inf"), "")  # Vm.placed_stamp of a VM no verified report placed
 NEVER = float("-inf")  # Vm.last_heard of a VM never heard from
+_shared = itemgetter(*map(Vm.__slots__.index, SHARED))  # of a VM's values taken (fold/snapshot.pieces)
+_PLACED = Vm.__slots__.index("placed")
 
 
 def _resource_id(sub: str, group: str, name: str) -> str:
-    """The resourceId a VM of that name has in that resource group (read back by ``vms_of``)."""
+    """The resourceId a VM of that name has in that resource group (written as null)."""
     return f"/subscriptions/{sub}/resourceGroups/{group}/providers/Microsoft.Compute/virtualMachines/{name}"
-
-
-def _shared(values: tuple[Any, ...]) -> tuple[Any, ...]:
-    return (*values[5:13], values[17], values[20])
 
 
 def vm_records(items: list[tuple[Any, ...]]) -> Iterator[tuple[str, Any]]:
@@ -53,8 +52,8 @@ def vm_records(items: list[tuple[Any, ...]]) -> Iterator[tuple[str, Any]]:
     places: dict[Placement, int] = {}
     for values in items:
         shared.setdefault(_shared(values), len(shared))
-        if values[22] is not None:
-            places.setdefault(values[22], len(places))
+        if values[_PLACED] is not None:
+            places.setdefault(values[_PLACED], len(places))
     yield from _batches("vm-shared", [list(s) for s in shared])
     yield from _batches("vm-places", [inventory.as_data(p) for p in places])
     for start in range(0, len(items), BATCH):
@@ -109,8 +108,8 @@ def vms_of(cols: dict[str, Any], shared: list[tuple[str, ...]], places: list[Pla
     keys.update(zip(key, key, strict=True))
     subs, groups, location, zone, scale_set, fd, ud, pg, version, health = (
         zip(*map(shared.__getitem__, cols["at"]), strict=True) if key else ((),) * len(SHARED))
-    rids = [f"/subscriptions/{s}/resourceGroups/{g}/providers/Microsoft.Compute/virtualMachines/{n}"
-            if r is None else r for r, s, g, n in zip(cols["resourceId"], subs, groups, name, strict=True)]
+    rids = [_resource_id(s, g, n) if r is None else r
+            for r, s, g, n in zip(cols["resourceId"], subs, groups, name, strict=True)]
     return map(
         Vm, key, name, [k if v is None else v for k, v in zip(key, cols["vmId"], strict=True)],
         cols["complete"], rids, subs, groups, location, zone, scale_set, fd, ud, pg,
