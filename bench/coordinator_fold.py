@@ -9,7 +9,9 @@ Events are structured CloudEvent JSON texts as the hub delivers them; only ``fol
 ``evaluate`` (plus folding the decisions back) are timed. ``json.loads`` of the same texts is the
 baseline: the fold cannot be faster than parsing. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/coordinator_fold.py [--vms 10000]
+    .venv/bin/python bench/coordinator_fold.py [--vms 10000] [--only-snapshot]
+
+``--only-snapshot`` goes from the rollout straight to the snapshot's save and load.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import psutil
 
@@ -54,6 +56,9 @@ from se_forwarder.fleet.coordinator.ha.snapshot_blob import LEVEL, SnapshotBlob 
 from se_forwarder.fleet.coordinator.input.hub_reader import Position  # noqa: E402
 from se_forwarder.fleet.coordinator.view.alerts import derive  # noqa: E402
 from se_forwarder.fleet.coordinator.view.digest import Digest  # noqa: E402
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC).timestamp()
 T_BURST = T0 + 180
@@ -370,6 +375,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vms", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=1_000, help="platform events in the burst")
+    parser.add_argument("--only-snapshot", action="store_true",
+                        help="from the rollout straight to the snapshot (no steady state, no read models)")
     args = parser.parse_args()
     proc = psutil.Process()
     gc.collect()
@@ -425,8 +432,36 @@ def main() -> int:
     rows.append(("  rollout", f"{run.approvals} approvals, {run.decisions} decisions, {run.pending} events "
                  f"waiting, {len(folder.state.events)} events and {len(folder.state.vms):,} VMs in the fold"))
 
-    # 3b. the same state decided with free_slot = "recovered" (no agent here reports recovered: every
-    # VM a completed event took down is still waiting for its recovery), side by side in this run
+    if not args.only_snapshot:
+        evaluate_alone(folder, rows)
+    # 4. steady state: 60 s heartbeats at the service's cadence, and the read models
+    gc.collect()
+    rss_steady = proc.memory_info().rss / 1e6
+    if not args.only_snapshot:
+        cpu, digest_cpu, parse_cpu = steady(folder, vms, T_BURST + 700)
+        rows.append(("steady state, 60 s heartbeats: CPU per second",
+                     f"{cpu:.3f} core (goal < 0.25; of which /v1/state's digest kept {digest_cpu:.3f}); "
+                     f"baseline json.loads of the same texts {parse_cpu:.3f} core"))
+        read_models(folder, vms, rows)
+    peak_save, peak_snapshot = snapshot_figures(folder, store, rows)
+    if run.made and not args.only_snapshot:
+        edge_figures(run.made, key, keys, rows)
+    gc.collect()
+    rows.append(("RSS after the rollout", f"{rss_steady:.0f} MB (goal <= 400 MB)"))
+    rows.append(("RSS", f"{proc.memory_info().rss / 1e6:.0f} MB at the end (goal <= 400 MB), "
+                 f"{peak_save:.0f} MB peak with the snapshot packed and saved (goal <= 600 MB), "
+                 f"{peak_snapshot:.0f} MB once it was loaded too, a second fold beside the first (as a "
+                 f"rebuild holds them); the interpreter and libraries alone: {rss_start:.0f} MB"))
+    rows.append(("events folded in all", f"{folder.count:,} ({dict(folder.stats.folded)}, "
+                 f"skipped {sum(folder.stats.skipped.values())}, malformed {folder.stats.malformed})"))
+    print_figures(f"coordinator core, {args.vms:,} VMs, {len(groups)} groups, {args.events} platform events "
+                  f"(CPython {sys.version.split()[0]})", rows)
+    return 0
+
+
+def evaluate_alone(folder: Folder, rows: list[tuple[str, str]]) -> None:
+    """3b. the same state decided with free_slot = "recovered" (no agent here reports recovered: every
+    VM a completed event took down is still waiting for its recovery), side by side in this run."""
     now = max(r.time for r in folder.state.decisions.values()) + 10
     recovering = dataclasses.replace(POLICY, free_slot="recovered")
     for name, policy in (("min_healthy", POLICY), ("recovered", recovering)):
@@ -438,16 +473,10 @@ def main() -> int:
         rows.append((f"  evaluate alone, same state, free_slot {name}",
                      f"median {percentile(times, 0.5) * 1000:.1f} ms of 5"))
 
-    # 4. steady state: 60 s heartbeats at the service's cadence, and the read models
-    gc.collect()
-    rss_steady = proc.memory_info().rss / 1e6
-    cpu, digest_cpu, parse_cpu = steady(folder, vms, T_BURST + 700)
-    rows.append(("steady state, 60 s heartbeats: CPU per second", f"{cpu:.3f} core (goal < 0.25; of which "
-                 f"/v1/state's digest kept {digest_cpu:.3f}); baseline json.loads of the same texts "
-                 f"{parse_cpu:.3f} core"))
-    read_models(folder, vms, rows)
 
-    # 5. the snapshot as the service saves and loads it (ha/snapshot_blob.py), and memory
+def snapshot_figures(folder: Folder, store: SnapshotBlob, rows: list[tuple[str, str]]) -> tuple[float, float]:
+    """5. the snapshot as the service saves and loads it (ha/snapshot_blob.py); the peaks of memory
+    with it saved, and with it loaded too."""
     gc.collect()
     high_water(reset=True)  # the peaks below are the snapshot's, not the read models' baseline above
     began = time.perf_counter()
@@ -461,9 +490,9 @@ def main() -> int:
     save_s, save_cpu = time.perf_counter() - began, time.process_time() - cpu_began
     peak_save = high_water()  # the fold and its snapshot
     del packed
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     loaded = store.load()
-    load_s = time.perf_counter() - began
+    load_s, load_cpu = time.perf_counter() - began, time.process_time() - cpu_began
     assert loaded is not None and len(loaded.state.vms) == len(folder.state.vms)
     assert Digest().of(loaded.state) == Digest().of(folder.state)  # the same fold
     del loaded
@@ -475,10 +504,10 @@ def main() -> int:
     began = time.perf_counter()
     zlib.compress(b"".join(text), LEVEL)
     gzip_s = time.perf_counter() - began
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     for line in text:
         json.loads(line)
-    parse_s = time.perf_counter() - began
+    parse_s, parse_cpu = time.perf_counter() - began, time.process_time() - cpu_began
     raw_mb = sum(map(len, text)) / 1e6
     rows.append(("snapshot, as saved: the fold packed on the loop", f"{pack_s:.2f} s (goal <= 2 s; its large "
                  f"parts copied) and {freeze_s:.2f} s the collector's pass and freeze; then encoded, "
@@ -486,35 +515,27 @@ def main() -> int:
                  f"{raw_mb:.1f} MB text, {size / 1e6:.1f} MB gzipped)"))
     rows.append(("  baseline: the fold encoded whole, as the loop did before; zlib of the lines alone",
                  f"{encode_s:.2f} s; {gzip_s:.2f} s"))
-    rows.append(("snapshot, as loaded: verified, then restored", f"{load_s:.2f} s"))
-    rows.append(("  baseline: json.loads of the same lines", f"{parse_s:.2f} s"))
-    del text
-    sample = run.made
-    if sample:
-        began = time.perf_counter()
-        published = [signed(d, SOURCE, key) for d in sample]
-        sign_each = (time.perf_counter() - began) / len(sample)
-        began = time.perf_counter()
-        assert all(trust.check(e, source=SOURCE, keys=keys).trusted for e in published)
-        check_each = (time.perf_counter() - began) / len(sample)
-        began = time.perf_counter()
-        for d in sample:
-            fold_json(FleetState(), to_json(d, SOURCE))
-        fold_each = (time.perf_counter() - began) / len(sample)
-        rows.append(("decision signed / checked at the edge",
-                     f"{sign_each * 1e6:.0f} us / {check_each * 1e6:.0f} us each (baseline: to_json + "
-                     f"fold_json of it, {fold_each * 1e6:.0f} us)"))
-    gc.collect()
-    rows.append(("RSS after the rollout", f"{rss_steady:.0f} MB (goal <= 400 MB)"))
-    rows.append(("RSS", f"{proc.memory_info().rss / 1e6:.0f} MB at the end (goal <= 400 MB), "
-                 f"{peak_save:.0f} MB peak with the snapshot packed and saved (goal <= 600 MB), "
-                 f"{peak_snapshot:.0f} MB once it was loaded too, a second fold beside the first (as a "
-                 f"rebuild holds them); the interpreter and libraries alone: {rss_start:.0f} MB"))
-    rows.append(("events folded in all", f"{folder.count:,} ({dict(folder.stats.folded)}, "
-                 f"skipped {sum(folder.stats.skipped.values())}, malformed {folder.stats.malformed})"))
-    print_figures(f"coordinator core, {args.vms:,} VMs, {len(groups)} groups, {args.events} platform events "
-                  f"(CPython {sys.version.split()[0]})", rows)
-    return 0
+    rows.append(("snapshot, as loaded: verified, then restored", f"{load_s:.2f} s ({load_cpu:.2f} s CPU)"))
+    rows.append(("  baseline: json.loads of the same lines", f"{parse_s:.2f} s ({parse_cpu:.2f} s CPU)"))
+    return peak_save, peak_snapshot
+
+
+def edge_figures(sample: list[Decision], key: Ed25519PrivateKey, keys: signing.VerifyKeys,
+                 rows: list[tuple[str, str]]) -> None:
+    """Decisions signed and checked at the edge, beside folding them."""
+    began = time.perf_counter()
+    published = [signed(d, SOURCE, key) for d in sample]
+    sign_each = (time.perf_counter() - began) / len(sample)
+    began = time.perf_counter()
+    assert all(trust.check(e, source=SOURCE, keys=keys).trusted for e in published)
+    check_each = (time.perf_counter() - began) / len(sample)
+    began = time.perf_counter()
+    for d in sample:
+        fold_json(FleetState(), to_json(d, SOURCE))
+    fold_each = (time.perf_counter() - began) / len(sample)
+    rows.append(("decision signed / checked at the edge",
+                 f"{sign_each * 1e6:.0f} us / {check_each * 1e6:.0f} us each (baseline: to_json + "
+                 f"fold_json of it, {fold_each * 1e6:.0f} us)"))
 
 
 if __name__ == "__main__":

@@ -101,5 +101,5 @@ def test_a_fold_of_more_vms_than_a_line_holds_comes_back_whole():
     for i in range(2500):
         fold_event(state, heartbeat(AgentVm(f"web-{i}", rg=f"rg-{i % 7}", zone=str(i % 3 or "")), T0 + i))
     text = list(lines(state))
-    assert sum(1 for line in text if line.startswith(b'["vms"')) == 3
+    assert sum(1 for line in text if line.startswith(b'["vm-columns"')) == 3
     assert snapshot(restore_lines(text)) == snapshot(state)

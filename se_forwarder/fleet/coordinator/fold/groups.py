@@ -42,6 +42,20 @@ class Groups:
             self.dirty.update((ra, rb))
         return True
 
+    def add(self, members: list[str]) -> None:
+        """A set read back (a snapshot's: ``components``): what joining each of ``members`` to the
+        first would make, made at once where they are sorted and none is in a set yet."""
+        parent = self.parent
+        if len(members) < 2 or sorted(set(members)) != members or not parent.keys().isdisjoint(members):
+            for other in members[1:]:
+                self.union(members[0], other)
+            return
+        root = members[0]
+        parent.update(dict.fromkeys(members, root))
+        self.sets[root] = list(members)
+        if self.dirty is not None:
+            self.dirty.update(members)
+
     def drop(self, gone: set[str]) -> list[str]:
         """Forget the VMs of ``gone`` (retention.py); the others of their sets, which are rejoined."""
         rest: list[str] = []

@@ -323,9 +323,13 @@ class FleetState:
     def named(self, name: str) -> tuple[str, ...]:
         """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
         if self.names is None:
-            self.names = {}
-            for key, vm in self.vms.items():
-                self.rename(key, None, vm.name)
+            names: dict[str, tuple[str, ...]] = {}
+            self.names = names
+            for key, vm in self.vms.items():  # what ``rename`` does for each, in one loop (a restore's)
+                lowered = vm.name.lower()
+                lowered = vm.name if lowered == vm.name else lowered
+                bearers = names.get(lowered)
+                names[lowered] = (key,) if bearers is None else (*bearers, key)
         return self.names.get(name, ())
 
     def rename(self, key: str, old: str | None, new: str) -> None:

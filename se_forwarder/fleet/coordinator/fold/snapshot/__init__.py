@@ -11,12 +11,13 @@ out is kept, and counted when restored), and the inventory (each VM's first plac
 placements operators confirmed: fold/inventory.py). ``restore`` raises ``StateError`` (one line) for anything
 that is not a snapshot of this format; members added since the format was made are optional.
 
-``lines(state)`` is the same fold as lines of JSON, one record each (``["vm", {...}]``,
-``["event", {...}]``, ``["decision", [...]]``, ...) in batches, and ``restore_lines`` reads them back
-one at a time: how the snapshot blob holds it (ha/snapshot_blob.py), so loading 100,000 VMs never
-holds the fold twice. A save takes the fold on the service's loop (``pieces``: the small parts
-encoded, the large ones copied, a VM's values as a tuple) and ``written`` encodes the copies into
-lines on another thread. Both forms restore through one ``Restorer``: equal folds.
+``lines(state)`` is the same fold as lines of JSON, one record each (``["events", [{...}, ...]]``,
+``["decisions", [[...], ...]]``, ...) in batches, VMs as columns (fold/snapshot/columns.py), and
+``restore_lines`` reads them back one at a time: how the snapshot blob holds it (ha/snapshot_blob.py),
+so loading 100,000 VMs never holds the fold twice; lines of format 1 (VMs as rows) still load. A
+save takes the fold on the service's loop (``pieces``: the small parts encoded, the large ones
+copied, a VM's values as a tuple) and ``written`` encodes the copies into lines on another thread.
+Both forms restore through one ``Restorer``: equal folds.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ import orjson
 from .. import azure_state, inventory
 from ..identities import conflicts_data, held_for_snapshot, identity_data, rekeyed_data
 from ..state import NO_STAMP, EventRecord, FleetState, Stamp, Vm
+from .columns import BATCH, vm_records
 from .restore import FORMAT, VM_COLUMNS, Restorer, restore, restore_lines
 
-__all__ = ["FORMAT", "VM_COLUMNS", "Records", "Restorer", "confirmed_data", "encode", "event_data",
+__all__ = ["BATCH", "FORMAT", "VM_COLUMNS", "Records", "Restorer", "confirmed_data", "encode", "event_data",
            "lines", "pieces", "restore", "restore_lines", "snapshot", "vm_row", "written"]
 
 
@@ -107,18 +109,17 @@ def event_data(e: EventRecord) -> dict[str, Any]:
     }
 
 
-BATCH = 1000  # records a line holds: lines of a few hundred kilobytes, encoded and parsed in one call
 _TAKEN = attrgetter(*Vm.__slots__)  # a VM's values: what it is then, whatever the fold does after
 
 
 @dataclass(frozen=True)
 class Records:
     """A part's records as the fold held them when taken: ``items`` that the fold no longer changes,
-    each beginning with its key and made into its record by ``form`` when written, in key order."""
+    each beginning with its key, made into the records of lines (tag, value) by ``write`` when
+    written, in key order."""
 
-    tag: str
     items: list[tuple[Any, ...]]
-    form: Callable[[tuple[Any, ...]], Any]
+    write: Callable[[list[tuple[Any, ...]]], Iterator[tuple[str, Any]]]
 
 
 def pieces(state: FleetState) -> list[bytes | Records]:
@@ -128,27 +129,26 @@ def pieces(state: FleetState) -> list[bytes | Records]:
     azure = state.azure
     held, left_out = held_for_snapshot(state)
     return [
-        _line("format", FORMAT), _line("columns", {"vm": VM_COLUMNS}),
-        _line("azure", azure_state.dump_rest(azure)),
-        Records("azure-vms", [(k, azure_state.vm_data(v)) for k, v in azure.vms.items()], _value),
-        Records("azure-events", [(k, azure_state.event_data(e)) for k, e in azure.events.items()], _value),
-        Records("vms", list(map(_TAKEN, state.vms.values())), _vm_row),  # a VM's key is its first value
-        Records("events", [(k, event_data(e)) for k, e in state.events.items()], _value),
+        _line("format", FORMAT), _line("azure", azure_state.dump_rest(azure)),
+        Records([(k, azure_state.vm_data(v)) for k, v in azure.vms.items()], _each("azure-vms")),
+        Records([(k, azure_state.event_data(e)) for k, e in azure.events.items()], _each("azure-events")),
+        Records(list(map(_TAKEN, state.vms.values())), vm_records),  # a VM's key is its first value
+        Records([(k, event_data(e)) for k, e in state.events.items()], _each("events")),
         *_batches("groups", iter(state.groups.components())), _line("gone", dict(sorted(state.gone.items()))),
-        Records("identities", [(k, [k, identity_data(i)]) for k, i in state.identities.items()], _value),
+        Records([(k, [k, identity_data(i)]) for k, i in state.identities.items()], _each("identities")),
         _line("rekeyed", rekeyed_data(state)), _line("conflicts", conflicts_data(state)),
         *_batches("waiting", iter(held.items())), _line("waitingLeftOut", left_out),
-        Records("confirmed", [(k, [k, confirmed_data(state, k)]) for k in state.confirmed], _value),
-        Records("decisions", [(k, [d.id, d.kind, d.time, d.data]) for k, d in state.decisions.items()],
-                _value)]
+        Records([(k, [k, confirmed_data(state, k)]) for k in state.confirmed], _each("confirmed")),
+        Records([(k, [d.id, d.kind, d.time, d.data]) for k, d in state.decisions.items()],
+                _each("decisions"))]
 
 
-def _vm_row(values: tuple[Any, ...]) -> list[Any]:
-    return vm_row(Vm(*values))
-
-
-def _value(item: tuple[Any, ...]) -> Any:
-    return item[1]
+def _each(tag: str) -> Callable[[list[tuple[Any, ...]]], Iterator[tuple[str, Any]]]:
+    """Records of ``tag`` whose items are (key, value): the values in batches of ``BATCH``."""
+    def write(items: list[tuple[Any, ...]]) -> Iterator[tuple[str, Any]]:
+        for start in range(0, len(items), BATCH):
+            yield tag, [item[1] for item in items[start:start + BATCH]]
+    return write
 
 
 def _key(item: tuple[Any, ...]) -> Any:
@@ -157,7 +157,7 @@ def _key(item: tuple[Any, ...]) -> Any:
 
 def lines(state: FleetState) -> Iterator[bytes]:
     """The fold as lines of JSON (module docstring), each ending in a newline, in a canonical order:
-    records in batches of ``BATCH``, a VM's values in the order of the ``columns`` record."""
+    records in batches of ``BATCH``, VMs as columns (fold/snapshot/columns.py)."""
     return written(pieces(state))
 
 
@@ -167,9 +167,8 @@ def written(made: list[bytes | Records]) -> Iterator[bytes]:
         if isinstance(piece, bytes):
             yield piece
             continue
-        items, form = sorted(piece.items, key=_key), piece.form
-        for start in range(0, len(items), BATCH):
-            yield _line(piece.tag, [form(item) for item in items[start:start + BATCH]])
+        for tag, value in piece.write(sorted(piece.items, key=_key)):
+            yield _line(tag, value)
 
 
 def _batches(tag: str, records: Iterator[Any]) -> Iterator[bytes]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -26,8 +27,11 @@ from ..state import (
     Stamp,
     Vm,
 )
+from .columns import shared_of, vms_of
 
-FORMAT = 1
+FORMAT = 2  # 2: VMs as columns (fold/snapshot/columns.py); 1: VMs as rows, still read
+READ = (1, FORMAT)
+_NOT_READ = f"coordinator snapshot: not a snapshot of format {' or '.join(map(str, READ))}"
 
 
 def _unstamp(value: Any) -> Stamp:
@@ -46,8 +50,8 @@ VM_COLUMNS = ("key", "name", "vmId", "complete", "resourceId", "subscription", "
 
 def restore(data: Any) -> FleetState:
     """The state a snapshot describes; StateError when ``data`` is not one."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+    if not isinstance(data, dict) or data.get("format") not in READ:
+        raise StateError(_NOT_READ)
     found = Restorer()
     return _restored(found, lambda: [  # members added since the format was made are optional
         (found.azure, [data.get("azure")]), (found.vm, data["vms"]), (found.event, data["events"]),
@@ -60,6 +64,12 @@ def restore(data: Any) -> FleetState:
 
 def _restored(found: Restorer, records: Callable[[], Iterable[tuple[Callable[[Any], None], Iterable[Any]]]],
               ) -> FleetState:
+    """The fold ``records`` make, with the collector paused: 100,000 VMs' records are millions of
+    objects, and the passes their allocations trigger walked them again and again (more than half
+    of a load's CPU); the records hold no cycle, and whoever holds the fold freezes it after
+    (ha/keeper.py), which walks them once."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         for each, items in records():
             for item in items:
@@ -67,6 +77,9 @@ def _restored(found: Restorer, records: Callable[[], Iterable[tuple[Callable[[An
         return found.done()
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise StateError(f"coordinator snapshot: damaged ({type(exc).__name__}: {str(exc)[:120]})") from None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def restore_lines(source: Iterable[bytes]) -> FleetState:
@@ -78,14 +91,15 @@ def restore_lines(source: Iterable[bytes]) -> FleetState:
         "confirmed": found.confirmed, "decisions": found.decision}
     whole: dict[str, Callable[[Any], None]] = {
         "columns": found.columns, "azure": found.azure_rest, "groups": found.groups, "gone": found.gone,
-        "rekeyed": found.rekeyed, "conflicts": found.conflicts, "waitingLeftOut": found.left_out}
+        "rekeyed": found.rekeyed, "conflicts": found.conflicts, "waitingLeftOut": found.left_out,
+        "vm-shared": found.vm_shared, "vm-places": found.vm_places, "vm-columns": found.vm_batch}
 
     def records() -> Iterator[tuple[Callable[[Any], None], Iterable[Any]]]:
         first = True
         for raw in source:
             tag, value = json.loads(raw)
-            if first and (tag != "format" or value != FORMAT):
-                raise StateError(f"coordinator snapshot: not a snapshot of format {FORMAT}")
+            if first and (tag != "format" or value not in READ):
+                raise StateError(_NOT_READ)
             if not first:
                 yield (each[tag], value) if tag in each else (whole[tag], [value])
             first = False
@@ -106,11 +120,16 @@ class Restorer:
         self.bare: dict[tuple[Any, ...], Placement] = {}  # placements without tags, by their values read
         self.shared: dict[tuple[Any, ...], tuple[str, ...]] = {}  # the values VMs share, kept once
         self.made: list[DecisionRecord] = []
-        self.vm_columns: tuple[str, ...] = VM_COLUMNS
+        self.vm_columns: tuple[str, ...] = VM_COLUMNS  # the order of a VM's values in rows (format 1)
+        self.shared_table: list[tuple[str, ...]] = []  # format 2's tables (fold/snapshot/columns.py)
+        self.places_table: list[Placement] = []
 
     def key(self, value: Any) -> str:
-        text = str(value)
-        return self.keys.setdefault(text, text)
+        found = self.keys.get(value) if isinstance(value, str) else None
+        if found is None:
+            text = str(value)
+            found = self.keys.setdefault(text, text)
+        return found
 
     def azure(self, data: Any) -> None:
         self.state.azure = azure_state.load(data)
@@ -126,6 +145,19 @@ class Restorer:
 
     def azure_event(self, item: dict[str, Any]) -> None:
         azure_state.load_event(self.state.azure, item)
+
+    def vm_shared(self, rows: list[Any]) -> None:
+        self.shared_table += shared_of(rows)
+
+    def vm_places(self, rows: list[Any]) -> None:
+        for at in rows:
+            place = inventory.from_data(at)
+            self.places_table.append(self.places.setdefault(place, place))
+
+    def vm_batch(self, cols: dict[str, Any]) -> None:
+        vms = self.state.vms
+        for vm in vms_of(cols, self.shared_table, self.places_table, self.keys):
+            vms[vm.key] = vm
 
     def vm_row(self, row: list[Any]) -> None:
         if self.vm_columns == VM_COLUMNS:
@@ -204,10 +236,9 @@ class Restorer:
         self.state.events[record.key] = record
 
     def groups(self, components: list[list[str]]) -> None:
+        key, groups = self.key, self.state.groups
         for members in components:
-            first = self.key(members[0])
-            for other in members[1:]:
-                self.state.groups.union(first, self.key(other))
+            groups.add([key(m) for m in members])
 
     def gone(self, data: dict[str, Any]) -> None:
         self.state.gone = {str(k): float(v) for k, v in data.items()}
