@@ -38,7 +38,7 @@ class Shape:
     (``parts``), those with a budget (``budgeted``), the others' keys and kinds (``fixed``,
     ``kinds``), and its fault and update domains (lower case; "" when it has none)."""
 
-    __slots__ = ("budgeted", "fault", "fixed", "kinds", "parts", "slashed", "update")
+    __slots__ = ("budgeted", "fault", "fixed", "kinds", "parts", "slashed", "update", "where")
 
     def __init__(self, parts: tuple[str | int, ...], kinds: tuple[str, ...], by_kind: Mapping[str, Budget],
                  fault: str, update: str) -> None:
@@ -48,13 +48,18 @@ class Shape:
         fixed = [(p, kind) for p, kind in zip(parts, kinds, strict=True) if isinstance(p, str)]
         self.fixed = tuple(p for p, _ in fixed)
         self.kinds = tuple(kind for _, kind in fixed)
+        # (position, part) of the group's scopes in ``parts`` and in ``budgeted``
+        self.where = tuple(tuple((i, p) for i, p in enumerate(of) if isinstance(p, int))
+                           for of in (self.parts, self.budgeted))
 
     def scopes(self, group: str, budgeted: bool = False) -> tuple[str, ...]:
         """Its scopes' keys in ``group`` (``budgeted``: those with a budget)."""
-        named = ("group:" + group, f"fault_domain:{group}/{self.fault}",
-                 f"update_domain:{group}/{self.update}")
-        parts = self.budgeted if budgeted else self.parts
-        return tuple(named[p] if isinstance(p, int) else p for p in parts)
+        out: list[Any] = list(self.budgeted if budgeted else self.parts)
+        for i, part in self.where[budgeted]:
+            out[i] = ("group:" + group if part == GROUP else
+                      f"fault_domain:{group}/{self.fault}" if part == FAULT else
+                      f"update_domain:{group}/{self.update}")
+        return tuple(out)
 
 
 class Members:
@@ -69,13 +74,18 @@ class Members:
 
     def add(self, shape: Shape, step: int) -> None:
         self.size += step
-        for domain, counts in ((shape.fault, self.faults), (shape.update, self.updates)):
-            if domain:
-                left = counts.get(domain, 0) + step
-                if left:
-                    counts[domain] = left
-                else:
-                    del counts[domain]
+        if shape.fault:
+            _step(self.faults, shape.fault, step)
+        if shape.update:
+            _step(self.updates, shape.update, step)
+
+
+def _step(counts: dict[str, int], key: str, step: int) -> None:
+    left = counts.get(key, 0) + step
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
 
 
 class Counts:
@@ -162,6 +172,16 @@ class Counts:
             del self.groups[group]
             return True
         return False
+
+    def move(self, key: str, old: str, new: str) -> bool:
+        """``key`` counts in ``new``'s scopes rather than ``old``'s; True when ``old`` is left empty."""
+        shape = self.shape_of[key]
+        have = self.groups.get(new)
+        if isinstance(have, Members):
+            have.add(shape, 1)
+        else:
+            self.join(key, new, shape)
+        return self.leave(key, old, shape)
 
     def claim_out(self, scopes: tuple[str, ...], step: int) -> None:
         """Scopes a VM claims beyond its accepted placements: not in their inventory."""
@@ -277,6 +297,10 @@ class ScopesOf(Mapping[str, tuple[str, ...]]):
 
     def __getitem__(self, key: str) -> tuple[str, ...]:
         return self.shape_of[key].scopes(self.group_of[key], self.budgeted)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        shape = self.shape_of.get(key)
+        return default if shape is None else shape.scopes(self.group_of[key], self.budgeted)
 
     def __contains__(self, key: object) -> bool:
         return key in self.group_of

@@ -94,7 +94,7 @@ class ScopeIndex:
         return self._members
 
     def limit(self, scope: str) -> int:
-        _, inventory, _, budget = self.counts.look(scope)
+        _, inventory, _, budget = self.counts.memo.get(scope) or self.counts.look(scope)
         if budget is None:
             raise KeyError(scope)
         return budget.limit(inventory)
@@ -251,16 +251,22 @@ class ScopeIndex:
         """VMs whose group alone changed (their record did not, and they count wherever they claim:
         a learned group named anew): counted out of the old group and into the new one; their other
         scopes, names, queues and claims stay as counted."""
-        counts, group_of, shape_of, name_of = self.counts, self.group_of, self.counts.shape_of, self.name_of
-        intern = sys.intern
+        counts, group_of, name_of, changed_at = self.counts, self.group_of, self.name_of, self.changed_at
+        generation, forgot = self.generation, False
+        if keys and counts.memo:
+            counts.memo.clear()
         for key in keys:
-            old, new = group_of[key], intern(groups[key])
+            old, new = group_of[key], groups[key]
             group_of[key] = new
-            shape = shape_of[key]
-            self._changed(old, counts.leave(key, old, shape))
-            counts.join(key, new, shape)
-            self.changed_at[new] = self.generation
+            changed_at[new] = generation
+            if counts.move(key, old, new):
+                changed_at.pop(old, None)
+                forgot = True
+            else:
+                changed_at[old] = generation
             names.add(name_of.get(key, ""))
+        if forgot:
+            self.forgot_at = generation
 
     def _changed(self, group: str, emptied: bool) -> None:
         """``group`` changed; ``emptied``: it is gone, forgotten (``changed``) rather than kept for ever."""
@@ -273,8 +279,10 @@ class ScopeIndex:
     def _dup_names(self, state: FleetState, names: set[str]) -> None:
         """``dup_names`` again for ``names``: the groups in which two or more VMs go by one of them."""
         group_of, dup = self.group_of, self.dup_names
+        state.named("")  # the fold's index of names, made if it was not
+        index = state.names or {}
         for lowered in names:
-            bearers = state.named(lowered)
+            bearers = index.get(lowered, ())
             twice: set[str] = set()
             if len(bearers) > 1:
                 seen: set[str] = set()
