@@ -30,6 +30,7 @@ _MARK = {"group": GROUP, "fault_domain": FAULT, "update_domain": UPDATE}
 _PARTS = {"group": GROUP, "fault_domain": FAULT, "update_domain": UPDATE}
 _KIND = ("group", "fault_domain", "update_domain")
 Look = tuple[int, int, str | None, Budget | None]  # a scope's size, inventory, kind, budget
+MEMO = 1 << 16  # scopes whose Look is kept at most
 
 
 class Shape:
@@ -212,7 +213,10 @@ class Counts:
                 size = 0 if part is None else self._named(part, rest)
                 kind = _KIND[part] if size and part is not None else None
                 budget = None if kind is None else self.by_kind.get(kind)
-            found = self.memo[scope] = (size, size - self.out.get(scope, 0), kind, budget)
+            found = (size, size - self.out.get(scope, 0), kind, budget)
+            if len(self.memo) >= MEMO:  # a look at every scope (status) keeps no copy of them all
+                self.memo.clear()
+            self.memo[scope] = found
         return found
 
     def _named(self, part: int, rest: str) -> int:
