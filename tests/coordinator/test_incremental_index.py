@@ -28,11 +28,11 @@ def canonical(idx: ScopeIndex, state: FleetState) -> dict:
     return {
         "members": idx.members, "alias": idx.alias,
         "extra": {k: sorted(v) for k, v in idx.extra_heartbeats.items()},
-        "group_of": idx.group_of, "scopes_of": idx.scopes_of, "budget_scopes_of": idx.budget_scopes_of,
-        "kind_of": idx.kind_of, "size": {k: n for k, n in idx.size.items() if n},
-        "inventory": {k: n for k, n in idx.inventory.items() if n}, "outside": idx.outside,
-        "budget_of": idx.budget_of,
-        "names": {g: {n: sorted(keys) for n, keys in names.items()} for g, names in idx.names.items()},
+        "group_of": idx.group_of, "scopes_of": dict(idx.scopes_of),
+        "budget_scopes_of": dict(idx.budget_scopes_of),
+        "kind_of": dict(idx.kind_of), "size": dict(idx.size), "inventory": dict(idx.inventory),
+        "outside": idx.outside, "budget_of": dict(idx.budget_of),
+        "dup_names": {n: sorted(groups) for n, groups in idx.dup_names.items()},
         "shared_queue": idx.shared_queue, "shared_claims": sorted(idx.shared_claims(state)),
         "retired": sorted(state.retired),
     }

@@ -4,16 +4,16 @@ they are and when the index changes). Pure.
 ``ScopeIndex.update`` places again the VMs the fold moved, with whatever their move may change:
 the ``host:`` records of their names (placement.aliases), the VMs a Terminate retired or gave back
 (placement.retired), and the VMs of their co-reception sets whose learned group is named anew.
-Each VM's place is taken out of the counts it was in and put into the new ones, so a scope's size
-and inventory, a group's names, the VMs sharing an approval queue or a resourceId (claims.py) stay
-exact.
+Each VM's place is taken out of the counts it was in and put into the new ones (scope_counts.py),
+so a scope's size and inventory, the VMs of one name in one group, the VMs sharing an approval queue
+or a resourceId (claims.py) stay exact. A VM whose group alone changed (a learned group named anew)
+is counted out of its old group and into its new one, its other scopes as they were.
 """
 
 from __future__ import annotations
 
 import sys
-from collections import Counter
-from collections.abc import KeysView
+from collections.abc import KeysView, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from . import placement
 from .claims import Claims
 from .placement import FLEET, Label
 from .queues import queue_of
+from .scope_counts import Counts, ScopesOf, Views
 
 __all__ = ["FLEET", "Resolution", "Resolved", "ScopeIndex"]
 
@@ -51,17 +52,12 @@ class ScopeIndex:
     """The fleet's groups and scopes (module docstring), kept up to date by ``update``."""
 
     policy_key: tuple[Any, ...] = ()
+    counts: Counts = field(default_factory=lambda: Counts({}))  # every scope's size (scope_counts.py)
     alias: dict[str, str] = field(default_factory=dict)  # host: key -> the complete VM it is
     extra_heartbeats: dict[str, list[str]] = field(default_factory=dict)  # VM -> its host: records
     group_of: dict[str, str] = field(default_factory=dict)  # every VM of the fleet -> its group
-    scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every scope of a VM
-    budget_scopes_of: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the scopes with a budget
-    kind_of: dict[str, str] = field(default_factory=dict)  # scope -> kind
-    size: Counter[str] = field(default_factory=Counter)
-    inventory: Counter[str] = field(default_factory=Counter)  # scope -> VMs its percentage is taken of
     outside: dict[str, tuple[str, ...]] = field(default_factory=dict)  # VM -> scopes claimed, not counted
-    budget_of: dict[str, Budget] = field(default_factory=dict)  # scope -> its budget
-    names: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # group -> lower-case name -> VMs
+    dup_names: dict[str, set[str]] = field(default_factory=dict)  # lower-case name -> groups with two of it
     shared_queue: dict[str, str] = field(default_factory=dict)  # VM -> its queue another VM shares
     resolved: dict[str, Resolved] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)  # availability.py's, per generation and time
@@ -69,13 +65,21 @@ class ScopeIndex:
     name_of: dict[str, str] = field(default_factory=dict)  # every VM of the fold -> its lower-case name
     queues: Claims = field(default_factory=Claims)  # approval queues (queues.py)
     rids: Claims = field(default_factory=Claims)  # resourceIds, lower case
-    dup_names: set[tuple[str, str]] = field(default_factory=set)  # (group, name) of two or more VMs
     generation: int = 0  # one more at every update
     changed_at: dict[str, int] = field(default_factory=dict)  # group -> generation it last changed
     forgot_at: int = 0  # generation a group last left the fleet (``changed``)
     last_join: int = 0  # generation a VM last joined the fleet
     joined: list[str] = field(default_factory=list)  # VMs placed (again) since availability.py looked
     _members: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        views = Views(self.counts)
+        self.size: Mapping[str, int] = views.size
+        self.inventory: Mapping[str, int] = views.inventory  # scope -> VMs its percentage is taken of
+        self.kind_of: Mapping[str, str] = views.kind_of
+        self.budget_of: Mapping[str, Budget] = views.budget_of  # scope -> its budget
+        self.scopes_of = ScopesOf(self.group_of, self.counts.shape_of, False)  # VM -> every scope of it
+        self.budget_scopes_of = ScopesOf(self.group_of, self.counts.shape_of, True)  # those with a budget
 
     @property
     def fleet(self) -> KeysView[str]:
@@ -90,7 +94,15 @@ class ScopeIndex:
         return self._members
 
     def limit(self, scope: str) -> int:
-        return self.budget_of[scope].limit(self.inventory[scope])
+        _, inventory, _, budget = self.counts.memo.get(scope) or self.counts.look(scope)
+        if budget is None:
+            raise KeyError(scope)
+        return budget.limit(inventory)
+
+    def named(self, state: FleetState, group: str, lowered: str) -> list[str]:
+        """The VMs of ``group`` that go by ``lowered`` (the fold's names, as of the last update)."""
+        group_of = self.group_of
+        return [k for k in state.named(lowered) if group_of.get(k) == group]
 
     def key(self, vm_key: str) -> str:
         return self.alias.get(vm_key, vm_key)
@@ -100,7 +112,8 @@ class ScopeIndex:
         cached = self.cache.get("shared-claims")
         if cached is not None and cached[0] == self.generation:
             return cached[1]
-        found = [sorted(self.names[g][n]) for g, n in sorted(self.dup_names)]
+        pairs = sorted((g, n) for n, groups in self.dup_names.items() for g in groups)
+        found = [sorted(self.named(state, g, n)) for g, n in pairs]
         found += [keys for _, keys in self.rids.shared(lambda k: _rid(state.vms[k]))]
         self.cache["shared-claims"] = (self.generation, found)
         return found
@@ -121,15 +134,26 @@ class ScopeIndex:
         state.retired = retired
         everyone = self._closure(state, ends | (merged or set()))
         groups = self._groups(state, policy, everyone)
-        again = {k for k in everyone if k in ends or groups.get(k) != self.group_of.get(k)}
-        regrouped = [k for k in again if k not in ends and k in groups and k in self.fleet
-                     and k not in self.outside]
-        again.difference_update(regrouped)
+        group_of, outside = self.group_of, self.outside
+        again: set[str] = set()
+        regrouped: list[str] = []
+        for key in everyone:
+            if key in ends:
+                again.add(key)
+                continue
+            new, old = groups.get(key), group_of.get(key)
+            if new != old:
+                if new is not None and old is not None and key not in outside:
+                    regrouped.append(key)
+                else:
+                    again.add(key)
         was = self.fleet & again
-        self._regroup(regrouped, groups)
-        codes = self._remove(again, renamed, ends)
-        placed = self._place(state, policy, groups, again, ends, codes)
+        names: set[str] = set()  # the names whose VMs joined or left a group
+        self._regroup(regrouped, groups, names)
+        codes = self._remove(again, renamed, ends, names)
+        placed = self._place(state, policy, groups, again, ends, codes, names)
         self._share_queues(state, policy, again, codes)
+        self._dup_names(state, names)
         self.joined += placed  # their heartbeats may count differently now (a host: record's)
         if placed != was:
             self._members = None
@@ -203,29 +227,18 @@ class ScopeIndex:
             stack.extend(extra.get(key, ()))
         return seen
 
-    def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str]) -> set[int]:
+    def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str], names: set[str]) -> set[int]:
         """Take the VMs of ``again`` out of the fleet's counts (and those of ``ends`` out of its
         claims: the others keep their names, ids and queues); the queue hashes they held."""
         codes: set[int] = set()
+        counts = self.counts
         for key in again & self.fleet:
             group = self.group_of.pop(key)
-            outside = self.outside.pop(key, ())
-            for scope in self.scopes_of.pop(key):
-                if scope not in outside:
-                    counted = self.inventory[scope] - 1
-                    if counted:
-                        self.inventory[scope] = counted
-                    else:
-                        del self.inventory[scope]
-                left = self.size[scope] - 1
-                if left:
-                    self.size[scope] = left
-                else:
-                    self.size.pop(scope)
-                    del self.kind_of[scope]
-                    self.budget_of.pop(scope, None)
-            del self.budget_scopes_of[key]
-            self._unname(key, group, renamed.get(key, self.name_of.get(key, "")))
+            out = self.outside.pop(key, ())
+            if out:
+                counts.claim_out(out, -1)
+            self._changed(group, counts.take(key, group))
+            names.add(renamed.get(key, self.name_of.get(key, "")))
             if key in ends:
                 code = self.queues.remove(key)
                 if code is not None:
@@ -234,73 +247,55 @@ class ScopeIndex:
                 self.rids.remove(key)
         return codes
 
-    def _regroup(self, keys: list[str], groups: dict[str, str]) -> None:
+    def _regroup(self, keys: list[str], groups: dict[str, str], names: set[str]) -> None:
         """VMs whose group alone changed (their record did not, and they count wherever they claim:
-        a learned group named anew): only the scopes named after the group change, each counted out
-        of the old and into the new; the VMs' other scopes, names, queues and claims stay as counted."""
-        sizes, inventory, kind_of, budget_of = self.size, self.inventory, self.kind_of, self.budget_of
-        intern = sys.intern
+        a learned group named anew): counted out of the old group and into the new one; their other
+        scopes, names, queues and claims stay as counted."""
+        counts, group_of, name_of, changed_at = self.counts, self.group_of, self.name_of, self.changed_at
+        generation, forgot = self.generation, False
+        if keys and counts.memo:
+            counts.memo.clear()
         for key in keys:
-            old, new = self.group_of[key], intern(groups[key])
-            self.group_of[key] = new
-            cut = len(old)
-            swapped = []
-            for scope in self.scopes_of[key]:
-                kind = kind_of[scope]
-                if kind not in _GROUP_KINDS:
-                    swapped.append(scope)
-                    continue
-                prefix = _GROUP_KINDS[kind]
-                moved = intern(prefix + new + scope[len(prefix) + cut:])
-                swapped.append(moved)
-                budget = budget_of.get(scope)
-                left = sizes[scope] - 1
-                inventory[scope] -= 1
-                if not inventory[scope]:
-                    del inventory[scope]
-                if left:
-                    sizes[scope] = left
-                else:
-                    del sizes[scope], kind_of[scope]
-                    budget_of.pop(scope, None)
-                inventory[moved] += 1
-                count = sizes.get(moved)
-                if count is None:
-                    sizes[moved], kind_of[moved] = 1, kind
-                    if budget is not None:
-                        budget_of[moved] = budget
-                else:
-                    sizes[moved] = count + 1
-            self.scopes_of[key] = scopes = tuple(swapped)
-            if self.budget_scopes_of[key]:
-                self.budget_scopes_of[key] = tuple(s for s in scopes if s in budget_of)
-            lowered = self.name_of.get(key, "")
-            self._unname(key, old, lowered)
-            self._name(key, new, lowered)
+            old, new = group_of[key], groups[key]
+            group_of[key] = new
+            changed_at[new] = generation
+            if counts.move(key, old, new):
+                changed_at.pop(old, None)
+                forgot = True
+            else:
+                changed_at[old] = generation
+            names.add(name_of.get(key, ""))
+        if forgot:
+            self.forgot_at = generation
 
-    def _name(self, key: str, group: str, lowered: str) -> None:
-        """``key`` goes by ``lowered`` in ``group``."""
-        keys = self.names.setdefault(group, {}).setdefault(lowered, [])
-        keys.append(key)
-        if len(keys) > 1:
-            self.dup_names.add((group, lowered))
-        self.changed_at[group] = self.generation
+    def _changed(self, group: str, emptied: bool) -> None:
+        """``group`` changed; ``emptied``: it is gone, forgotten (``changed``) rather than kept for ever."""
+        if emptied:
+            self.changed_at.pop(group, None)
+            self.forgot_at = self.generation
+        else:
+            self.changed_at[group] = self.generation
 
-    def _unname(self, key: str, group: str, lowered: str) -> None:
-        """``key`` no longer goes by ``lowered`` in ``group``."""
-        bucket = self.names[group]
-        keys = bucket[lowered]
-        keys.remove(key)
-        if len(keys) < 2:
-            self.dup_names.discard((group, lowered))
-        if not keys:
-            del bucket[lowered]
-            if not bucket:  # the group is gone: forgotten (``changed``), not kept for ever
-                del self.names[group]
-                self.changed_at.pop(group, None)
-                self.forgot_at = self.generation
-                return
-        self.changed_at[group] = self.generation
+    def _dup_names(self, state: FleetState, names: set[str]) -> None:
+        """``dup_names`` again for ``names``: the groups in which two or more VMs go by one of them."""
+        group_of, dup = self.group_of, self.dup_names
+        state.named("")  # the fold's index of names, made if it was not
+        index = state.names or {}
+        for lowered in names:
+            bearers = index.get(lowered, ())
+            twice: set[str] = set()
+            if len(bearers) > 1:
+                seen: set[str] = set()
+                for key in bearers:
+                    group = group_of.get(key)
+                    if group is not None:
+                        if group in seen:
+                            twice.add(group)
+                        seen.add(group)
+            if twice:
+                dup[lowered] = twice
+            else:
+                dup.pop(lowered, None)
 
     def changed(self, group: str) -> int:
         """The generation ``group`` last changed at: for a group no longer in the fleet, the last
@@ -328,36 +323,22 @@ class ScopeIndex:
         return {k: explicit[k] if k in explicit else learned[component[k]] for k in members}
 
     def _place(self, state: FleetState, policy: Policy, groups: dict[str, str], again: set[str],
-               ends: set[str], codes: set[int]) -> set[str]:
+               ends: set[str], codes: set[int], names: set[str]) -> set[str]:
         """Put the VMs of ``again`` that are in the fleet in their group and scopes (those of ``ends``
         in the claims too); those VMs."""
-        vms = state.vms
+        vms, counts, template = state.vms, self.counts, policy.queue_template
         members = {k for k in again if k in groups}
-        template, sizes, kind_of, budget_of, by_kind = (policy.queue_template, self.size, self.kind_of,
-                                                        self.budget_of, policy.by_kind)
-        inventory = self.inventory
         for key in members:
             vm, group = vms[key], sys.intern(groups[key])
             self.group_of[key] = group
-            scopes, kinds = placement.scope_keys(vm, group)
-            self.scopes_of[key] = scopes
+            shape = counts.shape(vm)
             placed = placement.placed_scopes(state, policy, key, group)
             if placed is not None:
-                self.outside[key] = tuple(scope for scope in scopes if scope not in placed)
-            budgeted = []
-            for scope, kind in zip(scopes, kinds, strict=True):
-                if placed is None or scope in placed:
-                    inventory[scope] += 1
-                count = sizes.get(scope)
-                if count is None:
-                    sizes[scope], kind_of[scope] = 1, kind
-                else:
-                    sizes[scope] = count + 1
-                if kind in by_kind:
-                    budget_of[scope] = by_kind[kind]
-                    budgeted.append(scope)
-            self.budget_scopes_of[key] = tuple(budgeted)
-            self._name(key, group, self.name_of[key])
+                out = self.outside[key] = tuple(scope for scope in shape.scopes(group) if scope not in placed)
+                counts.claim_out(out, 1)
+            counts.put(key, group, shape)
+            self.changed_at[group] = self.generation
+            names.add(self.name_of[key])
             if key in ends:
                 code = self.queues.add(key, queue_of(template, vm.name, vm.vm_id) if vm.name else None)
                 if code is not None:
@@ -380,10 +361,6 @@ class ScopeIndex:
         for queue, keys in self.queues.shared(lambda k: queue_of(template, vms[k].name, vms[k].vm_id), codes):
             for key in keys:
                 self.shared_queue[key] = queue
-
-
-# The kinds of scope named after a VM's group (placement.scope_keys), and how their keys begin.
-_GROUP_KINDS = {"group": "group:", "fault_domain": "fault_domain:", "update_domain": "update_domain:"}
 
 
 def _rid(vm: Vm) -> str | None:

@@ -63,6 +63,7 @@ from __future__ import annotations
 from ..config.policy import Policy
 from ..fold import topology as azure_topology
 from ..fold.state import EventRecord, FleetState
+from .scope_counts import Counts
 from .scope_index import FLEET, Resolution, Resolved, ScopeIndex
 
 __all__ = ["FLEET", "Resolution", "ScopeIndex", "index", "last_heartbeat", "resolve"]
@@ -74,7 +75,7 @@ def index(state: FleetState, policy: Policy) -> ScopeIndex:
     key = (policy.group_tag, policy.budgets, policy.queue_template)
     idx: ScopeIndex | None = state.cache.get("index")
     if idx is None or idx.policy_key != key or state.moved is None:
-        idx = state.cache["index"] = ScopeIndex(policy_key=key)
+        idx = state.cache["index"] = ScopeIndex(policy_key=key, counts=Counts(policy.by_kind))
         state.moved, state.merged = set(), set()
         state.retired = set()
         idx.update(state, policy, set(state.vms))
@@ -107,8 +108,9 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
         lowered = vm.name.lower()
         if lowered in found:
             found[lowered].add(key)
+    group_of = idx.group_of
     for lowered in wanted:
-        found[lowered].update(k for g in groups for k in idx.names.get(g, {}).get(lowered, ()))
+        found[lowered].update(k for k in state.named(lowered) if group_of.get(k) in groups)
     for lowered, key in azure_topology.names(state, record).items():
         if lowered in found:
             if key in idx.group_of:
