@@ -192,7 +192,7 @@ class Fleet:
             "[approvals]", "rules = []",
             "[approvals.queue]", 'queue = "se-approvals-{vm_name}"',
             'connection_string_env = "APPROVALS_CONN"',
-            f"verify_keys_file = {toml_value(str(self.public_key_file))}", "poll_interval = 0.3",
+            f"verify_keys_file = {toml_value(str(self.public_key_file))}", "poll_interval = 0.6",
             "[[sinks]]", 'type = "eventhubs"', 'eventhub = "scheduled-events"',
             'credential = "connection-string"', 'connection_string_env = "EH_CONN"', "heartbeat_interval = 1",
             "[telemetry]", 'log_format = "json"',
