@@ -143,3 +143,14 @@ def test_a_message_sent_as_its_term_ended_is_reported_in_the_next_though_not_wan
     scene.sending.want([], 2)
     assert [term for _, _, term in scene.sent] == [1, 2]
     assert len(scene.messages()) == 1
+
+
+def test_a_sent_record_not_published_while_the_instance_paused_acting_is_reported_again_in_its_term(
+        scene: Scene) -> None:
+    scene.sending.want([scene.approval], 1)
+    wait_for(lambda: scene.sent, 10, "the message to be sent")
+    scene.sending.unreported(scene.approval.id)  # the lease was not renewed for a moment: not published
+    scene.sending.want([], 1)  # acting again in the same term, the agent having echoed meanwhile
+    scene.sending.want([], 1)
+    assert [term for _, _, term in scene.sent] == [1, 1]
+    assert len(scene.messages()) == 1

@@ -316,8 +316,7 @@ class Service:
 
     def _take_records(self) -> None:
         """Publish the records of what came of approvals (``sent``, ``acknowledge``) while the term
-        they were made in lasts; else whoever leads sends the message again under the same id (the
-        agent acts once), or retries the approval after ``echo_timeout``."""
+        they were made in lasts and this instance acts (output/queue_sender.py says what follows)."""
         while True:
             try:
                 approval_id, make, term = self.records.get_nowait()
@@ -326,6 +325,8 @@ class Service:
             approval = self.state.decisions.get(approval_id)
             if approval is not None and self._ready and self.election.may_act(term):
                 self._publish(make(approval), term)
+            else:  # a sent record is reported again once this instance acts again
+                self.output.sending.unreported(approval_id)
 
     # -- requests from the API (run on this thread: input/requests.py) -------------------------
 

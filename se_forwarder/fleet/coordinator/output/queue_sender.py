@@ -20,7 +20,9 @@ echoed, held, paused or past NotBefore) and under which leadership term. One thr
 
 An approval sent in an earlier term whose ``sent`` record may not have made it to the hub (the
 term ended first) is reported again, not sent again, in the next term, wanted or not: its event may
-have been echoed or started meanwhile, and the record is still what says the message went out.
+have been echoed or started meanwhile, and the record is still what says the message went out. So
+is one whose record the service could not publish because the instance had stopped acting for a
+moment within its term (``unreported``): at the next ``want``, once it acts again.
 """
 
 from __future__ import annotations
@@ -126,6 +128,13 @@ class QueueSender:
         for approval, queue, when in again:
             self.on_sent(approval, queue, when, term)
         self._wake.set()
+
+    def unreported(self, approval_id: str) -> None:
+        """The ``sent`` record of ``approval_id`` was not published: the next ``want`` reports it."""
+        with self._lock:
+            done = self._done.get(approval_id)
+            if done is not None:
+                done.term = -1
 
     # -- the thread ------------------------------------------------------------------------------
 
