@@ -123,9 +123,7 @@ class DecisionPass:
                               overdue=overdue, conflicts=conflicts(state, policy, self.idx, now))
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
-        # Looked up once a pass (the index does not change during one): VM -> its budgeted scopes,
-        # budgeted scope -> (its kind's place in the policy, kind, size, limit).
-        self._scopes: dict[str, tuple[str, ...]] = {}
+        self._scopes: dict[str, tuple[str, ...]] = {}  # looked up once a pass (budget_scopes, facts)
         self._facts: dict[str, tuple[int, str, int, int]] = {}
 
     # -- helpers shared with control.py -------------------------------------------------------
@@ -148,15 +146,13 @@ class DecisionPass:
 
     def budget_scopes(self, vm: str) -> tuple[str, ...]:
         """The budgeted scopes holding ``vm`` (none when it is not of the fleet)."""
-        found = self._scopes.get(vm)
-        if found is None:
+        if (found := self._scopes.get(vm)) is None:
             found = self._scopes[vm] = self.idx.budget_scopes_of.get(vm, ())
         return found
 
     def facts(self, scope: str) -> tuple[int, str, int, int]:
         """A budgeted scope's kind's place in the policy, its kind, size and limit."""
-        found = self._facts.get(scope)
-        if found is None:
+        if (found := self._facts.get(scope)) is None:
             size, inventory, kind, budget = self.idx.counts.look(scope)  # idx.kind_of, size and limit at once
             if kind is None or budget is None:
                 raise KeyError(scope)
@@ -175,7 +171,7 @@ class DecisionPass:
         facts, taken = self.facts, self.taken_counts
         found = tuple(
             BudgetUse(s, kind, size, taken[s], taken[s] + extra[s], limit)
-            for s, (_, kind, size, limit) in sorted(((s, facts(s)) for s in extra), key=_by_rank)
+            for _, s, (_, kind, size, limit) in sorted((facts(s)[0], s, facts(s)) for s in extra)
         )
         self._uses = (vms, len(self.taken), found)
         return found
@@ -282,13 +278,13 @@ class DecisionPass:
             for scope in self.budget_scopes(vm):
                 own[scope] = own.get(scope, 0) + 1
         facts = self.facts
-        over = sorted(((s, facts(s)) for s, n in own.items() if n > facts(s)[3]), key=_by_rank)
+        over = sorted((facts(s)[0], s, facts(s)) for s, n in own.items() if n > facts(s)[3])
         if not over:
             return False
-        if not {s for s, _ in over} <= record.warned_scopes():
-            digest = hashlib.sha256(",".join(sorted(s for s, _ in over)).encode()).hexdigest()[:12]
+        if not {s for _, s, _ in over} <= record.warned_scopes():
+            digest = hashlib.sha256(",".join(sorted(s for _, s, _ in over)).encode()).hexdigest()[:12]
             budgets = tuple(BudgetUse(s, kind, size, self.counts[s], own[s], limit)
-                            for s, (_, kind, size, limit) in over)
+                            for _, s, (_, kind, size, limit) in over)
             first = budgets[0]
             reason = (f"at NotBefore {hhmm(record.not_before)} this event alone takes {first.with_event} "
                       f"VMs of {first.scope} down, max {first.max}")
@@ -395,11 +391,6 @@ class DecisionPass:
                   "is not resent")
         self.defer(record, res, "budget", reason, over.scope, budgets)
         return Verdict(record.key, record.event_id, "budget", reason, over.scope, res.vms, budgets)
-
-
-def _by_rank(item: tuple[str, tuple[int, str, int, int]]) -> tuple[int, str]:
-    """A budgeted scope's order in a decision's Budgets: its kind's place in the policy, then its key."""
-    return item[1][0], item[0]
 
 
 def evaluate(state: FleetState, policy: Policy, now: float, stale: str = "") -> Evaluation:
