@@ -25,6 +25,13 @@ def test_an_event_that_fits_every_budget_is_approved_to_an_affected_vm():
     assert [(u.kind, u.used, u.with_event, u.max) for u in decision.budgets] == [("group", 0, 1, 1)]
 
 
+def test_the_approval_goes_to_an_affected_vm_that_reported_the_event_before_one_that_did_not_then_by_name():
+    fleet = avset(Policy(budgets=(Budget("group", count=3),)))
+    fleet.announce("E1", [SET[3], SET[1], SET[2]], [SET[0], SET[3], SET[2]])  # web-1 has not reported it
+    (decision,) = fleet.decide(T0 + 1).decisions
+    assert (decision.kind, decision.target.name) == ("approve", "web-2")
+
+
 def test_an_event_whose_type_is_not_managed_is_left_alone():
     fleet = avset()
     fleet.announce("F1", [SET[1]], SET, event_type="Freeze")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from se_forwarder.fleet.coordinator import (
     claimed as fold_event,
 )
 from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable, used
+from se_forwarder.fleet.coordinator.decide.availability import completions, own_ranks
 from se_forwarder.fleet.coordinator.fold import FleetState
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 
@@ -195,3 +197,69 @@ def test_folding_a_pass_then_deciding_again_at_the_same_time_decides_nothing_new
     for decision in evaluate(world.state, world.policy, NOW).decisions:
         fold_event(world.state, to_dict(decision, SOURCE))
     assert evaluate(world.state, world.policy, NOW).decisions == []
+
+
+def in_policy_order(world: World, scopes: set[str]) -> list[str]:
+    idx = index(world.state, world.policy)
+    rank = {budget.kind: i for i, budget in enumerate(world.policy.budgets)}
+    return sorted(scopes, key=lambda s: (rank[idx.kind_of[s]], s))
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_each_verdict_counts_its_budgets_as_a_plain_count_over_the_fleet_does(world):
+    """Differential: the budget use a verdict gives (what approve and defer decisions publish)
+    against a count over every VM: the budgeted scopes of the event's VMs in policy order, each
+    one's size and limit, its VMs down before the pass or approved earlier in it, and those with
+    the event's own VMs."""
+    state, policy = world.state, world.policy
+    idx = index(state, policy)
+    down = set(unavailable(state, policy, idx, NOW))
+    result = evaluate(state, policy, NOW)
+    approved_now = {d.event_id.lower() for d in fresh(result)}
+    for key, verdict in result.verdicts.items():
+        own = set(verdict.affected)
+        scopes = {s for vm in own for s in idx.budget_scopes_of[vm]}
+        if key in approved_now or verdict.budgets:
+            assert [u.scope for u in verdict.budgets] == in_policy_order(world, scopes)
+        for use in verdict.budgets:
+            members = {vm for vm in idx.members if use.scope in idx.budget_scopes_of[vm]}
+            assert (use.kind, use.size, use.max) == \
+                (idx.kind_of[use.scope], len(members), idx.limit(use.scope))
+            assert (use.used, use.with_event) == (len(members & down), len(members & (down | own)))
+        if key in approved_now:
+            down |= own
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_a_breach_names_the_scopes_an_event_alone_exceeds_as_a_plain_count_finds_them(world):
+    state, policy = world.state, world.policy
+    idx = index(state, policy)
+    before = used(idx, unavailable(state, policy, idx, NOW))
+    result = evaluate(state, policy, NOW)
+    for decision in result.decisions:
+        if decision.kind != "breach":
+            continue
+        own = result.verdicts[decision.event_id.lower()].affected
+        counts = Counter(s for vm in own for s in idx.budget_scopes_of[vm])
+        over = in_policy_order(world, {s for s, n in counts.items() if n > idx.limit(s)})
+        assert [(u.scope, u.used, u.with_event, u.max) for u in decision.budgets] == \
+            [(s, before[s], counts[s], idx.limit(s)) for s in over]
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds(), st.randoms(use_true_random=False))
+def test_when_a_vm_was_done_with_an_event_does_not_depend_on_which_other_vms_are_asked_about(world, rnd):
+    """The decision pass asks ``completions`` only about the VMs whose answer it reads (those the
+    event affects, and those that reported it Started when a name of it is no VM's)."""
+    state, policy = world.state, world.policy
+    idx = index(state, policy)
+    for key in sorted(state.open_events | state.settling):
+        record = state.events[key]
+        ranks = own_ranks(idx, record)
+        every = tuple(dict.fromkeys((*resolve(state, idx, record).vms, *ranks)))
+        whole = completions(state, idx, record, every, policy, ranks)
+        some = tuple(vm for vm in every if rnd.random() < 0.5)
+        asked = completions(state, idx, record, some, policy, ranks)
+        assert asked == {vm: whole[vm] for vm in some if vm in whole}

@@ -108,14 +108,27 @@ uses = st.builds(BudgetUse, texts, texts, st.integers(0, 99), st.integers(0, 99)
 moments = st.floats(0, 4e9, allow_nan=False).map(lambda t: round(t, 6))
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.builds(Decision, kind=st.sampled_from(sorted(DECISION_KINDS)), id=names, subject=names,
+decisions = st.builds(Decision, kind=st.sampled_from(sorted(DECISION_KINDS)), id=names, subject=names,
                  time=moments, code=texts, reason=texts, actor=texts, shadow=st.booleans(),
                  event_id=st.none() | texts, event_type=st.none() | texts, event_source=st.none() | texts,
                  not_before=st.none() | moments,
                  resources=st.tuples(texts), affected=st.tuples(refs), target=st.none() | refs,
                  budgets=st.tuples(uses), attempt=st.none() | st.integers(1, 9), scope=st.none() | texts,
                  sequence=st.none() | st.integers(1, 9), overrides=st.tuples(texts),
-                 via=st.none() | st.just("arm")))
+                 via=st.none() | st.just("arm"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(decisions)
 def test_the_dict_the_service_folds_is_the_json_it_publishes_read_back(decision):
     assert to_dict(decision, SOURCE) == json.loads(to_json(decision, SOURCE))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(decisions, max_size=4))
+def test_each_decision_s_times_are_its_own_whatever_was_written_before(made):
+    for decision in made:
+        written = to_dict(decision, SOURCE)
+        assert written["time"] == rfc3339(decision.time)
+        assert written["data"]["NotBeforeUtc"] == (None if decision.not_before is None else
+                                                   rfc3339(decision.not_before))

@@ -92,9 +92,11 @@ def counted_approval(idx: ScopeIndex, record: EventRecord, vms: tuple[str, ...],
 def own_ranks(idx: ScopeIndex, record: EventRecord) -> dict[str, int]:
     """Each VM's own status for the event (a host: record's counted as its VM's)."""
     out: dict[str, int] = {}
+    alias = idx.alias
     for reporter, rank in record.reports.items():
-        vm = idx.key(reporter)
-        out[vm] = max(rank, out.get(vm, 0))
+        vm = alias.get(reporter, reporter)  # idx.key
+        had = out.get(vm, 0)
+        out[vm] = rank if rank > had else had
     return out
 
 
@@ -142,20 +144,26 @@ def completions(state: FleetState, idx: ScopeIndex, record: EventRecord, vms: tu
     last = record.last_report if due is None else max(record.last_report, due)
     silent_from = last + policy.heartbeat_timeout
     out: dict[str, float | None] = {}
+    silence = record.ran or due is not None
     for vm in vms:
         if vm in own:
             out[vm] = own[vm]
         elif ranks.get(vm, 0) >= TERMINAL:
             out[vm] = None
-        elif (record.ran or due is not None) and _silent(state, idx, vm, record, silent_from):
+        elif silence and _silent(state, idx, vm, record, silent_from):
             out[vm] = silent_from
     return out
 
 
 def _silent(state: FleetState, idx: ScopeIndex, vm: str, record: EventRecord, after: float) -> bool:
     """Its newest heartbeat polled after ``after`` and does not list the event."""
-    for key in (vm, *idx.extra_heartbeats.get(vm, ())):
-        record_vm = state.vms.get(key)
+    vms = state.vms
+    record_vm = vms.get(vm)
+    if record_vm is not None and record_vm.polled is not None and record_vm.polled > after \
+            and record.key not in record_vm.listed:
+        return True
+    for key in idx.extra_heartbeats.get(vm, ()):
+        record_vm = vms.get(key)
         if record_vm is not None and record_vm.polled is not None and record_vm.polled > after \
                 and record.key not in record_vm.listed:
             return True
@@ -227,13 +235,16 @@ def _open_event(state: FleetState, policy: Policy, idx: ScopeIndex, record: Even
     resolution = resolve(state, idx, record)
     affected = resolution.vms
     ranks = own_ranks(idx, record)
-    done = completions(state, idx, record, (*affected, *(v for v in ranks if v not in affected)), policy,
-                       ranks)
-    approved = counted_approval(idx, record, affected, policy)
-    due = not record.ran and is_due(state, record, now)
     # A peer's IMDS lists the event too (an availability set): its Started is about the event, not
     # itself, unless Resources name a VM nobody goes by (the reporter may be it, by another name).
     uncertain = bool(resolution.unresolved)
+    # Whether a VM is done matters only for the VMs the event affects and, when uncertain, those
+    # that reported it Started (below).
+    asked = (*affected, *(v for v, rank in ranks.items() if rank == STARTED and v not in affected)) \
+        if uncertain else affected
+    done = completions(state, idx, record, asked, policy, ranks)
+    approved = counted_approval(idx, record, affected, policy)
+    due = not record.ran and is_due(state, record, now)
     for vm, rank in ranks.items():
         if rank == STARTED and vm not in done and (uncertain or vm in affected):
             found.setdefault(vm, set()).add("started")

@@ -123,6 +123,8 @@ class DecisionPass:
                               overdue=overdue, conflicts=conflicts(state, policy, self.idx, now))
         kinds = [b.kind for b in policy.budgets]
         self.kind_rank = {kind: i for i, kind in enumerate(kinds)}
+        self._scopes: dict[str, tuple[str, ...]] = {}  # looked up once a pass (budget_scopes, facts)
+        self._facts: dict[str, tuple[int, str, int, int]] = {}
 
     # -- helpers shared with control.py -------------------------------------------------------
 
@@ -142,20 +144,34 @@ class DecisionPass:
         record = self.state.vms[vm]
         return VmRef(record.name, record.vm_id, self.idx.group_of.get(vm, ""))
 
+    def budget_scopes(self, vm: str) -> tuple[str, ...]:
+        """The budgeted scopes holding ``vm`` (none when it is not of the fleet)."""
+        if (found := self._scopes.get(vm)) is None:
+            found = self._scopes[vm] = self.idx.budget_scopes_of.get(vm, ())
+        return found
+
+    def facts(self, scope: str) -> tuple[int, str, int, int]:
+        """A budgeted scope's kind's place in the policy, its kind, size and limit."""
+        if (found := self._facts.get(scope)) is None:
+            size, inventory, kind, budget = self.idx.counts.look(scope)  # idx.kind_of, size and limit at once
+            if kind is None or budget is None:
+                raise KeyError(scope)
+            found = self._facts[scope] = (self.kind_rank[kind], kind, size, budget.limit(inventory))
+        return found
+
     def uses(self, vms: tuple[str, ...]) -> tuple[BudgetUse, ...]:
         """Budget use of every budgeted scope holding one of ``vms``, in policy order (the last
         answer again while nothing was taken since: the rules and the decision both ask)."""
         if self._uses is not None and self._uses[0] is vms and self._uses[1] == len(self.taken):
             return self._uses[2]
-        extra: Counter[str] = Counter()
+        extra: dict[str, int] = {}
         for vm in vms:
-            for scope in self.idx.budget_scopes_of.get(vm, ()):
-                extra[scope] += 1 if self._free_in(vm, scope) else 0
-        scopes = sorted(extra, key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
+            for scope in self.budget_scopes(vm):
+                extra[scope] = extra.get(scope, 0) + self._free_in(vm, scope)
+        facts, taken = self.facts, self.taken_counts
         found = tuple(
-            BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.taken_counts[s],
-                      self.taken_counts[s] + extra[s], self.idx.limit(s))
-            for s in scopes
+            BudgetUse(s, kind, size, taken[s], taken[s] + extra[s], limit)
+            for _, s, (_, kind, size, limit) in sorted((facts(s)[0], s, facts(s)) for s in extra)
         )
         self._uses = (vms, len(self.taken), found)
         return found
@@ -163,11 +179,14 @@ class DecisionPass:
     def _free_in(self, vm: str, scope: str) -> bool:
         """``vm`` does not count against ``scope`` yet: not down, or down only until it is seen
         recovered while ``scope``'s budget frees slots on the clock (decide/recovery.py)."""
-        return vm not in self.taken or (vm in self.recovering and self.idx.kind_of[scope] in self.on_clock)
+        return vm not in self.taken or (vm in self.recovering and self.facts(scope)[1] in self.on_clock)
 
     def take(self, vms: tuple[str, ...]) -> None:
+        counts = self.taken_counts
         for vm in vms:
-            self.taken_counts.update(s for s in self.idx.budget_scopes_of.get(vm, ()) if self._free_in(vm, s))
+            for scope in self.budget_scopes(vm):
+                if self._free_in(vm, scope):
+                    counts[scope] += 1
             self.taken.setdefault(vm, "approved")
             self.recovering.discard(vm)
 
@@ -177,10 +196,11 @@ class DecisionPass:
         again for the same event and VMs: the rules and the decision both ask)."""
         if self._targets is not None and self._targets[0] is record and self._targets[1] is vms:
             return list(self._targets[2])
-        seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
-        found = sorted((vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue
-                        and owned(self.state, self.policy, vm)),
-                       key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
+        found = [vm for vm in vms if self.agent_watched(vm) and vm not in self.idx.shared_queue
+                 and owned(self.state, self.policy, vm)]
+        if len(found) > 1:
+            seen = {self.idx.key(r) for r, rank in record.reports.items() if rank == SCHEDULED}
+            found.sort(key=lambda vm: (vm not in seen, self.state.vms[vm].name.lower(), vm))
         self._targets = (record, vms, found)
         return list(found)
 
@@ -253,17 +273,18 @@ class DecisionPass:
         """Publish a breach warning if this event alone exceeds a scope; True when it does."""
         if not res.vms:
             return False
-        own: Counter[str] = Counter()
+        own: dict[str, int] = {}
         for vm in res.vms:
-            own.update(self.idx.budget_scopes_of.get(vm, ()))
-        over = sorted((s for s, n in own.items() if n > self.idx.limit(s)),
-                      key=lambda s: (self.kind_rank[self.idx.kind_of[s]], s))
+            for scope in self.budget_scopes(vm):
+                own[scope] = own.get(scope, 0) + 1
+        facts = self.facts
+        over = sorted((facts(s)[0], s, facts(s)) for s, n in own.items() if n > facts(s)[3])
         if not over:
             return False
-        if not set(over) <= record.warned_scopes():
-            digest = hashlib.sha256(",".join(sorted(over)).encode()).hexdigest()[:12]
-            budgets = tuple(BudgetUse(s, self.idx.kind_of[s], self.idx.size[s], self.counts[s], own[s],
-                                      self.idx.limit(s)) for s in over)
+        if not {s for _, s, _ in over} <= record.warned_scopes():
+            digest = hashlib.sha256(",".join(sorted(s for _, s, _ in over)).encode()).hexdigest()[:12]
+            budgets = tuple(BudgetUse(s, kind, size, self.counts[s], own[s], limit)
+                            for _, s, (_, kind, size, limit) in over)
             first = budgets[0]
             reason = (f"at NotBefore {hhmm(record.not_before)} this event alone takes {first.with_event} "
                       f"VMs of {first.scope} down, max {first.max}")

@@ -101,6 +101,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from cloudevents.core.formats.json import JSONFormat
@@ -191,7 +192,7 @@ class Decision:
             "EventId": self.event_id,
             "EventType": self.event_type or None,
             "EventSource": self.event_source or None,
-            "NotBeforeUtc": None if self.not_before is None else rfc3339(self.not_before),
+            "NotBeforeUtc": None if self.not_before is None else _utc(self.not_before),
             "Resources": list(self.resources),
             "Affected": [vm.as_data() for vm in self.affected],
             "Target": self.target.as_data() if self.target else None,
@@ -234,6 +235,23 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+# A pass's decisions share its time and a few NotBefores: each written once.
+@lru_cache(maxsize=1024)
+def _utc(moment: float) -> str:
+    return rfc3339(moment)
+
+
+@lru_cache(maxsize=1024)
+def _when(moment: float) -> datetime:
+    return datetime.fromtimestamp(moment, UTC)
+
+
+@lru_cache(maxsize=1024)
+def _when_text(moment: float) -> str:
+    """``time`` in a decision's dict as the SDK writes it (``Z`` for +00:00)."""
+    return _when(moment).isoformat().removesuffix("+00:00") + "Z"
+
+
 def _attributes(decision: Decision, source: str) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         "specversion": "1.0",
@@ -241,7 +259,7 @@ def _attributes(decision: Decision, source: str) -> dict[str, Any]:
         "source": source,
         "id": decision.id,
         "subject": decision.subject,
-        "time": datetime.fromtimestamp(decision.time, UTC),
+        "time": _when(decision.time),
         "datacontenttype": "application/json",
     }
     if decision.event_type:
@@ -265,7 +283,7 @@ def to_dict(decision: Decision, source: str) -> dict[str, Any]:
     ``json.loads(to_json(...))`` made without the text (the SDK writes ``time`` with ``Z`` for
     +00:00; ``data`` holds JSON's own types only), as the service folds every decision it makes."""
     attributes = _attributes(decision, source)
-    attributes["time"] = attributes["time"].isoformat().removesuffix("+00:00") + "Z"
+    attributes["time"] = _when_text(decision.time)
     return {**attributes, "data": decision.data()}
 
 

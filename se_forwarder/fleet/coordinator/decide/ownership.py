@@ -30,6 +30,8 @@ def owned(state: FleetState, policy: Policy, vm: str) -> bool:
 
 def not_owned(state: FleetState, policy: Policy, vms: tuple[str, ...]) -> str | None:
     """The first of ``vms`` this coordinator does not own, or None."""
+    if not policy.subscriptions:
+        return None
     return next((vm for vm in vms if not owned(state, policy, vm)), None)
 
 

@@ -78,8 +78,9 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
     held = state.held(record.key)
     if held is not None:
         return ("held", f"held by {who(held.record.data)}{why(held.record.data)}", None)
+    # The scopes of its VMs and the fleet, fleet first: made only when a pause or a hold may name one
     scopes = sorted({s for vm in res.vms for s in p.idx.scopes_of.get(vm, ())} | {FLEET},
-                    key=lambda s: (s != FLEET, s))
+                    key=lambda s: (s != FLEET, s)) if state.pauses or p.holds else ()
     paused = next((s for s in scopes if state.paused(s)), None)
     if paused is not None:
         data = state.pauses[paused].record.data
@@ -132,6 +133,6 @@ def first_failing(p: Pass, record: EventRecord, res: Resolution, impossible: boo
                     "too: no affected VM to send the approval to", None)
         return ("not-watched", "no affected VM has a watched agent"
                 + ("" if policy.acknowledge else " ([azure] acknowledge is off)"), None)
-    tightest = max(uses, key=lambda u: (u.with_event / max(u.max, 1), -uses.index(u)), default=None)
-    detail = f" ({tightest.scope} {tightest.with_event}/{tightest.max})" if tightest else ""
+    at = max(range(len(uses)), key=lambda i: (uses[i].with_event / max(uses[i].max, 1), -i), default=None)
+    detail = "" if at is None else f" ({uses[at].scope} {uses[at].with_event}/{uses[at].max})"
     return ("fits", f"fits every budget{detail}", None)

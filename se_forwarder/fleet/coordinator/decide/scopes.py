@@ -98,17 +98,18 @@ def resolve(state: FleetState, idx: ScopeIndex, record: EventRecord) -> Resoluti
     found: dict[str, set[str]] = {lowered: set() for lowered in wanted}
     groups: set[str] = set()
     partial = False
+    alias, fold_vms, group_of = idx.alias, state.vms, idx.group_of
     for reporter in record.reports:
-        key = idx.key(reporter)
-        vm = state.vms.get(key)
-        if vm is None or key not in idx.group_of:
+        key = alias.get(reporter, reporter)  # idx.key
+        vm = fold_vms.get(key)
+        group = group_of.get(key)
+        if vm is None or group is None:
             partial = True
             continue
-        groups.add(idx.group_of[key])
+        groups.add(group)
         lowered = vm.name.lower()
         if lowered in found:
             found[lowered].add(key)
-    group_of = idx.group_of
     for lowered in wanted:
         found[lowered].update(k for k in state.named(lowered) if group_of.get(k) in groups)
     for lowered, key in azure_topology.names(state, record).items():
