@@ -46,6 +46,7 @@ BACKOFF = Backoff(steps=(0.5, 1.0, 2.0, 5.0, 10.0))
 DEADLINE = 5.0  # s an attempt may take before it counts as failed
 MAX_ATTEMPTS = 16  # attempts under way at once
 MAX_LATENCIES = 10_000
+UNREPORTED = -1  # _Done.term of a sent record the service could not publish: no term has it
 
 
 @dataclass
@@ -73,7 +74,7 @@ class _Done:
     approval: Approval
     queue: str
     when: float  # epoch s the message went out
-    term: int  # reported in
+    term: int  # reported in (UNREPORTED: in none yet)
 
 
 OnSent = Callable[[Approval, str, float, int], None]
@@ -134,7 +135,7 @@ class QueueSender:
         with self._lock:
             done = self._done.get(approval_id)
             if done is not None:
-                done.term = -1
+                done.term = UNREPORTED
 
     # -- the thread ------------------------------------------------------------------------------
 
