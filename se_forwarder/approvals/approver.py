@@ -44,7 +44,7 @@ from ..telemetry import fields
 from ..timestamps import rfc3339
 from . import hooks as hooks_mod
 from .policy import Policy
-from .queue.names import STAND_IN_VM_ID, queue_name
+from .queue.names import STAND_IN_VM_ID
 from .recovery import Recovery
 from .settings import ApprovalsSettings, check_consistency
 
@@ -99,6 +99,7 @@ class Approver:
         self._approve_lock, self._read_lock = threading.Lock(), threading.Lock()
         self._post_imds: ImdsClient | None = None
         self._changed = threading.Event()
+        self._event_seen = threading.Event()  # a polled document has an event (wait_for_event)
         self._decided: dict[str, str] = {}  # event_id -> what was decided and logged
         self._failures: dict[str, tuple[int, float]] = {}  # event_id -> (attempts, next time)
         self._threads: list[threading.Thread] = []
@@ -138,6 +139,8 @@ class Approver:
         if self._document is None:
             self._offered = doc
         self._changed.set()
+        if doc.events:
+            self._event_seen.set()
 
     def current(self) -> Document | None:
         """The last polled document: from ``document``, else the last one offered."""
@@ -156,30 +159,25 @@ class Approver:
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self._changed.set()
+        self._event_seen.set()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def wake(self) -> None:
         self._changed.set()
 
+    def wait_for_event(self, seconds: float) -> None:
+        """Wait up to ``seconds``, less when a polled document brings an event or the agent stops:
+        how the queue consumer idles while this VM has no Scheduled event."""
+        self._event_seen.wait(seconds)
+        self._event_seen.clear()
+
     def _consume(self, stop: threading.Event) -> None:
         """The queue consumer, once this VM's identity is known (see the module docstring)."""
-        from .queue.consumer import QueueConsumer
+        from .queue.consumer import consume
 
         assert self.queue_settings is not None and self.settings.queue is not None
-        known = self.identity_known
-        if known is not None and not known.is_set():
-            template = self.settings.queue.queue
-            why = (f"its name {template!r} is made from the VM's name"
-                   if "{vm_" in template else "messages are checked against the VM's name")
-            log.warning("approval queue: waiting for the instance metadata before taking approvals "
-                        "(%s); events are forwarded meanwhile", why)
-            while not known.wait(1.0):
-                if stop.is_set():
-                    return
-        name = queue_name(self.settings.queue.queue, self.vm.name, self.vm.vm_id)
-        settings = dataclasses.replace(self.queue_settings, name=name)
-        QueueConsumer(self, settings).run(stop)
+        consume(self, self.settings.queue.queue, self.queue_settings, self.identity_known, stop)
 
     def _guard(self, target: Callable[[threading.Event], None], stop: threading.Event) -> None:
         """Run ``target`` until ``stop``; an unexpected exception restarts it after a pause."""

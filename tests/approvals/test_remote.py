@@ -85,14 +85,15 @@ class Coordinator:
 
 class RemoteAgent:
     def __init__(self, base: Path, server: SimulatorServer, coordinator: Coordinator,
-                 poll_interval: float | None = None, **approvals: Any) -> None:
+                 poll_interval: float | None = None, queue_options: dict[str, Any] | None = None,
+                 **approvals: Any) -> None:
         self.base = base
         self.server = server
         self.coordinator = coordinator
         self.sink = base / "out.jsonl"
         self.log = base / "agent.log"
         queue = {"queue": coordinator.template, "connection_string_env": "APPROVALS_CONN",
-                 "verify_keys_env": "APPROVALS_PUBLIC_KEYS"}
+                 "verify_keys_env": "APPROVALS_PUBLIC_KEYS", **(queue_options or {})}
         self.config = write_agent_config(base / "agent.toml", imds_url=server.url, state_dir=base / "state",
                                    sink_path=self.sink, poll_interval=poll_interval, queue=queue,
                                    **approvals)
@@ -157,7 +158,9 @@ def test_message_ahead_of_imds_waits_for_the_event(azurite, signing_key, unique_
                                                    tmp_path):
     with SimulatorServer() as server:
         coordinator = Coordinator(azurite, unique_queue, signing_key)
-        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2)
+        # Received while the VM has no event: the queue polled as often idle as not.
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2,
+                             queue_options={"idle_poll_interval": 1.0})
         remote.start(agents)
         event_id = str(uuid.uuid4()).upper()
         coordinator.send(signing.encode(coordinator.message(event_id, expires_in=60)))
@@ -168,6 +171,22 @@ def test_message_ahead_of_imds_waits_for_the_event(azurite, signing_key, unique_
         (post,) = wait_for(lambda: remote.posts(event_id), timeout=10, what="the late approval")
         assert post["started"]
         assert cloudevents(remote.sink, "approvalrejected") == []
+
+
+def test_an_agent_without_events_leaves_its_queue_alone_until_one_is_scheduled(
+        azurite, signing_key, unique_queue, agents, tmp_path):
+    with SimulatorServer() as server:
+        coordinator = Coordinator(azurite, unique_queue, signing_key)
+        remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2)  # idle: 30 s default
+        remote.start(agents)
+        event_id = str(uuid.uuid4()).upper()
+        coordinator.send(signing.encode(coordinator.message(event_id, expires_in=120)))
+        time.sleep(3.0)
+        (untouched,) = coordinator.queue.peek_messages(max_messages=32)
+        assert untouched.dequeue_count == 0
+        server.sim.add_event({"EventId": event_id, "EventType": "Reboot"})
+        (post,) = wait_for(lambda: remote.posts(event_id), timeout=10, what="the approval")
+        assert post["started"]
 
 
 def test_dry_run_agent_refuses_valid_messages_into_the_poison_queue(azurite, signing_key,

@@ -135,10 +135,26 @@ def test_bad_queue_templates_are_config_errors(queue, problem):
       "visibility_timeout": 1}, "approvals.queue.visibility_timeout"),
     ({"queue": "q-{vm_name}", "verify_keys_env": "K", "connection_string_env": "C", "qeue": "x"},
      "approvals.queue.qeue"),
+    ({"queue": "q-{vm_name}", "verify_keys_env": "K", "connection_string_env": "C",
+      "poll_interval": 2, "idle_poll_interval": 1}, "approvals.queue.idle_poll_interval"),
+    ({"queue": "q-{vm_name}", "verify_keys_env": "K", "connection_string_env": "C",
+      "idle_poll_interval": 601}, "approvals.queue.idle_poll_interval"),
 ])
 def test_queue_config_errors_name_the_key(queue, where):
     with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
         config.from_dict({"approvals": {"queue": queue}})
+
+
+@pytest.mark.parametrize("given, poll, idle", [
+    ({}, 1.0, 30.0),
+    ({"poll_interval": 45}, 45.0, 45.0),
+    ({"poll_interval": 0.5, "idle_poll_interval": 0.5}, 0.5, 0.5),
+])
+def test_an_idle_queue_is_polled_every_30_s_unless_the_poll_interval_is_longer(given, poll, idle):
+    queue = {"queue": "q-{vm_name}", "verify_keys_env": "K", "connection_string_env": "C", **given}
+    parsed = config.from_dict({"approvals": {"queue": queue}}).approvals.queue
+    assert parsed is not None
+    assert (parsed.poll_interval, parsed.idle_poll_interval) == (poll, idle)
 
 
 # -- CLI --------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ class QueueSettings:
     keys: KeySource | None = dataclasses.field(repr=False, default=None)
     visibility_timeout: int
     poll_interval: float
+    idle_poll_interval: float | None = None  # None: poll_interval, events or not
     secret_env: tuple[str, ...] = ()
     make: Callable[[str], Any] | None = dataclasses.field(repr=False, default=None)  # resolve's ``clients``
 
@@ -133,6 +134,7 @@ def resolve(raw: QueueConfig, vm: VmIdentity, environ: Mapping[str, str] | None 
         keys=keys,
         visibility_timeout=raw.visibility_timeout,
         poll_interval=raw.poll_interval,
+        idle_poll_interval=raw.idle_poll_interval,
         secret_env=tuple(n for n in (raw.connection_string_env,) if n),
         make=clients,
     )

@@ -30,6 +30,8 @@ class QueueConfig(Mapping[str, Any]):
     verify_keys_file: str | None = None
     visibility_timeout: int = 30  # seconds a received message stays invisible
     poll_interval: float = 1.0  # seconds between receives from an empty queue
+    # ... while the VM has no Scheduled event: a new event wakes the consumer at once
+    idle_poll_interval: float = 30.0
 
     def __getitem__(self, key: str) -> Any:
         value = getattr(self, key) if key in _QUEUE_FIELDS else None
@@ -46,7 +48,8 @@ class QueueConfig(Mapping[str, Any]):
 
 _QUEUE_FIELDS = tuple(f.name for f in fields(QueueConfig))
 QUEUE_KEYS = ("type", "account_url", "queue", "connection_string_env", "connection_string_file",
-              "client_id", "verify_keys_env", "verify_keys_file", "visibility_timeout", "poll_interval")
+              "client_id", "verify_keys_env", "verify_keys_file", "visibility_timeout", "poll_interval",
+              "idle_poll_interval")
 # The shared HMAC key of earlier versions: refused, so no VM holds a key that can sign approvals.
 REMOVED_QUEUE_KEYS = ("signing_key_env", "signing_key_file")
 
@@ -74,10 +77,18 @@ def parse_queue(raw: Mapping[str, Any], where: str) -> QueueConfig:
         raise ConfigError(f"{where}.verify_keys_env: missing (the coordinator's public key(s): "
                           "approval messages must be signed)")
     defaults = QueueConfig(queue=names["queue"])
+    poll = float(as_number(raw.get("poll_interval", defaults.poll_interval),
+                           f"{where}.poll_interval", 0.05, 60))
+    idle = float(as_number(raw.get("idle_poll_interval", max(poll, defaults.idle_poll_interval)),
+                           f"{where}.idle_poll_interval", 0.05, 600))
+    if idle < poll:
+        raise ConfigError(f"{where}.idle_poll_interval: {idle:g} is shorter than poll_interval "
+                          f"({poll:g}); it is the interval while no event is scheduled, so at "
+                          "least as long")
     return QueueConfig(
         **names,
         visibility_timeout=int(as_number(raw.get("visibility_timeout", defaults.visibility_timeout),
                                          f"{where}.visibility_timeout", 5, 3600)),
-        poll_interval=float(as_number(raw.get("poll_interval", defaults.poll_interval),
-                                      f"{where}.poll_interval", 0.05, 60)),
+        poll_interval=poll,
+        idle_poll_interval=idle,
     )

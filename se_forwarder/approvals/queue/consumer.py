@@ -38,7 +38,7 @@ from ...timestamps import rfc3339
 from ..audit import rejection_event
 from ..messages import APPROVE, REJECT, WAIT, Verdict, validate
 from .client import QueueSettings, create_if_missing
-from .names import names_the_vm, sharing_peers
+from .names import names_the_vm, queue_name, sharing_peers
 
 log = logging.getLogger("se_forwarder.approvals.queue")
 
@@ -47,6 +47,7 @@ POST_RETRY_SECONDS = 2  # after a failed approval POST
 MAX_POISON_ATTEMPTS = 5  # a refused message is dropped if the poison queue fails this often
 POISON_ORIGINAL_CHARS = 4096  # keeps the poison message well under the 64 KiB queue limit
 BACKOFF = Backoff(steps=(1.0, 2.0, 5.0, 10.0, 30.0))
+IDLE = -1.0  # what _cycle returns for an empty queue (see _idle_interval)
 
 
 class Approving(Protocol):
@@ -63,12 +64,31 @@ class Approving(Protocol):
 
     def current(self) -> Document | None: ...
 
+    def wait_for_event(self, seconds: float) -> None: ...
+
     def try_approve(self, outbox: Outbox, event_id: str, approved_by: str, *,
                     document: Document | None = None) -> str: ...
 
     def on_recorded(self) -> None: ...
 
     def count_rejection(self, code: str) -> None: ...
+
+
+def consume(approver: Approving, template: str, settings: QueueSettings,
+            identity_known: threading.Event | None, stop: threading.Event) -> None:
+    """Run the consumer until ``stop``, once the VM's identity is known from the instance
+    metadata (``identity_known`` set, or None when it is already): the queue's name may be made
+    from it, and messages name the VM they are for."""
+    if identity_known is not None and not identity_known.is_set():
+        why = (f"its name {template!r} is made from the VM's name"
+               if "{vm_" in template else "messages are checked against the VM's name")
+        log.warning("approval queue: waiting for the instance metadata before taking approvals "
+                    "(%s); events are forwarded meanwhile", why)
+        while not identity_known.wait(1.0):
+            if stop.is_set():
+                return
+    name = queue_name(template, approver.vm.name, approver.vm.vm_id)
+    QueueConsumer(approver, dataclasses.replace(settings, name=name)).run(stop)
 
 
 class QueueConsumer:
@@ -107,14 +127,25 @@ class QueueConsumer:
                             "in it)", self.settings.template, self.settings.name)
             while not stop.is_set():
                 delay = self._cycle(outbox, stop)
-                if delay > 0:
+                if delay == IDLE:
+                    self.approver.wait_for_event(self._idle_interval())
+                elif delay > 0:
                     stop.wait(delay)
         finally:
             outbox.close()
             self._imds.close()
 
+    def _idle_interval(self) -> float:
+        """How long an empty queue is left alone: ``poll_interval`` while the VM has an event
+        (or no document yet), else ``idle_poll_interval``, cut short when an event appears."""
+        settings, document = self.settings, self.approver.current()
+        if settings.idle_poll_interval is None or document is None or document.events:
+            return settings.poll_interval
+        return settings.idle_poll_interval
+
     def _cycle(self, outbox: Outbox, stop: threading.Event) -> float:
-        """One receive and the handling of its messages; the seconds to wait before the next."""
+        """One receive and the handling of its messages; the seconds to wait before the next
+        (``IDLE`` when the queue was empty)."""
         try:
             if self._client is None:
                 self._connect()
@@ -129,7 +160,7 @@ class QueueConsumer:
             return self._problem(f"cannot receive from approval queue {self.settings.name}: "
                                  f"{one_line(exc)}")
         if not batch:
-            return self.settings.poll_interval
+            return IDLE
         document = self._document()
         self._note_sharing(document)
         for message in batch:
