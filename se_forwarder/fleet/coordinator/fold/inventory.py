@@ -38,14 +38,30 @@ from .caps import FOLDED, MALFORMED
 from .state import DecisionRecord, FleetState, Observed, Placement, Stamp, Vm
 
 MAX_CONFIRMED = 2_000  # VMs one confirm decision may name (its data stays under MAX_DECISION_BYTES)
+SHARED_PLACES = 1_000  # placements ``shared`` keeps whatever the fleet's size
 CLAIMS_KEPT = 4  # names and resourceIds kept per VM with when it first claimed them (a real VM has one)
 Claim = tuple[str, str, float]  # (name, resourceId, the hub time it first claimed them): one of Vm.claims
 
 
-def placement(vm: Vm) -> Placement:
-    """What a VM's record says of where it is (the parts scopes are made of, less its group)."""
-    return (vm.subscription, vm.resource_group, vm.location, vm.zone, vm.scale_set, vm.fault_domain,
-            vm.update_domain, tuple(sorted(vm.tags.items())))
+def placement(vm: Vm, state: FleetState | None = None) -> Placement:
+    """What a VM's record says of where it is (the parts scopes are made of, less its group); with
+    ``state``, the one tuple of that placement its fold keeps (``shared``)."""
+    where = (vm.subscription, vm.resource_group, vm.location, vm.zone, vm.scale_set, vm.fault_domain,
+             vm.update_domain, tuple(sorted(vm.tags.items())) if vm.tags else ())
+    return where if state is None else shared(state, where)
+
+
+def shared(state: FleetState, where: Placement) -> Placement:
+    """``where`` as the one tuple the fold keeps of it: the VMs of a group are placed alike, and a
+    placement is 104 bytes a VM otherwise. The table is derived (``FleetState.places``) and made
+    anew when it grows past half the fleet (VMs tagged each their own way share nothing)."""
+    places = state.places
+    found = places.get(where)
+    if found is None:
+        if len(places) > len(state.vms) // 2 + SHARED_PLACES:
+            places.clear()
+        found = places[where] = where
+    return found
 
 
 def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits,
@@ -60,7 +76,7 @@ def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limit
         if where is None:
             there = Vm(key=vm.key)
             caps.topology(there, info, limits, Counter())  # counted once already, as the VM's record
-            where = placement(there)
+            where = placement(there, state)
         vm.placed_stamp = stamp
         if where != vm.placed:
             vm.placed = where

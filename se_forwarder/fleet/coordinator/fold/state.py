@@ -293,6 +293,8 @@ class FleetState:
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
     names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
+    # Each placement VMs were placed at, kept once (fold/inventory.shared).
+    places: dict[Placement, Placement] = field(default_factory=dict, repr=False, compare=False)
     # VMs whose agent may say unhealthy now (fold/health.py: a superset, None until first needed).
     unhealthy: set[str] | None = field(default=None, repr=False, compare=False)
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
