@@ -15,8 +15,10 @@ from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.decide import index, unavailable
 from se_forwarder.fleet.coordinator.decide.control import confirm
 from se_forwarder.fleet.coordinator.fold import FleetState
+from se_forwarder.fleet.coordinator.fold.inventory import claimed_at
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.view.alerts import derive
+from se_forwarder.fleet.coordinator.view.digest import Digest
 from se_forwarder.fleet.coordinator.view.status import status
 
 from .fleet import T0, AgentVm, Fleet, approvals, heartbeat
@@ -217,3 +219,28 @@ def test_no_claim_of_a_vm_already_placed_grows_any_zone_s_inventory(moves):
     idx = index(fleet.state, fleet.policy)
     for scope, placed in first.items():
         assert idx.inventory[scope] <= placed
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       spellings=st.lists(st.sampled_from([str.upper, str.lower, str]), min_size=1, max_size=6))
+def test_a_resource_id_in_another_case_is_the_same_claim_whatever_the_order(seed, spellings):
+    """A claim is its resourceId in lower case (the record holds it as sent): one claim, from the
+    earliest report, and the same fold in any order."""
+    events = []
+    for i, spelled in enumerate(spellings):
+        event = heartbeat(ATTACKER, T0 + i)
+        said = event["data"]["Vm"]
+        event["data"]["Vm"] = {**said, "resourceId": spelled(said["resourceId"])}
+        events.append(event)
+    states = []
+    for order in (events, random.Random(seed).sample(events, len(events))):
+        state = FleetState()
+        for event in order:
+            fold_event(state, event, received=event_time(event))
+        states.append(state)
+    first, second = states
+    assert snapshot(first) == snapshot(second) and Digest().of(first) == Digest().of(second)
+    vm = first.vms[ATTACKER.key]
+    assert [(n, r.lower(), t) for n, r, t in vm.claims] == [(ATTACKER.name, vm.resource_id.lower(), T0)]
+    assert claimed_at(vm) == T0
