@@ -114,12 +114,11 @@ def vms_of(cols: dict[str, Any], shared: list[tuple[str, ...]], places: list[Pla
     each key is noted in ``keys`` (every VM key once)."""
     if not isinstance(cols, dict) or any(len(cols[c]) != len(cols["key"]) for c in COLUMNS):
         raise ValueError("VM columns of unequal lengths")
-    text = sys.intern  # a key, a name, a resourceId: the very strings a live fold holds (a rebuild's)
-    key, name, placed = [*map(text, cols["key"])], [*map(text, cols["name"])], cols["placed"]
+    key, name, placed, text = cols["key"], cols["name"], cols["placed"], sys.intern
     keys.update(zip(key, key, strict=True))
     subs, groups, location, zone, scale_set, fd, ud, pg, version, health = (
         zip(*map(shared.__getitem__, cols["at"]), strict=True) if key else ((),) * len(SHARED))
-    rids = [text(_resource_id(s, g, n) if r is None else r)
+    rids = [_resource_id(s, g, n) if r is None else r
             for r, s, g, n in zip(cols["resourceId"], subs, groups, name, strict=True)]
     return map(
         Vm, key, name, [k if v is None else v for k, v in zip(key, cols["vmId"], strict=True)],

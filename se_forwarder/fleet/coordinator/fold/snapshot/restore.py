@@ -125,10 +125,9 @@ class Restorer:
         self.places_table: list[Placement] = []
 
     def key(self, value: Any) -> str:
-        """A VM key, kept once (and interned, as the fold's are: a rebuild's live fold holds the same)."""
         found = self.keys.get(value) if isinstance(value, str) else None
         if found is None:
-            text = sys.intern(str(value))
+            text = str(value)
             found = self.keys.setdefault(text, text)
         return found
 
@@ -176,7 +175,6 @@ class Restorer:
          polled, health, reason, placed, claims) = row
         shared = self.shared.get(values := (*at, version, str(health or ""))) or self.share(values)
         key, text = self.key(key), sys.intern
-        name, resource_id = text(str(name)), text(str(resource_id))
         if len(claims) == 1 and claims[0][0] == name:  # almost every VM's: its own name, once
             claims = ((name, str(claims[0][1]), float(claims[0][2])),)
         else:
