@@ -65,10 +65,11 @@ def test_any_vm_written_as_columns_comes_back_as_the_same_record(fleet):
 
 
 def as_counted(vm: Vm) -> tuple[Any, ...]:
-    """A VM's values, its claims' resourceIds in lower case: the claim (a record may hold it as sent)."""
+    """A VM's values, its claims as they count: resourceIds in lower case (a record holds them as
+    sent), in that order."""
     values = astuple(vm)[:len(TAKEN)]
     at = TAKEN.index("claims")
-    return (*values[:at], tuple((n, r.lower(), t) for n, r, t in values[at]), *values[at + 1:])
+    return (*values[:at], tuple(sorted((n, r.lower(), t) for n, r, t in values[at])), *values[at + 1:])
 
 
 def test_vms_share_one_table_entry_for_where_they_are_and_say_their_own_ids_once():

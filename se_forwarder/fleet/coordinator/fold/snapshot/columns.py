@@ -97,7 +97,7 @@ def _claims(claims: tuple[Claim, ...], name: str, rid: str) -> Any:
         own = claims[0][1]
         if own is rid or own.lower() == rid.lower():
             return claims[0][2]
-    return tuple((n, r.lower(), t) for n, r, t in claims)
+    return tuple(sorted((n, r.lower(), t) for n, r, t in claims))
 
 
 def shared_of(rows: list[Any]) -> Iterator[tuple[str, ...]]:
