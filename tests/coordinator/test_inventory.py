@@ -190,13 +190,19 @@ def test_placements_and_claims_are_the_same_whatever_order_the_reports_are_folde
         event = heartbeat(ATTACKER, T0 + i)
         event["data"]["Vm"] = {**event["data"]["Vm"], "zone": zone, "name": f"n{i % 2}"}
         events.append(event)
+    first, second = both_orders(events, seed)
+    assert snapshot(first) == snapshot(second)
+
+
+def both_orders(events: list[dict], seed: int) -> tuple[FleetState, FleetState]:
+    """``events`` folded as they are, and in an order ``seed`` shuffles them to."""
     states = []
     for order in (events, random.Random(seed).sample(events, len(events))):
         state = FleetState()
         for event in order:
             fold_event(state, event, received=event_time(event))
-        states.append(snapshot(state))
-    assert states[0] == states[1]
+        states.append(state)
+    return states[0], states[1]
 
 
 def event_time(event: dict) -> float:
@@ -233,13 +239,7 @@ def test_a_resource_id_in_another_case_is_the_same_claim_whatever_the_order(seed
         said = event["data"]["Vm"]
         event["data"]["Vm"] = {**said, "resourceId": spelled(said["resourceId"])}
         events.append(event)
-    states = []
-    for order in (events, random.Random(seed).sample(events, len(events))):
-        state = FleetState()
-        for event in order:
-            fold_event(state, event, received=event_time(event))
-        states.append(state)
-    first, second = states
+    first, second = both_orders(events, seed)
     assert snapshot(first) == snapshot(second) and Digest().of(first) == Digest().of(second)
     vm = first.vms[ATTACKER.key]
     assert [(n, r.lower(), t) for n, r, t in vm.claims] == [(ATTACKER.name, vm.resource_id.lower(), T0)]
