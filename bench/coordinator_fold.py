@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import gc
 import hashlib
+import itertools
 import json
 import resource
 import sys
@@ -87,14 +88,15 @@ Row = tuple[str, str, str, str, str, str]  # vm's arguments
 
 
 class Rows(Sequence[dict]):
-    """VMs kept as ``vm``'s arguments and made into their data.Vm when read: 100,000 dicts held by
-    the bench would add 110 MB to the RSS it reports as the coordinator's."""
+    """VMs kept as the numbers of their rows (``row``: ``vm``'s arguments) and made into their
+    data.Vm when read: 100,000 dicts held by the bench would add 110 MB to the RSS it reports as the
+    coordinator's, and 100,000 rows 16 MB."""
 
-    def __init__(self, rows: list[Row]) -> None:
-        self.rows = rows
+    def __init__(self, count: int, numbers: range) -> None:
+        self.size, self.numbers = count, numbers
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.numbers)
 
     @overload
     def __getitem__(self, i: int) -> dict: ...
@@ -103,30 +105,28 @@ class Rows(Sequence[dict]):
     def __getitem__(self, i: slice) -> Rows: ...
 
     def __getitem__(self, i: int | slice) -> dict | Rows:
-        return Rows(self.rows[i]) if isinstance(i, slice) else vm(*self.rows[i])
+        if isinstance(i, slice):
+            return Rows(self.size, self.numbers[i])
+        return vm(*row(self.size, self.numbers[i]))
+
+
+def row(count: int, n: int) -> Row:
+    """The arguments of VM number ``n`` of ``compact_fleet(count)``."""
+    intern, avsets = sys.intern, int(count * 0.8) // 10
+    if n < avsets * 10:
+        g, i = divmod(n, 10)
+        return f"web{g}-{i}", intern(f"rg-{g % 50}"), "", "", str(i % 3), str(i % 5)
+    s, i = divmod(n - avsets * 10, 50)
+    zone, domain = str(i % 3 + 1), str(i % 5)
+    return f"ss{s}_{i}", intern(f"rg-ss{s % 10}"), zone, intern(f"ss{s}"), domain, domain
 
 
 def compact_fleet(count: int) -> list[Rows]:
-    """``fleet``'s groups, each VM made into its data.Vm only when read."""
-    groups, n = [], 0
-    intern = sys.intern
+    """``fleet``'s groups (availability sets of 10, then scale sets of 50 in zones), each VM made
+    into its data.Vm only when read."""
     avsets = int(count * 0.8) // 10
-    for g in range(avsets):
-        members = []
-        for i in range(10):
-            members.append((f"web{g}-{i}", intern(f"rg-{g % 50}"), "", "", str(i % 3), str(i % 5)))
-            n += 1
-        groups.append(Rows(members))
-    s = 0
-    while n < count:
-        members = []
-        for i in range(min(50, count - n)):
-            zone, domain = str(i % 3 + 1), str(i % 5)
-            members.append((f"ss{s}_{i}", intern(f"rg-ss{s % 10}"), zone, intern(f"ss{s}"), domain, domain))
-            n += 1
-        groups.append(Rows(members))
-        s += 1
-    return groups
+    bounds = [*range(0, avsets * 10, 10), *range(avsets * 10, count, 50), count]
+    return [Rows(count, range(a, b)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def vm(name: str, rg: str, zone: str, scale_set: str, fd: str, ud: str) -> dict:
@@ -382,7 +382,7 @@ def main() -> int:
     gc.collect()
     rss_start = proc.memory_info().rss / 1e6
     groups = compact_fleet(args.vms)
-    vms = Rows([row for g in groups for row in g.rows])
+    vms = Rows(args.vms, range(args.vms))
     folder = Folder()
     rows: list[tuple[str, str]] = []
 

@@ -15,8 +15,10 @@ from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.decide import index, unavailable
 from se_forwarder.fleet.coordinator.decide.control import confirm
 from se_forwarder.fleet.coordinator.fold import FleetState
+from se_forwarder.fleet.coordinator.fold.inventory import claimed_at
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.view.alerts import derive
+from se_forwarder.fleet.coordinator.view.digest import Digest
 from se_forwarder.fleet.coordinator.view.status import status
 
 from .fleet import T0, AgentVm, Fleet, approvals, heartbeat
@@ -188,13 +190,19 @@ def test_placements_and_claims_are_the_same_whatever_order_the_reports_are_folde
         event = heartbeat(ATTACKER, T0 + i)
         event["data"]["Vm"] = {**event["data"]["Vm"], "zone": zone, "name": f"n{i % 2}"}
         events.append(event)
+    first, second = both_orders(events, seed)
+    assert snapshot(first) == snapshot(second)
+
+
+def both_orders(events: list[dict], seed: int) -> tuple[FleetState, FleetState]:
+    """``events`` folded as they are, and in an order ``seed`` shuffles them to."""
     states = []
     for order in (events, random.Random(seed).sample(events, len(events))):
         state = FleetState()
         for event in order:
             fold_event(state, event, received=event_time(event))
-        states.append(snapshot(state))
-    assert states[0] == states[1]
+        states.append(state)
+    return states[0], states[1]
 
 
 def event_time(event: dict) -> float:
@@ -217,3 +225,22 @@ def test_no_claim_of_a_vm_already_placed_grows_any_zone_s_inventory(moves):
     idx = index(fleet.state, fleet.policy)
     for scope, placed in first.items():
         assert idx.inventory[scope] <= placed
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       spellings=st.lists(st.sampled_from([str.upper, str.lower, str]), min_size=1, max_size=6))
+def test_a_resource_id_in_another_case_is_the_same_claim_whatever_the_order(seed, spellings):
+    """A claim is its resourceId in lower case (the record holds it as sent): one claim, from the
+    earliest report, and the same fold in any order."""
+    events = []
+    for i, spelled in enumerate(spellings):
+        event = heartbeat(ATTACKER, T0 + i)
+        said = event["data"]["Vm"]
+        event["data"]["Vm"] = {**said, "resourceId": spelled(said["resourceId"])}
+        events.append(event)
+    first, second = both_orders(events, seed)
+    assert snapshot(first) == snapshot(second) and Digest().of(first) == Digest().of(second)
+    vm = first.vms[ATTACKER.key]
+    assert [(n, r.lower(), t) for n, r, t in vm.claims] == [(ATTACKER.name, vm.resource_id.lower(), T0)]
+    assert claimed_at(vm) == T0

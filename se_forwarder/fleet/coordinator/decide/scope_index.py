@@ -279,10 +279,8 @@ class ScopeIndex:
     def _dup_names(self, state: FleetState, names: set[str]) -> None:
         """``dup_names`` again for ``names``: the groups in which two or more VMs go by one of them."""
         group_of, dup = self.group_of, self.dup_names
-        state.named("")  # the fold's index of names, made if it was not
-        index = state.names or {}
         for lowered in names:
-            bearers = index.get(lowered, ())
+            bearers = state.named(lowered)
             twice: set[str] = set()
             if len(bearers) > 1:
                 seen: set[str] = set()

@@ -91,6 +91,11 @@ def lowered(value: str) -> str:
     return sys.intern(value.lower())
 
 
+def lower(text: str) -> str:
+    """``text`` in lower case, the same string when it is already (a vmId usually is)."""
+    return text if (low := text.lower()) == text else low
+
+
 def free_text(value: Any, limit: int, capped: Counter[str]) -> str:
     """Free text (a description, a reason): control characters as spaces (counted), cut at ``limit``."""
     if not isinstance(value, str):

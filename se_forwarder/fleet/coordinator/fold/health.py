@@ -28,6 +28,7 @@ VERDICTS = ("healthy", "unhealthy", "unknown")
 REASON_CHARS = 300
 
 
+_VERDICTS = {verdict: verdict for verdict in VERDICTS}
 _RANK = {"": 0, "healthy": 1, "unknown": 2, "unhealthy": 3}
 
 
@@ -37,7 +38,7 @@ def verdict(state: FleetState, vm: Vm, data: dict[str, Any], capped: Counter[str
     of the same time as the one read last: the worse of the two is kept, so any order gives one."""
     health = data.get("Health")
     said = health.get("Verdict") if isinstance(health, dict) else None
-    found = said if isinstance(said, str) and said in VERDICTS else ""
+    found = _VERDICTS.get(said, "") if isinstance(said, str) else ""  # the constant: one string for all VMs
     why = ""
     if found == "unhealthy":
         assert isinstance(health, dict)

@@ -38,14 +38,32 @@ from .caps import FOLDED, MALFORMED
 from .state import DecisionRecord, FleetState, Observed, Placement, Stamp, Vm
 
 MAX_CONFIRMED = 2_000  # VMs one confirm decision may name (its data stays under MAX_DECISION_BYTES)
+SHARED_PLACES = 1_000  # placements ``shared`` keeps whatever the fleet's size
 CLAIMS_KEPT = 4  # names and resourceIds kept per VM with when it first claimed them (a real VM has one)
-Claim = tuple[str, str, float]  # (name, resourceId, the hub time it first claimed them): one of Vm.claims
+# (name in lower case, resourceId as sent, the hub time it first claimed them): one of Vm.claims. The
+# claim is its resourceId in lower case; held as sent, it is the VM record's own string (150 bytes a VM).
+Claim = tuple[str, str, float]
 
 
-def placement(vm: Vm) -> Placement:
-    """What a VM's record says of where it is (the parts scopes are made of, less its group)."""
-    return (vm.subscription, vm.resource_group, vm.location, vm.zone, vm.scale_set, vm.fault_domain,
-            vm.update_domain, tuple(sorted(vm.tags.items())))
+def placement(vm: Vm, state: FleetState | None = None) -> Placement:
+    """What a VM's record says of where it is (the parts scopes are made of, less its group); with
+    ``state``, the one tuple of that placement its fold keeps (``shared``)."""
+    where = (vm.subscription, vm.resource_group, vm.location, vm.zone, vm.scale_set, vm.fault_domain,
+             vm.update_domain, tuple(sorted(vm.tags.items())) if vm.tags else ())
+    return where if state is None else shared(state, where)
+
+
+def shared(state: FleetState, where: Placement) -> Placement:
+    """``where`` as the one tuple the fold keeps of it: the VMs of a group are placed alike, and a
+    placement is 104 bytes a VM otherwise. The table is derived (``FleetState.places``) and made
+    anew when it grows past half the fleet (VMs tagged each their own way share nothing)."""
+    places = state.places
+    found = places.get(where)
+    if found is None:
+        if len(places) > len(state.vms) // 2 + SHARED_PLACES:
+            places.clear()
+        found = places[where] = where
+    return found
 
 
 def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits: Limits,
@@ -60,7 +78,7 @@ def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limit
         if where is None:
             there = Vm(key=vm.key)
             caps.topology(there, info, limits, Counter())  # counted once already, as the VM's record
-            where = placement(there)
+            where = placement(there, state)
         vm.placed_stamp = stamp
         if where != vm.placed:
             vm.placed = where
@@ -71,28 +89,34 @@ def observe(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limit
         return known, where  # claimed as early already: nothing to read again
     chars, uncounted = limits.text_chars, Counter[str]()
     name = caps.identifier(info.get("name"), chars, uncounted).lower()
-    rid = caps.identifier(info.get("resourceId"), chars, uncounted).lower()
+    sent = caps.identifier(info.get("resourceId"), chars, uncounted)  # the string the VM's record holds
+    rid = sent.lower()
     claims = vm.claims
     for i, (known_name, known_rid, known_at) in enumerate(claims):
-        if known_name == name and known_rid == rid:
+        if known_name == name and (known_rid is sent or known_rid.lower() == rid):
             if moment < known_at:
                 claim = (known_name, known_rid, moment)
                 vm.claims = (*claims[:i], claim, *claims[i + 1:])
                 return claim, where
             return claims[i], where
-    claim = (sys.intern(name), rid, moment)
-    kept = sorted((*claims, claim))
+    claim = (sys.intern(name), sent, moment)
+    kept = sorted((*claims, claim), key=_order)
     if len(kept) > CLAIMS_KEPT:
-        kept.remove(max(kept, key=lambda c: (c[2], c[0], c[1])))
+        kept.remove(max(kept, key=lambda c: (c[2], c[0], c[1].lower())))
     vm.claims = tuple(kept)
     return (claim if claim in vm.claims else None), where
+
+
+def _order(claim: Claim) -> tuple[str, str, float]:
+    """A claim as it counts: its resourceId in lower case (``Vm.claims`` holds it as sent)."""
+    return claim[0], claim[1].lower(), claim[2]
 
 
 def claimed_at(vm: Vm) -> float:
     """When the VM first claimed the name and resourceId it goes by now (inf: not among the claims
     kept, or never claimed by a verified report: the latest claimant of anything)."""
     name, rid = vm.name.lower(), vm.resource_id.lower()
-    return next((t for n, r, t in vm.claims if n == name and r == rid), float("inf"))
+    return next((t for n, r, t in vm.claims if n == name and r.lower() == rid), float("inf"))
 
 
 def accepted(state: FleetState, key: str) -> tuple[Placement, ...]:

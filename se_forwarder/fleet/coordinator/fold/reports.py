@@ -66,6 +66,7 @@ from .caps import (
     fingerprint,
     free_text,
     identifier,
+    lower,
     may_report,
     moment,
     not_before,
@@ -169,7 +170,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
         complete = complete and bool(vm_id)
     if sender.key is None and not complete and not name:
         return None
-    key = sender.key or (_lower(vm_id) if complete else "host:" + name.lower())
+    key = sender.key or (lower(vm_id) if complete else "host:" + name.lower())
     registered = sender.verified and sender.key is not None  # Azure attested this vmId (trust.py)
     if registered:
         vm_id = str(sender.key)  # the registration's, never the report's
@@ -195,7 +196,7 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
                 state.rename(key, vm.name, name)
             vm.name, vm.vm_id, vm.complete = name or vm.name, vm_id, complete
             topology(vm, info, limits, capped)
-            read = (None, inventory.placement(vm))  # the agent's own, before Azure's is put back
+            read = (None, inventory.placement(vm, state))  # the agent's own, before Azure's is put back
             azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
             if vm.topology() != before:
                 state.touch(key)
@@ -214,7 +215,7 @@ def _again(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits
     _heard(state, vm, stamp)
     for reason in seen[2]:
         capped[reason] += 1
-    if seen[1] and _lower(vm.key) == vm.key:  # complete, and about itself
+    if seen[1] and lower(vm.key) == vm.key:  # complete, and about itself
         before = seen[3]
         observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, before)
         if before is None or observed[0] is not before[0] or observed[1] is not before[1]:
@@ -241,11 +242,12 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
              if isinstance(item, dict)]
     if verified and (vm.last_heartbeat is None or when >= vm.last_heartbeat):
         polled = moment(data.get("LastPollUtc"))
-        polled = when if polled is None else min(polled, when)
+        polled = when if polled is None or polled >= when else polled  # one float with ``when`` when equal
         seen = tuple(sorted({sys.intern(e.lower()) for e, _, _ in items if event_id_ok(e)})) if items else ()
         if vm.last_heartbeat is None or when > vm.last_heartbeat:
             vm.last_heartbeat, vm.polled, vm.listed = when, polled, seen
-            vm.agent_version = free_text(data.get("AgentVersion"), 40, capped)
+            version = free_text(data.get("AgentVersion"), 40, capped)
+            vm.agent_version = vm.agent_version if version == vm.agent_version else sys.intern(version)
             health.verdict(state, vm, data, capped)
         else:  # two of one time: in any order
             if (polled, seen) > (vm.polled or float("-inf"), vm.listed):
@@ -270,11 +272,6 @@ def _heartbeat(state: FleetState, vm: Vm, data: dict[str, Any], when: float, lim
             record.event_type = identifier(item.get("EventType"), limits.text_chars, capped)
         report(state, record, vm.key, rank, when)
     return FOLDED
-
-
-def _lower(text: str) -> str:
-    """``text`` in lower case, the same string when it is already (a vmId usually is)."""
-    return text if (low := text.lower()) == text else low
 
 
 def _doubt(state: FleetState, record: EventRecord, when: float) -> None:

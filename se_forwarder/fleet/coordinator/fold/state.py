@@ -292,7 +292,10 @@ class FleetState:
     # Derived, not in snapshots (fold/dispatch.py's limits): the events each VM reported (None: rebuilt from
     # ``events`` when next needed), and how many new VM keys each minute of hub time admitted.
     vm_events: dict[str, tuple[str, ...] | set[str]] | None = field(default=None, repr=False, compare=False)
-    names: dict[str, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)  # name -> keys
+    # name -> its VM's key, or keys (a tuple) when several go by it (``named``)
+    names: dict[str, str | tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
+    # Each placement VMs were placed at, kept once (fold/inventory.shared).
+    places: dict[Placement, Placement] = field(default_factory=dict, repr=False, compare=False)
     # VMs whose agent may say unhealthy now (fold/health.py: a superset, None until first needed).
     unhealthy: set[str] | None = field(default=None, repr=False, compare=False)
     new_vms: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
@@ -323,33 +326,36 @@ class FleetState:
     def named(self, name: str) -> tuple[str, ...]:
         """The keys of the VMs that go by ``name`` (lower case), from an index kept by the fold."""
         if self.names is None:
-            names: dict[str, tuple[str, ...]] = {}
+            names: dict[str, str | tuple[str, ...]] = {}
             self.names = names
             for key, vm in self.vms.items():  # what ``rename`` does for each, in one loop (a restore's)
                 lowered = vm.name.lower()
                 lowered = vm.name if lowered == vm.name else lowered
                 bearers = names.get(lowered)
-                names[lowered] = (key,) if bearers is None else (*bearers, key)
-        return self.names.get(name, ())
+                names[lowered] = key if bearers is None else _more(bearers, key)
+        found = self.names.get(name, ())
+        return (found,) if isinstance(found, str) else found
 
     def rename(self, key: str, old: str | None, new: str) -> None:
-        """Keep ``names`` true when a VM is added (``old`` None) or changes its name. Each name's
-        keys are a tuple: almost every name is one VM's, and a tuple of one is a quarter of a set."""
+        """Keep ``names`` true when a VM is added (``old`` None) or changes its name. Almost every
+        name is one VM's: its key alone (a tuple of one would be 72 bytes a VM more)."""
         names = self.names
         if names is None:
             return
         if old is not None:
             lowered = old.lower()
-            left = tuple(k for k in names.get(lowered, ()) if k != key)
+            left = tuple(k for k in self.named(lowered) if k != key)
             if left:
-                names[lowered] = left
+                names[lowered] = left[0] if len(left) == 1 else left
             else:
                 names.pop(lowered, None)
         lowered = new.lower()
         lowered = new if lowered == new else lowered  # most names are: one string for both
-        bearers = names.get(lowered, ())
-        if key not in bearers:
-            names[lowered] = (*bearers, key)
+        bearers = names.get(lowered)
+        if bearers is None:
+            names[lowered] = key
+        elif key not in self.named(lowered):
+            names[lowered] = _more(bearers, key)
 
     def event(self, event_id: str) -> EventRecord:
         """The record of ``event_id``, made when new (one spelling whatever the order: the smallest)."""
@@ -365,3 +371,8 @@ class FleetState:
     def held(self, event_key: str) -> Switch | None:
         switch = self.holds.get(event_key)
         return switch if switch is not None and switch.on else None
+
+
+def _more(bearers: str | tuple[str, ...], key: str) -> tuple[str, ...]:
+    """The keys of a name in ``FleetState.names`` and one more."""
+    return (bearers, key) if isinstance(bearers, str) else (*bearers, key)

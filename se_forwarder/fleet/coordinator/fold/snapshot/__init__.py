@@ -88,7 +88,7 @@ def vm_row(vm: Vm) -> list[Any]:
 
 
 def _claims(claims: tuple[tuple[str, str, float], ...]) -> list[list[Any]]:
-    return [[name, rid, t] for name, rid, t in claims]  # kept sorted
+    return sorted([name, rid.lower(), t] for name, rid, t in claims)  # as they count (fold/inventory.Claim)
 
 
 def event_data(e: EventRecord) -> dict[str, Any]:

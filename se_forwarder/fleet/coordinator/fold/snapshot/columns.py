@@ -26,6 +26,7 @@ from operator import itemgetter
 from typing import Any
 
 from .. import inventory
+from ..inventory import Claim
 from ..state import NO_STAMP, NO_TAGS, Placement, Vm
 
 BATCH = 1000  # records a line holds: lines of a few hundred kilobytes, encoded and parsed in one call
@@ -85,9 +86,18 @@ def _columns(batch: list[tuple[Any, ...]], shared: dict[tuple[Any, ...], int],
         "placed": [None if p is None else places[p] for p in placed],
         "placedTime": [None if p is None else s[0] for p, s in zip(placed, placed_stamps, strict=True)],
         "placedId": [None if p is None else s[1] for p, s in zip(placed, placed_stamps, strict=True)],
-        "claims": [c[0][2] if len(c) == 1 and c[0][0] == n and c[0][1] == r.lower() else c
-                   for c, n, r in zip(claims, names, rids, strict=True)],
+        "claims": [_claims(c, n, r) for c, n, r in zip(claims, names, rids, strict=True)],
     }
+
+
+def _claims(claims: tuple[Claim, ...], name: str, rid: str) -> Any:
+    """A VM's claims as written: the time alone where it claims only its own name and resourceId,
+    else each with its resourceId in lower case (fold/inventory.Claim)."""
+    if len(claims) == 1 and claims[0][0] == name:
+        own = claims[0][1]
+        if own is rid or own.lower() == rid.lower():
+            return claims[0][2]
+    return tuple(sorted((n, r.lower(), t) for n, r, t in claims))
 
 
 def shared_of(rows: list[Any]) -> Iterator[tuple[str, ...]]:
@@ -120,5 +130,5 @@ def vms_of(cols: dict[str, Any], shared: list[tuple[str, ...]], places: list[Pla
         cols["healthReason"], [None if p is None else places[p] for p in placed],
         [UNPLACED if p is None else (t, i) for p, t, i in zip(placed, cols["placedTime"], cols["placedId"],
                                                               strict=True)],
-        [((n, r.lower(), c),) if not isinstance(c, list) else tuple(sorted((text(x), y, z) for x, y, z in c))
+        [((n, r, c),) if not isinstance(c, list) else tuple(sorted((text(x), y, z) for x, y, z in c))
          for c, n, r in zip(cols["claims"], name, rids, strict=True)])
