@@ -210,21 +210,21 @@ class ScopeIndex:
         """``ends`` with every VM of their co-reception sets, joined through ``host:`` records: each
         VM -> the root of its co-reception set."""
         seen: dict[str, str] = {}
-        roots: set[str] = set()
         stack = list(ends)
         find, sets, alias, extra = state.groups.find, state.groups.sets, self.alias, self.extra_heartbeats
         while stack:
             key = stack.pop()
             if key in seen:
                 continue
-            seen[key] = root = find(key)
-            if root not in roots:
-                roots.add(root)
-                stack.extend(sets.get(root, ()))
-            target = alias.get(key)
-            if target is not None:
-                stack.append(target)
-            stack.extend(extra.get(key, ()))
+            root = find(key)
+            members = sets.get(root) or (key,)  # a whole set at once: every member's root is its root
+            seen.update(dict.fromkeys(members, root))
+            if alias or extra:
+                for member in members:
+                    target = alias.get(member)
+                    if target is not None and target not in seen:
+                        stack.append(target)
+                    stack.extend(extra.get(member, ()))
         return seen
 
     def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str], names: set[str]) -> set[int]:
