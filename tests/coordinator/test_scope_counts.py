@@ -165,3 +165,37 @@ def test_a_learned_group_named_anew_takes_its_vms_counts_and_leaves_no_scope_beh
     gone = {s for scopes in alone.values() for s in scopes if s.startswith("group:")} - {"group:" + group}
     assert gone and not any(s in idx.size or s in idx.kind_of for s in gone)
     assert kept(idx, fleet.state) == plain(fleet.state, fleet.policy)
+
+
+@st.composite
+def burst(draw: st.DrawFn) -> tuple[list[list[AgentVm]], list[AgentVm], list[tuple[int, int]]]:
+    """Sets of VMs that shared no event yet (a scale set's VM among them at times); host: records
+    of some of their names (an agent without instance metadata); and later events, each reported by
+    one set and the host: records of another's VMs (which joins the two through the records)."""
+    sets = []
+    for s in range(draw(st.integers(1, 6))):
+        sets.append([AgentVm(f"b{s}-{draw(st.integers(0, 3))}{i}", rg=draw(st.sampled_from(["rg-a", "rg-b"])),
+                             fd=str(i % 2), ud=str(i % 3), scale_set=draw(st.sampled_from(["", "", "ss"])))
+                     for i in range(draw(st.integers(1, 5)))])
+    hosts = [AgentVm(vm.name, complete=False) for vms in sets for vm in vms if draw(st.integers(0, 2)) == 0]
+    which = st.integers(0, len(sets) - 1)
+    pairs = draw(st.lists(st.tuples(which, which), max_size=4))
+    return sets, hosts, pairs
+
+
+@settings(max_examples=200, deadline=None)
+@given(burst(), st.sampled_from([POLICY, POLICY_ID]))
+def test_bursts_that_join_many_sets_at_once_count_what_the_fold_says(drawn, policy):
+    sets, hosts, pairs = drawn
+    fleet = Fleet(policy)
+    fleet.beat(*(vm for vms in sets for vm in vms), *hosts, t=T0)
+    index(fleet.state, policy)  # every VM a group of its own, as before a burst
+    for s, vms in enumerate(sets):  # then every set's event, reported by each of its VMs, in one look
+        fleet.announce(f"BURST-{s}", vms[:1], vms, t=T0 + 60)
+    fleet.beat(*hosts, t=T0 + 61)
+    assert kept(index(fleet.state, policy), fleet.state) == plain(fleet.state, policy)
+    for k, (one, other) in enumerate(pairs):  # sets joined through host: records, a look after each
+        names = {vm.name for vm in sets[other]}
+        fleet.announce(f"LATER-{k}", sets[one][:1], sets[one] + [h for h in hosts if h.name in names],
+                       t=T0 + 120 + k)
+        assert kept(index(fleet.state, policy), fleet.state) == plain(fleet.state, policy)

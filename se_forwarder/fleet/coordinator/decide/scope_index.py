@@ -210,21 +210,21 @@ class ScopeIndex:
         """``ends`` with every VM of their co-reception sets, joined through ``host:`` records: each
         VM -> the root of its co-reception set."""
         seen: dict[str, str] = {}
-        roots: set[str] = set()
         stack = list(ends)
         find, sets, alias, extra = state.groups.find, state.groups.sets, self.alias, self.extra_heartbeats
         while stack:
             key = stack.pop()
             if key in seen:
                 continue
-            seen[key] = root = find(key)
-            if root not in roots:
-                roots.add(root)
-                stack.extend(sets.get(root, ()))
-            target = alias.get(key)
-            if target is not None:
-                stack.append(target)
-            stack.extend(extra.get(key, ()))
+            root = find(key)
+            members = sets.get(root) or (key,)  # a whole set at once: every member's root is its root
+            seen.update(dict.fromkeys(members, root))
+            if alias or extra:
+                for member in members:
+                    target = alias.get(member)
+                    if target is not None and target not in seen:
+                        stack.append(target)
+                    stack.extend(extra.get(member, ()))
         return seen
 
     def _remove(self, again: set[str], renamed: dict[str, str], ends: set[str], names: set[str]) -> set[int]:
@@ -304,21 +304,28 @@ class ScopeIndex:
         """The group of each VM of ``everyone`` (VM -> the root of its co-reception set) that is in
         the fleet (``everyone`` holds whole co-reception sets: a learned group is named after its
         first member)."""
-        vms, retired = state.vms, state.retired
-        members = [k for k in everyone if k in vms and k not in self.alias and k not in retired]
-        component = placement.components(everyone, self.alias)
-        explicit: dict[str, str] = {}
+        vms, retired, alias, label = state.vms, state.retired, self.alias, placement.label
+        azure, tag = state.azure.vms, policy.group_tag
+        out: dict[str, str] = {}
+        learned: dict[str, str] = {}  # VM -> its set's root, for those whose group is learned
         first: dict[str, Label] = {}
-        for key in members:
-            named = placement.explicit_group(state, policy, vms[key])
-            if named is not None:
-                explicit[key] = named
-            else:
-                mine, root = placement.label(vms[key]), component[key]
-                if root not in first or mine < first[root]:
-                    first[root] = mine
-        learned = {root: sys.intern(placement.learned(label)) for root, label in first.items()}
-        return {k: explicit[k] if k in explicit else learned[component[k]] for k in members}
+        for key, root in placement.components(everyone, alias).items():
+            vm = vms.get(key)
+            if vm is None or key in alias or key in retired:
+                continue
+            if vm.scale_set or key in azure or (tag and tag in vm.tags):  # else explicit_group is None
+                named = placement.explicit_group(state, policy, vm)
+                if named is not None:
+                    out[key] = named
+                    continue
+            learned[key] = root
+            mine = label(vm)
+            have = first.get(root)
+            if have is None or mine < have:
+                first[root] = mine
+        names = {root: sys.intern(placement.learned(lowest)) for root, lowest in first.items()}
+        out.update((key, names[root]) for key, root in learned.items())
+        return out
 
     def _place(self, state: FleetState, policy: Policy, groups: dict[str, str], again: set[str],
                ends: set[str], codes: set[int], names: set[str]) -> set[str]:

@@ -15,6 +15,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from ..schema import DECISION_KINDS
 from . import azure as azure_fold
 from . import identities, inventory, switches
@@ -22,19 +24,39 @@ from .caps import FOLDED, LATE, MALFORMED, event_id_ok
 from .state import DecisionRecord, FleetState, Switch
 
 MAX_DECISION_BYTES = 64 * 1024  # a real decision's data is ~1 KB (an event with ~100 Resources: ~20 KB)
+# orjson refuses what json would take another way (subclasses, dataclasses, dates): then json decides
+_PLAIN = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+# json.dumps writes at most 6 characters for each byte orjson writes (an escaped DEL: 1 byte,
+# ``\u007f``; a character of two to four bytes: 6 or 12; ", " for ","; 1e-07 for 1e-7)
+_WIDEST = 6
 
 
 def fold_decision(state: FleetState, ident: str, kind: str, when: float, data: Mapping[str, Any]) -> str:
     """Fold one decision CloudEvent's parts (``kind``: the type's suffix after ``coordinator.``)."""
     if kind not in DECISION_KINDS:
         return "skipped"
-    try:  # kept as read (the log, snapshots): strict JSON of a sane size only
-        size = len(json.dumps(data, allow_nan=False))
-    except (ValueError, TypeError, RecursionError):
-        return MALFORMED
-    if size > MAX_DECISION_BYTES or len(ident) > 600:
+    if len(ident) > 600 or not sane(data):  # kept as read (the log, snapshots)
         return MALFORMED
     return decision(state, DecisionRecord(ident, kind, when, dict(data)))
+
+
+def sane(data: Mapping[str, Any]) -> bool:
+    """``data`` is strict JSON (no NaN, no infinity, JSON's types only) whose ``json.dumps`` text
+    is at most MAX_DECISION_BYTES long. Told by orjson (half of json's time here, the read back
+    included) when its text is short enough that json's could not be too long and reads back equal
+    to ``data`` (a NaN reads back None, a tuple a list, a UUID a string, an Enum its value: those,
+    and whatever orjson refuses, are json's to tell, as before)."""
+    try:
+        text = orjson.dumps(data, option=_PLAIN)
+    except TypeError:  # orjson.JSONEncodeError: not its types, an integer beyond 64 bits, too deep
+        pass
+    else:
+        if len(text) * _WIDEST <= MAX_DECISION_BYTES and orjson.loads(text) == data:
+            return True
+    try:
+        return len(json.dumps(data, allow_nan=False)) <= MAX_DECISION_BYTES
+    except (ValueError, TypeError, RecursionError):
+        return False
 
 
 def _canonical(record: DecisionRecord) -> tuple[float, str]:
