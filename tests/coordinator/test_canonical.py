@@ -83,3 +83,14 @@ def test_tuples_and_subclasses_are_left_to_json():
 
     for event in ({"a": (1.5e-7, 2)}, {"a": Text("x")}, {1: "a"}):
         assert canonical.canonical(event) == signing.canonical(event)
+
+
+@pytest.mark.parametrize("data", [{"n": 2**70}, {"f": 1e-7}, {"s": "é\x7f"}, {"plain": [1, "a", None]}])
+def test_the_reader_decodes_an_event_as_json_loads_does(data):
+    from azure.eventhub import EventData
+
+    from se_forwarder.fleet.coordinator.input.hub_reader import decode_text
+
+    text = json.dumps({"specversion": "1.0", "type": "t", "id": "1", "source": "s", "data": data}).encode()
+    event, kept = decode_text(EventData(text))
+    assert _same(event, json.loads(text)) and kept == text
