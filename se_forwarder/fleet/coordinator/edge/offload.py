@@ -10,9 +10,9 @@ event, which gate.py passes to trust.check so that the fold thread does only the
   which were tried. trust.report takes that only when the key that verified is the one bound
   when the report folds, and a failure only when that key was among those tried; anything else is
   verified again on the fold thread, so a change of binding in between never lets a report through;
-- a registration: ``registration`` is trust.registration itself, with the anchors, the allowed
-  subscriptions and the intermediates fetched so far (``Job``), and the identity bound to the
-  vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
+- a registration (its JSON text, read as the hub reader read it): ``registration`` is
+  trust.registration itself, with the anchors, the allowed subscriptions and the intermediates
+  fetched so far (``Job``), and the identity bound to the vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
   again when it folds). Its verdict crosses back as plain values (``Answer``), which ``answered``
   makes into the ``trust.Checked`` again.
 
