@@ -136,7 +136,7 @@ def in_process(cache: Documents, vms: list[dict[str, Any]]) -> int:
     from types import SimpleNamespace
 
     from bench.coordinator_fold import LIMITS
-    from bench.coordinator_verified import SOURCE, workers_cpu
+    from bench.coordinator_verified import SOURCE, put, workers_cpu
     from se_forwarder.fleet.coordinator import FleetState
     from se_forwarder.fleet.coordinator.config.anchors import anchors
     from se_forwarder.fleet.coordinator.edge import Edge, Gate, offload, trust
@@ -162,14 +162,8 @@ def in_process(cache: Documents, vms: list[dict[str, Any]]) -> int:
         for start in range(0, len(texts), 300):
             kept: list[bytes | None] = list(texts[start:start + 300])
             part = [decode_text(SimpleNamespace(properties={}, body=t))[0] for t in kept]
-            batch = Batch("0", [(e, Position(start + i, str(start + i), t0)) for i, e in enumerate(part)],
-                          time.monotonic(), kept)
-            while True:
-                try:
-                    verifier.put(batch)
-                    break
-                except queue.Full:
-                    continue
+            events = [(e, Position(start + i, str(start + i), t0)) for i, e in enumerate(part)]
+            put(verifier, Batch("0", events, time.monotonic(), kept))
 
     began, own, workers = time.perf_counter(), time.process_time(), workers_cpu(verifier)
     reader = threading.Thread(target=read)

@@ -135,6 +135,16 @@ def workers_cpu(verifier: Verifier) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def put(verifier: Verifier, batch: Batch) -> None:
+    """``verifier.put``, tried again while its stage is full, as the hub reader does."""
+    while True:
+        try:
+            verifier.put(batch)
+            return
+        except queue.Full:
+            continue
+
+
 def parallel(signed: list[bytes], checked: FleetState, gate: Gate, workers: int, received: float,
              job: offload.Job) -> tuple[float, float, list[str], Verifier]:
     """Wall seconds from the texts to the fold through the verifier's workers (as the service runs:
@@ -152,14 +162,8 @@ def parallel(signed: list[bytes], checked: FleetState, gate: Gate, workers: int,
     def read() -> None:
         for start in range(0, len(signed), BATCH):
             part = signed[start:start + BATCH]
-            batch = Batch("0", [(json.loads(t), Position(start + i, str(start + i), received))
-                                for i, t in enumerate(part)], time.monotonic(), list(part))
-            while True:
-                try:
-                    verifier.put(batch)
-                    break
-                except queue.Full:
-                    continue
+            put(verifier, Batch("0", [(json.loads(t), Position(start + i, str(start + i), received))
+                                      for i, t in enumerate(part)], time.monotonic(), list(part)))
 
     began, workers_began = time.perf_counter(), workers_cpu(verifier)
     reader = threading.Thread(target=read)

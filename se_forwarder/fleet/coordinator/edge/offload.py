@@ -12,9 +12,10 @@ event, which gate.py passes to trust.check so that the fold thread does only the
   verified again on the fold thread, so a change of binding in between never lets a report through;
 - a registration (its JSON text, read as the hub reader read it): ``registration`` is
   trust.registration itself, with the anchors, the allowed subscriptions and the intermediates
-  fetched so far (``Job``), and the identity bound to the vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
-  again when it folds). Its verdict crosses back as plain values (``Answer``), which ``answered``
-  makes into the ``trust.Checked`` again.
+  fetched so far (``Job``), and the identity bound to the vmId when it was read (a key change
+  must bring a newer document; fold/identities.bind decides again when it folds). Its verdict
+  crosses back as plain values (``Answer``), which ``answered`` makes into the ``trust.Checked``
+  again.
 
 Ed25519 is verified with libsodium (PyNaCl) where it is installed, else ``cryptography``
 (edge/ed25519.py); a report's text is read and its canonical form made by edge/canonical.py.
