@@ -23,9 +23,14 @@ The documents (and the VMs' keys) are made once, in parallel, and kept under ``-
 would expire within a day (this bench's CA gives them a week, Azure's live six hours). The
 heartbeats are signed at every run.
 
+``--in-process N``: instead, the service's side of a cold start without the hub: the first N
+registrations, then those VMs' heartbeats, decoded as the reader decodes them, through the
+verifier's 2 worker processes and the gate, 300 to a batch; the CPU of the service's interpreter and
+of the workers an event, beside ``json.loads`` of the same texts.
+
 Prints figures beside the baseline; asserts nothing.
 
-    .venv/bin/python bench/coordinator_cold_start.py [--vms 100000] [--cache DIR]
+    .venv/bin/python bench/coordinator_cold_start.py [--vms 100000] [--cache DIR] [--in-process N]
 """
 
 from __future__ import annotations
@@ -59,10 +64,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vms", type=int, default=100_000)
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "coordinator-cold-start")
+    parser.add_argument("--in-process", type=int, default=0, metavar="N", help="the service's side alone")
     args = parser.parse_args()
     vms = [v for g in fleet(args.vms) for v in g]
     began = time.monotonic()
     cache = Documents(args.cache, vms)
+    if args.in_process:
+        return in_process(cache, vms[:args.in_process])
     made = time.monotonic() - began
     base = Path(tempfile.mkdtemp(prefix="coordinator-cold-start-"))
     print(f"working in {base}; documents {'made' if cache.made else 'read'} in {made:.0f} s", file=sys.stderr)
@@ -119,6 +127,66 @@ def main() -> int:
         broker.stop()
     print_figures(f"coordinator cold start, {len(vms):,} VMs, {os.cpu_count()} cores, load average "
                   f"{os.getloadavg()[0]:.1f} at the end (CPython {sys.version.split()[0]})", rows)
+    return 0
+
+
+def in_process(cache: Documents, vms: list[dict[str, Any]]) -> int:
+    """The service's side of a cold start (module docstring, ``--in-process``)."""
+    import queue
+    from types import SimpleNamespace
+
+    from bench.coordinator_fold import LIMITS
+    from bench.coordinator_verified import SOURCE, put, workers_cpu
+    from se_forwarder.fleet.coordinator import FleetState
+    from se_forwarder.fleet.coordinator.config.anchors import anchors
+    from se_forwarder.fleet.coordinator.edge import Edge, Gate, offload, trust
+    from se_forwarder.fleet.coordinator.input.hub_reader import Batch, Position, decode_text
+    from se_forwarder.fleet.coordinator.input.verifier import Verifier
+
+    t0 = time.time()
+    texts = [t.encode() for t in cache.registrations[:len(vms)]]
+    texts += [cache.sign(e2e_heartbeat(v, t0 + i % 60)).encode() for i, v in enumerate(vms)]
+    given = anchors([cache.root], [cache.intermediate])
+    keys = signing.VerifyKeys([signing.generate_private_key().public_key()])
+    state, gate = FleetState(), Gate(Edge(SOURCE, lambda: keys, trust.Attestation(given), limits=LIMITS))
+    out: queue.Queue[Batch] = queue.Queue(maxsize=20)
+    verifier = Verifier(out.put, 2, LIMITS, state.identities.get, lambda e: gate.known(state, e),
+                        lambda: offload.Job.of(given, None))
+    loads = time.process_time()
+    for text in texts:
+        json.loads(text)
+    loads = time.process_time() - loads
+    time.sleep(10)  # both workers started (each imports the coordinator) before the clock starts
+
+    def read() -> None:
+        for start in range(0, len(texts), 300):
+            kept: list[bytes | None] = list(texts[start:start + 300])
+            part = [decode_text(SimpleNamespace(properties={}, body=t))[0] for t in kept]
+            events = [(e, Position(start + i, str(start + i), t0)) for i, e in enumerate(part)]
+            put(verifier, Batch("0", events, time.monotonic(), kept))
+
+    began, own, workers = time.perf_counter(), time.process_time(), workers_cpu(verifier)
+    reader = threading.Thread(target=read)
+    reader.start()
+    outcomes: dict[str, int] = {}
+    for _ in range(0, len(texts), 300):
+        batch = out.get()
+        checks = batch.checked or [None] * len(batch.events)
+        for (event, _), checked in zip(batch.events, checks, strict=True):
+            outcome = gate.admit(state, event, t0, checked) if event is not None else "not read"
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    wall, own, workers = (time.perf_counter() - began, time.process_time() - own,
+                          workers_cpu(verifier) - workers)
+    reader.join()
+    verifier.close()
+    n = len(texts)
+    print_figures(f"the service's side of a cold start in process, {len(vms):,} VMs, load average "
+                  f"{os.getloadavg()[0]:.1f} at the end (CPython {sys.version.split()[0]})", [
+        ("baseline: json.loads of the texts", f"{loads / n * 1e6:.1f} us an event"),
+        ("registrations then heartbeats, 2 workers", f"{n:,} events in {wall:.1f} s: {outcomes}"),
+        ("  the service's interpreter (reader + fold thread)", f"{own / n * 1e6:.0f} us of CPU an event "
+         f"({own / loads:.1f}x json.loads)"),
+        ("  the workers", f"{workers / n * 1e6:.0f} us of CPU an event")])
     return 0
 
 

@@ -12,7 +12,8 @@ by every VM of its group, heartbeats going on), every report signed by its VM's 
   thread folds (``verify_workers``, default 2), from the texts to the fold, as the service runs;
 - one honest registration (its attested document verified), amortised over many VMs' documents
   signed by one certificate (the chain's verdict cached), on one core, beside its two signature
-  checks alone (the registration's Ed25519 and the document's RSA, their inputs read beforehand).
+  checks alone (the registration's Ed25519 and the document's RSA, their inputs read beforehand):
+  the best of ``PASSES`` passes over 300 documents each.
 
 ``--broker``: end to end as well, through the Event Hubs broker fixture (a process of its own),
 Azurite and ``coordinator run`` as a subprocess with its default ``verify_workers``: every VM's
@@ -56,6 +57,7 @@ from tests.support.forged_registrations import honest  # noqa: E402
 SOURCE = "urn:se-forwarder:coordinator:bench"
 GOAL = 10_000
 BATCH = 300  # events per hub batch (hub_reader.MAX_BATCH)
+PASSES = 7  # over the registrations, the best taken
 
 
 def texts(vms: list[dict], events: int, groups: list[list[dict]]) -> list[str]:
@@ -135,6 +137,16 @@ def workers_cpu(verifier: Verifier) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def put(verifier: Verifier, batch: Batch) -> None:
+    """``verifier.put``, tried again while its stage is full, as the hub reader does."""
+    while True:
+        try:
+            verifier.put(batch)
+            return
+        except queue.Full:
+            continue
+
+
 def parallel(signed: list[bytes], checked: FleetState, gate: Gate, workers: int, received: float,
              job: offload.Job) -> tuple[float, float, list[str], Verifier]:
     """Wall seconds from the texts to the fold through the verifier's workers (as the service runs:
@@ -152,14 +164,8 @@ def parallel(signed: list[bytes], checked: FleetState, gate: Gate, workers: int,
     def read() -> None:
         for start in range(0, len(signed), BATCH):
             part = signed[start:start + BATCH]
-            batch = Batch("0", [(json.loads(t), Position(start + i, str(start + i), received))
-                                for i, t in enumerate(part)], time.monotonic(), list(part))
-            while True:
-                try:
-                    verifier.put(batch)
-                    break
-                except queue.Full:
-                    continue
+            put(verifier, Batch("0", [(json.loads(t), Position(start + i, str(start + i), received))
+                                      for i, t in enumerate(part)], time.monotonic(), list(part)))
 
     began, workers_began = time.perf_counter(), workers_cpu(verifier)
     reader = threading.Thread(target=read)
@@ -222,9 +228,10 @@ def main() -> int:
 
     documents = [honest(authority) for _ in range(300)]
     trust.registration(honest(authority), attested, time.time())  # the chain's verdict, once
-    register_each = cpu(lambda: [trust.registration(d, attested, time.time()) for d in documents])
-    register_each /= len(documents)
-    checks_each = signature_checks(documents) / len(documents)
+    passes = range(PASSES)  # the best of several: one pass may take a collection of the whole heap
+    register_each = min(cpu(lambda: [trust.registration(d, attested, time.time()) for d in documents])
+                        for _ in passes) / len(documents)
+    checks_each = min(signature_checks(documents) for _ in passes) / len(documents)
 
     rows = [
         ("baseline: json.loads of the texts",
@@ -251,8 +258,8 @@ def main() -> int:
         ("baseline: a registration's two signature checks alone (Ed25519, the document's RSA)",
          f"{checks_each * 1e3:.2f} ms of one core"),
         ("one honest registration, chain cached",
-         f"{register_each * 1e3:.2f} ms of one core, {register_each / checks_each:.1f}x its signature checks "
-         f"(goal <= 0.3 ms)"),
+         f"{register_each * 1e3:.2f} ms of one core, {register_each / checks_each:.1f}x its signature "
+         f"checks, {(register_each - checks_each) * 1e6:.0f} us above them (goal <= 0.3 ms)"),
         ("fold states equal", str(sorted(state.vms) == sorted(checked.vms)
                                   and sorted(state.events) == sorted(checked.events))),
     ]

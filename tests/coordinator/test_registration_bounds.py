@@ -97,6 +97,21 @@ def test_the_signing_certificates_chain_is_built_once_for_every_vms_document():
     assert (attested.chains.built, attested.chains.hits) == (1, 19)
 
 
+def test_a_remembered_verdict_is_only_ever_its_own_certificates():
+    """The chain's, the signing key's and the SignedData's shared parts are kept per certificate (by
+    its bytes): forgeries read between honest documents of a signer whose verdicts are kept get
+    their own refusals, and the honest ones stay trusted."""
+    attested, azure = _attestation(), authority()
+    reasons = {"huge_exponent": "identity-signer-key", "carried": "identity-certificates",
+               "self_signed": "identity-untrusted", "chain_bomb": "identity-certificates"}
+    assert trust.registration(honest(azure), attested, time.time()).trusted
+    for kind, reason in reasons.items():
+        assert trust.registration(forged(kind, azure), attested, time.time()).code == reason
+        assert trust.registration(honest(azure), attested, time.time()).trusted
+    again = trust.registration(forged("self_signed", azure), attested, time.time())
+    assert again.code == "identity-untrusted"
+
+
 def _ca(name: str, issuer: str, key: rsa.RSAPrivateKey, signer: rsa.RSAPrivateKey) -> x509.Certificate:
     now = datetime.now(UTC)
     return (x509.CertificateBuilder()

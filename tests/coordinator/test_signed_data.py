@@ -90,6 +90,13 @@ def test_no_single_byte_change_reads_otherwise_than_the_whole_read(azure, chains
     assert isinstance(whole, attestation.Refusal) and found.reason == whole.reason
 
 
+def _element(data: bytes, at: int):
+    """edge/signed_data._at's element as asn1crypto's parser gives it: (class, method, tag, header,
+    contents, trailer), and where the next begins."""
+    first, start, stop = signed_data._at(data, at)
+    return (first >> 6, (first >> 5) & 1, first & 31, data[at:start], data[start:stop], b""), stop
+
+
 def _asn1crypto_element(data: bytes, at: int):
     from asn1crypto import parser
 
@@ -110,10 +117,10 @@ def _der_prefixes() -> st.SearchStrategy[bytes]:
 @settings(max_examples=500)
 @given(st.one_of(_der_prefixes(), st.binary(max_size=40)))
 def test_an_element_is_read_as_asn1crypto_reads_it_or_not_at_all(data):
-    """edge/signed_data._element: what asn1crypto's parser reads when it is of a definite length
+    """edge/signed_data._at: what asn1crypto's parser reads when it is of a definite length
     and a low tag number; otherwise nothing, and the document is read whole."""
     try:
-        mine = signed_data._element(data, 0)
+        mine = _element(data, 0)
     except ValueError:
         mine = None
     try:
@@ -130,9 +137,9 @@ def test_an_element_is_read_as_asn1crypto_reads_it_or_not_at_all(data):
 def test_an_honest_documents_parts_are_split_as_asn1crypto_splits_them(azure):
     der = unpack_whole(azure.document(VM, NONCE)).der
     walked, at = [], 0
-    contents = signed_data._element(der, 0)[0][4]
+    contents = _element(der, 0)[0][4]
     while at < len(contents):
-        element, at = signed_data._element(contents, at)
+        element, at = _element(contents, at)
         walked.append(element)
     reference, at = [], 0
     while at < len(contents):

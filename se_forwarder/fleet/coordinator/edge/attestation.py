@@ -134,7 +134,7 @@ def signed(unpacked: Unpacked, attested: Attested, *, chains: Chains, now: datet
     signature check and the chain (the table's rows from ``no-signer-cert``)."""
     try:
         read = _read_signed(unpacked)
-        problem = key_problem(read.cert)
+        problem = key_problem(read.cert, read.cert_der)
         if problem is not None:
             raise _Refused("signer-key", f"the document is signed with {problem}")
         _verify_with(read)

@@ -18,7 +18,7 @@ certificate in it.
 Keys: a signing certificate's key must be one Azure uses (``key_problem``): RSA of 2048 to 4096
 bits with the public exponent 65537, or ECDSA on P-256 or P-384 (the curves of the Microsoft Azure
 ECC TLS Issuing CAs and of Microsoft ECC Root Certificate Authority 2017). A 3071-bit exponent is
-refused before anything is computed with it.
+refused before anything is computed with it; the answer is kept by the certificate's DER.
 
 ``Chains`` caches each verdict by the signing certificate's SHA-256 (the same few certificates
 sign every VM's document in a region), in an LRU of ``ENTRIES``: a verdict that holds keeps the
@@ -49,8 +49,25 @@ RSA_EXPONENT = 65537
 EC_CURVES = (ec.SECP256R1, ec.SECP384R1)
 
 
-def key_problem(cert: x509.Certificate) -> str | None:
-    """Why the certificate's key is not one Azure signs with (one line), or None."""
+def key_problem(cert: x509.Certificate, der: bytes | None = None) -> str | None:
+    """Why the certificate's key is not one Azure signs with (one line), or None; ``der``: the
+    certificate's DER, by which the answer is remembered (the same few certificates sign every
+    document, and reading the key's size and exponent costs a tenth of the signature check)."""
+    if der is None:
+        return _key_problem(cert)
+    if der in _KEYS:
+        return _KEYS[der]
+    found = _key_problem(cert)
+    if len(_KEYS) >= ENTRIES:
+        _KEYS.clear()
+    _KEYS[der] = found
+    return found
+
+
+_KEYS: dict[bytes, str | None] = {}  # key_problem's answers by the certificate's DER
+
+
+def _key_problem(cert: x509.Certificate) -> str | None:
     try:
         key = cert.public_key()
     except (ValueError, TypeError) as exc:

@@ -4,7 +4,8 @@
 verifies each VM's reports with the same key): PyNaCl (libsodium) where it is installed, about
 twice as fast here as OpenSSL through ``cryptography`` (docs/performance.md); else
 ``cryptography``. Both check RFC 8032 signatures over the same bytes. ``problem`` is
-``signing.problem`` for one raw key (a registration's own signature), through that verifier.
+``signing.problem`` for one raw key (a registration's own signature), through that verifier, its
+canonical form made by canonical.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ....approvals import signing
+from .canonical import canonical
 
 Verify = Callable[[bytes, bytes], bool]  # (signature, message) -> verified
 _KEYS: dict[bytes, Verify] = {}
@@ -64,7 +66,7 @@ def problem(message: Mapping[str, Any], raw: bytes) -> str | None:
         return _said(message, raw)
     try:
         signature = base64.b64decode(claimed, validate=True)
-        body = signing.canonical(message)
+        body = canonical(message)
     except (binascii.Error, ValueError, TypeError, RecursionError):
         return _said(message, raw)
     if len(signature) != signing.SIGNATURE_BYTES or not verifier(raw)(signature, body):

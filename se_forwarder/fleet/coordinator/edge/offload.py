@@ -10,14 +10,15 @@ event, which gate.py passes to trust.check so that the fold thread does only the
   which were tried. trust.report takes that only when the key that verified is the one bound
   when the report folds, and a failure only when that key was among those tried; anything else is
   verified again on the fold thread, so a change of binding in between never lets a report through;
-- a registration: ``registration`` is trust.registration itself, with the anchors, the allowed
-  subscriptions and the intermediates fetched so far (``Job``), and the identity bound to the
-  vmId when it was read (a key change must bring a newer document; fold/identities.bind decides
-  again when it folds). Its verdict crosses back as plain values (``Answer``), which ``answered``
-  makes into the ``trust.Checked`` again.
+- a registration (its JSON text, read as the hub reader read it): ``registration`` is
+  trust.registration itself, with the anchors, the allowed subscriptions and the intermediates
+  fetched so far (``Job``), and the identity bound to the vmId when it was read (a key change
+  must bring a newer document; fold/identities.bind decides again when it folds). Its verdict
+  crosses back as plain values (``Answer``), which ``answered`` makes into the ``trust.Checked``
+  again.
 
 Ed25519 is verified with libsodium (PyNaCl) where it is installed, else ``cryptography``
-(edge/ed25519.py).
+(edge/ed25519.py); a report's text is read and its canonical form made by edge/canonical.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -35,6 +35,7 @@ from ..config.anchors import AZURE_SIGNER_DOMAINS, Anchors
 from ..fold.identities import Claim
 from ..fold.state import Identity
 from . import trust
+from .canonical import canonical, read
 from .ed25519 import verifier
 
 _ATTESTED: dict[bytes, trust.Attestation] = {}
@@ -42,8 +43,9 @@ _IDENTITY = tuple(f.name for f in fields(Identity))  # in order: Identity(*value
 ed25519 = verifier  # the reports' verifier per raw key (edge/ed25519.py)
 
 
-def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
-    """Which of ``keys`` the report's signature verifies with (signing.problem's rules)."""
+def report(event: Mapping[str, Any], keys: Sequence[bytes], plain: bool = False) -> trust.Checked:
+    """Which of ``keys`` the report's signature verifies with (signing.problem's rules); ``plain``:
+    canonical.read found the event plain."""
     tried = tuple(keys)
     claimed, kid = event.get(signing.SIGNATURE_ATTRIBUTE), event.get(signing.KEYID_ATTRIBUTE)
     if not isinstance(kid, str) or not signing.KEYID.match(kid) or not isinstance(claimed, str) \
@@ -51,7 +53,7 @@ def report(event: Mapping[str, Any], keys: Sequence[bytes]) -> trust.Checked:
         return trust.Checked(None, tried)
     try:
         signature = base64.b64decode(claimed, validate=True)
-        body = signing.canonical(event)
+        body = canonical(event, plain)
     except (binascii.Error, ValueError, TypeError, RecursionError):
         return trust.Checked(None, tried)
     if len(signature) != signing.SIGNATURE_BYTES:
@@ -76,14 +78,14 @@ def reports(items: Sequence[tuple[bytes | str | Mapping[str, Any], Sequence[byte
     out: list[int] = []
     for text, keys in items:
         try:
-            event = json.loads(text) if isinstance(text, bytes | str) else text
+            event, plain = read(text) if isinstance(text, bytes | str) else (text, False)
         except (ValueError, UnicodeDecodeError, RecursionError):
             out.append(NOT_READ)
             continue
         if not isinstance(event, Mapping):
             out.append(NOT_READ)
             continue
-        found = report(event, keys).key
+        found = report(event, keys, plain).key
         out.append(NONE if found is None else list(keys).index(found))
     return out
 
@@ -167,12 +169,20 @@ def _registration(attested: trust.Attestation, event: Mapping[str, Any], now: fl
 Answer = tuple[Any, ...]
 
 
-def registrations(job: Job, items: Sequence[tuple[Mapping[str, Any], float | None, Identity | None]]
-                  ) -> list[Answer]:
-    """``registration`` for each (event, hub time, identity bound to its vmId when it was read),
-    the job's attestation found once, each as its ``Answer`` (``answered`` makes its ``Checked``)."""
+def registrations(job: Job, items: Sequence[tuple[bytes | str | Mapping[str, Any], float | None,
+                                                  Identity | None]]) -> list[Answer | None]:
+    """``registration`` for each (event as its JSON text or parsed, hub time, identity bound to its
+    vmId when it was read), the job's attestation found once, each as its ``Answer`` (``answered``
+    makes its ``Checked``); None for a text that is not a JSON object (the fold thread judges it)."""
     attested = job.attestation()
-    return [answer(_registration(attested, event, now, bound)) for event, now, bound in items]
+    out: list[Answer | None] = []
+    for text, now, bound in items:
+        try:
+            event = read(text)[0] if isinstance(text, bytes | str) else text
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            event = None
+        out.append(answer(_registration(attested, event, now, bound)) if isinstance(event, Mapping) else None)
+    return out
 
 
 def answer(checked: trust.Checked) -> Answer:

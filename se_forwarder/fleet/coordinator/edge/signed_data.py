@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import hashes
 
 from ....identity.attested import MAX_SIGNATURE_CHARS, Unpacked
 from ....identity.attested import unpack as unpack_whole
+from .canonical import read as read_json
 
 HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256, "2.16.840.1.101.3.4.2.2": hashes.SHA384,
@@ -67,9 +68,6 @@ class Signed:
 
 
 _SHAPES: dict[tuple[bytes, ...], Signed] = {}  # a signer's shared parts -> its first document read
-_Element = tuple[int, int, int, bytes, bytes, bytes]  # class, method, tag, header, contents, trailer
-_INTEGER, _OCTETS, _SEQUENCE, _SET = (0, 0, 2), (0, 0, 4), (0, 1, 16), (0, 1, 17)
-_ZERO = (2, 1, 0)  # [0], constructed
 _SIGNED_DATA = bytes.fromhex("06092a864886f70d010702")  # the OID's element: 1.2.840.113549.1.7.2
 _DATA = bytes.fromhex("06092a864886f70d010701")  # 1.2.840.113549.1.7.1
 
@@ -80,7 +78,6 @@ def unpack(document: Any) -> Unpacked:
     whenever anything is amiss (so every refusal is unpack's own)."""
     import base64
     import binascii
-    import json
 
     text = document.get("signature") if isinstance(document, dict) and document.get("encoding") == "pkcs7" \
         else None
@@ -95,7 +92,7 @@ def unpack(document: Any) -> Unpacked:
             return unpack_whole(document)
     content = _content(der)
     try:
-        claims = json.loads(content) if content is not None else None
+        claims = read_json(content)[0] if content is not None else None
     except (ValueError, UnicodeDecodeError):
         claims = None
     if not isinstance(claims, dict) or content is None:
@@ -109,16 +106,17 @@ def _content(der: bytes) -> bytes | None:
     split = _split(der)
     if split is None:
         return None
+    data = split.encap
     try:
-        encap = _children(split.encap)
-        if len(encap) != 2 or _bytes(encap[0]) != _DATA or _kind(encap[1]) != _ZERO:
+        encap = _within(data, 0, len(data))
+        if len(encap) != 2 or data[encap[0][1]:encap[0][3]] != _DATA or encap[1][0] != _ZERO_BYTE:
             return None
-        inner = _children(encap[1][4])
-    except (ValueError, TypeError):
+        inner = _within(data, encap[1][2], encap[1][3])
+    except ValueError:
         return None
-    if len(inner) != 1 or _kind(inner[0]) != _OCTETS or any(e[5] for e in (*encap, *inner)):
+    if len(inner) != 1 or inner[0][0] != _OCTETS_BYTE:
         return None
-    return inner[0][4]
+    return data[inner[0][2]:inner[0][3]]
 
 
 def read(unpacked: Unpacked) -> Signed:
@@ -159,54 +157,59 @@ def _split(der: bytes) -> _Split | None:
     """The SignedData's parts (``_Split``); None when it is not made of exactly the elements a
     document of the usual shape has (a ContentInfo of type signedData whose SignedData holds a
     version, digest algorithms, the content, certificates and one signer), each of a definite
-    length."""
+    length. Walked by offsets (``_at``): only the parts it returns are copied."""
     try:
-        whole, end = _element(der, 0)
-        if _kind(whole) != _SEQUENCE or end != len(der):
+        first, start, stop = _at(der, 0)
+        if first != _SEQUENCE_BYTE or stop != len(der):
             return None
-        outer = _children(whole[4])
-        if len(outer) != 2 or _bytes(outer[0]) != _SIGNED_DATA or _kind(outer[1]) != _ZERO:
+        outer = _within(der, start, stop)
+        if len(outer) != 2 or der[outer[0][1]:outer[0][3]] != _SIGNED_DATA or outer[1][0] != _ZERO_BYTE:
             return None
-        wrapped = _children(outer[1][4])
-        if len(wrapped) != 1 or _kind(wrapped[0]) != _SEQUENCE:
+        wrapped = _within(der, outer[1][2], outer[1][3])
+        if len(wrapped) != 1 or wrapped[0][0] != _SEQUENCE_BYTE:
             return None
-        parts = _children(wrapped[0][4])
-        if [_kind(p) for p in parts] != [_INTEGER, _SET, _SEQUENCE, _ZERO, _SET]:
+        parts = _within(der, wrapped[0][2], wrapped[0][3])
+        if [p[0] for p in parts] != _PARTS:
             return None
-        infos = _children(parts[4][4])
-        if len(infos) != 1 or _kind(infos[0]) != _SEQUENCE:
+        infos = _within(der, parts[4][2], parts[4][3])
+        if len(infos) != 1 or infos[0][0] != _SEQUENCE_BYTE:
             return None
-        info = _children(infos[0][4])
-    except (ValueError, TypeError):
+        info = _within(der, infos[0][2], infos[0][3])
+    except ValueError:
         return None
-    kinds = [_kind(p) for p in info]
-    if len(info) not in (5, 6) or kinds[0] != _INTEGER or kinds[1] not in (_SEQUENCE, (2, 0, 0)) \
-            or kinds[2] != _SEQUENCE or kinds[-2] != _SEQUENCE or kinds[-1] != _OCTETS \
-            or (len(info) == 6 and kinds[3] != _ZERO):
+    kinds = [p[0] for p in info]
+    if len(info) not in (5, 6) or kinds[0] != _INTEGER_BYTE or kinds[1] not in (_SEQUENCE_BYTE, 0x80) \
+            or kinds[2] != _SEQUENCE_BYTE or kinds[-2] != _SEQUENCE_BYTE or kinds[-1] != _OCTETS_BYTE \
+            or (len(info) == 6 and kinds[3] != _ZERO_BYTE):
         return None
-    if any(p[5] for p in (*outer, *wrapped, *parts, *infos, *info)):
-        return None
-    shared = [_bytes(p) for p in (parts[0], parts[1], parts[3], info[0], info[1], info[2], info[-2])]
-    attrs = _bytes(info[3]) if len(info) == 6 else None
-    return _Split((*shared, b"\x01" if attrs is not None else b""), attrs, info[-1][4], parts[2][4])
+    shared = [der[p[1]:p[3]] for p in (parts[0], parts[1], parts[3], info[0], info[1], info[2], info[-2])]
+    attrs = der[info[3][1]:info[3][3]] if len(info) == 6 else None
+    return _Split((*shared, b"\x01" if attrs is not None else b""), attrs, der[info[-1][2]:info[-1][3]],
+                  der[parts[2][2]:parts[2][3]])
 
 
-def _children(contents: bytes) -> list[_Element]:
-    """The elements ``contents`` is made of, one after another (``_element``)."""
-    out: list[_Element] = []
-    at = 0
-    while at < len(contents):
-        element, at = _element(contents, at)
-        out.append(element)
+_Span = tuple[int, int, int, int]  # its first byte, where it begins, where its contents begin, its end
+_SEQUENCE_BYTE, _SET_BYTE, _ZERO_BYTE, _INTEGER_BYTE, _OCTETS_BYTE = 0x30, 0x31, 0xA0, 0x02, 0x04
+_PARTS = [_INTEGER_BYTE, _SET_BYTE, _SEQUENCE_BYTE, _ZERO_BYTE, _SET_BYTE]
+
+
+def _within(data: bytes, at: int, end: int) -> list[_Span]:
+    """The elements from ``at`` to ``end`` of ``data``, one after another, as spans (``_at``)."""
+    out: list[_Span] = []
+    while at < end:
+        first, start, stop = _at(data, at, end)
+        out.append((first, at, start, stop))
+        at = stop
     return out
 
 
-def _element(data: bytes, at: int) -> tuple[_Element, int]:
-    """The element at ``at`` in ``data``, as asn1crypto's parser.parse gives it, and where the next
-    begins; ValueError when it is truncated, of an indefinite length or of a tag number above 30.
-    Those are never of the usual shape (``_split``, which reads the rest whole), and asn1crypto
-    would copy what follows ``at`` to read each element."""
-    end = len(data)
+def _at(data: bytes, at: int, end: int | None = None) -> tuple[int, int, int]:
+    """The element at ``at`` of ``data`` (up to ``end``), as asn1crypto's parser.parse reads it:
+    its first byte, where its contents begin and where it ends; ValueError when it is truncated,
+    of an indefinite length or of a tag number above 30. Those are never of the usual shape
+    (``_split``, which reads the rest whole), and asn1crypto would copy what follows ``at`` to read
+    each element."""
+    end = len(data) if end is None else end
     if at + 2 > end:
         raise ValueError("truncated")
     first, length = data[at], data[at + 1]
@@ -224,15 +227,7 @@ def _element(data: bytes, at: int) -> tuple[_Element, int]:
     stop = start + length
     if stop > end:
         raise ValueError("truncated")
-    return (first >> 6, (first >> 5) & 1, first & 31, data[at:start], data[start:stop], b""), stop
-
-
-def _kind(element: _Element) -> tuple[int, int, int]:
-    return element[0], element[1], element[2]
-
-
-def _bytes(element: _Element) -> bytes:
-    return element[3] + element[4] + element[5]
+    return first, start, stop
 
 
 def _covered(content: bytes, hash_type: type[hashes.HashAlgorithm], signed_attrs: Any,

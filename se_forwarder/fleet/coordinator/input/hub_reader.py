@@ -15,7 +15,6 @@ Losing the hub and getting it back are said once each (reach.py, ``hub-read``); 
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -31,6 +30,7 @@ from ...tail import cloud_event_of
 from ..azure.clients import consumer
 from ..azure.reach import Reach, begin, describe_error
 from ..config.service import EventHubSettings
+from ..edge.canonical import read as read_json
 from .lag import PROBE_EVERY, End, Watch, end_of
 
 log = logging.getLogger("se_forwarder.coordinator.hub")
@@ -105,7 +105,7 @@ def decode_text(event_data: Any) -> tuple[dict[str, Any] | None, bytes | None]:
             body = event_data.body
             text = body if isinstance(body, bytes | bytearray) else b"".join(body)
             if text[:1] in (b"{", b"["):
-                parsed = json.loads(text)
+                parsed = read_json(text)[0]  # json.loads' value, by orjson where the same
                 whole = not isinstance(parsed, list)
                 if isinstance(parsed, list) and len(parsed) == 1:  # Event Grid's delivery: [CloudEvent]
                     parsed = parsed[0]
