@@ -89,9 +89,11 @@ class Processes:
 def parts(tmp_path: Path) -> Iterator[tuple[EventHubsBroker, Azurite, Azurite]]:
     with EventHubsBroker(eventhub="scheduled-events") as broker:
         blob, queue = Azurite("blob", workdir=tmp_path), Azurite("queue", workdir=tmp_path)
-        blob.start()
-        queue.start()
+        blob.launch()  # side by side: each takes a few seconds to load
+        queue.launch()
         try:
+            blob.listening()
+            queue.listening()
             yield broker, blob, queue
         finally:
             queue.stop()
