@@ -58,11 +58,6 @@ class Azurite:
         self._drainer: threading.Thread | None = None
 
     def start(self, timeout: float = 90.0) -> Azurite:
-        return self.launch().listening(timeout)
-
-    def launch(self) -> Azurite:
-        """The process started, not yet listening (``listening`` waits): a fleet starts its two
-        services side by side, each taking a few seconds to load."""
         if not self.binary:
             raise RuntimeError(f"azurite-{self.service} not found ({INSTALL_HINT})")
         self.proc = subprocess.Popen(
@@ -73,11 +68,6 @@ class Azurite:
         )
         self._drainer = threading.Thread(target=self._drain, name="azurite-output", daemon=True)
         self._drainer.start()
-        return self
-
-    def listening(self, timeout: float = 90.0) -> Azurite:
-        """Once it says it listens: its port known; stopped, with its last lines, when it does not."""
-        assert self.proc is not None
         deadline = time.monotonic() + timeout
         seen: list[str] = []
         while time.monotonic() < deadline:

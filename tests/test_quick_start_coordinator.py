@@ -89,11 +89,9 @@ class Processes:
 def parts(tmp_path: Path) -> Iterator[tuple[EventHubsBroker, Azurite, Azurite]]:
     with EventHubsBroker(eventhub="scheduled-events") as broker:
         blob, queue = Azurite("blob", workdir=tmp_path), Azurite("queue", workdir=tmp_path)
-        blob.launch()  # side by side: each takes a few seconds to load
-        queue.launch()
+        blob.start()
+        queue.start()
         try:
-            blob.listening()
-            queue.listening()
             yield broker, blob, queue
         finally:
             queue.stop()

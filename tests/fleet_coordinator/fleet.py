@@ -166,17 +166,10 @@ class Fleet:
 
     def start(self, vms: list[str] | None = None) -> Fleet:
         """Everything, with an agent on each VM of ``vms`` (default: every VM of the topology)."""
-        self.blob.launch()  # the two storage services load side by side, a few seconds each
-        self.queue.launch()
-        try:
-            self.broker.start()
-            self.server.start()
-            self.blob.listening()
-            self.queue.listening()
-        except BaseException:
-            self.queue.stop()
-            self.blob.stop()
-            raise
+        self.broker.start()
+        self.blob.start()
+        self.queue.start()
+        self.server.start()
         for name in self.topology.vm_names if vms is None else vms:
             self.start_agent(name)
         return self
