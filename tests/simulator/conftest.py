@@ -82,7 +82,9 @@ class CliSimulator:
     url: str
     lines: list[str] = field(default_factory=list)
 
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 10) -> int:
+    # The command's own stop may take 12 s when its threads are slow to end (it joins the server's
+    # thread and the clock's for up to 5 s each, its printer's for 2): a loaded machine is given more.
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
         return self.process.wait(timeout=timeout)
