@@ -56,7 +56,7 @@ values = st.recursive(scalars, lambda inner: st.one_of(
     max_leaves=30)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.dictionaries(st.text(max_size=10), values, max_size=8))
 def test_sane_is_what_json_dumps_says(data):
     assert sane(data) == by_json(data)
