@@ -70,7 +70,7 @@ class QueueSettings:
     keys: KeySource | None = dataclasses.field(repr=False, default=None)
     visibility_timeout: int
     poll_interval: float
-    idle_poll_interval: float | None = None  # None: poll_interval, events or not
+    idle_poll_interval: float  # ... while the VM has no event (QueueConfig)
     secret_env: tuple[str, ...] = ()
     make: Callable[[str], Any] | None = dataclasses.field(repr=False, default=None)  # resolve's ``clients``
 

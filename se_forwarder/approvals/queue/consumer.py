@@ -139,7 +139,7 @@ class QueueConsumer:
         """How long an empty queue is left alone: ``poll_interval`` while the VM has an event
         (or no document yet), else ``idle_poll_interval``, cut short when an event appears."""
         settings, document = self.settings, self.approver.current()
-        if settings.idle_poll_interval is None or document is None or document.events:
+        if document is None or document.events:
             return settings.poll_interval
         return settings.idle_poll_interval
 
