@@ -154,3 +154,16 @@ def test_a_sent_record_not_published_while_the_instance_paused_acting_is_reporte
     scene.sending.want([], 1)
     assert [term for _, _, term in scene.sent] == [1, 1]
     assert len(scene.messages()) == 1
+
+
+def test_a_sent_record_not_published_twice_after_its_event_ended_is_reported_until_it_is(
+        scene: Scene) -> None:
+    scene.sending.want([scene.approval], 1)
+    wait_for(lambda: scene.sent, 10, "the message to be sent")
+    scene.sending.unreported(scene.approval.id)  # the lease lapsed as the message went out
+    scene.sending.want([], 2)  # the event ended meanwhile: no longer wanted
+    scene.sending.unreported(scene.approval.id)  # not acting yet in term 2 either
+    scene.sending.want([], 2)
+    scene.sending.want([], 2)  # published this time: not reported a third time
+    assert [term for _, _, term in scene.sent] == [1, 2, 2]
+    assert len(scene.messages()) == 1

@@ -125,7 +125,10 @@ class QueueSender:
                 if done.term != term:  # its report may have missed the hub as that term ended
                     done.term = term
                     again.append((done.approval, done.queue, done.when))
-            self._done = {i: d for i, d in self._done.items() if i in ids}
+            # One reported again now is kept until a later ``want`` finds it was published
+            # (``unreported`` not called), wanted or not: its record is what says it went out.
+            reported = {a.id for a, _, _ in again}
+            self._done = {i: d for i, d in self._done.items() if i in ids or i in reported}
         for approval, queue, when in again:
             self.on_sent(approval, queue, when, term)
         self._wake.set()
