@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator.config.anchors import anchors
-from se_forwarder.fleet.coordinator.edge import attestation, signed_data
+from se_forwarder.fleet.coordinator.edge import attestation, der, signed_data
 from se_forwarder.fleet.coordinator.edge.chains import Chains
 from se_forwarder.identity.attested import nonce_for
 from se_forwarder.identity.attested import unpack as unpack_whole
@@ -91,9 +91,9 @@ def test_no_single_byte_change_reads_otherwise_than_the_whole_read(azure, chains
 
 
 def _element(data: bytes, at: int):
-    """edge/signed_data._at's element as asn1crypto's parser gives it: (class, method, tag, header,
+    """edge/der.header_at's element as asn1crypto's parser gives it: (class, method, tag, header,
     contents, trailer), and where the next begins."""
-    first, start, stop = signed_data._at(data, at)
+    first, start, stop = der.header_at(data, at)
     return (first >> 6, (first >> 5) & 1, first & 31, data[at:start], data[start:stop], b""), stop
 
 
@@ -117,7 +117,7 @@ def _der_prefixes() -> st.SearchStrategy[bytes]:
 @settings(max_examples=500)
 @given(st.one_of(_der_prefixes(), st.binary(max_size=40)))
 def test_an_element_is_read_as_asn1crypto_reads_it_or_not_at_all(data):
-    """edge/signed_data._at: what asn1crypto's parser reads when it is of a definite length
+    """edge/der.header_at: what asn1crypto's parser reads when it is of a definite length
     and a low tag number; otherwise nothing, and the document is read whole."""
     try:
         mine = _element(data, 0)
@@ -146,3 +146,77 @@ def test_an_honest_documents_parts_are_split_as_asn1crypto_splits_them(azure):
         element, at = _asn1crypto_element(contents, at)
         reference.append(element)
     assert walked == reference and len(walked) == 2
+
+
+def _framed_and_walked(der_bytes: bytes, azure: AttestationAuthority, chains: Chains):
+    """``_split`` with the honest signer's frame in use (signed_data._framed), and the walk."""
+    for n in range(2):  # the signer's parts remembered, then met again by the walk: its frame
+        assert isinstance(_verify(azure.document(compute_metadata(f"web-{n}", n), NONCE), chains),
+                          attestation.Attested)
+    frame = signed_data._LAST[0]
+    assert frame.split.shared == signed_data._walk(unpack_whole(azure.document(VM, NONCE)).der).shared
+    framed = signed_data._framed(der_bytes, frame)
+    if framed is None:
+        framed = signed_data._split.__wrapped__(der_bytes)  # falls back to the walk
+    return framed, signed_data._walk(der_bytes)
+
+
+def _same_split(framed, walked) -> None:
+    if walked is None:
+        assert framed is None
+        return
+    assert framed is not None and framed._replace(content=None) == walked
+    assert framed.content in (None, signed_data._encapsulated(walked.encap))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_changed_document_is_split_by_its_signers_frame_as_the_walk_splits_it(azure, chains, data):
+    """Single bytes changed, bytes cut or put in, anywhere in an honest document: the frame takes
+    it only as the walk would split it."""
+    sku = data.draw(st.text("abc-", max_size=300))
+    der = bytearray(unpack_whole(azure.document({**VM, "sku": sku}, NONCE)).der)
+    at = data.draw(st.integers(0, len(der) - 1))
+    change = data.draw(st.sampled_from(["byte", "cut", "put", "none"]))
+    if change == "byte":
+        der[at] = data.draw(st.integers(0, 255).filter(lambda b: b != der[at]))
+    elif change == "cut":
+        del der[at:at + data.draw(st.integers(1, 3))]
+    elif change == "put":
+        der[at:at] = data.draw(st.binary(min_size=1, max_size=3))
+    _same_split(*_framed_and_walked(bytes(der), azure, chains))
+
+
+def _long(first: int, contents: bytes, extra: int) -> bytes:
+    """A DER element whose length is written with ``extra`` more octets than the shortest form."""
+    size = len(contents)
+    octets = (size.bit_length() + 7) // 8 + extra
+    return bytes((first, 0x80 | octets)) + size.to_bytes(octets, "big") + contents
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(level=st.integers(0, 8), extra=st.integers(1, 2), sku=st.text("ab", max_size=200))
+def test_a_length_in_a_longer_form_than_the_shortest_is_split_as_the_walk_splits_it(azure, chains, level,
+                                                                                     extra, sku):
+    """BER lengths the walk reads (a length in more octets than it needs) at any of the headers the
+    frame rebuilds: such a document is not the frame's, and the walk reads it."""
+    honest_der = unpack_whole(azure.document({**VM, "sku": sku}, NONCE)).der
+    split = signed_data._walk(honest_der)
+    content = signed_data._encapsulated(split.encap)
+    version, digests, certificates, *signer, _ = split.shared
+    levels = iter(range(9))
+
+    def enc(first: int, contents: bytes) -> bytes:
+        return _long(first, contents, extra) if next(levels) == level else der.encoded(first, contents)
+
+    signature = enc(0x04, split.signature)
+    info = enc(0x30, b"".join(signer) + signature)
+    infos = enc(0x31, info)
+    inner = enc(0xA0, enc(0x04, content))
+    encap = enc(0x30, bytes.fromhex("06092a864886f70d010701") + inner)
+    body = enc(0x30, version + digests + encap + certificates + infos)
+    rebuilt = enc(0x30, bytes.fromhex("06092a864886f70d010702") + enc(0xA0, body))
+    framed, walked = _framed_and_walked(rebuilt, azure, chains)
+    assert walked is not None and walked.signature == split.signature
+    _same_split(framed, walked)
+    assert signed_data._framed(rebuilt, signed_data._LAST[0]) is None

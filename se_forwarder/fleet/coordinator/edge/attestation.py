@@ -61,7 +61,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from ....identity.attested import AttestedFormatError, Unpacked, unpack
 from ..config.anchors import Anchors
 from . import signed_data
-from .chains import Chains, key_problem
+from .chains import Chains
 from .signed_data import Refusal
 from .signed_data import Refused as _Refused
 from .signed_data import Signed as _Signed
@@ -134,7 +134,7 @@ def signed(unpacked: Unpacked, attested: Attested, *, chains: Chains, now: datet
     signature check and the chain (the table's rows from ``no-signer-cert``)."""
     try:
         read = _read_signed(unpacked)
-        problem = key_problem(read.cert, read.cert_der)
+        problem = chains.key_problem(read.cert, read.cert_der)
         if problem is not None:
             raise _Refused("signer-key", f"the document is signed with {problem}")
         _verify_with(read)

@@ -18,12 +18,14 @@ certificate in it.
 Keys: a signing certificate's key must be one Azure uses (``key_problem``): RSA of 2048 to 4096
 bits with the public exponent 65537, or ECDSA on P-256 or P-384 (the curves of the Microsoft Azure
 ECC TLS Issuing CAs and of Microsoft ECC Root Certificate Authority 2017). A 3071-bit exponent is
-refused before anything is computed with it; the answer is kept by the certificate's DER.
+refused before anything is computed with it; the answer is kept with the chain's (``Chains``).
 
-``Chains`` caches each verdict by the signing certificate's SHA-256 (the same few certificates
-sign every VM's document in a region), in an LRU of ``ENTRIES``: a verdict that holds keeps the
-window in which every certificate of its chain is valid (outside it the chain is built again); a
-refusal holds until the intermediates change (a fetch), so a forger's certificate is looked at once.
+``Chains`` remembers, by the signing certificate's SHA-256 (the same few certificates sign every
+VM's document in a region), in one LRU of ``ENTRIES``, both verdicts on it: its key's
+(``key_problem``: reading the key's size and exponent costs a tenth of the signature check) and
+its chain's. A chain's verdict that holds keeps the window in which every certificate of its chain
+is valid (outside it the chain is built again); a refusal holds until the intermediates change (a
+fetch), so a forger's certificate is looked at once.
 """
 
 from __future__ import annotations
@@ -49,25 +51,9 @@ RSA_EXPONENT = 65537
 EC_CURVES = (ec.SECP256R1, ec.SECP384R1)
 
 
-def key_problem(cert: x509.Certificate, der: bytes | None = None) -> str | None:
-    """Why the certificate's key is not one Azure signs with (one line), or None; ``der``: the
-    certificate's DER, by which the answer is remembered (the same few certificates sign every
-    document, and reading the key's size and exponent costs a tenth of the signature check)."""
-    if der is None:
-        return _key_problem(cert)
-    if der in _KEYS:
-        return _KEYS[der]
-    found = _key_problem(cert)
-    if len(_KEYS) >= ENTRIES:
-        _KEYS.clear()
-    _KEYS[der] = found
-    return found
-
-
-_KEYS: dict[bytes, str | None] = {}  # key_problem's answers by the certificate's DER
-
-
-def _key_problem(cert: x509.Certificate) -> str | None:
+def key_problem(cert: x509.Certificate) -> str | None:
+    """Why the certificate's key is not one Azure signs with (one line), or None (``Chains``
+    remembers it per signing certificate)."""
     try:
         key = cert.public_key()
     except (ValueError, TypeError) as exc:
@@ -142,14 +128,26 @@ def paths(cert: x509.Certificate, intermediates: Sequence[x509.Certificate],
     return found
 
 
+class _Signer:
+    """What ``Chains`` remembers of one signing certificate."""
+
+    __slots__ = ("key", "generation", "chain")
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key  # key_problem's answer
+        self.generation = -1  # the intermediates' generation ``chain`` was reached with
+        self.chain: ChainVerdict | None = None
+
+
 class Chains:
-    """Chain verdicts for one set of anchors, cached (module docstring). Not thread-safe: one per
-    verifying thread or process."""
+    """Verdicts on signing certificates for one set of anchors, cached (module docstring). Not
+    thread-safe: one per verifying thread or process."""
 
     def __init__(self, anchors: Anchors, entries: int = ENTRIES) -> None:
         self.anchors = anchors
         self.entries = entries
-        self._cache: OrderedDict[tuple[bytes, int], ChainVerdict] = OrderedDict()
+        self._cache: OrderedDict[bytes, _Signer] = OrderedDict()
+        self._last: tuple[bytes, bytes] = (b"", b"")  # the DER last looked up, its SHA-256
         self._extra: dict[bytes, x509.Certificate] = {}  # fetched intermediates, by their SHA-256
         self.built = self.hits = 0
 
@@ -163,22 +161,36 @@ class Chains:
     def generation(self) -> int:
         return len(self._extra)
 
+    def _signer(self, cert: x509.Certificate, der: bytes) -> _Signer:
+        """What is remembered of the signing certificate ``cert`` (DER ``der``), made the newest."""
+        last, digest = self._last
+        if der is not last:  # the same object: a signer's documents share their certificate's bytes
+            digest = hashlib.sha256(der).digest()
+            self._last = (der, digest)
+        found = self._cache.get(digest)
+        if found is None:
+            found = self._cache[digest] = _Signer(key_problem(cert))
+            while len(self._cache) > self.entries:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(digest)
+        return found
+
+    def key_problem(self, cert: x509.Certificate, der: bytes) -> str | None:
+        """``key_problem(cert)``, remembered by the certificate's DER ``der``."""
+        return self._signer(cert, der).key
+
     def verdict(self, cert: x509.Certificate, der: bytes, now: datetime) -> ChainVerdict:
         """The chain verdict of the signing certificate ``cert`` (DER ``der``) at ``now``."""
-        key = (hashlib.sha256(der).digest(), self.generation)
-        when = now.timestamp()
-        known = self._cache.get(key)
-        if known is not None and (known.name is None or known.valid_from <= when <= known.valid_until):
-            self._cache.move_to_end(key)
+        signer = self._signer(cert, der)
+        known = signer.chain
+        if known is not None and signer.generation == self.generation and (
+                known.name is None or known.valid_from <= now.timestamp() <= known.valid_until):
             self.hits += 1
             return known
-        verdict = self._build(cert, now)
+        signer.chain, signer.generation = self._build(cert, now), self.generation
         self.built += 1
-        self._cache[key] = verdict
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.entries:
-            self._cache.popitem(last=False)
-        return verdict
+        return signer.chain
 
     def _build(self, cert: x509.Certificate, now: datetime) -> ChainVerdict:
         anchors = self.anchors

@@ -58,15 +58,17 @@ def verifier(raw: bytes) -> Verify:
     return verify
 
 
-def problem(message: Mapping[str, Any], raw: bytes) -> str | None:
-    """Why ``message`` is not signed by the raw key ``raw`` (signing.problem's rules and lines), or None."""
+def problem(message: Mapping[str, Any], raw: bytes, keyid: str | None = None,
+            plain: bool = False) -> str | None:
+    """Why ``message`` is not signed by the raw key ``raw`` (signing.problem's rules and lines), or
+    None; ``keyid``: ``raw``'s key id, when known; ``plain``: canonical.read found ``message`` plain."""
     kid = message.get(signing.KEYID_ATTRIBUTE)
     claimed = message.get(signing.SIGNATURE_ATTRIBUTE)
-    if kid != signing.raw_keyid(raw) or not isinstance(claimed, str) or len(claimed) > 100:
+    if kid != (keyid or signing.raw_keyid(raw)) or not isinstance(claimed, str) or len(claimed) > 100:
         return _said(message, raw)
     try:
         signature = base64.b64decode(claimed, validate=True)
-        body = canonical(message)
+        body = canonical(message, plain)
     except (binascii.Error, ValueError, TypeError, RecursionError):
         return _said(message, raw)
     if len(signature) != signing.SIGNATURE_BYTES or not verifier(raw)(signature, body):

@@ -159,8 +159,8 @@ def registration(job: Job, event: Mapping[str, Any], now: float | None,
 
 
 def _registration(attested: trust.Attestation, event: Mapping[str, Any], now: float | None,
-                  bound: Identity | None) -> trust.Checked:
-    return trust.Checked(verdict=trust.registration(event, attested, now, lambda _vm: bound))
+                  bound: Identity | None, plain: bool = False) -> trust.Checked:
+    return trust.Checked(verdict=trust.registration(event, attested, now, lambda _vm: bound, plain))
 
 
 #: A registration's verdict as it crosses back to the service: ``Verdict``'s fields in order, its
@@ -178,10 +178,11 @@ def registrations(job: Job, items: Sequence[tuple[bytes | str | Mapping[str, Any
     out: list[Answer | None] = []
     for text, now, bound in items:
         try:
-            event = read(text)[0] if isinstance(text, bytes | str) else text
+            event, plain = read(text) if isinstance(text, bytes | str) else (text, False)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            event = None
-        out.append(answer(_registration(attested, event, now, bound)) if isinstance(event, Mapping) else None)
+            event, plain = None, False
+        out.append(answer(_registration(attested, event, now, bound, plain)) if isinstance(event, Mapping)
+                   else None)
     return out
 
 

@@ -16,10 +16,17 @@ and shape by construction, and only its own parts are read (its signed attribute
 asn1crypto's classes, as in the whole read). Anything else (another certificate, another order,
 a CRL, unsigned attributes, an indefinite length, a constructed signature) is read whole. A
 document that is refused is never remembered.
+
+Finding those parts is itself a walk of every element (``_walk``); a document of the signer whose
+parts were last met (without signed attributes, as Azure's) is instead matched against them
+(``_framed``): it is taken only when it is, byte for byte, the document those parts make around
+its own content and signature, so it splits exactly as the walk would split it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -30,6 +37,7 @@ from cryptography.hazmat.primitives import hashes
 from ....identity.attested import MAX_SIGNATURE_CHARS, Unpacked
 from ....identity.attested import unpack as unpack_whole
 from .canonical import read as read_json
+from .der import INTEGER_BYTE, OCTETS_BYTE, SEQUENCE_BYTE, SET_BYTE, ZERO_BYTE, elements, encoded, header_at
 
 HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "2.16.840.1.101.3.4.2.1": hashes.SHA256, "2.16.840.1.101.3.4.2.2": hashes.SHA384,
@@ -76,15 +84,13 @@ def unpack(document: Any) -> Unpacked:
     """identity/attested.unpack, its content read from the encapsulated element's bytes when the
     SignedData has the usual shape (``_split``); through asn1crypto's classes otherwise, and
     whenever anything is amiss (so every refusal is unpack's own)."""
-    import base64
-    import binascii
-
     text = document.get("signature") if isinstance(document, dict) and document.get("encoding") == "pkcs7" \
         else None
     if not isinstance(text, str) or not text or len(text) > MAX_SIGNATURE_CHARS:
         return unpack_whole(document)
     try:
-        der = base64.b64decode(text, validate=True)  # Azure's has no line breaks
+        der = binascii.a2b_base64(text, strict_mode=True)  # b64decode(validate=True) without its
+        # wrapper; Azure's has no line breaks
     except (binascii.Error, ValueError):
         try:
             der = base64.b64decode("".join(text.split()), validate=True)
@@ -106,15 +112,19 @@ def _content(der: bytes) -> bytes | None:
     split = _split(der)
     if split is None:
         return None
-    data = split.encap
+    return split.content if split.content is not None else _encapsulated(split.encap)
+
+
+def _encapsulated(data: bytes) -> bytes | None:
+    """The content in the encapsulated content's element's contents ``data`` (``_content``)."""
     try:
-        encap = _within(data, 0, len(data))
-        if len(encap) != 2 or data[encap[0][1]:encap[0][3]] != _DATA or encap[1][0] != _ZERO_BYTE:
+        encap = elements(data, 0, len(data))
+        if len(encap) != 2 or data[encap[0][1]:encap[0][3]] != _DATA or encap[1][0] != ZERO_BYTE:
             return None
-        inner = _within(data, encap[1][2], encap[1][3])
+        inner = elements(data, encap[1][2], encap[1][3])
     except ValueError:
         return None
-    if len(inner) != 1 or inner[0][0] != _OCTETS_BYTE:
+    if len(inner) != 1 or inner[0][0] != OCTETS_BYTE:
         return None
     return data[inner[0][2]:inner[0][3]]
 
@@ -150,6 +160,7 @@ class _Split(NamedTuple):
     attrs: bytes | None  # the signed attributes' [0] element
     signature: bytes
     encap: bytes  # the encapsulated content's element's contents
+    content: bytes | None = None  # the content, when found (``_framed``)
 
 
 @functools.lru_cache(maxsize=8)  # a document is split for its content, then for its signature
@@ -157,30 +168,118 @@ def _split(der: bytes) -> _Split | None:
     """The SignedData's parts (``_Split``); None when it is not made of exactly the elements a
     document of the usual shape has (a ContentInfo of type signedData whose SignedData holds a
     version, digest algorithms, the content, certificates and one signer), each of a definite
-    length. Walked by offsets (``_at``): only the parts it returns are copied."""
+    length. Walked by offsets (edge/der.py): only the parts it returns are copied; a document of
+    the signer whose parts were last met is matched against them instead (``_framed``)."""
+    known = _framed(der, _LAST[0]) if _LAST else None
+    if known is not None:
+        return known
+    split = _walk(der)
+    if split is not None and split.attrs is None and split.shared in _SHAPES:
+        _LAST[:] = [_Frame.of(split)]
+    return split
+
+
+class _Frame(NamedTuple):
+    """A remembered signer's parts (no signed attributes), as the bytes around a document's own
+    content and signature (``_framed``)."""
+
+    split: _Split  # shared parts: (version, digest algorithms, certificates, the signer's version,
+    # identifier, digest algorithm, signature algorithm, b"")
+    head: bytes  # the version and digest algorithms, as they follow the SignedData's header
+    signature_length: int
+    layouts: dict[int, _Layout]  # by a document's length
+
+    @staticmethod
+    def of(split: _Split) -> _Frame:
+        return _Frame(split, split.shared[0] + split.shared[1], len(split.signature), {})
+
+
+class _Layout(NamedTuple):
+    """Where a document of one length made of a frame's parts has its own parts."""
+
+    before: bytes  # its bytes before the content
+    encap: int  # where the encapsulated content's element's contents begin
+    content: int  # where the content begins
+    ends: int  # where it ends
+    between: bytes  # the bytes between the content and the signature
+
+
+_LAST: list[_Frame] = []  # the frame of the signer whose parts were last met
+LAYOUTS = 256  # a frame's layouts remembered (one per length of content: a region has a few)
+
+
+def _framed(der: bytes, frame: _Frame) -> _Split | None:
+    """``_walk(der)`` for a document made of ``frame``'s parts around its own content and signature,
+    each element of a definite length in its shortest form; None otherwise (``_walk`` reads it).
+
+    Such a document is known by its length: its bytes but the content and the signature are those
+    of the first document of that length that was found, by its headers, to equal byte for byte
+    the one its content, signature and ``frame``'s parts make."""
+    size = len(der)
+    layout = frame.layouts.get(size)
+    if layout is None:
+        layout = _layout(der, frame)
+        if layout is None:
+            return None
+        if len(frame.layouts) >= LAYOUTS:
+            frame.layouts.clear()
+        frame.layouts[size] = layout
+    signs = size - frame.signature_length
+    if not der.startswith(layout.before) or der[layout.ends:signs] != layout.between:
+        return None
+    return _Split(frame.split.shared, None, der[signs:], der[layout.encap:layout.ends],
+                  der[layout.content:layout.ends])
+
+
+def _layout(der: bytes, frame: _Frame) -> _Layout | None:
+    """``_framed``'s layout of documents of ``der``'s length, from ``der`` (None: not made of
+    ``frame``'s parts)."""
     try:
-        first, start, stop = _at(der, 0)
-        if first != _SEQUENCE_BYTE or stop != len(der):
+        _, at, _ = header_at(der, 0)  # the ContentInfo, its OID (checked below), [0], the SignedData
+        _, at, _ = header_at(der, at + len(_SIGNED_DATA))
+        _, at, _ = header_at(der, at)
+        at += len(frame.head)
+        _, at, _ = header_at(der, at)  # the encapsulated content's SEQUENCE, its OID, [0], OCTET STRING
+        _, at, _ = header_at(der, at + len(_DATA))
+        _, at, stop = header_at(der, at)
+    except ValueError:
+        return None
+    content, signature = der[at:stop], der[len(der) - frame.signature_length:]
+    _, _, certificates, *signer, _ = frame.split.shared
+    inner = encoded(0xA0, encoded(OCTETS_BYTE, content))
+    info = encoded(SEQUENCE_BYTE, b"".join(signer) + encoded(OCTETS_BYTE, signature))
+    body = frame.head + encoded(SEQUENCE_BYTE, _DATA + inner) + certificates + encoded(SET_BYTE, info)
+    if der != encoded(SEQUENCE_BYTE, _SIGNED_DATA + encoded(0xA0, encoded(SEQUENCE_BYTE, body))):
+        return None
+    return _Layout(der[:at], at - (len(inner) - len(content)) - len(_DATA), at, stop,
+                   der[stop:len(der) - len(signature)])
+
+
+def _walk(der: bytes) -> _Split | None:
+    """``_split`` by walking every element."""
+    try:
+        first, start, stop = header_at(der, 0)
+        if first != SEQUENCE_BYTE or stop != len(der):
             return None
-        outer = _within(der, start, stop)
-        if len(outer) != 2 or der[outer[0][1]:outer[0][3]] != _SIGNED_DATA or outer[1][0] != _ZERO_BYTE:
+        outer = elements(der, start, stop)
+        if len(outer) != 2 or der[outer[0][1]:outer[0][3]] != _SIGNED_DATA or outer[1][0] != ZERO_BYTE:
             return None
-        wrapped = _within(der, outer[1][2], outer[1][3])
-        if len(wrapped) != 1 or wrapped[0][0] != _SEQUENCE_BYTE:
+        wrapped = elements(der, outer[1][2], outer[1][3])
+        if len(wrapped) != 1 or wrapped[0][0] != SEQUENCE_BYTE:
             return None
-        parts = _within(der, wrapped[0][2], wrapped[0][3])
+        parts = elements(der, wrapped[0][2], wrapped[0][3])
         if [p[0] for p in parts] != _PARTS:
             return None
-        infos = _within(der, parts[4][2], parts[4][3])
-        if len(infos) != 1 or infos[0][0] != _SEQUENCE_BYTE:
+        infos = elements(der, parts[4][2], parts[4][3])
+        if len(infos) != 1 or infos[0][0] != SEQUENCE_BYTE:
             return None
-        info = _within(der, infos[0][2], infos[0][3])
+        info = elements(der, infos[0][2], infos[0][3])
     except ValueError:
         return None
     kinds = [p[0] for p in info]
-    if len(info) not in (5, 6) or kinds[0] != _INTEGER_BYTE or kinds[1] not in (_SEQUENCE_BYTE, 0x80) \
-            or kinds[2] != _SEQUENCE_BYTE or kinds[-2] != _SEQUENCE_BYTE or kinds[-1] != _OCTETS_BYTE \
-            or (len(info) == 6 and kinds[3] != _ZERO_BYTE):
+    if len(info) not in (5, 6) or kinds[0] != INTEGER_BYTE or kinds[1] not in (SEQUENCE_BYTE, 0x80) \
+            or kinds[2] != SEQUENCE_BYTE or kinds[-2] != SEQUENCE_BYTE or kinds[-1] != OCTETS_BYTE \
+            or (len(info) == 6 and kinds[3] != ZERO_BYTE):
         return None
     shared = [der[p[1]:p[3]] for p in (parts[0], parts[1], parts[3], info[0], info[1], info[2], info[-2])]
     attrs = der[info[3][1]:info[3][3]] if len(info) == 6 else None
@@ -188,46 +287,7 @@ def _split(der: bytes) -> _Split | None:
                   der[parts[2][2]:parts[2][3]])
 
 
-_Span = tuple[int, int, int, int]  # its first byte, where it begins, where its contents begin, its end
-_SEQUENCE_BYTE, _SET_BYTE, _ZERO_BYTE, _INTEGER_BYTE, _OCTETS_BYTE = 0x30, 0x31, 0xA0, 0x02, 0x04
-_PARTS = [_INTEGER_BYTE, _SET_BYTE, _SEQUENCE_BYTE, _ZERO_BYTE, _SET_BYTE]
-
-
-def _within(data: bytes, at: int, end: int) -> list[_Span]:
-    """The elements from ``at`` to ``end`` of ``data``, one after another, as spans (``_at``)."""
-    out: list[_Span] = []
-    while at < end:
-        first, start, stop = _at(data, at, end)
-        out.append((first, at, start, stop))
-        at = stop
-    return out
-
-
-def _at(data: bytes, at: int, end: int | None = None) -> tuple[int, int, int]:
-    """The element at ``at`` of ``data`` (up to ``end``), as asn1crypto's parser.parse reads it:
-    its first byte, where its contents begin and where it ends; ValueError when it is truncated,
-    of an indefinite length or of a tag number above 30. Those are never of the usual shape
-    (``_split``, which reads the rest whole), and asn1crypto would copy what follows ``at`` to read
-    each element."""
-    end = len(data) if end is None else end
-    if at + 2 > end:
-        raise ValueError("truncated")
-    first, length = data[at], data[at + 1]
-    if first & 31 == 31:
-        raise ValueError("a high tag number")
-    start = at + 2
-    if length & 0x80:
-        octets = length & 0x7F
-        if not octets:
-            raise ValueError("an indefinite length")
-        if start + octets > end:
-            raise ValueError("truncated")
-        length = int.from_bytes(data[start:start + octets], "big")
-        start += octets
-    stop = start + length
-    if stop > end:
-        raise ValueError("truncated")
-    return first, start, stop
+_PARTS = [INTEGER_BYTE, SET_BYTE, SEQUENCE_BYTE, ZERO_BYTE, SET_BYTE]
 
 
 def _covered(content: bytes, hash_type: type[hashes.HashAlgorithm], signed_attrs: Any,

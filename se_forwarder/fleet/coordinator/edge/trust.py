@@ -267,10 +267,11 @@ def report(event: Mapping[str, Any], registered: Registered, require_signed: boo
 
 
 def registration(event: Mapping[str, Any], attested: Attestation | None, now: float | None,
-                 bound: Bound = _unbound) -> Verdict:
+                 bound: Bound = _unbound, plain: bool = False) -> Verdict:
     """The verdict on an identity (registration) event (module docstring, "Registrations"): the
     cheap checks (the event's shape, a document refused before, the document's claims), then the
-    event's own signature, then the document's signature and chain."""
+    event's own signature, then the document's signature and chain; ``plain``: canonical.read
+    found the event plain (its canonical form is then made without looking again)."""
     data = event.get("data")
     vm_id = _vm_id(event)
     raw = _public_key(data.get("PublicKey") if isinstance(data, Mapping) else None)
@@ -295,7 +296,7 @@ def registration(event: Mapping[str, Any], attested: Attestation | None, now: fl
                                vm_id=vm_id, newer_than=newer_than)
     if isinstance(found, attestation.Refusal):
         return _refused_document(vm_id, found)
-    problem = ed25519.problem(event, raw)
+    problem = ed25519.problem(event, raw, kid, plain)
     if problem is not None:
         return Verdict(False, IDENTITY_SIGNATURE, f"the registration of {vm_id} is not signed by the key "
                        f"it registers ({problem})")
