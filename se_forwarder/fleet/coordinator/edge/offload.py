@@ -28,6 +28,7 @@ import binascii
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from ....approvals import signing
@@ -39,7 +40,7 @@ from .canonical import canonical, read
 from .ed25519 import verifier
 
 _ATTESTED: dict[bytes, trust.Attestation] = {}
-_IDENTITY = tuple(f.name for f in fields(Identity))  # in order: Identity(*values)
+_IDENTITY = attrgetter(*(f.name for f in fields(Identity)))  # its values in order: Identity(*values)
 ed25519 = verifier  # the reports' verifier per raw key (edge/ed25519.py)
 
 
@@ -191,7 +192,7 @@ def answer(checked: trust.Checked) -> Answer:
     v = checked.verdict
     assert v is not None
     c = v.claim
-    claim = None if c is None else (c.vm, *(getattr(c.identity, f) for f in _IDENTITY))
+    claim = None if c is None else (c.vm, *_IDENTITY(c.identity))
     return (v.trusted, v.code, v.detail, v.keyid, v.sender, v.verified, claim, v.fetch)
 
 
