@@ -184,30 +184,31 @@ def _check_claims(unpacked: Unpacked, nonce: str | tuple[str, ...], now: datetim
                   subscriptions: Collection[str] | None,
                   skew: timedelta, vm_id: str | None, newer_than: datetime | None) -> Attested:
     """The claims, unverified: what gives a forgery away before any signature work."""
-    claims = unpacked.claims
+    claims, found, vm = unpacked.claims, unpacked.nonce, unpacked.vm_id
     allowed = (nonce,) if isinstance(nonce, str) else nonce
-    if unpacked.nonce not in allowed:
-        raise _Refused("nonce", f"the document's nonce {str(unpacked.nonce)[:40]!r} is not the "
+    if found not in allowed:
+        raise _Refused("nonce", f"the document's nonce {str(found)[:40]!r} is not the "
                        f"registering key's ({' or '.join(allowed)})")
     created, expires = unpacked.times()
-    if unpacked.vm_id is None or created is None or expires is None:
+    if vm is None or created is None or expires is None:
         raise _Refused("claims", "vmId, timeStamp.createdOn or timeStamp.expiresOn is missing")
-    if vm_id is not None and unpacked.vm_id.lower() != vm_id.lower():
-        raise _Refused("vm", f"the attested document is {unpacked.vm_id[:60]}'s, not {vm_id[:60]}'s")
+    if vm_id is not None and vm.lower() != vm_id.lower():
+        raise _Refused("vm", f"the attested document is {vm[:60]}'s, not {vm_id[:60]}'s")
     if expires < now:
         raise _Refused("expired", f"the document expired at {expires.isoformat()}")
     if created > now + skew:
         raise _Refused("future", f"the document is created at {created.isoformat()}, ahead of "
                        "the coordinator's clock")
     subscription = _text(claims.get("subscriptionId"))
-    if subscriptions is not None and subscription.lower() not in {s.lower() for s in subscriptions}:
+    if subscriptions is not None and subscription.lower() not in subscriptions \
+            and subscription.lower() not in {s.lower() for s in subscriptions}:  # (the first: as given)
         raise _Refused("subscription", f"subscription {subscription[:60]!r} is not allowed")
     if newer_than is not None and created <= newer_than:
-        raise _Refused("stale", f"another key is bound to {unpacked.vm_id[:60]} by a document created at "
+        raise _Refused("stale", f"another key is bound to {vm[:60]} by a document created at "
                        f"{newer_than.isoformat()}; this one is not newer")
     plan = claims.get("plan")
     return Attested(
-        vm_id=unpacked.vm_id, subscription_id=subscription, nonce=str(unpacked.nonce), created_on=created,
+        vm_id=vm, subscription_id=subscription, nonce=str(found), created_on=created,
         expires_on=expires, sku=_text(claims.get("sku")), license_type=_text(claims.get("licenseType")),
         plan={str(k): _text(v) for k, v in plan.items()} if isinstance(plan, Mapping) else {})
 

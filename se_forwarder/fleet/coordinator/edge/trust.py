@@ -140,6 +140,8 @@ class Attestation:
     def __post_init__(self) -> None:
         if self.chains is None:
             object.__setattr__(self, "chains", Chains(self.anchors))
+        if self.subscriptions is not None:  # as a document's is compared: lower case, found at once
+            object.__setattr__(self, "subscriptions", frozenset(s.lower() for s in self.subscriptions))
 
 
 @dataclass(frozen=True)
