@@ -5,6 +5,7 @@ are read only in their own parts, and no change to one of them reads differently
 from __future__ import annotations
 
 import base64
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -150,15 +151,24 @@ def test_an_honest_documents_parts_are_split_as_asn1crypto_splits_them(azure):
 
 def _framed_and_walked(der_bytes: bytes, azure: AttestationAuthority, chains: Chains):
     """``_split`` with the honest signer's frame in use (signed_data._framed), and the walk."""
-    for n in range(2):  # the signer's parts remembered, then met again by the walk: its frame
-        assert isinstance(_verify(azure.document(compute_metadata(f"web-{n}", n), NONCE), chains),
-                          attestation.Attested)
-    frame = signed_data._LAST[0]
-    assert frame.split.shared == signed_data._walk(unpack_whole(azure.document(VM, NONCE)).der).shared
+    for _ in range(2):  # the signer's parts remembered, then met again by the walk: its frame
+        assert isinstance(_verify(azure.document(_vm(), NONCE), chains), attestation.Attested)
+    frame = _frame(azure)
     framed = signed_data._framed(der_bytes, frame)
     if framed is None:
         framed = signed_data._split.__wrapped__(der_bytes)  # falls back to the walk
     return framed, signed_data._walk(der_bytes)
+
+
+def _vm() -> dict:
+    """A new VM's metadata: its document is like no other (``_split`` remembers the last few)."""
+    return compute_metadata(f"vm-{uuid.uuid4()}", 0)
+
+
+def _frame(azure: AttestationAuthority):
+    """The frame of ``azure``'s signer (signed_data._FRAMES)."""
+    shared = signed_data._walk(unpack_whole(azure.document(VM, NONCE)).der).shared
+    return next(f for f in signed_data._FRAMES.values() if f.split.shared == shared)
 
 
 def _same_split(framed, walked) -> None:
@@ -219,4 +229,17 @@ def test_a_length_in_a_longer_form_than_the_shortest_is_split_as_the_walk_splits
     framed, walked = _framed_and_walked(rebuilt, azure, chains)
     assert walked is not None and walked.signature == split.signature
     _same_split(framed, walked)
-    assert signed_data._framed(rebuilt, signed_data._LAST[0]) is None
+    assert signed_data._framed(rebuilt, _frame(azure)) is None
+
+
+def test_two_signers_documents_interleaved_are_each_split_by_their_own_frame(azure, chains):
+    other = AttestationAuthority()
+    for _ in range(2):  # each signer's parts remembered, then its frame
+        for signer in (azure, other):
+            _verify(signer.document(_vm(), NONCE), chains)
+    for _ in range(4):
+        for signer in (azure, other):
+            der = unpack_whole(signer.document(_vm(), NONCE)).der
+            split = signed_data._split(der)
+            assert split is not None and split.content is not None  # found by a frame, not walked
+            _same_split(split, signed_data._walk(der))

@@ -169,13 +169,23 @@ def _split(der: bytes) -> _Split | None:
     document of the usual shape has (a ContentInfo of type signedData whose SignedData holds a
     version, digest algorithms, the content, certificates and one signer), each of a definite
     length. Walked by offsets (edge/der.py): only the parts it returns are copied; a document of
-    the signer whose parts were last met is matched against them instead (``_framed``)."""
-    known = _framed(der, _LAST[0]) if _LAST else None
-    if known is not None:
-        return known
+    a signer whose parts are remembered is matched against them instead (``_framed``), its frame
+    found by the bytes before its signature (its signer's identifier and algorithms)."""
+    size = len(der)
+    for signs, tail in _ENDS:
+        frame = _FRAMES.get(der[size - signs - tail:size - signs])
+        known = _framed(der, frame) if frame is not None else None
+        if known is not None:
+            return known
     split = _walk(der)
     if split is not None and split.attrs is None and split.shared in _SHAPES:
-        _LAST[:] = [_Frame.of(split)]
+        frame = _Frame.of(split)
+        if len(_FRAMES) >= FRAMES:
+            _FRAMES.clear()
+            _ENDS.clear()
+        _FRAMES[frame.tail] = frame
+        if (frame.signature_length, len(frame.tail)) not in _ENDS:
+            _ENDS.append((frame.signature_length, len(frame.tail)))
     return split
 
 
@@ -187,11 +197,18 @@ class _Frame(NamedTuple):
     # identifier, digest algorithm, signature algorithm, b"")
     head: bytes  # the version and digest algorithms, as they follow the SignedData's header
     signature_length: int
+    between: bytes  # what follows the content up to the signature: the certificates, the signer
+    tail: bytes  # the end of ``between``: the signer's identifier and algorithms, the signature's header
     layouts: dict[int, _Layout]  # by a document's length
 
     @staticmethod
     def of(split: _Split) -> _Frame:
-        return _Frame(split, split.shared[0] + split.shared[1], len(split.signature), {})
+        size = len(split.signature)
+        signature = encoded(OCTETS_BYTE, split.signature)
+        infos = encoded(SET_BYTE, encoded(SEQUENCE_BYTE, b"".join(split.shared[3:7]) + signature))
+        tail = b"".join(split.shared[4:7]) + signature[:len(signature) - size]
+        return _Frame(split, split.shared[0] + split.shared[1], size,
+                      split.shared[2] + infos[:len(infos) - size], tail, {})
 
 
 class _Layout(NamedTuple):
@@ -201,10 +218,11 @@ class _Layout(NamedTuple):
     encap: int  # where the encapsulated content's element's contents begin
     content: int  # where the content begins
     ends: int  # where it ends
-    between: bytes  # the bytes between the content and the signature
 
 
-_LAST: list[_Frame] = []  # the frame of the signer whose parts were last met
+_FRAMES: dict[bytes, _Frame] = {}  # by their tails: the signers whose parts are remembered
+_ENDS: list[tuple[int, int]] = []  # the frames' (signature length, tail length), each once
+FRAMES = 16  # signers' frames remembered (another signer's frame with the same tail displaces one)
 LAYOUTS = 256  # a frame's layouts remembered (one per length of content: a region has a few)
 
 
@@ -225,7 +243,7 @@ def _framed(der: bytes, frame: _Frame) -> _Split | None:
             frame.layouts.clear()
         frame.layouts[size] = layout
     signs = size - frame.signature_length
-    if not der.startswith(layout.before) or der[layout.ends:signs] != layout.between:
+    if not der.startswith(layout.before) or der[layout.ends:signs] != frame.between:
         return None
     return _Split(frame.split.shared, None, der[signs:], der[layout.encap:layout.ends],
                   der[layout.content:layout.ends])
@@ -251,8 +269,7 @@ def _layout(der: bytes, frame: _Frame) -> _Layout | None:
     body = frame.head + encoded(SEQUENCE_BYTE, _DATA + inner) + certificates + encoded(SET_BYTE, info)
     if der != encoded(SEQUENCE_BYTE, _SIGNED_DATA + encoded(0xA0, encoded(SEQUENCE_BYTE, body))):
         return None
-    return _Layout(der[:at], at - (len(inner) - len(content)) - len(_DATA), at, stop,
-                   der[stop:len(der) - len(signature)])
+    return _Layout(der[:at], at - (len(inner) - len(content)) - len(_DATA), at, stop)
 
 
 def _walk(der: bytes) -> _Split | None:
