@@ -3,7 +3,7 @@
 Kept by a hash of each claim, so 100,000 VMs hold no second copy of 100,000 texts: a hash names
 one VM, or the set of VMs whose claims share it (``crowded``), which ``shared`` tells apart by the
 claims themselves (equal hashes of unequal texts are not a shared claim). The hash is cut to 30
-bits: an int of one digit is 32 bytes rather than 48, 3.2 MB less for the queues and resourceIds of
+bits: an int of one digit is 32 bytes rather than 48, 3 MB less for the queues and resourceIds of
 100,000 VMs, for a few hashes shared by chance (about five at that size), told apart as any other.
 """
 
