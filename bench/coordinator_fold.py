@@ -24,6 +24,7 @@ import itertools
 import json
 import resource
 import sys
+import tempfile
 import time
 import uuid
 import zlib
@@ -167,23 +168,28 @@ def transition(state: str, v: dict, event_id: str, names: list[str], t: float, n
 LIMITS = Limits(new_vms_per_minute=1_000_000)
 
 
-class MemoryBlob:
-    """A container of one blob in memory: what SnapshotBlob writes and reads, without a network."""
+class FileBlob:
+    """A container of one blob in a temporary file: what SnapshotBlob writes and reads, without a
+    network. The body is not held in memory: Azure holds the service's, and 12.8 MB of it at
+    100,000 VMs was counted in the RSS the bench reports as the coordinator's."""
 
     def __init__(self) -> None:
-        self.body = b""
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (open as long as the blob)
 
-    def get_blob_client(self, _name: str) -> MemoryBlob:
+    def get_blob_client(self, _name: str) -> FileBlob:
         return self
 
     def upload_blob(self, body: bytes, **_: object) -> None:
-        self.body = bytes(body)
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(body)
 
-    def download_blob(self, **_: object) -> MemoryBlob:
+    def download_blob(self, **_: object) -> FileBlob:
         return self
 
     def readall(self) -> bytes:
-        return self.body
+        self.file.seek(0)
+        return self.file.read()
 
 
 class Folder:
@@ -424,7 +430,7 @@ def main() -> int:
                  f"{(time.perf_counter() - began) * 1000:.0f} ms"))
     key = signing.generate_private_key()
     keys = signing.VerifyKeys([key.public_key()])
-    store = SnapshotBlob(MemoryBlob(), "bench", "hub", lambda: key, lambda: keys)
+    store = SnapshotBlob(FileBlob(), "bench", "hub", lambda: key, lambda: keys)
     began = time.perf_counter()
     Digest().of(folder.state)  # as the service does after its first turn, then after every turn
     rows.append(("  /v1/state's digest made whole, as at a start", f"{time.perf_counter() - began:.2f} s"))

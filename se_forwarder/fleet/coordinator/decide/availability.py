@@ -356,13 +356,12 @@ class Beats:
             moment, key = heapq.heappop(heap)
             if self.armed.get(key) != moment:
                 continue  # an entry replaced by a later one
-            del self.armed[key]
-            if key not in fleet:
-                continue
-            now_beat = beat(key)
+            now_beat = beat(key) if key in fleet else None
             if now_beat is not None and now_beat >= cutoff:
-                self.arm(key, now_beat)
-            else:
+                self.arm(key, now_beat)  # in place: a dict's entry taken out is never reused
+                continue
+            del self.armed[key]
+            if key in fleet:
                 self.stale.add(key)
 
 

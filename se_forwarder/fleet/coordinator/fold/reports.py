@@ -200,11 +200,11 @@ def _vm(state: FleetState, event: Mapping[str, Any], data: dict[str, Any], stamp
             azure_topology.after_report(state, vm)  # Azure's topology wins; the agent's is its claim
             if vm.topology() != before:
                 state.touch(key)
-            vm.seen = None if seen is None else (seen, complete, caps, read)
+            vm.seen = None if seen is None else (seen, complete, caps, *read)
     if sender.verified:  # where it was first, what it claimed
         observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, read)
         if read is not None and vm.seen is not None:
-            vm.seen = (*vm.seen[:3], observed)
+            vm.seen = (*vm.seen[:3], *observed)
     return vm
 
 
@@ -216,10 +216,9 @@ def _again(state: FleetState, vm: Vm, info: dict[str, Any], stamp: Stamp, limits
     for reason in seen[2]:
         capped[reason] += 1
     if seen[1] and lower(vm.key) == vm.key:  # complete, and about itself
-        before = seen[3]
-        observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, before)
-        if before is None or observed[0] is not before[0] or observed[1] is not before[1]:
-            vm.seen = (*seen[:3], observed)
+        observed = inventory.observe(state, vm, info, (clock, stamp[1]), limits, seen[3:])
+        if observed[0] is not seen[3] or observed[1] is not seen[4]:
+            vm.seen = (*seen[:3], *observed)
         vm.topology_stamp = max(stamp, vm.topology_stamp)
 
 

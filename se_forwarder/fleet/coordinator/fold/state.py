@@ -37,9 +37,10 @@ Stamp = tuple[float, str]  # (CloudEvent time, CloudEvent id): orders reports of
 # and update domain, tags.
 Placement = tuple[str, str, str, str, str, str, str, tuple[tuple[str, str], ...]]
 # What fold/inventory.py read of a data.Vm: its entry of Vm.claims (name, resourceId, when first
-# claimed) and its placement; and what fold/reports.py keeps of the data.Vm it read last (Vm.seen).
+# claimed) and its placement; and what fold/reports.py keeps of the data.Vm it read last (Vm.seen:
+# its fingerprint, whether complete, its caps, then Observed's two, flat: one tuple a VM, not two).
 Observed = tuple[tuple[str, str, float] | None, Placement | None]
-Seen = tuple[int, bool, tuple[str, ...], Observed | None]
+Seen = tuple[int, bool, tuple[str, ...], tuple[str, str, float] | None, Placement | None]
 NO_STAMP: Stamp = (float("-inf"), "")
 # The tags of every VM without any: one dict shared by all (a VM's tags are replaced, never changed
 # in place), so 100,000 untagged VMs do not hold 100,000 empty dicts.

@@ -148,13 +148,17 @@ class Digest:
             state.groups.dirty.clear()
 
     def _again(self, kept: Kept, part: str, keys: Iterable[str], record: Callable[[str], Any]) -> None:
+        """A record's hash is replaced where it is, not taken out and put back: a dict's entries
+        are never reused, so 100,000 VMs hashed again and again would keep doubling its table."""
         hashes, total = kept.hashes[part], kept.sums[part]
         for key in keys:
-            old = hashes.pop(key, None)
+            old = hashes.get(key)
             if old is not None:
                 total -= old
             value = record(key)
             if value is not None:
                 new = hashes[key] = _hash(_canonical(value))
                 total += new
+            elif old is not None:
+                del hashes[key]
         kept.sums[part] = total % MOD
