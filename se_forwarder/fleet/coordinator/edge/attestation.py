@@ -200,8 +200,9 @@ def _check_claims(unpacked: Unpacked, nonce: str | tuple[str, ...], now: datetim
         raise _Refused("future", f"the document is created at {created.isoformat()}, ahead of "
                        "the coordinator's clock")
     subscription = _text(claims.get("subscriptionId"))
-    if subscriptions is not None and subscription.lower() not in subscriptions \
-            and subscription.lower() not in {s.lower() for s in subscriptions}:  # (the first: as given)
+    lowered = subscription.lower()  # found at once in a lowered set (trust.Attestation's), else here
+    if subscriptions is not None and lowered not in subscriptions \
+            and lowered not in {s.lower() for s in subscriptions}:
         raise _Refused("subscription", f"subscription {subscription[:60]!r} is not allowed")
     if newer_than is not None and created <= newer_than:
         raise _Refused("stale", f"another key is bound to {vm[:60]} by a document created at "
