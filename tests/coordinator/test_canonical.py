@@ -85,6 +85,30 @@ def test_tuples_and_subclasses_are_left_to_json():
         assert canonical.canonical(event) == signing.canonical(event)
 
 
+def _only_plain_leaves(value: object) -> bool:
+    if isinstance(value, dict) and type(value) is dict:
+        return all(_only_plain_leaves(v) for v in value.values())
+    if type(value) is list:
+        return all(_only_plain_leaves(v) for v in value)
+    return type(value) in (str, int, bool, type(None))
+
+
+@settings(max_examples=300)
+@given(values | st.recursive(_scalars, lambda inner: st.tuples(inner) | st.lists(inner, max_size=3)))
+def test_a_value_is_plain_when_it_holds_no_float_and_nothing_but_json_types(value):
+    assert canonical.plain(value) == _only_plain_leaves(value)
+
+
+def test_a_value_nested_deeper_than_the_interpreter_recurses_is_not_plain():
+    deep: list[object] = []
+    inner = deep
+    for _ in range(20_000):
+        inner.append([])
+        inner = inner[0]  # type: ignore[assignment]
+    assert canonical.plain(deep) is False
+    assert canonical.plain({"a": [[1, "x", None, True]]}) is True
+
+
 @pytest.mark.parametrize("data", [{"n": 2**70}, {"f": 1e-7}, {"s": "é\x7f"}, {"plain": [1, "a", None]}])
 def test_the_reader_decodes_an_event_as_json_loads_does(data):
     from azure.eventhub import EventData
