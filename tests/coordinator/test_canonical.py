@@ -118,3 +118,21 @@ def test_the_reader_decodes_an_event_as_json_loads_does(data):
     text = json.dumps({"specversion": "1.0", "type": "t", "id": "1", "source": "s", "data": data}).encode()
     event, kept = decode_text(EventData(text))
     assert _same(event, json.loads(text)) and kept == text
+
+
+@given(st.integers(min_value=0, max_value=2**62), st.integers(min_value=0, max_value=2**40),
+       st.integers(min_value=0, max_value=4_102_444_800_000) | st.none())
+def test_the_reader_reads_an_events_position_as_the_sdks_properties_give_it(sequence, offset, enqueued):
+    from azure.eventhub import EventData
+    from azure.eventhub._pyamqp.message import Message  # the SDK's own message type, as received
+
+    from se_forwarder.fleet.coordinator.input.hub_reader import _positions
+
+    notes = {b"x-opt-sequence-number": sequence, b"x-opt-offset": str(offset).encode()}
+    if enqueued is not None:
+        notes[b"x-opt-enqueued-time"] = enqueued
+    event = EventData._from_message(Message(data=[b"{}"], message_annotations=notes))
+    [position] = _positions([event])
+    when = event.enqueued_time
+    assert (position.sequence, position.offset) == (event.sequence_number, str(event.offset))
+    assert position.enqueued == (when.timestamp() if when is not None else None)
