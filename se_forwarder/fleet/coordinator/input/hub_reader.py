@@ -333,8 +333,8 @@ class HubReader:
 def _positions(events: list[Any]) -> list[Position]:
     """Each event's position, read from its AMQP annotations as ``EventData``'s properties read them
     (the same values: sequence number, offset text, enqueued time in epoch seconds), without the
-    ``datetime`` its ``enqueued_time`` makes only to be turned back into seconds (a sixth of a
-    batch's hand-over). Events without annotations (the fleet demo's in-memory hub) give their own."""
+    ``datetime`` its ``enqueued_time`` makes only to be turned back into seconds (0.4 against 1.9 us
+    an event). Events without annotations (the fleet demo's in-memory hub) give their own."""
     try:
         annotations = [e.raw_amqp_message.annotations for e in events]
     except AttributeError:
