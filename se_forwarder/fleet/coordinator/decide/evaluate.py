@@ -168,11 +168,9 @@ class DecisionPass:
         for vm in vms:
             for scope in self.budget_scopes(vm):
                 extra[scope] = extra.get(scope, 0) + self._free_in(vm, scope)
-        facts, taken = self.facts, self.taken_counts
-        found = tuple(
-            BudgetUse(s, kind, size, taken[s], taken[s] + extra[s], limit)
-            for _, s, (_, kind, size, limit) in sorted((f[0], s, f) for s in extra for f in (facts(s),))
-        )
+        taken, ordered = self.taken_counts, sorted((f[0], s, f) for s in extra for f in (self.facts(s),))
+        found = tuple(BudgetUse(s, kind, size, taken[s], taken[s] + extra[s], limit)
+                      for _, s, (_, kind, size, limit) in ordered)
         self._uses = (vms, len(self.taken), found)
         return found
 
