@@ -16,7 +16,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_forwarder.fleet.coordinator import FleetState, Policy
+from se_forwarder.fleet.coordinator import FleetState, Policy, evaluate
 from se_forwarder.fleet.coordinator.decide import index, resolve, unavailable
 from se_forwarder.fleet.coordinator.decide.scopes import ScopeIndex
 
@@ -76,6 +76,19 @@ def test_who_is_unavailable_is_the_same_from_the_kept_index_and_from_scratch(ste
     kept = unavailable(state, policy, index(state, policy), now)
     fresh_state, fresh = scratch(state, policy)
     assert kept == unavailable(fresh_state, policy, fresh, now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step(), max_size=40), st.sampled_from([POLICY, POLICY_ID]), st.integers(0, 1500))
+def test_a_pass_on_the_kept_index_decides_what_one_on_an_index_made_from_scratch_does(steps, policy, at):
+    state = run(steps, policy)
+    now = T0 + at
+    kept = evaluate(state, policy, now)
+    fresh_state, _ = scratch(state, policy)
+    fresh = evaluate(fresh_state, policy, now)
+    assert kept.decisions == fresh.decisions
+    assert kept.verdicts == fresh.verdicts
+    assert (kept.unavailable, kept.used) == (fresh.unavailable, fresh.used)
 
 
 def test_a_learned_group_named_anew_is_forgotten_and_resolutions_that_named_it_are_made_again():

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from se_forwarder.fleet.coordinator import FleetState, Policy
 from se_forwarder.fleet.coordinator.decide import index, placement, unavailable
+from se_forwarder.fleet.coordinator.decide.scope_counts import Counts, Members
 from se_forwarder.fleet.coordinator.decide.scopes import ScopeIndex
 
 from .fleet import SET, T0, AgentVm, Fleet, heartbeat, report
@@ -199,3 +200,47 @@ def test_bursts_that_join_many_sets_at_once_count_what_the_fold_says(drawn, poli
         fleet.announce(f"LATER-{k}", sets[one][:1], sets[one] + [h for h in hosts if h.name in names],
                        t=T0 + 120 + k)
         assert kept(index(fleet.state, policy), fleet.state) == plain(fleet.state, policy)
+
+
+def counted(counts: Counts) -> dict[str, tuple]:
+    """Each group's size and VMs per fault and update domain, however it is kept (one VM or Members)."""
+    out = {}
+    for group, have in counts.groups.items():
+        if isinstance(have, Members):
+            out[group] = (have.size, dict(have.faults), dict(have.updates))
+        else:
+            shape = counts.shape_of[have]
+            faults = {shape.fault: 1} if shape.fault else {}
+            out[group] = (1, faults, {shape.update: 1} if shape.update else {})
+    return out
+
+
+GROUP = st.sampled_from(["g0", "g1", "g2", "g3", "g4"])
+DOMAIN = st.sampled_from(["0", "1", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(GROUP, DOMAIN, DOMAIN), min_size=1, max_size=12), st.data())
+def test_moving_vms_all_at_once_counts_what_moving_them_one_by_one_counts(placed, data):
+    """A burst moves thousands of VMs to the groups their sets are named after in one batch
+    (Counts.regroup): groups of one emptied, groups of several thinned, groups swapped, joined by
+    one VM or by many; the counts are those of the VMs moved one at a time (Counts.move)."""
+    one_by_one, at_once = Counts(POLICY.by_kind), Counts(POLICY.by_kind)
+    group_of = {}
+    for i, (group, fd, ud) in enumerate(placed):
+        vm = AgentVm(f"vm-{i}", fd=fd, ud=ud)
+        fleet = Fleet(POLICY)
+        fleet.beat(vm, t=T0)
+        record = fleet.state.vms[vm.key]
+        for counts in (one_by_one, at_once):
+            counts.put(vm.key, group, counts.shape(record))
+        group_of[vm.key] = group
+    moving = data.draw(st.lists(st.sampled_from(sorted(group_of)), unique=True))
+    moves = [(key, group_of[key], data.draw(GROUP)) for key in moving]
+    moves = [(key, old, new) for key, old, new in moves if new != old]
+    for key, old, new in moves:
+        one_by_one.move(key, old, new)
+    emptied = at_once.regroup(moves)
+    assert counted(at_once) == counted(one_by_one)
+    assert set(emptied) >= {old for _, old, _ in moves} - set(at_once.groups)
+    assert all(at_once.look(s) == one_by_one.look(s) for s in one_by_one.scopes())

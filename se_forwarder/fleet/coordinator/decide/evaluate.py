@@ -168,11 +168,9 @@ class DecisionPass:
         for vm in vms:
             for scope in self.budget_scopes(vm):
                 extra[scope] = extra.get(scope, 0) + self._free_in(vm, scope)
-        facts, taken = self.facts, self.taken_counts
-        found = tuple(
-            BudgetUse(s, kind, size, taken[s], taken[s] + extra[s], limit)
-            for _, s, (_, kind, size, limit) in sorted((facts(s)[0], s, facts(s)) for s in extra)
-        )
+        taken, ordered = self.taken_counts, sorted((f[0], s, f) for s in extra for f in (self.facts(s),))
+        found = tuple(BudgetUse(s, kind, size, taken[s], taken[s] + extra[s], limit)
+                      for _, s, (_, kind, size, limit) in ordered)
         self._uses = (vms, len(self.taken), found)
         return found
 
@@ -278,7 +276,7 @@ class DecisionPass:
             for scope in self.budget_scopes(vm):
                 own[scope] = own.get(scope, 0) + 1
         facts = self.facts
-        over = sorted((facts(s)[0], s, facts(s)) for s, n in own.items() if n > facts(s)[3])
+        over = sorted((f[0], s, f) for s, n in own.items() if n > (f := facts(s))[3])
         if not over:
             return False
         if not {s for _, s, _ in over} <= record.warned_scopes():

@@ -16,7 +16,7 @@ A scope's inventory is its size less the VMs that claim it beyond their accepted
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..config.policy import Budget
@@ -79,6 +79,18 @@ class Members:
             _step(self.faults, shape.fault, step)
         if shape.update:
             _step(self.updates, shape.update, step)
+
+
+    def add_all(self, shapes: list[Shape]) -> None:
+        """``add`` of each of ``shapes``."""
+        self.size += len(shapes)
+        faults, updates = self.faults, self.updates
+        for shape in shapes:
+            fault, update = shape.fault, shape.update
+            if fault:
+                faults[fault] = faults.get(fault, 0) + 1
+            if update:
+                updates[update] = updates.get(update, 0) + 1
 
 
 def _step(counts: dict[str, int], key: str, step: int) -> None:
@@ -183,6 +195,44 @@ class Counts:
         else:
             self.join(key, new, shape)
         return self.leave(key, old, shape)
+
+    def regroup(self, moves: Iterable[tuple[str, str, str]]) -> list[str]:
+        """Each (VM, old group, new group) of ``moves`` counts in its new group's scopes rather than
+        its old's, at once: every VM taken out of its old group, then each new group's VMs put in
+        together (a burst names anew thousands of groups of one); the old groups left empty."""
+        if self.memo:
+            self.memo.clear()
+        groups, shape_of = self.groups, self.shape_of
+        emptied: list[str] = []
+        incoming: dict[str, list[str]] = {}
+        for key, old, new in moves:
+            was = groups[old]
+            if isinstance(was, str):  # a group of one: that VM alone
+                del groups[old]
+                emptied.append(old)
+            else:
+                was.add(shape_of[key], -1)
+                if not was.size:
+                    del groups[old]
+                    emptied.append(old)
+            joining = incoming.get(new)
+            if joining is None:
+                incoming[new] = [key]
+            else:
+                joining.append(key)
+        for new, keys in incoming.items():
+            have = groups.get(new)
+            if have is None:
+                if len(keys) == 1:
+                    groups[new] = keys[0]
+                    continue
+                have = groups[new] = Members()
+            elif isinstance(have, str):
+                members = groups[new] = Members()
+                members.add(shape_of[have], 1)
+                have = members
+            have.add_all([shape_of[key] for key in keys])
+        return emptied
 
     def claim_out(self, scopes: tuple[str, ...], step: int) -> None:
         """Scopes a VM claims beyond its accepted placements: not in their inventory."""

@@ -249,24 +249,24 @@ class ScopeIndex:
 
     def _regroup(self, keys: list[str], groups: dict[str, str], names: set[str]) -> None:
         """VMs whose group alone changed (their record did not, and they count wherever they claim:
-        a learned group named anew): counted out of the old group and into the new one; their other
-        scopes, names, queues and claims stay as counted."""
-        counts, group_of, name_of, changed_at = self.counts, self.group_of, self.name_of, self.changed_at
-        generation, forgot = self.generation, False
-        if keys and counts.memo:
-            counts.memo.clear()
-        for key in keys:
-            old, new = group_of[key], groups[key]
-            group_of[key] = new
-            changed_at[new] = generation
-            if counts.move(key, old, new):
-                changed_at.pop(old, None)
-                forgot = True
-            else:
-                changed_at[old] = generation
-            names.add(name_of.get(key, ""))
-        if forgot:
+        a learned group named anew): counted out of the old group and into the new one, all at
+        once; their other scopes, names, queues and claims stay as counted."""
+        if not keys:
+            return
+        group_of, changed_at, generation = self.group_of, self.changed_at, self.generation
+        olds = [group_of[key] for key in keys]
+        news = [groups[key] for key in keys]
+        group_of.update(zip(keys, news, strict=True))
+        emptied = set(self.counts.regroup(zip(keys, olds, news, strict=True)))
+        changed_at.update(dict.fromkeys(news, generation))  # in the fleet now, each
+        changed_at.update(dict.fromkeys([group for group in olds if group not in emptied], generation))
+        gone = emptied.difference(self.counts.groups)  # emptied, and none of the VMs joined it
+        for group in gone:
+            changed_at.pop(group, None)
+        if gone:
             self.forgot_at = generation
+        name_of = self.name_of
+        names.update([name_of.get(key, "") for key in keys])
 
     def _changed(self, group: str, emptied: bool) -> None:
         """``group`` changed; ``emptied``: it is gone, forgotten (``changed``) rather than kept for ever."""
@@ -278,18 +278,21 @@ class ScopeIndex:
 
     def _dup_names(self, state: FleetState, names: set[str]) -> None:
         """``dup_names`` again for ``names``: the groups in which two or more VMs go by one of them."""
-        group_of, dup = self.group_of, self.dup_names
+        group_of, dup, named = self.group_of, self.dup_names, state.named
         for lowered in names:
-            bearers = state.named(lowered)
+            bearers = named(lowered)
+            if len(bearers) < 2:  # most names are one VM's
+                if lowered in dup:
+                    del dup[lowered]
+                continue
             twice: set[str] = set()
-            if len(bearers) > 1:
-                seen: set[str] = set()
-                for key in bearers:
-                    group = group_of.get(key)
-                    if group is not None:
-                        if group in seen:
-                            twice.add(group)
-                        seen.add(group)
+            seen: set[str] = set()
+            for key in bearers:
+                group = group_of.get(key)
+                if group is not None:
+                    if group in seen:
+                        twice.add(group)
+                    seen.add(group)
             if twice:
                 dup[lowered] = twice
             else:
@@ -304,7 +307,7 @@ class ScopeIndex:
         """The group of each VM of ``everyone`` (VM -> the root of its co-reception set) that is in
         the fleet (``everyone`` holds whole co-reception sets: a learned group is named after its
         first member)."""
-        vms, retired, alias, label = state.vms, state.retired, self.alias, placement.label
+        vms, retired, alias = state.vms, state.retired, self.alias
         azure, tag = state.azure.vms, policy.group_tag
         out: dict[str, str] = {}
         learned: dict[str, str] = {}  # VM -> its set's root, for those whose group is learned
@@ -319,7 +322,8 @@ class ScopeIndex:
                     out[key] = named
                     continue
             learned[key] = root
-            mine = label(vm)
+            # placement.label(vm), written out (a burst names the sets of tens of thousands of VMs)
+            mine = (vm.subscription or "-", vm.resource_group or "-", vm.name.lower() or "-", vm.key)
             have = first.get(root)
             if have is None or mine < have:
                 first[root] = mine
