@@ -17,8 +17,7 @@
     report_skew = "1m"                   # how far a report's time may be ahead of the hub's
                                          # enqueued time (later times are taken as this)
     verify_workers = 2                   # processes verifying signatures and registrations off the
-                                         # fold thread (default: the machine's cores but one, at
-                                         # least 1, at most 8: the service needs a core of its own);
+                                         # fold thread (default: the machine's cores, at most 8);
                                          # 0: the fold thread verifies everything itself
 
 Public keys and certificates are not secrets. Files named here are read now: a file that cannot be
@@ -64,7 +63,7 @@ class TrustSettings:
     intermediate_paths: tuple[str, ...] = DEFAULT_PATHS
     subscriptions: tuple[str, ...] | None = None  # lower case; None: any
     report_skew: float = DEFAULT_SKEW
-    verify_workers: int = field(default_factory=lambda: min(max(1, (os.cpu_count() or 1) - 1), 8))
+    verify_workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, 8))
 
     def anchors(self) -> Anchors:
         """The attestation trust anchors (Azure's roots unless files are named); ConfigError."""
