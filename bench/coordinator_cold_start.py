@@ -2,8 +2,8 @@
 
 What runs, all on this one machine: the local AMQP broker (tests/eventhubs/broker.py, 4 partitions,
 a process of its own), Azurite blob (lease, snapshot) and queue, and ``se-forwarder coordinator run``
-as a subprocess with its defaults (``verify_workers``, ``[limits]``), trusting a per-run CA as a
-real coordinator trusts Azure's (bench/fleet_identities.py's way).
+as a subprocess with its defaults (``verify_workers`` unless ``--workers`` names it, ``[limits]``),
+trusting a per-run CA as a real coordinator trusts Azure's (bench/fleet_identities.py's way).
 
 1. The hub holds every VM's registration (its attested document, signed by the key it registers)
    and then one signed heartbeat from every VM: what a coordinator finds when it starts for the
@@ -31,6 +31,7 @@ of the workers an event, beside ``json.loads`` of the same texts.
 Prints figures beside the baseline; asserts nothing.
 
     .venv/bin/python bench/coordinator_cold_start.py [--vms 100000] [--cache DIR] [--in-process N]
+        [--workers N]
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def main() -> int:
     parser.add_argument("--vms", type=int, default=100_000)
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "coordinator-cold-start")
     parser.add_argument("--in-process", type=int, default=0, metavar="N", help="the service's side alone")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="[trust] verify_workers (default: the coordinator's)")
     args = parser.parse_args()
     vms = [v for g in fleet(args.vms) for v in g]
     began = time.monotonic()
@@ -102,7 +105,8 @@ def main() -> int:
         trust = ("[trust]\n"
                  f'attestation_roots = ["{cache.root}"]\n'
                  f'attestation_intermediates = ["{cache.intermediate}"]\n'
-                 "fetch_intermediates = false\n")
+                 "fetch_intermediates = false\n"
+                 + (f"verify_workers = {args.workers}\n" if args.workers is not None else ""))
         from tests.support.ports import free_port
 
         port = free_port()
