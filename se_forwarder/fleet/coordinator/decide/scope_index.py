@@ -307,7 +307,7 @@ class ScopeIndex:
         """The group of each VM of ``everyone`` (VM -> the root of its co-reception set) that is in
         the fleet (``everyone`` holds whole co-reception sets: a learned group is named after its
         first member)."""
-        vms, retired, alias = state.vms, state.retired, self.alias
+        vms, retired, alias, label = state.vms, state.retired, self.alias, placement.label
         azure, tag = state.azure.vms, policy.group_tag
         out: dict[str, str] = {}
         learned: dict[str, str] = {}  # VM -> its set's root, for those whose group is learned
@@ -322,8 +322,7 @@ class ScopeIndex:
                     out[key] = named
                     continue
             learned[key] = root
-            # placement.label(vm), written out (a burst names the sets of tens of thousands of VMs)
-            mine = (vm.subscription or "-", vm.resource_group or "-", vm.name.lower() or "-", vm.key)
+            mine = label(vm)
             have = first.get(root)
             if have is None or mine < have:
                 first[root] = mine
