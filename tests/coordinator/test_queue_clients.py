@@ -35,6 +35,7 @@ def test_a_missing_storage_queue_sdk_is_named_when_the_queues_are_made(
 
 
 def test_a_missing_azure_storage_namespace_is_named_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "azure.storage.queue", raising=False)  # imported by another test
     monkeypatch.setitem(sys.modules, "azure.storage", None)
     with pytest.raises(ConfigError, match="needs azure-storage-queue"):
         Queues(SETTINGS)
