@@ -80,7 +80,6 @@ class Members:
         if shape.update:
             _step(self.updates, shape.update, step)
 
-
     def add_all(self, shapes: list[Shape]) -> None:
         """``add`` of each of ``shapes``."""
         self.size += len(shapes)
@@ -202,19 +201,12 @@ class Counts:
         together (a burst names anew thousands of groups of one); the old groups left empty."""
         if self.memo:
             self.memo.clear()
-        groups, shape_of = self.groups, self.shape_of
+        groups, shape_of, leave = self.groups, self.shape_of, self.leave
         emptied: list[str] = []
         incoming: dict[str, list[str]] = {}
         for key, old, new in moves:
-            was = groups[old]
-            if isinstance(was, str):  # a group of one: that VM alone
-                del groups[old]
+            if leave(key, old, shape_of[key]):
                 emptied.append(old)
-            else:
-                was.add(shape_of[key], -1)
-                if not was.size:
-                    del groups[old]
-                    emptied.append(old)
             joining = incoming.get(new)
             if joining is None:
                 incoming[new] = [key]
