@@ -17,10 +17,10 @@ asn1crypto's classes, as in the whole read). Anything else (another certificate,
 a CRL, unsigned attributes, an indefinite length, a constructed signature) is read whole. A
 document that is refused is never remembered.
 
-Finding those parts is itself a walk of every element (``_walk``); a document of the signer whose
-parts were last met (without signed attributes, as Azure's) is instead matched against them
-(``_framed``): it is taken only when it is, byte for byte, the document those parts make around
-its own content and signature, so it splits exactly as the walk would split it.
+Finding those parts is itself a walk of every element (``_walk``); a document of a signer whose
+parts are remembered (without signed attributes, as Azure's; up to ``FRAMES`` signers) is instead
+matched against them (``_framed``): it is taken only when it is, byte for byte, the document those
+parts make around its own content and signature, so it splits exactly as the walk would split it.
 """
 
 from __future__ import annotations
