@@ -179,6 +179,11 @@ def test_an_agent_without_events_leaves_its_queue_alone_until_one_is_scheduled(
         coordinator = Coordinator(azurite, unique_queue, signing_key)
         remote = RemoteAgent(tmp_path, server, coordinator, poll_interval=0.2)  # idle: 30 s default
         remote.start(agents)
+        # Until its first document the queue is read at poll_interval: the message goes in once
+        # the agent has one and has had time for that last read.
+        wait_for(lambda: sum(r["route"] == "scheduledevents" and r["status"] in (200, 304)
+                             for r in server.sim.requests()) >= 3, timeout=20, what="documents")
+        time.sleep(1.0)
         event_id = str(uuid.uuid4()).upper()
         coordinator.send(signing.encode(coordinator.message(event_id, expires_in=120)))
         time.sleep(3.0)
