@@ -9,6 +9,7 @@ import copy
 import gzip
 import json
 import os
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -19,9 +20,10 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.errors import ConfigError, StateError
-from se_forwarder.fleet.coordinator import FleetState
+from se_forwarder.fleet.coordinator import FleetState, load_policy
 from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.azure import Reach
+from se_forwarder.fleet.coordinator.decide.scopes import index
 from se_forwarder.fleet.coordinator.fold.snapshot import snapshot
 from se_forwarder.fleet.coordinator.ha import Keeper, Loaded
 from se_forwarder.fleet.coordinator.ha import SnapshotBlob as Snapshots
@@ -223,6 +225,26 @@ def test_the_fold_the_keeper_loads_comes_with_its_digest_made_off_the_loop(conta
     got = loaded(keeper)
     assert isinstance(got.state.cache.get(CACHED), Kept) and got.state.journal is not None
     assert Digest().of(got.state) == Digest().of(copy.deepcopy(STATE))
+
+
+def test_the_fold_the_keeper_loads_comes_with_what_the_service_makes_of_it_made_off_the_loop(container):
+    store = snapshots(container, "indexed")
+    policy = load_policy({"budgets": [{"scope": "group", "max_unavailable": 1}]})
+    threads: list[str] = []
+
+    def made(state: FleetState) -> None:  # the service's: its scope index (service.py)
+        threads.append(threading.current_thread().name)
+        index(state, policy)
+
+    keeper = Keeper(store, Reach("storage"), "a", made=made)
+    assert keeper.save(keeper.pack(STATE, {"0": Position(7, "70")}))
+    wait_for(lambda: keeper.poll() is None and keeper.last_snapshot is not None, 30, "the save to end")
+    got = loaded(keeper)
+    kept = got.state.cache.get("index")
+    assert threads and threads[0] != threading.main_thread().name
+    assert kept is not None and index(got.state, policy) is kept  # nothing left to bring up to date
+    whole = index(copy.deepcopy(STATE), policy)
+    assert (kept.group_of, kept.budget_scopes_of) == (whole.group_of, whole.budget_scopes_of)
 
 
 def test_the_keeper_reads_the_hub_from_the_start_after_a_snapshot_that_does_not_verify(container, caplog):

@@ -42,7 +42,8 @@ from .fold.dispatch import OWN, FoldStats, claimed, fold_event, fold_json
 from .fold.retention import Pruned, prune
 from .fold.snapshot import restore, snapshot
 from .fold.state import FleetState
-from .service import NotLeading, Service
+from .ha.election import NotLeading
+from .service import Service
 from .view.groups import groups
 from .view.status import status
 

@@ -1,6 +1,8 @@
 """The coordinator service: the fold kept warm from the hub, decisions made while leading.
 
-One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, carries out the API's
+One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, a turn at a time, each
+turn followed by bringing the scope index (decide/scopes.index) and /v1/state's digest up to date with what
+it changed, so that a pass costs what it decides, not what was folded before it; it carries out the API's
 requests, and, while this instance acts (it leads and has caught up, ha/election.py), runs a decision pass
 whenever new input arrived (at most every 50 ms) and at least once a second (the clock matters: echo
 timeouts, min_healthy, heartbeats going stale). Each decision is folded at once and handed to the output
@@ -38,7 +40,6 @@ from functools import partial
 from typing import Any
 
 from ...approvals import signing
-from ...errors import SeForwarderError
 from .azure import clients as access
 from .azure.reach import Reach, parts
 from .config.service import ServiceSettings
@@ -46,10 +47,11 @@ from .decide.control import OVERRIDE, ControlRefused
 from .decide.evaluate import Evaluation, evaluate
 from .decide.events import Decision, Recorded, sent, to_dict
 from .decide.queues import QueueConflictLog
+from .decide.scopes import index
 from .fold.dispatch import FOLDED, OWN, fold_event
 from .fold.retention import prune
 from .fold.state import FleetState
-from .ha.election import LeaderElection
+from .ha.election import LeaderElection, NotLeading
 from .ha.keeper import Keeper, Loaded
 from .ha.lease import Lease, ensure_container
 from .ha.snapshot_blob import SnapshotBlob
@@ -76,14 +78,6 @@ PASS_EVERY = 0.05  # s between decision passes while input keeps arriving
 PASS_AT_LEAST = 1.0  # s: a pass at least this often while leading
 PRUNE_EVERY = 60.0
 RECORDS = ("sent", "acknowledge")  # what came of an approval: published and folded, but no decision
-
-
-class NotLeading(SeForwarderError):
-    """This instance does not lead (or has not caught up): the leader's API address, if known."""
-
-    def __init__(self, message: str, leader: str = "") -> None:
-        super().__init__(message)
-        self.leader = leader
 
 
 class Service:
@@ -127,7 +121,8 @@ class Service:
         self.keeper = Keeper(SnapshotBlob(container, settings.unit, settings.eventhub.label, self.signer.key,
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
-                             lambda: ensure_container(container, settings.storage.container), lease)
+                             lambda: ensure_container(container, settings.storage.container), lease,
+                             lambda state: index(state, self.policy))  # made on the load's thread
         self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
                                          settings.queues.template, settings.queues.message_ttl)
         self.output = Output(HubProducer(settings.eventhub, self.source, clients.producer), self.messages,
@@ -230,7 +225,8 @@ class Service:
     def _fold_available(self, wait: float) -> None:
         for chunk in self.inbox.turn(wait):  # a turn's worth (input/inbox.py), then requests and the clock
             self._fold(chunk)
-        self.digests.of(self.state)  # kept as it folds (a catch-up too): /v1/state costs what changed since
+        index(self.state, self.policy)  # both kept as it folds (a catch-up too), module docstring
+        self.digests.of(self.state)
 
     def _fold(self, batch: Batch) -> None:
         self.admission.fold(self.state, batch)

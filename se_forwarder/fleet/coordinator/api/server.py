@@ -176,7 +176,7 @@ def _guard(table: TokenTable) -> Callable[[Handler], Handler]:
     """A handler behind the bearer token, with the refusals a control request may meet as answers."""
     from starlette.responses import JSONResponse
 
-    from ..service import NotLeading
+    from ..ha.election import NotLeading
 
     def guarded(handler: Handler) -> Handler:
         async def wrapper(request: Request) -> Response:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ....errors import SeForwarderError
 from ..azure.reach import Reach
 from ..input.hub_reader import Position
 from .lease import LEASE_DEADLINE, Holder, Lease
@@ -33,6 +34,14 @@ from .lease import LEASE_DEADLINE, Holder, Lease
 log = logging.getLogger("se_forwarder.coordinator.leader")
 
 ENDS_DEADLINE = 10.0  # s for reading where every partition ends
+
+
+class NotLeading(SeForwarderError):
+    """This instance does not lead (or has not caught up): the leader's API address, if known."""
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ the outcome when it comes by (``poll``):
   that cannot be read is the service's problem, not the storage account's: logged as an error,
   tried again after the longest backoff.
 - ``load()``: the last snapshot is downloaded and restored in the background (creating the
-  container first, at the first load), with its digest made (view/digest.py); ``poll`` hands over
-  the result once. A container that
+  container first, at the first load), with its digest made (view/digest.py) and what the service
+  makes of it (``made``: its scope index); ``poll`` hands over the result once. A container that
   cannot be made (no such account, a bad name) is logged as an error at each attempt.
   While the storage account does not answer, it is tried again (5 s doubling to 30 s): until
   then the service knows nothing it could act on, and it cannot hold the lease anyway. A
@@ -69,10 +69,13 @@ class Loaded:
     blocked: str = ""  # why the instance must not act on this fold (a rolled-back snapshot)
 
 
-def digested(loaded: Loaded) -> Loaded:
-    """``loaded`` with its fold's digest made (view/digest.py), on the load's thread: the first look
-    at 100,000 VMs hashes each record (seconds), which the service's loop then need not."""
+def digested(loaded: Loaded, made: Callable[[FleetState], object] | None = None) -> Loaded:
+    """``loaded`` with its fold's digest made (view/digest.py), and whatever else ``made`` makes of
+    it (the service: its scope index, decide/scopes.index), on the load's thread: the first look at
+    100,000 VMs hashes each record and places each VM (seconds), which the service's loop then need not."""
     Digest().of(loaded.state)
+    if made is not None:
+        made(loaded.state)
     freeze()
     return loaded
 
@@ -96,8 +99,10 @@ class Generations(Protocol):
 
 class Keeper:
     def __init__(self, snapshots: SnapshotBlob, storage: Reach, instance: str,
-                 prepare: Callable[[], None] | None = None, generations: Generations | None = None) -> None:
+                 prepare: Callable[[], None] | None = None, generations: Generations | None = None,
+                 made: Callable[[FleetState], object] | None = None) -> None:
         self.snapshots, self.storage, self.instance = snapshots, storage, instance
+        self.made = made  # run on each loaded fold before it is handed over (``digested``)
         self.prepare = prepare  # run once before the first load (creating the container)
         self.generations = generations
         self.generation = 0  # the highest snapshot generation loaded or saved
@@ -213,7 +218,7 @@ class Keeper:
 
     def _start_load(self) -> None:
         before, self._load_before = self._load_before, None
-        self._loading = begin(lambda: digested(self._load(before)), "coordinator-load")
+        self._loading = begin(lambda: digested(self._load(before), self.made), "coordinator-load")
 
     def _load(self, before: Callable[[], None] | None) -> Loaded:
         if before is not None:
