@@ -464,14 +464,14 @@ def main() -> int:
                  f"{hb / (folder.fold_seconds - start):,.0f} events/s"))
     rows.append(("  a turn of heartbeats and its upkeep (the scope index, /v1/state's digest)",
                  folder.said(0.0, "the fleet's VMs placed as they first appear")))
+    folder.state.cache.pop("index")  # as at a start: the keeper's thread passes once on a new index
+    began = time.perf_counter()
+    evaluate(folder.state, POLICY, T_BURST)
+    rows.append(("  a pass on a new scope index, as on the load's thread at a start (ha/keeper.py)",
+                 f"{time.perf_counter() - began:.2f} s (the index made whole and the pass's caches)"))
     began = time.perf_counter()
     evaluate(folder.state, POLICY, T_BURST)
     rows.append(("  a pass over the known fleet", f"{(time.perf_counter() - began) * 1000:.0f} ms"))
-    folder.state.cache.pop("index")
-    began = time.perf_counter()
-    index(folder.state, POLICY)
-    rows.append(("  the scope index made whole, as on the load's thread at a start (ha/keeper.py)",
-                 f"{time.perf_counter() - began:.2f} s"))
     key = signing.generate_private_key()
     keys = signing.VerifyKeys([key.public_key()])
     store = SnapshotBlob(FileBlob(), "bench", "hub", lambda: key, lambda: keys)

@@ -20,7 +20,7 @@ import pytest
 
 from se_forwarder.approvals import signing
 from se_forwarder.errors import ConfigError, StateError
-from se_forwarder.fleet.coordinator import FleetState, load_policy
+from se_forwarder.fleet.coordinator import FleetState, evaluate, load_policy
 from se_forwarder.fleet.coordinator import claimed as fold_event
 from se_forwarder.fleet.coordinator.azure import Reach
 from se_forwarder.fleet.coordinator.decide.scopes import index
@@ -232,9 +232,9 @@ def test_the_fold_the_keeper_loads_comes_with_what_the_service_makes_of_it_made_
     policy = load_policy({"budgets": [{"scope": "group", "max_unavailable": 1}]})
     threads: list[str] = []
 
-    def made(state: FleetState) -> None:  # the service's: its scope index (service.py)
+    def made(state: FleetState) -> None:  # the service's: a pass whose decisions it drops (service.py)
         threads.append(threading.current_thread().name)
-        index(state, policy)
+        evaluate(state, policy, T0)
 
     keeper = Keeper(store, Reach("storage"), "a", made=made)
     assert keeper.save(keeper.pack(STATE, {"0": Position(7, "70")}))

@@ -2,7 +2,8 @@
 
 One thread (``run``, the loop) owns the fold. It folds what the hub reader hands it, a turn at a time, each
 turn followed by bringing the scope index (decide/scopes.index) and /v1/state's digest up to date with what
-it changed, so that a pass costs what it decides, not what was folded before it; it carries out the API's
+it changed, so that a pass costs what it decides, not what was folded before it (at a start, a first pass on
+the load's thread, its decisions dropped, makes them: ha/keeper.py); it carries out the API's
 requests, and, while this instance acts (it leads and has caught up, ha/election.py), runs a decision pass
 whenever new input arrived (at most every 50 ms) and at least once a second (the clock matters: echo
 timeouts, min_healthy, heartbeats going stale). Each decision is folded at once and handed to the output
@@ -122,7 +123,7 @@ class Service:
                                        self.signer.verify_keys),
                              self.reach["storage"], settings.instance,
                              lambda: ensure_container(container, settings.storage.container), lease,
-                             lambda state: index(state, self.policy))  # made on the load's thread
+                             lambda state: evaluate(state, self.policy, time.time()))  # a pass's caches made
         self.messages = ApprovalMessages(clients.queues(settings.queues), self.signer,
                                          settings.queues.template, settings.queues.message_ttl)
         self.output = Output(HubProducer(settings.eventhub, self.source, clients.producer), self.messages,

@@ -15,7 +15,9 @@ the outcome when it comes by (``poll``):
   tried again after the longest backoff.
 - ``load()``: the last snapshot is downloaded and restored in the background (creating the
   container first, at the first load), with its digest made (view/digest.py) and what the service
-  makes of it (``made``: its scope index); ``poll`` hands over the result once. A container that
+  makes of it (``made``: a decision pass whose decisions it drops, which makes the scope index and
+  what a pass keeps for the next, as the first pass on a new fold would); ``poll`` hands over the
+  result once. A container that
   cannot be made (no such account, a bad name) is logged as an error at each attempt.
   While the storage account does not answer, it is tried again (5 s doubling to 30 s): until
   then the service knows nothing it could act on, and it cannot hold the lease anyway. A
@@ -71,8 +73,9 @@ class Loaded:
 
 def digested(loaded: Loaded, made: Callable[[FleetState], object] | None = None) -> Loaded:
     """``loaded`` with its fold's digest made (view/digest.py), and whatever else ``made`` makes of
-    it (the service: its scope index, decide/scopes.index), on the load's thread: the first look at
-    100,000 VMs hashes each record and places each VM (seconds), which the service's loop then need not."""
+    it (the service: a decision pass's caches, the scope index first), on the load's thread: the
+    first look at 100,000 VMs hashes each record and places each VM (seconds), which the service's
+    loop then need not."""
     Digest().of(loaded.state)
     if made is not None:
         made(loaded.state)
