@@ -145,6 +145,21 @@ def test_new_vm_keys_are_admitted_up_to_new_vms_per_minute_of_hub_time():
     assert later == "folded" and len(fleet.state.vms) == 3
 
 
+def test_an_event_folded_without_counts_has_the_outcome_and_the_effect_it_has_with_them():
+    events = [heartbeat(fake(0), T0), heartbeat(fake(1), T0), heartbeat(fake(2), T0),  # the third: capped
+              report("scheduled", fake(0), "E1", T0), {"type": PREFIX + "scheduled", "id": "x"},
+              {"type": "com.example.other", "id": "y", "time": iso(T0), "data": {}},
+              {"type": PREFIX + "coordinator.approve", "id": "E1/coordinator/approve/1", "source": SOURCE,
+               "time": iso(T0 + 1), "data": {"EventId": "E1", "Attempt": 1}}]
+    counted, uncounted = fleet_with(new_vms_per_minute=2), fleet_with(new_vms_per_minute=2)
+    with_counts = [fold_event(counted.state, e, counted.stats, counted.limits, received=T0) for e in events]
+    without = [fold_event(uncounted.state, e, None, uncounted.limits, received=T0) for e in events]
+    assert with_counts == ["folded", "folded", "capped", "folded", "malformed", "skipped", "folded"]
+    assert without == with_counts
+    assert sorted(uncounted.state.vms) == sorted(counted.state.vms)
+    assert uncounted.state.decisions.keys() == counted.state.decisions.keys() == {"E1/coordinator/approve/1"}
+
+
 def test_report_times_spread_over_the_past_share_the_minute_the_hub_received_them_in():
     fleet = fleet_with(new_vms_per_minute=2)
     for i in range(10):

@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..config.policy import Policy
 from ..fold import azure as azure_fold
@@ -76,9 +77,9 @@ NO_RETRY_CODES = ("replayed", "not-scheduled", "unknown-event")
 PERSONS = ("approve-now", "approve-now-override")  # a person's approval: it goes on a late picture too
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Why an event waits (or that it was approved) after this pass."""
+class Verdict(NamedTuple):
+    """Why an event waits (or that it was approved) after this pass (a named tuple, as a decision
+    is: events.py)."""
 
     event_key: str
     event_id: str

@@ -96,19 +96,20 @@ def fold_event(state: FleetState, event: Mapping[str, Any], stats: FoldStats | N
     ``skew``: how far a report's time may be ahead of ``received``."""
     kind = event.get("type")
     kind = kind if isinstance(kind, str) else ""
-    counted = stats if stats is not None else FoldStats()
     try:
-        outcome = _fold(state, event, kind, limits, counted, received, sender, skew)
+        outcome = _fold(state, event, kind, limits, stats, received, sender, skew)
     except Dropped as drop:
-        counted.capped[drop.reason] += 1
+        if stats is not None:
+            stats.capped[drop.reason] += 1
         outcome = CAPPED
     except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
         outcome = MALFORMED  # a report with fields of the wrong shape: counted, never fatal
-    counted.count(outcome, kind.removeprefix(PREFIX) if outcome == FOLDED else kind)
+    if stats is not None:
+        stats.count(outcome, kind.removeprefix(PREFIX) if outcome == FOLDED else kind)
     return outcome
 
 
-def _fold(state: FleetState, event: Mapping[str, Any], kind: str, limits: Limits, stats: FoldStats,
+def _fold(state: FleetState, event: Mapping[str, Any], kind: str, limits: Limits, stats: FoldStats | None,
           received: float | None, sender: Sender, skew: float) -> str:
     decision = kind.startswith(DECISION_PREFIX)
     if decision:
@@ -124,5 +125,7 @@ def _fold(state: FleetState, event: Mapping[str, Any], kind: str, limits: Limits
         return MALFORMED
     if decision:
         return fold_decision(state, ident, kind[len(DECISION_PREFIX):], when, data)
-    return fold_report(state, event, kind[len(PREFIX):], ident, when, data, limits, stats, received,
+    # a report's parts count their drops (caps.py): uncounted when the caller keeps no counts
+    counted = stats if stats is not None else FoldStats()
+    return fold_report(state, event, kind[len(PREFIX):], ident, when, data, limits, counted, received,
                        sender, skew)
